@@ -1,0 +1,12 @@
+// Sub-commands of the trainsim program. Each registers its options on the CLI11 app and returns the exit
+// code through `*exit_code` when it runs.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace trainsim::apps {
+
+/// `trainsim puzzles`: runs the eight puzzles, prints a table (or JSON) and writes a timeline per puzzle.
+void add_puzzles_command(CLI::App& app, int* exit_code);
+
+}  // namespace trainsim::apps

@@ -1,0 +1,241 @@
+#include "puzzles/model.h"
+
+#include <stdexcept>
+
+namespace trainsim::puzzles {
+
+namespace {
+IdSet batch_set(const std::vector<int>& batches, int total, const std::string& ctx) {
+  IdSet s;
+  for (int b : batches) {
+    if (b < 0 || b >= total) throw PuzzleError(fmt::format("{}: batch {} is out of range 0..{}", ctx, b, total - 1));
+    if (s.contains(b)) throw PuzzleError(fmt::format("{}: batch {} is listed twice", ctx, b));
+    s.insert(b);
+  }
+  return s;
+}
+}  // namespace
+
+Model::Model(Rank rank, int layers, int batches)
+    : rank_(rank),
+      layers_(layers),
+      batches_(batches),
+      storage_{Store<Weight>("weights", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
+               Store<OptState>("opt_states", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
+               Store<Activation>("activations", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
+               Store<ActivationGrad>("grad_activations", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
+               Store<WeightGrad>("grad_weights", rank.id(), [this](auto* b, auto* a) { on_store(b, a); })} {
+  if (layers < 1 || batches < 1)
+    throw std::invalid_argument(fmt::format("a model needs at least one layer and one batch (got {} and {})", layers, batches));
+}
+
+void Model::on_store(const Tensor* before, const Tensor* after) {
+  if (before) rank_.memory().remove(*before);
+  if (after) rank_.memory().add(*after);
+}
+
+std::string Model::where(const loc& w) const { return fmt::format("{}:{}", w.file_name(), w.line()); }
+
+void Model::fail(const char* op, int layer, const loc& w, const std::string& what) const {
+  std::string layer_part = layer >= 0 ? fmt::format(" layer {}", layer) : std::string();
+  throw PuzzleError(fmt::format("rank {}: {}{} at {}: {}", rank(), op, layer_part, where(w), what));
+}
+
+void Model::check_layer(const char* op, int layer, const loc& w) const {
+  if (layer < 0 || layer >= layers_) fail(op, layer, w, fmt::format("no such layer (layers 0..{})", layers_ - 1));
+}
+
+void Model::check_held(const Tensor& t, const char* op, int layer, const loc& w) const {
+  if (rank_.memory().count(t) == 0)
+    fail(op, layer, w,
+         fmt::format("its input {} ({}) is not held in any store; the puzzles keep every tensor in the five "
+                     "stores, so it counts towards memory (no local variables)",
+                     t.str(), long_name(t.kind)));
+}
+
+Op Model::make_op(OpKind kind, int layer, const loc& w) const {
+  Op op;
+  op.kind = kind;
+  op.rank = rank();
+  op.layer = layer;
+  op.where = where(w);
+  return op;
+}
+
+std::pair<Weight, OptState> Model::load_weights(int layer, int shard, int total, loc w) {
+  check_layer("load_weights", layer, w);
+  if (total < 1 || shard < 0 || shard >= total)
+    fail("load_weights", layer, w, fmt::format("shard {} of {} is out of range", shard, total));
+  return {Weight(weight_tensor(layer, {shard}, total)), OptState(opt_state_tensor(layer, {shard}, total))};
+}
+
+Activation Model::get_activation(const std::vector<int>& batches, loc w) {
+  return Activation(activation_tensor(0, batch_set(batches, batches_, fmt::format("rank {}: get_activation at {}", rank(), where(w)))));
+}
+
+Activation Model::forward(int layer, const Activation& inp, const Weight& weight, loc w) {
+  check_layer("forward", layer, w);
+  if (weight.layer != layer) fail("forward", layer, w, fmt::format("the weight is {}, not layer {}'s", weight.str(), layer));
+  if (!weight.complete())
+    fail("forward", layer, w, fmt::format("the weight {} is not complete (holds shards {} of {}); all-gather it first",
+                                          weight.str(), weight.shards.str(), weight.num_shards));
+  if (inp.layer != layer) fail("forward", layer, w, fmt::format("the input is {}, the activation of layer {}, not {}", inp.str(), inp.layer, layer));
+  check_held(inp, "forward", layer, w);
+  check_held(weight, "forward", layer, w);
+  Activation out(activation_tensor(layer + 1, inp.batches));
+  Op op = make_op(OpKind::Forward, layer, w);
+  op.batches = inp.batches;
+  op.reads = {inp, weight};
+  op.writes = {out};
+  rank_.execute(std::move(op));
+  return out;
+}
+
+std::pair<WeightGrad, ActivationGrad> Model::backward(int layer, const Activation& inp, const ActivationGrad& grad,
+                                                      const Weight& weight, loc w) {
+  check_layer("backward", layer, w);
+  if (weight.layer != layer) fail("backward", layer, w, fmt::format("the weight is {}, not layer {}'s", weight.str(), layer));
+  if (!weight.complete())
+    fail("backward", layer, w, fmt::format("the weight {} is not complete (holds shards {} of {}); all-gather it first",
+                                           weight.str(), weight.shards.str(), weight.num_shards));
+  if (inp.layer != layer) fail("backward", layer, w, fmt::format("the activation is {}, not layer {}'s input", inp.str(), layer));
+  if (grad.layer != layer + 1)
+    fail("backward", layer, w, fmt::format("the activation grad is {}, not the grad of layer {}'s output (dA{})", grad.str(), layer, layer + 1));
+  if (inp.batches != grad.batches)
+    fail("backward", layer, w, fmt::format("batch mismatch: activation {} has batches {{{}}}, activation grad {} has {{{}}}",
+                                           inp.str(), inp.batches.str(), grad.str(), grad.batches.str()));
+  check_held(inp, "backward", layer, w);
+  check_held(grad, "backward", layer, w);
+  check_held(weight, "backward", layer, w);
+  WeightGrad gw(weight_grad_tensor(layer, inp.batches));
+  ActivationGrad ga(activation_grad_tensor(layer, inp.batches));
+  Op op = make_op(OpKind::Backward, layer, w);
+  op.batches = inp.batches;
+  op.reads = {inp, grad, weight};
+  op.writes = {gw, ga};
+  rank_.execute(std::move(op));
+  return {gw, ga};
+}
+
+ActivationGrad Model::loss(const Activation& inp, loc w) {
+  if (inp.layer != layers_)
+    fail("loss", -1, w, fmt::format("the input is {}, but the loss needs the final activation (layer {})", inp.str(), layers_));
+  check_held(inp, "loss", -1, w);
+  ActivationGrad out(activation_grad_tensor(layers_, inp.batches));
+  Op op = make_op(OpKind::Loss, layers_, w);
+  op.batches = inp.batches;
+  op.reads = {inp};
+  op.writes = {out};
+  rank_.execute(std::move(op));
+  return out;
+}
+
+std::pair<Weight, OptState> Model::update(int layer, const WeightGrad& weight_grad, const Weight& weight,
+                                          const OptState& opt_state, loc w) {
+  check_layer("update", layer, w);
+  if (weight.layer != layer) fail("update", layer, w, fmt::format("the weight is {}, not layer {}'s", weight.str(), layer));
+  if (weight_grad.layer != layer)
+    fail("update", layer, w, fmt::format("the weight grad is {}, not layer {}'s", weight_grad.str(), layer));
+  if (opt_state.layer != layer)
+    fail("update", layer, w, fmt::format("the optimizer state is {}, not layer {}'s", opt_state.str(), layer));
+  IdSet all = IdSet::range(0, batches_);
+  if (weight_grad.batches != all) {
+    std::vector<int> missing;
+    for (int b = 0; b < batches_; ++b)
+      if (!weight_grad.batches.contains(b)) missing.push_back(b);
+    fail("update", layer, w, fmt::format("the weight grad {} is missing batches {{{}}}; an update needs the grad of every batch",
+                                         weight_grad.str(), IdSet::of(missing).str()));
+  }
+  if (weight_grad.num_shards > 1) {
+    if (weight.num_shards != weight_grad.num_shards || !weight_grad.shards.contains(weight.shards))
+      fail("update", layer, w, fmt::format("the weight grad {} does not cover the weight's shards ({})", weight_grad.str(), weight.str()));
+    if (opt_state.num_shards != weight_grad.num_shards || !weight_grad.shards.contains(opt_state.shards))
+      fail("update", layer, w, fmt::format("the weight grad {} does not cover the optimizer state's shards ({})",
+                                           weight_grad.str(), opt_state.str()));
+  }
+  if (weight.step != opt_state.step)
+    fail("update", layer, w, fmt::format("weight {} is at step {} but its optimizer state {} is at step {}", weight.str(),
+                                         weight.step, opt_state.str(), opt_state.step));
+  check_held(weight_grad, "update", layer, w);
+  check_held(weight, "update", layer, w);
+  check_held(opt_state, "update", layer, w);
+  Weight nw = weight;
+  nw.step += 1;
+  OptState no = opt_state;
+  no.step += 1;
+  Op op = make_op(OpKind::Update, layer, w);
+  op.shards = weight.shards;
+  op.num_shards = weight.num_shards;
+  op.reads = {weight_grad, weight, opt_state};
+  op.writes = {nw, no};
+  rank_.execute(std::move(op));
+  return {nw, no};
+}
+
+WeightGrad Model::fake_grad(int layer, const std::vector<int>& batches, loc w) {
+  check_layer("fake_grad", layer, w);
+  return WeightGrad(weight_grad_tensor(layer, batch_set(batches, batches_, fmt::format("rank {}: fake_grad at {}", rank(), where(w)))));
+}
+
+asio::awaitable<WeightGrad> Model::allreduce(const WeightGrad& v, int layer, loc w) {
+  check_held(v, "allreduce", layer, w);
+  co_return WeightGrad(co_await rank_.all_reduce(v, layer, 0, where(w)));
+}
+
+asio::awaitable<WeightGrad> Model::scatterreduce(const WeightGrad& v, int layer, loc w) {
+  check_held(v, "scatterreduce", layer, w);
+  co_return WeightGrad(co_await rank_.reduce_scatter(v, layer, 0, where(w)));
+}
+
+asio::awaitable<void> Model::pass_to(int dst, const Tensor& v, loc w) {
+  check_held(v, "pass_to", -1, w);
+  std::string at = where(w);
+  co_await rank_.send(dst, v, std::move(at));
+}
+
+asio::awaitable<Received> Model::receive(loc w) {
+  Message m = co_await rank_.receive(-1, where(w));
+  co_return Received(m.payload, rank(), m.src);
+}
+
+void Model::set_final_weight(int layer, const Weight& weight, loc w) {
+  check_layer("set_final_weight", layer, w);
+  if (weight.layer != layer)
+    fail("set_final_weight", layer, w, fmt::format("the weight is {}, not layer {}'s", weight.str(), layer));
+  final_weights_.insert_or_assign(layer, weight);
+}
+
+void Model::check(const std::vector<Model*>& models) {
+  if (models.empty()) throw PuzzleError("check: no ranks");
+  int layers = models.front()->layers();
+  for (int l = 0; l < layers; ++l) {
+    std::optional<Weight> combined;
+    for (const Model* m : models) {
+      auto it = m->final_weights_.find(l);
+      if (it == m->final_weights_.end()) continue;
+      const Weight& fw = it->second;
+      if (fw.step != 1)
+        throw PuzzleError(fmt::format("check: layer {} on rank {} was updated {} times; every weight is updated exactly once",
+                                      l, m->rank(), fw.step));
+      if (!combined) combined = fw;
+      else {
+        try {
+          combined = combined->combine(fw);
+        } catch (const TensorError& e) {
+          throw PuzzleError(fmt::format("check: layer {} on rank {}: {}", l, m->rank(), e.what()));
+        }
+      }
+    }
+    if (!combined) throw PuzzleError(fmt::format("check: no rank set a final weight for layer {}", l));
+    if (!combined->complete())
+      throw PuzzleError(fmt::format("check: the final weights of layer {} hold shards {} of {} only; every shard must be updated",
+                                    l, combined->shards.str(), combined->num_shards));
+  }
+}
+
+void not_implemented(std::source_location w) {
+  throw NotImplemented(fmt::format("not implemented: write your solution between TODO and END TODO in {} (line {})",
+                                   w.file_name(), w.line()));
+}
+
+}  // namespace trainsim::puzzles

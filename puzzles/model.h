@@ -1,0 +1,149 @@
+// The puzzles' Model: one rank's view of training, with the original API (srush/LLM-Training-Puzzles
+// lib.py) on top of the simulator. Every compute call and every message is one Op in the run's trace;
+// every precondition of the original is checked and a violation is a PuzzleError naming the rank, the op,
+// the layer, the source line and what was wrong.
+#pragma once
+
+#include <concepts>
+#include <map>
+#include <source_location>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "puzzles/store.h"
+#include "puzzles/tensors.h"
+#include "sim/rank.h"
+
+namespace trainsim::puzzles {
+
+/// A broken rule of the puzzles (missing batch, incomplete weight, wrong layer, local variable...).
+struct PuzzleError : SimError {
+  using SimError::SimError;
+};
+
+/// A message taken by Model::receive(); converts to the puzzle type that was sent.
+class Received {
+ public:
+  Received(Tensor t, int rank, int src) : t_(std::move(t)), rank_(rank), src_(src) {}
+  /// The tensor as T. Throws PuzzleError when the sender sent another kind.
+  template <std::derived_from<Tensor> T>
+  operator T() const {  // NOLINT(google-explicit-constructor)
+    if (t_.kind != T().kind)
+      throw PuzzleError(fmt::format("rank {}: received {} ({}) from rank {}, but stored it as a {}", rank_,
+                                    long_name(t_.kind), t_.str(), src_, long_name(T().kind)));
+    return T(t_);
+  }
+  const Tensor& tensor() const { return t_; }
+  int source() const { return src_; }
+
+ private:
+  Tensor t_;
+  int rank_;
+  int src_;
+};
+
+/// One rank of a puzzle run.
+class Model {
+ public:
+  using loc = std::source_location;
+
+  /// The five stores, in the puzzles' order: weights, opt_states, activations, grad_activations, grad_weights.
+  struct Storage {
+    Store<Weight> weights;
+    Store<OptState> opt_states;
+    Store<Activation> activations;
+    Store<ActivationGrad> grad_activations;
+    Store<WeightGrad> grad_weights;
+  };
+
+  /// Rank `rank` training a `layers`-layer model on `batches` batches. Throws std::invalid_argument.
+  Model(Rank rank, int layers, int batches);
+  Model(const Model&) = delete;
+
+  int rank() const { return rank_.id(); }
+  /// World size (the puzzles' RANKS).
+  int ranks() const { return rank_.world_size(); }
+  /// Number of layers (LAYERS).
+  int layers() const { return layers_; }
+  /// Number of batches (BATCHES).
+  int batches() const { return batches_; }
+  /// The five stores: `auto& [weights, opt_states, activations, grad_activations, grad_weights] = model.storage();`
+  Storage& storage() { return storage_; }
+  /// Memory held in the five stores, in puzzle units.
+  double memory() const { return rank_.memory().total(); }
+  /// Time of this rank's next op, in steps.
+  double time() const { return to_seconds(rank_.clock()); }
+
+  /// Fresh (step 0) weight and optimizer state of `layer`, shard `shard` of `total`.
+  std::pair<Weight, OptState> load_weights(int layer, int shard = 0, int total = 1, loc w = loc::current());
+  /// The model input (Activation 0) for `batches`.
+  Activation get_activation(const std::vector<int>& batches, loc w = loc::current());
+  /// Forward of `layer`: needs Activation `layer` and the complete weight of `layer`; gives Activation layer+1.
+  /// Takes one step per batch.
+  Activation forward(int layer, const Activation& inp, const Weight& weight, loc w = loc::current());
+  /// Backward of `layer`: needs Activation `layer`, ActivationGrad layer+1 for the same batches and the
+  /// complete weight; gives the WeightGrad of `layer` and ActivationGrad `layer`. One step per batch.
+  std::pair<WeightGrad, ActivationGrad> backward(int layer, const Activation& inp, const ActivationGrad& grad,
+                                                 const Weight& weight, loc w = loc::current());
+  /// Loss at the last layer: Activation L gives ActivationGrad L. Takes no time.
+  ActivationGrad loss(const Activation& inp, loc w = loc::current());
+  /// Optimizer step: needs the grad of every batch for the shards updated, and weight and optimizer state
+  /// at the same step; gives both one step later. Takes 0.5.
+  std::pair<Weight, OptState> update(int layer, const WeightGrad& weight_grad, const Weight& weight,
+                                     const OptState& opt_state, loc w = loc::current());
+  /// A made-up weight grad of `layer` for `batches` (the puzzles' fake_grad; with no batches, a zero grad).
+  WeightGrad fake_grad(int layer, const std::vector<int>& batches, loc w = loc::current());
+
+  /// Sum of every rank's weight grad (batch sets unite). 0.3 after the last rank arrives.
+  asio::awaitable<WeightGrad> allreduce(const WeightGrad& v, int layer, loc w = loc::current());
+  /// Union of every rank's shards (Weight, OptState or WeightGrad). 0.3 after the last rank arrives.
+  asio::awaitable<Weight> allgather(const Weight& v, int layer, loc w = loc::current()) { return gather_as<Weight>(v, layer, w); }
+  asio::awaitable<OptState> allgather(const OptState& v, int layer, loc w = loc::current()) { return gather_as<OptState>(v, layer, w); }
+  asio::awaitable<WeightGrad> allgather(const WeightGrad& v, int layer, loc w = loc::current()) { return gather_as<WeightGrad>(v, layer, w); }
+  /// Sum over ranks, then this rank keeps shard `rank` of `ranks`. 0.3 after the last rank arrives.
+  asio::awaitable<WeightGrad> scatterreduce(const WeightGrad& v, int layer, loc w = loc::current());
+  /// Sends `v` to rank `dst` (0.2 on this rank); waits while `dst`'s one-slot queue is full.
+  asio::awaitable<void> pass_to(int dst, const Tensor& v, loc w = loc::current());
+  /// Takes the next message sent to this rank, from any rank (0.2 from max(own time, sender's time)).
+  asio::awaitable<Received> receive(loc w = loc::current());
+  /// Records `weight` as this rank's final weight of `layer` (checked by check()).
+  void set_final_weight(int layer, const Weight& weight, loc w = loc::current());
+  /// Final weights set so far, by layer.
+  const std::map<int, Weight>& final_weights() const { return final_weights_; }
+
+  /// Cross-rank check of a finished run: every layer's final weights, combined over the ranks, are complete
+  /// and were each updated exactly once. Throws PuzzleError naming the layer and rank.
+  static void check(const std::vector<Model*>& models);
+
+ private:
+  std::string where(const loc& w) const;
+  [[noreturn]] void fail(const char* op, int layer, const loc& w, const std::string& what) const;
+  void check_layer(const char* op, int layer, const loc& w) const;
+  void check_held(const Tensor& t, const char* op, int layer, const loc& w) const;
+  void on_store(const Tensor* before, const Tensor* after);
+  Op make_op(OpKind kind, int layer, const loc& w) const;
+  template <typename T>
+  asio::awaitable<T> gather_as(T v, int layer, loc w) {
+    check_held(v, "allgather", layer, w);
+    std::string at = where(w);
+    Tensor out = co_await rank_.all_gather(std::move(v), layer, 0, std::move(at));
+    co_return T(out);
+  }
+
+  Rank rank_;
+  int layers_;
+  int batches_;
+  Storage storage_;
+  std::map<int, Weight> final_weights_;
+};
+
+/// Thrown by an exercise that is not written yet.
+struct NotImplemented : PuzzleError {
+  using PuzzleError::PuzzleError;
+};
+
+/// Throws NotImplemented pointing at the exercise file to edit.
+[[noreturn]] void not_implemented(std::source_location w = std::source_location::current());
+
+}  // namespace trainsim::puzzles

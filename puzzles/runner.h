@@ -1,0 +1,36 @@
+// Runs a puzzle in the simulator and judges it: correctness, Timesteps and peak memory against targets.
+#pragma once
+
+#include <string>
+
+#include "puzzles/catalog.h"
+#include "sim/trace.h"
+
+namespace trainsim::puzzles {
+
+/// Outcome of one puzzle run.
+struct PuzzleResult {
+  std::string name;
+  bool correct = false;     ///< ran to the end without error and passed Model::check
+  std::string error;        ///< the first error, empty when correct
+  Time timesteps = 0;       ///< start of the last op (the puzzles' "Timesteps")
+  Time makespan = 0;        ///< end of the last op
+  MemoryPeak peak;          ///< highest memory sample, with its rank and time
+  double target_time = 0;
+  double target_memory = 0;
+  bool time_ok = false;     ///< floor(Timesteps) <= target_time
+  bool memory_ok = false;   ///< peak <= target_memory
+  Trace trace;              ///< everything executed (up to the error, if any)
+
+  /// Correct and within both targets.
+  bool passed() const { return correct && time_ok && memory_ok; }
+};
+
+/// Runs `puzzle`'s reference solution, or its exercise when `exercise` is true. Never throws for a broken
+/// program: the error goes into the result.
+PuzzleResult run_puzzle(const Puzzle& puzzle, bool exercise = false);
+
+/// Runs an arbitrary program on a puzzle's configuration (tests use it for broken programs).
+PuzzleResult run_program(const Puzzle& puzzle, Program program);
+
+}  // namespace trainsim::puzzles

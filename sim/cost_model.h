@@ -1,0 +1,42 @@
+// Cost models: how long an op takes and how much memory a tensor holds (DESIGN §2).
+#pragma once
+
+#include <string>
+
+#include "sim/op.h"
+#include "sim/tensor.h"
+#include "sim/time.h"
+
+namespace trainsim {
+
+/// Prices ops and tensors for the simulator.
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  /// Short name written in schedule headers and reports ("puzzle").
+  virtual std::string name() const = 0;
+  /// Duration of a timed op once it starts; for a collective, once every member has arrived.
+  /// `group_size` is the number of members of a collective (1 otherwise).
+  virtual Time duration(const Op& op, int group_size) const = 0;
+  /// Memory held by one resident tensor, in memory_unit().
+  virtual double memory(const Tensor& t) const = 0;
+  /// Unit of memory(): "units" for the puzzles, "bytes" for hardware models.
+  virtual std::string memory_unit() const = 0;
+};
+
+/// The LLM Training Puzzles' own costs, reproduced exactly (srush/LLM-Training-Puzzles lib.py):
+/// forward and backward take one step per batch; update 0.5; loss 0; all-reduce, all-gather and
+/// reduce-scatter 0.3 after every member arrived; a pass 0.2 on the sender and 0.2 on the receiver.
+/// Memory: weight, optimizer state and weight grad 512·512 units times the fraction of shards held;
+/// activation and activation grad 512·256 units per batch. One step is one simulated second.
+class PuzzleCostModel final : public CostModel {
+ public:
+  static constexpr double kHidden = 512;
+  static constexpr double kLength = 256;
+  std::string name() const override { return "puzzle"; }
+  Time duration(const Op& op, int group_size) const override;
+  double memory(const Tensor& t) const override;
+  std::string memory_unit() const override { return "units"; }
+};
+
+}  // namespace trainsim

@@ -1,0 +1,59 @@
+#include "sim/op.h"
+
+#include <fmt/format.h>
+
+namespace trainsim {
+
+const char* op_name(OpKind k) {
+  switch (k) {
+    case OpKind::Load: return "load";
+    case OpKind::Forward: return "forward";
+    case OpKind::Backward: return "backward";
+    case OpKind::BackwardInput: return "backward-input";
+    case OpKind::BackwardWeight: return "backward-weight";
+    case OpKind::Loss: return "loss";
+    case OpKind::Update: return "update";
+    case OpKind::Accumulate: return "accumulate";
+    case OpKind::Free: return "free";
+    case OpKind::Send: return "send";
+    case OpKind::Recv: return "recv";
+    case OpKind::AllGather: return "all-gather";
+    case OpKind::ReduceScatter: return "reduce-scatter";
+    case OpKind::AllReduce: return "all-reduce";
+    case OpKind::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* puzzle_event_name(OpKind k) {
+  switch (k) {
+    case OpKind::Send:
+    case OpKind::Recv: return "pass";
+    case OpKind::AllGather: return "allgather";
+    case OpKind::ReduceScatter: return "scatterreduce";
+    case OpKind::AllReduce: return "allreduce";
+    default: return op_name(k);
+  }
+}
+
+bool is_timed(OpKind k) { return k != OpKind::Load && k != OpKind::Accumulate && k != OpKind::Free; }
+bool is_p2p(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
+bool is_collective(OpKind k) {
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Barrier;
+}
+bool is_compute(OpKind k) {
+  return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::BackwardInput ||
+         k == OpKind::BackwardWeight || k == OpKind::Loss || k == OpKind::Update;
+}
+
+std::string Op::describe() const {
+  std::string s = op_name(kind);
+  if (layer >= 0) s += fmt::format(" layer {}", layer);
+  if (!batches.empty()) s += fmt::format(" batches {{{}}}", batches.str());
+  if (kind == OpKind::Send) s += fmt::format(" to rank {}", peer);
+  if (kind == OpKind::Recv) s += peer < 0 ? std::string(" from any rank") : fmt::format(" from rank {}", peer);
+  if (is_collective(kind) && group != 0) s += fmt::format(" in group {}", group);
+  return s;
+}
+
+}  // namespace trainsim

@@ -1,0 +1,68 @@
+// The Op record: the one contract between the parts (DESIGN §1).
+//
+// Every primitive a rank performs is one Op. The simulator executes Ops; timelines, traces and schedule
+// files are made from the Ops it executed; the executor replays them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/idset.h"
+#include "sim/tensor.h"
+
+namespace trainsim {
+
+/// What an Op does.
+enum class OpKind : std::uint8_t {
+  Load,            ///< bring tensors into memory from outside (initial weights, optimizer state, input data)
+  Forward,         ///< forward of one layer for a batch set
+  Backward,        ///< full backward of one layer (input grad and weight grad)
+  BackwardInput,   ///< backward, input-grad half only ("I" / "B" in zero-bubble schedules)
+  BackwardWeight,  ///< backward, weight-grad half only ("W")
+  Loss,            ///< loss at the last layer: activation L -> activation grad L
+  Update,          ///< optimizer step of one layer (the shards held)
+  Accumulate,      ///< local sum of weight grads
+  Free,            ///< drop tensors from memory
+  Send,            ///< point-to-point send to `peer`
+  Recv,            ///< point-to-point receive from `peer` (-1: any source)
+  AllGather,       ///< collective over `group`: union of shards
+  ReduceScatter,   ///< collective over `group`: sum over batches, keep one shard
+  AllReduce,       ///< collective over `group`: sum over batches
+  Barrier,         ///< collective over `group`: synchronise only
+};
+
+/// Lower-case name used in text, traces and errors ("forward", "all-gather", ...).
+const char* op_name(OpKind k);
+/// The name the LLM Training Puzzles give the event ("forward", "pass", "allgather", "scatterreduce", ...).
+const char* puzzle_event_name(OpKind k);
+/// True for ops that take time and are sampled for memory (not Load, Accumulate, Free).
+bool is_timed(OpKind k);
+/// True for Send and Recv.
+bool is_p2p(OpKind k);
+/// True for AllGather, ReduceScatter, AllReduce, Barrier.
+bool is_collective(OpKind k);
+/// True for Forward, Backward, BackwardInput, BackwardWeight, Loss, Update.
+bool is_compute(OpKind k);
+
+/// One primitive performed by one rank.
+struct Op {
+  OpKind kind = OpKind::Forward;
+  int rank = 0;
+  int layer = -1;               ///< layer the op works on (-1 when none)
+  IdSet batches;                ///< batch (microbatch) set, for compute ops
+  IdSet shards;                 ///< shard set, for update and collectives
+  int num_shards = 1;
+  int peer = -1;                ///< Send: destination; Recv: source, -1 for any source
+  int group = 0;                ///< collectives: group id (0 = all ranks)
+  int stream = 0;               ///< 0 = compute stream; 1.. = communication streams
+  std::vector<Tensor> reads;    ///< tensors that must be resident when the op starts
+  std::vector<Tensor> writes;   ///< tensors the op produces
+  std::string where;            ///< source of the op: "file.cpp:42" for programs, "file.sched:7" for schedules
+
+  /// One-line description for errors and labels: "forward layer 2 batches {0-3}".
+  std::string describe() const;
+};
+
+}  // namespace trainsim

@@ -1,0 +1,25 @@
+// Virtual time of the simulator.
+//
+// Time is an integer count of nanoseconds (DESIGN §2 lets us pick seconds-as-double or ticks; ticks make
+// every sum exact, so the puzzle model's 0.2 + 0.3 + 0.5 never rounds and runs are bit-for-bit repeatable).
+// The puzzle cost model measures in the puzzles' "steps": one step is one simulated second.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace trainsim {
+
+/// Virtual time or duration in nanoseconds.
+using Time = std::int64_t;
+
+/// Nanoseconds in one simulated second (one puzzle step).
+inline constexpr Time kTicksPerSecond = 1'000'000'000;
+
+/// Converts seconds to Time, rounding to the nearest nanosecond.
+inline Time seconds(double s) { return static_cast<Time>(std::llround(s * static_cast<double>(kTicksPerSecond))); }
+
+/// Converts Time to seconds.
+inline double to_seconds(Time t) { return static_cast<double>(t) / static_cast<double>(kTicksPerSecond); }
+
+}  // namespace trainsim

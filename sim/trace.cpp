@@ -1,0 +1,37 @@
+#include "sim/trace.h"
+
+#include <algorithm>
+
+namespace trainsim {
+
+Time Trace::timesteps() const {
+  Time t = 0;
+  for (const auto& runs : ranks)
+    for (const auto& r : runs)
+      if (is_timed(r.op.kind)) t = std::max(t, r.start);
+  return t;
+}
+
+Time Trace::makespan() const {
+  Time t = 0;
+  for (const auto& runs : ranks)
+    for (const auto& r : runs) t = std::max(t, r.end);
+  return t;
+}
+
+MemoryPeak Trace::peak() const {
+  // As the puzzles' drawing: ranks in order, ops in order, first strictly higher sample wins.
+  MemoryPeak p;
+  for (int rank = 0; rank < static_cast<int>(ranks.size()); ++rank)
+    for (const auto& r : ranks[rank])
+      if (is_timed(r.op.kind) && r.memory > p.memory) p = MemoryPeak{r.memory, rank, r.start};
+  return p;
+}
+
+std::size_t Trace::op_count() const {
+  std::size_t n = 0;
+  for (const auto& runs : ranks) n += runs.size();
+  return n;
+}
+
+}  // namespace trainsim

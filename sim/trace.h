@@ -1,0 +1,48 @@
+// The record of a simulated run: every op each rank executed, with its start, end and the memory
+// resident when it started.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/op.h"
+#include "sim/time.h"
+
+namespace trainsim {
+
+/// One executed op.
+struct OpRun {
+  Op op;
+  Time start = 0;     ///< when the op began (collectives: after every member arrived)
+  Time end = 0;       ///< start + duration
+  double memory = 0;  ///< memory resident on the rank when the op started (cost model unit)
+};
+
+/// The highest memory sample of a run.
+struct MemoryPeak {
+  double memory = 0;
+  int rank = 0;
+  Time time = 0;
+};
+
+/// Everything a run executed, per rank in program order.
+struct Trace {
+  int world_size = 0;
+  int layers = 0;
+  int batches = 0;
+  std::string cost_model;
+  std::string memory_unit;
+  std::vector<std::vector<OpRun>> ranks;
+
+  /// Start of the last timed op over all ranks: the puzzles' "Timesteps" figure.
+  Time timesteps() const;
+  /// End of the last op over all ranks.
+  Time makespan() const;
+  /// Highest memory sample: the first strictly highest, scanning ranks in order and each rank's ops in
+  /// order (the original puzzles' rule).
+  MemoryPeak peak() const;
+  /// Number of executed ops over all ranks.
+  std::size_t op_count() const;
+};
+
+}  // namespace trainsim

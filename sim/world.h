@@ -1,0 +1,153 @@
+// The simulated cluster: ranks with their clocks and memory ledgers, point-to-point mailboxes, collective
+// groups, and the checks (DESIGN §2). Programs talk to it through Rank (sim/rank.h).
+#pragma once
+
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/cost_model.h"
+#include "sim/errors.h"
+#include "sim/kernel.h"
+#include "sim/ledger.h"
+#include "sim/op.h"
+#include "sim/trace.h"
+
+namespace trainsim {
+
+/// How sends are buffered.
+enum class P2PMode {
+  /// The puzzles' rule: each destination has one slot; a sender waits while it is full.
+  OneSlotPerDestination,
+  /// NCCL's rule: each (source, destination) pair is its own in-order channel of one slot.
+  PerPairChannel,
+};
+
+/// A message in flight.
+struct Message {
+  int src = 0;
+  Tensor payload;
+  Time ready = 0;  ///< sender's clock after its send
+};
+
+/// Settings of one simulated run.
+struct WorldOptions {
+  int world_size = 1;
+  int layers = 0;   ///< for the trace header only
+  int batches = 0;  ///< for the trace header only
+  P2PMode p2p = P2PMode::OneSlotPerDestination;
+  std::optional<double> memory_limit;  ///< per rank, cost model unit; exceeding it is a MemoryLimitError
+};
+
+/// Simulated cluster. Single-threaded; not copyable.
+class World {
+ public:
+  /// Throws std::invalid_argument when world_size < 1.
+  World(WorldOptions options, const CostModel& cost);
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+  ~World();
+
+  int world_size() const { return options_.world_size; }
+  const CostModel& cost() const { return *cost_; }
+  Kernel& kernel() { return *kernel_; }
+
+  /// Registers a collective group and returns its id. Group 0 is every rank and always exists.
+  /// Throws std::invalid_argument for an empty group, a duplicate member or a rank out of range.
+  int add_group(std::vector<int> members);
+  /// Members of group `id` in order; a member's index is its shard in reduce-scatter.
+  const std::vector<int>& group(int id) const;
+
+  /// Rank's clock: the time its next op would start.
+  Time clock(int rank) const { return ranks_.at(rank).clock; }
+  /// Rank's resident tensors.
+  MemoryLedger& ledger(int rank) { return ranks_.at(rank).ledger; }
+
+  /// Runs a timed local op now on its rank: samples memory, records it, advances the rank's clock.
+  /// Throws MemoryLimitError over the limit.
+  void execute(Op op);
+  /// Point-to-point send of `payload` (puzzle `pass_to`). Records the Send at the rank's clock, then
+  /// waits while the destination's slot is full. Throws SimError for a bad destination.
+  Task send(Op op, Tensor payload);
+  /// Receive from op.peer (-1: any source, first come first served). Waits for a message; the rank's
+  /// clock rises to the sender's time; records the Recv with the actual source.
+  asio::awaitable<Message> recv(Op op);
+  /// All-gather, reduce-scatter, all-reduce or barrier of `input` over op.group. Waits for every member;
+  /// the start is the latest arrival. Throws CollectiveMismatchError when members disagree on the call
+  /// and SimError when the inputs do not combine.
+  asio::awaitable<Tensor> collective(Op op, Tensor input);
+
+  /// Starts `program` as rank `rank`'s program.
+  void spawn(int rank, Task program);
+  /// Runs to the end. Throws the first error a program raised (as SimError unless it already was one),
+  /// DeadlockError when ranks are left blocked.
+  void run();
+  /// What was executed so far.
+  const Trace& trace() const { return trace_; }
+
+ private:
+  struct Blocked {
+    Op op;
+    Time since = 0;
+    std::vector<int> waits_for;
+    std::string detail;
+  };
+  struct RankState {
+    explicit RankState(const CostModel& c) : ledger(c) {}
+    Time clock = 0;
+    MemoryLedger ledger;
+    Waiter waiter;
+    std::optional<Blocked> blocked;
+    bool started = false;
+    bool finished = false;
+  };
+  struct Mailbox {
+    std::deque<Message> messages;
+    std::vector<int> blocked_senders;
+    bool receiver_waiting = false;
+  };
+  struct Arrival {
+    Op op;
+    Tensor input;
+    Time clock = 0;
+  };
+  struct Call {
+    std::vector<std::optional<Arrival>> arrivals;  // by member index
+    std::vector<Tensor> results;
+    int arrived = 0;
+    bool done = false;
+  };
+  struct Group {
+    std::vector<int> members;
+    std::map<int, int> index_of;
+    std::vector<std::uint64_t> next_seq;  // per member
+    std::map<std::uint64_t, Call> calls;
+  };
+
+  asio::awaitable<void> sync(int rank);
+  asio::awaitable<void> block(int rank, Blocked b);
+  void record(int rank, Op op, int group_size);
+  void complete(Group& g, std::uint64_t seq, Call& call);
+  std::string deadlock_report() const;
+  void check_rank(int rank, const char* what) const;
+
+  WorldOptions options_;
+  const CostModel* cost_;
+  std::vector<RankState> ranks_;
+  std::vector<Mailbox> mailboxes_;
+  std::vector<Group> groups_;
+  Trace trace_;
+  std::exception_ptr error_;
+  std::unique_ptr<Kernel> kernel_;  // last: destroyed first, while the state its coroutines use is alive
+};
+
+/// Formats a time in seconds without trailing zeros: "2.2", "17".
+std::string format_time(Time t);
+/// Formats a memory amount without a fractional part when whole: "2600000", "16384.5".
+std::string format_memory(double m);
+
+}  // namespace trainsim
