@@ -48,7 +48,12 @@ World::World(WorldOptions options, const CostModel& cost) : options_(options), c
   kernel_ = std::make_unique<Kernel>();
 }
 
-World::~World() { kernel_.reset(); }
+World::~World() {
+  // Parked coroutines (a deadlock, an error) are destroyed through the io_context: drop their handlers
+  // while the kernel is alive, then let the kernel run the destruction.
+  for (auto& r : ranks_) r.waiter.handler.reset();
+  kernel_.reset();
+}
 
 int World::add_group(std::vector<int> members) {
   if (members.empty()) throw std::invalid_argument("a group needs at least one member");

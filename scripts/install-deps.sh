@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what trainsim needs to build and test, from Debian packages. Safe to run again.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+PACKAGES=(
+  cmake g++ make pkg-config
+  libboost1.81-dev      # Boost.Asio: rank coroutines on a single-threaded io_context
+  libfmt-dev            # formatting
+  doctest-dev           # tests
+  libcli11-dev          # command line
+  nlohmann-json3-dev    # --json output, traces
+  libgraphviz-dev       # dependency graphs (libgvc / cgraph)
+  librsvg2-bin          # rsvg-convert, to look at the SVG timelines as PNG (optional)
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,49 @@
+// Run the trainsim binary from tests and capture what it prints.
+#pragma once
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace trainsim::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  ///< standard output (standard error too when merge_stderr)
+};
+
+/// Runs `trainsim ARGS` (the binary built with the tests) through the shell.
+inline CommandResult run_trainsim(const std::string& args, bool merge_stderr = false) {
+  std::string cmd = std::string(TRAINSIM_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  CommandResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  std::size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+/// Whole file as bytes ("" when missing).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+/// A fresh empty directory under the system temp dir.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("trainsim-test-" + name);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace trainsim::testing
