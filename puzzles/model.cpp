@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "sim/algebra.h"
+
 namespace trainsim::puzzles {
 
 namespace {
@@ -32,6 +34,7 @@ Model::Model(Rank rank, int layers, int batches)
 void Model::on_store(const Tensor* before, const Tensor* after) {
   if (before) rank_.memory().remove(*before);
   if (after) rank_.memory().add(*after);
+  if (store_observer_) store_observer_(before, after);
 }
 
 std::string Model::where(const loc& w) const { return fmt::format("{}:{}", w.file_name(), w.line()); }
@@ -73,102 +76,52 @@ Activation Model::get_activation(const std::vector<int>& batches, loc w) {
   return Activation(activation_tensor(0, batch_set(batches, batches_, fmt::format("rank {}: get_activation at {}", rank(), where(w)))));
 }
 
+Op Model::run_compute(OpKind kind, int layer, std::vector<Tensor> reads, std::vector<Tensor> writes, const loc& w) {
+  Op op = make_op(kind, layer, w);
+  for (const Tensor& t : reads)
+    if (t.kind == TensorKind::Activation) op.batches = t.batches;
+  op.reads = std::move(reads);
+  op.writes = std::move(writes);
+  const char* name = puzzle_event_name(kind);
+  int shown_layer = kind == OpKind::Loss ? -1 : layer;
+  if (std::string problem = algebra_problem(op, layers_, batches_); !problem.empty()) fail(name, shown_layer, w, problem);
+  for (const Tensor& t : op.reads) check_held(t, name, shown_layer, w);
+  if (kind == OpKind::Update) {
+    op.shards = op.writes.front().shards;
+    op.num_shards = op.writes.front().num_shards;
+  }
+  Op copy = op;
+  rank_.execute(std::move(op));
+  return copy;
+}
+
 Activation Model::forward(int layer, const Activation& inp, const Weight& weight, loc w) {
   check_layer("forward", layer, w);
-  if (weight.layer != layer) fail("forward", layer, w, fmt::format("the weight is {}, not layer {}'s", weight.str(), layer));
-  if (!weight.complete())
-    fail("forward", layer, w, fmt::format("the weight {} is not complete (holds shards {} of {}); all-gather it first",
-                                          weight.str(), weight.shards.str(), weight.num_shards));
-  if (inp.layer != layer) fail("forward", layer, w, fmt::format("the input is {}, the activation of layer {}, not {}", inp.str(), inp.layer, layer));
-  check_held(inp, "forward", layer, w);
-  check_held(weight, "forward", layer, w);
-  Activation out(activation_tensor(layer + 1, inp.batches));
-  Op op = make_op(OpKind::Forward, layer, w);
-  op.batches = inp.batches;
-  op.reads = {inp, weight};
-  op.writes = {out};
-  rank_.execute(std::move(op));
-  return out;
+  Op op = run_compute(OpKind::Forward, layer, {inp, weight}, {activation_tensor(layer + 1, inp.batches)}, w);
+  return Activation(op.writes[0]);
 }
 
 std::pair<WeightGrad, ActivationGrad> Model::backward(int layer, const Activation& inp, const ActivationGrad& grad,
                                                       const Weight& weight, loc w) {
   check_layer("backward", layer, w);
-  if (weight.layer != layer) fail("backward", layer, w, fmt::format("the weight is {}, not layer {}'s", weight.str(), layer));
-  if (!weight.complete())
-    fail("backward", layer, w, fmt::format("the weight {} is not complete (holds shards {} of {}); all-gather it first",
-                                           weight.str(), weight.shards.str(), weight.num_shards));
-  if (inp.layer != layer) fail("backward", layer, w, fmt::format("the activation is {}, not layer {}'s input", inp.str(), layer));
-  if (grad.layer != layer + 1)
-    fail("backward", layer, w, fmt::format("the activation grad is {}, not the grad of layer {}'s output (dA{})", grad.str(), layer, layer + 1));
-  if (inp.batches != grad.batches)
-    fail("backward", layer, w, fmt::format("batch mismatch: activation {} has batches {{{}}}, activation grad {} has {{{}}}",
-                                           inp.str(), inp.batches.str(), grad.str(), grad.batches.str()));
-  check_held(inp, "backward", layer, w);
-  check_held(grad, "backward", layer, w);
-  check_held(weight, "backward", layer, w);
-  WeightGrad gw(weight_grad_tensor(layer, inp.batches));
-  ActivationGrad ga(activation_grad_tensor(layer, inp.batches));
-  Op op = make_op(OpKind::Backward, layer, w);
-  op.batches = inp.batches;
-  op.reads = {inp, grad, weight};
-  op.writes = {gw, ga};
-  rank_.execute(std::move(op));
-  return {gw, ga};
+  Op op = run_compute(OpKind::Backward, layer, {inp, grad, weight},
+                      {weight_grad_tensor(layer, inp.batches), activation_grad_tensor(layer, inp.batches)}, w);
+  return {WeightGrad(op.writes[0]), ActivationGrad(op.writes[1])};
 }
 
 ActivationGrad Model::loss(const Activation& inp, loc w) {
-  if (inp.layer != layers_)
-    fail("loss", -1, w, fmt::format("the input is {}, but the loss needs the final activation (layer {})", inp.str(), layers_));
-  check_held(inp, "loss", -1, w);
-  ActivationGrad out(activation_grad_tensor(layers_, inp.batches));
-  Op op = make_op(OpKind::Loss, layers_, w);
-  op.batches = inp.batches;
-  op.reads = {inp};
-  op.writes = {out};
-  rank_.execute(std::move(op));
-  return out;
+  Op op = run_compute(OpKind::Loss, layers_, {inp}, {activation_grad_tensor(layers_, inp.batches)}, w);
+  return ActivationGrad(op.writes[0]);
 }
 
 std::pair<Weight, OptState> Model::update(int layer, const WeightGrad& weight_grad, const Weight& weight,
                                           const OptState& opt_state, loc w) {
   check_layer("update", layer, w);
-  if (weight.layer != layer) fail("update", layer, w, fmt::format("the weight is {}, not layer {}'s", weight.str(), layer));
-  if (weight_grad.layer != layer)
-    fail("update", layer, w, fmt::format("the weight grad is {}, not layer {}'s", weight_grad.str(), layer));
-  if (opt_state.layer != layer)
-    fail("update", layer, w, fmt::format("the optimizer state is {}, not layer {}'s", opt_state.str(), layer));
-  IdSet all = IdSet::range(0, batches_);
-  if (weight_grad.batches != all) {
-    std::vector<int> missing;
-    for (int b = 0; b < batches_; ++b)
-      if (!weight_grad.batches.contains(b)) missing.push_back(b);
-    fail("update", layer, w, fmt::format("the weight grad {} is missing batches {{{}}}; an update needs the grad of every batch",
-                                         weight_grad.str(), IdSet::of(missing).str()));
-  }
-  if (weight_grad.num_shards > 1) {
-    if (weight.num_shards != weight_grad.num_shards || !weight_grad.shards.contains(weight.shards))
-      fail("update", layer, w, fmt::format("the weight grad {} does not cover the weight's shards ({})", weight_grad.str(), weight.str()));
-    if (opt_state.num_shards != weight_grad.num_shards || !weight_grad.shards.contains(opt_state.shards))
-      fail("update", layer, w, fmt::format("the weight grad {} does not cover the optimizer state's shards ({})",
-                                           weight_grad.str(), opt_state.str()));
-  }
-  if (weight.step != opt_state.step)
-    fail("update", layer, w, fmt::format("weight {} is at step {} but its optimizer state {} is at step {}", weight.str(),
-                                         weight.step, opt_state.str(), opt_state.step));
-  check_held(weight_grad, "update", layer, w);
-  check_held(weight, "update", layer, w);
-  check_held(opt_state, "update", layer, w);
   Weight nw = weight;
   nw.step += 1;
   OptState no = opt_state;
   no.step += 1;
-  Op op = make_op(OpKind::Update, layer, w);
-  op.shards = weight.shards;
-  op.num_shards = weight.num_shards;
-  op.reads = {weight_grad, weight, opt_state};
-  op.writes = {nw, no};
-  rank_.execute(std::move(op));
+  run_compute(OpKind::Update, layer, {weight_grad, weight, opt_state}, {nw, no}, w);
   return {nw, no};
 }
 

@@ -109,6 +109,8 @@ class Model {
   asio::awaitable<Received> receive(loc w = loc::current());
   /// Records `weight` as this rank's final weight of `layer` (checked by check()).
   void set_final_weight(int layer, const Weight& weight, loc w = loc::current());
+  /// Calls `f(before, after)` after every change of the five stores (recording a schedule uses it).
+  void set_store_observer(StoreHook f) { store_observer_ = std::move(f); }
   /// Final weights set so far, by layer.
   const std::map<int, Weight>& final_weights() const { return final_weights_; }
 
@@ -123,6 +125,8 @@ class Model {
   void check_held(const Tensor& t, const char* op, int layer, const loc& w) const;
   void on_store(const Tensor* before, const Tensor* after);
   Op make_op(OpKind kind, int layer, const loc& w) const;
+  // Checks the algebra and that every input is held, then executes; returns the op.
+  Op run_compute(OpKind kind, int layer, std::vector<Tensor> reads, std::vector<Tensor> writes, const loc& w);
   template <typename T>
   asio::awaitable<T> gather_as(T v, int layer, loc w) {
     check_held(v, "allgather", layer, w);
@@ -136,6 +140,7 @@ class Model {
   int batches_;
   Storage storage_;
   std::map<int, Weight> final_weights_;
+  StoreHook store_observer_;
 };
 
 /// Thrown by an exercise that is not written yet.

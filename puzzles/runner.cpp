@@ -2,14 +2,33 @@
 
 #include <cmath>
 #include <memory>
+#include <set>
+
+#include "schedules/recorder.h"
 
 namespace trainsim::puzzles {
 
-PuzzleResult run_puzzle(const Puzzle& puzzle, bool exercise) {
-  return run_program(puzzle, exercise ? puzzle.exercise : puzzle.reference);
+PuzzleResult run_puzzle(const Puzzle& puzzle, bool exercise, bool record) {
+  return run_program(puzzle, exercise ? puzzle.exercise : puzzle.reference, record);
 }
 
-PuzzleResult run_program(const Puzzle& puzzle, Program program) {
+namespace {
+// The rank of each layer's stage when exactly one rank runs each layer's forward; empty otherwise.
+std::vector<int> stage_map_of(const Schedule& s) {
+  std::vector<std::set<int>> owners(s.header.layers);
+  for (const auto& ops : s.ranks)
+    for (const Op& op : ops)
+      if (op.kind == OpKind::Forward) owners.at(op.layer).insert(op.rank);
+  std::vector<int> map;
+  for (const auto& o : owners) {
+    if (o.size() != 1) return {};
+    map.push_back(*o.begin());
+  }
+  return map;
+}
+}  // namespace
+
+PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
   PuzzleResult r;
   r.name = puzzle.name;
   r.target_time = puzzle.target_time;
@@ -20,11 +39,22 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program) {
   opts.world_size = puzzle.ranks;
   opts.layers = puzzle.layers;
   opts.batches = puzzle.batches;
+  ScheduleHeader header;
+  header.world_size = puzzle.ranks;
+  header.layers = puzzle.layers;
+  header.microbatches = puzzle.batches;
+  header.cost_model = cost.name();
+  header.p2p = opts.p2p;
+  ScheduleRecorder recorder(header);
   std::vector<std::unique_ptr<Model>> models;
   {
     World world(opts, cost);
+    if (record) world.set_op_observer([&recorder](const Op& op) { recorder.on_op(op); });
     for (int rank = 0; rank < puzzle.ranks; ++rank) {
       models.push_back(std::make_unique<Model>(Rank(world, rank), puzzle.layers, puzzle.batches));
+      if (record)
+        models.back()->set_store_observer(
+            [&recorder, rank](const Tensor* before, const Tensor* after) { recorder.on_store(rank, before, after); });
       world.spawn(rank, program(*models.back()));
     }
     try {
@@ -37,6 +67,10 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program) {
       r.error = e.what();
     }
     r.trace = world.trace();
+  }
+  if (record && r.correct) {
+    r.schedule = recorder.finish();
+    r.schedule->header.stage_map = stage_map_of(*r.schedule);
   }
   r.timesteps = r.trace.timesteps();
   r.makespan = r.trace.makespan();

@@ -3,7 +3,10 @@
 
 #include <string>
 
+#include <optional>
+
 #include "puzzles/catalog.h"
+#include "schedules/schedule.h"
 #include "sim/trace.h"
 
 namespace trainsim::puzzles {
@@ -21,6 +24,7 @@ struct PuzzleResult {
   bool time_ok = false;     ///< floor(Timesteps) <= target_time
   bool memory_ok = false;   ///< peak <= target_memory
   Trace trace;              ///< everything executed (up to the error, if any)
+  std::optional<Schedule> schedule;  ///< the recorded schedule, when asked for and the run was correct
 
   /// Correct and within both targets.
   bool passed() const { return correct && time_ok && memory_ok; }
@@ -28,9 +32,10 @@ struct PuzzleResult {
 
 /// Runs `puzzle`'s reference solution, or its exercise when `exercise` is true. Never throws for a broken
 /// program: the error goes into the result.
-PuzzleResult run_puzzle(const Puzzle& puzzle, bool exercise = false);
+/// With `record`, also records the run's Schedule (schedules/recorder.h).
+PuzzleResult run_puzzle(const Puzzle& puzzle, bool exercise = false, bool record = false);
 
 /// Runs an arbitrary program on a puzzle's configuration (tests use it for broken programs).
-PuzzleResult run_program(const Puzzle& puzzle, Program program);
+PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record = false);
 
 }  // namespace trainsim::puzzles

@@ -1,5 +1,7 @@
 #include "sim/cost_model.h"
 
+#include <stdexcept>
+
 namespace trainsim {
 
 Time PuzzleCostModel::duration(const Op& op, int /*group_size*/) const {
@@ -37,6 +39,22 @@ double PuzzleCostModel::memory(const Tensor& t) const {
       return kHidden * kLength * t.batches.size();
   }
   return 0;
+}
+
+Time UnitCostModel::duration(const Op& op, int /*group_size*/) const {
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Backward: return seconds(op.batches.size());
+    case OpKind::BackwardInput:
+    case OpKind::BackwardWeight: return seconds(0.5 * op.batches.size());
+    default: return 0;
+  }
+}
+
+std::unique_ptr<CostModel> make_cost_model(const std::string& name) {
+  if (name == "puzzle") return std::make_unique<PuzzleCostModel>();
+  if (name == "unit") return std::make_unique<UnitCostModel>();
+  throw std::invalid_argument("unknown cost model '" + name + "' (expected puzzle or unit)");
 }
 
 }  // namespace trainsim

@@ -1,6 +1,7 @@
 // Cost models: how long an op takes and how much memory a tensor holds (DESIGN §2).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "sim/op.h"
@@ -38,5 +39,19 @@ class PuzzleCostModel final : public CostModel {
   double memory(const Tensor& t) const override;
   std::string memory_unit() const override { return "units"; }
 };
+
+/// Unit costs for studying schedules (pipeline bubbles): forward and backward take one second per batch,
+/// each half of a split backward (input grad, weight grad) half a second per batch; update, loss and all
+/// communication take no time. Memory as the puzzle model.
+class UnitCostModel final : public CostModel {
+ public:
+  std::string name() const override { return "unit"; }
+  Time duration(const Op& op, int group_size) const override;
+  double memory(const Tensor& t) const override { return PuzzleCostModel().memory(t); }
+  std::string memory_unit() const override { return "units"; }
+};
+
+/// The cost model called `name` ("puzzle" or "unit"). Throws std::invalid_argument for another name.
+std::unique_ptr<CostModel> make_cost_model(const std::string& name);
 
 }  // namespace trainsim

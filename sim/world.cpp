@@ -94,6 +94,7 @@ void World::record(int rank, Op op, int group_size) {
   op.rank = rank;
   trace_.ranks[rank].push_back(OpRun{std::move(op), rs.clock, rs.clock + d, mem});
   rs.clock += d;
+  if (observer_) observer_(trace_.ranks[rank].back().op);
 }
 
 void World::execute(Op op) {
@@ -131,7 +132,7 @@ Task World::send(Op op, Tensor payload) {
     Blocked why{blocked_op, 0, {dst}, fmt::format("rank {}'s receive slot is full", dst)};
     co_await block(rank, std::move(why));
   }
-  box.messages.push_back(Message{rank, std::move(payload), ranks_[rank].clock});
+  box.messages.push_back(Message{rank, std::move(payload), ranks_[rank].clock, blocked_op.where});
   if (box.receiver_waiting) {
     box.receiver_waiting = false;
     kernel_->wake(ranks_[dst].waiter);
@@ -289,6 +290,10 @@ void World::run() {
   if (error_) std::rethrow_exception(error_);
   bool all_done = std::all_of(ranks_.begin(), ranks_.end(), [](const RankState& r) { return r.finished; });
   if (!all_done) throw DeadlockError(deadlock_report());
+  for (int dst = 0; dst < options_.world_size; ++dst)
+    for (const Message& m : mailboxes_[dst].messages)
+      throw SimError(fmt::format("rank {}: send of {} to rank {}{} was never received", m.src, m.payload.str(), dst,
+                                 m.where.empty() ? std::string() : fmt::format(" ({})", m.where)));
 }
 
 std::string World::deadlock_report() const {

@@ -4,6 +4,7 @@
 
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,7 +32,8 @@ enum class P2PMode {
 struct Message {
   int src = 0;
   Tensor payload;
-  Time ready = 0;  ///< sender's clock after its send
+  Time ready = 0;     ///< sender's clock after its send
+  std::string where;  ///< where the send came from
 };
 
 /// Settings of one simulated run.
@@ -84,10 +86,12 @@ class World {
   /// Starts `program` as rank `rank`'s program.
   void spawn(int rank, Task program);
   /// Runs to the end. Throws the first error a program raised (as SimError unless it already was one),
-  /// DeadlockError when ranks are left blocked.
+  /// DeadlockError when ranks are left blocked, SimError when a sent message was never received.
   void run();
   /// What was executed so far.
   const Trace& trace() const { return trace_; }
+  /// Calls `f` with every timed op as it is recorded, in each rank's program order (after its memory sample).
+  void set_op_observer(std::function<void(const Op&)> f) { observer_ = std::move(f); }
 
  private:
   struct Blocked {
@@ -141,6 +145,7 @@ class World {
   std::vector<Mailbox> mailboxes_;
   std::vector<Group> groups_;
   Trace trace_;
+  std::function<void(const Op&)> observer_;
   std::exception_ptr error_;
   std::unique_ptr<Kernel> kernel_;  // last: destroyed first, while the state its coroutines use is alive
 };

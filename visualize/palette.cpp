@@ -30,7 +30,8 @@ std::string hex(Rgb c) {
 
 std::string layer_colour(int layer, int layers) {
   // Green (120°) for the first layer to red (0°) for the last, as the puzzles' timeline.
-  double f = layers <= 1 ? 0.0 : static_cast<double>(layer) / (layers - 1);
+  if (layers > 0) layer = std::clamp(layer, 0, layers - 1);
+  double f = layers <= 1 || layer < 0 ? 0.0 : static_cast<double>(layer) / (layers - 1);
   return hex(hsv(120.0 * (1.0 - f), 0.75, 0.85));
 }
 
@@ -44,5 +45,9 @@ std::string lighten(const std::string& h, double amount) {
   auto mix = [&](unsigned c) { return (c / 255.0) * (1 - amount) + amount; };
   return hex({mix(r), mix(g), mix(b)});
 }
+
+std::string backward_colour(int layer, int layers) { return lighten(layer_colour(layer, layers), 0.45); }
+std::string backward_input_colour(int layer, int layers) { return lighten(layer_colour(layer, layers), 0.3); }
+std::string backward_weight_colour(int layer, int layers) { return lighten(layer_colour(layer, layers), 0.62); }
 
 }  // namespace trainsim::visualize

@@ -5,9 +5,30 @@
 
 namespace trainsim::visualize {
 
-/// Fill colour of forward ops of `layer` out of `layers`, as "#rrggbb".
+/// Fill colour of forward ops of `layer` out of `layers`, as "#rrggbb". `layer` is clamped to [0, layers-1].
 std::string layer_colour(int layer, int layers);
 /// The same hue mixed with white by `amount` in [0, 1].
 std::string lighten(const std::string& hex, double amount);
+
+/// Full backward of `layer`: the forward hue, lighter.
+std::string backward_colour(int layer, int layers);
+/// Backward, input-grad half ("I"): a little darker than a full backward.
+std::string backward_input_colour(int layer, int layers);
+/// Backward, weight-grad half ("W"): lighter than a full backward.
+std::string backward_weight_colour(int layer, int layers);
+
+/// Fixed colours of the other parts of the timeline.
+inline constexpr const char* kUpdateColour = "#f2c81f";      ///< optimizer update (yellow, as the puzzles)
+inline constexpr const char* kPassColour = "#a6a6a6";        ///< send / recv ("pass")
+inline constexpr const char* kLossColour = "#262626";        ///< loss marker
+inline constexpr const char* kNoLayerColour = "#8c7bb8";     ///< collectives without a layer (barrier)
+inline constexpr const char* kMemoryFill = "#6b9be0";        ///< memory step plot, filled at kMemoryOpacity
+inline constexpr const char* kMemoryStroke = "#2f5fa8";      ///< memory step plot outline
+inline constexpr const char* kPeakColour = "#d62728";        ///< peak memory marker
+inline constexpr const char* kTargetColour = "#404040";      ///< target time / memory (dashed)
+/// Summary rows (many ranks): one colour per op category.
+inline constexpr const char* kSummaryForward = "#2e9e4f";
+inline constexpr const char* kSummaryBackward = "#e8873a";
+inline constexpr const char* kSummaryCollective = "#8c6bc8";
 
 }  // namespace trainsim::visualize

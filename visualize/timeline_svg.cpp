@@ -1,7 +1,826 @@
+// Timeline SVG (DESIGN §4). Layout, top to bottom: heading, summary lines, legend, time axis, one row per
+// rank (or per bucket of ranks), the memory lanes, the time axis again.
+//
+// Everything is written in one pass into a string with fmt and fixed precision ("{:.1f}" for coordinates),
+// iterating only over vectors in index order, so the same input gives the same bytes.
+//
+// Many ranks (more than options.max_detailed_ranks): ranks are bucketed into rows of k consecutive ranks
+// ("ranks a-b", at most max_detailed_ranks rows). Each row is cut into time bins of summary_bin_px pixels; a
+// bin is filled with the colour of the op category that kept the row's ranks busiest in it (forward, backward,
+// update, collective, pass) at an opacity equal to the fraction of the row's ranks busy (rounded up to tenths).
+// Adjacent bins with the same colour and opacity are one rectangle. The row's memory lane plots, per bin, the
+// highest memory of any of its ranks. The summary lines of the SVG say so.
 #include "visualize/timeline_svg.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sim/world.h"
+#include "visualize/palette.h"
 
 namespace trainsim::visualize {
 
-std::string timeline_svg(const Trace&, const TimelineOptions&) { return "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n"; }
+namespace {
+
+// ---------------------------------------------------------------- text
+
+void append_escaped(std::string& out, std::string_view s) {
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        // XML 1.0 forbids most control characters, even escaped.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += ' ';
+        else out += c;
+    }
+  }
+}
+
+/// Estimated width of `s` in pixels at `font` px, sans-serif (DejaVu Sans metrics, slightly generous).
+double text_width(std::string_view s, double font) {
+  double w = 0;
+  for (unsigned char c : s) {
+    if ((c & 0xC0) == 0x80) continue;  // UTF-8 continuation byte
+    if (c == ' ') w += 0.32;
+    else if (c >= 'A' && c <= 'Z') w += 0.70;
+    else if (c == 'i' || c == 'l' || c == 'I' || c == '.' || c == ',' || c == ':' || c == '|') w += 0.30;
+    else w += 0.62;
+  }
+  return w * font;
+}
+
+// ---------------------------------------------------------------- axis
+
+/// Smallest of 1, 2, 5 x 10^k that is at least `raw`.
+double nice_step(double raw) {
+  if (!(raw > 0) || !std::isfinite(raw)) return 1;
+  double p = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * p >= raw * (1 - 1e-9)) return m * p;
+  return 10 * p;
+}
+
+/// Tick label with just enough decimals for `step`.
+std::string tick_label(double v, double step) {
+  int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9));
+  return fmt::format("{:.{}f}", v, std::clamp(decimals, 0, 9));
+}
+
+// ---------------------------------------------------------------- op categories and looks
+
+enum class Cat { Forward, Backward, Update, Collective, Pass, Loss };
+constexpr int kBusyCats = 5;  // categories counted in summary bins (loss takes no time)
+
+Cat category(OpKind k) {
+  switch (k) {
+    case OpKind::Forward: return Cat::Forward;
+    case OpKind::Backward:
+    case OpKind::BackwardInput:
+    case OpKind::BackwardWeight: return Cat::Backward;
+    case OpKind::Update: return Cat::Update;
+    case OpKind::Send:
+    case OpKind::Recv: return Cat::Pass;
+    case OpKind::Loss: return Cat::Loss;
+    default: return Cat::Collective;
+  }
+}
+
+const char* cat_name(Cat c) {
+  switch (c) {
+    case Cat::Forward: return "forward";
+    case Cat::Backward: return "backward";
+    case Cat::Update: return "update";
+    case Cat::Collective: return "collective";
+    case Cat::Pass: return "send/recv";
+    case Cat::Loss: return "loss";
+  }
+  return "?";
+}
+
+const char* summary_colour(Cat c) {
+  switch (c) {
+    case Cat::Forward: return kSummaryForward;
+    case Cat::Backward: return kSummaryBackward;
+    case Cat::Update: return kUpdateColour;
+    case Cat::Collective: return kSummaryCollective;
+    case Cat::Pass: return kPassColour;
+    case Cat::Loss: return kLossColour;
+  }
+  return kPassColour;
+}
+
+struct Look {
+  const std::string* fill = nullptr;
+  bool half = false;    // fill-opacity 0.5 (collectives)
+  bool dashed = false;  // dashed outline (backward-weight)
+};
+
+/// Fill colours per layer, computed once.
+class Colours {
+ public:
+  explicit Colours(int layers) : layers_(std::max(layers, 1)) {
+    for (int l = 0; l < layers_; ++l) {
+      fwd_.push_back(layer_colour(l, layers_));
+      bwd_.push_back(backward_colour(l, layers_));
+      bi_.push_back(backward_input_colour(l, layers_));
+      bw_.push_back(backward_weight_colour(l, layers_));
+    }
+  }
+  int layers() const { return layers_; }
+  const std::string& forward(int l) const { return fwd_[idx(l)]; }
+  const std::string& backward(int l) const { return bwd_[idx(l)]; }
+
+  Look look(const Op& op) const {
+    int l = idx(op.layer);
+    switch (op.kind) {
+      case OpKind::Forward: return {&fwd_[l]};
+      case OpKind::Backward: return {&bwd_[l]};
+      case OpKind::BackwardInput: return {&bi_[l]};
+      case OpKind::BackwardWeight: return {&bw_[l], false, true};
+      case OpKind::Update: return {&update_};
+      case OpKind::Send:
+      case OpKind::Recv: return {&pass_};
+      case OpKind::Loss: return {&loss_};
+      default: return {op.layer < 0 ? &nolayer_ : &fwd_[l], true};
+    }
+  }
+
+ private:
+  int idx(int l) const { return std::clamp(l, 0, layers_ - 1); }
+  int layers_;
+  std::vector<std::string> fwd_, bwd_, bi_, bw_;
+  std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour;
+};
+
+/// The label drawn inside an op's box: the longest form that fits `width` px at `font` px, or "".
+std::string box_label(const Op& op, double width, double font) {
+  if (width < font * 0.62 + 3) return {};
+  auto fits = [&](const std::string& s) { return text_width(s, font) + 2 <= width; };
+  std::string s;
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Backward:
+    case OpKind::BackwardInput:
+    case OpKind::BackwardWeight: {
+      std::string suffix = op.kind == OpKind::BackwardInput ? "I" : op.kind == OpKind::BackwardWeight ? "W" : "";
+      std::string sep = suffix.empty() ? "" : " ";
+      if (!op.batches.empty()) {
+        if (op.batches.size() <= 64 && fits(s = op.batches.spaced() + sep + suffix)) return s;
+        if (fits(s = op.batches.str() + sep + suffix)) return s;
+      }
+      return fits(suffix) ? suffix : std::string();
+    }
+    case OpKind::Update: s = "U"; break;
+    case OpKind::AllGather: s = "AG"; break;
+    case OpKind::ReduceScatter: s = "RS"; break;
+    case OpKind::AllReduce: s = "AR"; break;
+    case OpKind::Barrier: s = "B"; break;
+    case OpKind::Send: s = fmt::format("\u2192{}", op.peer); break;
+    case OpKind::Recv: s = op.peer < 0 ? std::string("\u2190*") : fmt::format("\u2190{}", op.peer); break;
+    default: return {};
+  }
+  return fits(s) ? s : std::string();
+}
+
+// ---------------------------------------------------------------- document
+
+struct Svg {
+  std::string s;
+  template <typename... T>
+  void put(fmt::format_string<T...> f, T&&... args) {
+    fmt::format_to(std::back_inserter(s), f, std::forward<T>(args)...);
+  }
+  /// <text> at (x, y) with extra attributes `attrs` (already escaped) and escaped content.
+  void text(double x, double y, std::string_view content, std::string_view attrs = {}) {
+    put("<text x=\"{:.1f}\" y=\"{:.1f}\"{}{}>", x, y, attrs.empty() ? "" : " ", attrs);
+    append_escaped(s, content);
+    s += "</text>\n";
+  }
+};
+
+void open_svg(Svg& svg, double width, double height, const std::string& title) {
+  svg.put("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  svg.put(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0:.0f}\" height=\"{1:.0f}\" "
+      "viewBox=\"0 0 {0:.0f} {1:.0f}\" font-family=\"sans-serif\" font-size=\"12\">\n",
+      width, height);
+  svg.put("<rect x=\"0\" y=\"0\" width=\"{:.0f}\" height=\"{:.0f}\" fill=\"#ffffff\"/>\n", width, height);
+  svg.text(16, 28, title, "font-size=\"18\" font-weight=\"bold\"");
+}
+
+std::string empty_svg(const Trace& trace, const TimelineOptions& opt) {
+  std::string title = opt.title.empty() ? std::string("timeline") : opt.title;
+  std::string detail = trace.ranks.empty() ? "no ops: the trace has no ranks"
+                                           : fmt::format("no ops: none of the {} ranks ran a timed op", trace.ranks.size());
+  double width = std::ceil(std::max({480.0, text_width(title, 19.8) + 32, text_width(detail, 13) + 32}));
+  Svg svg;
+  open_svg(svg, width, 90, title);
+  svg.text(16, 60, detail, "font-size=\"13\" fill=\"#555555\"");
+  svg.put("</svg>\n");
+  return std::move(svg.s);
+}
+
+// ---------------------------------------------------------------- legend
+
+struct LegendItem {
+  enum Style { Boxes, Bar, Area, PeakLine, DashedLine } style = Boxes;
+  std::vector<std::string> fills;
+  double opacity = 1;
+  bool dashed = false;
+  std::string label;
+};
+
+double legend_swatch_width(const LegendItem& it) {
+  if (it.style == LegendItem::Boxes) return 12.0 * static_cast<double>(std::max<std::size_t>(it.fills.size(), 1));
+  if (it.style == LegendItem::Bar) return 4;
+  return 18;
+}
+
+/// Lays the items out in rows from (x, top), wrapping at `right`. Returns the number of rows. Draws when svg.
+int legend(Svg* svg, const std::vector<LegendItem>& items, double x0, double top, double right) {
+  double x = x0;
+  int row = 0;
+  for (const auto& it : items) {
+    double w = legend_swatch_width(it) + 5 + text_width(it.label, 11);
+    if (x > x0 && x + w > right) {
+      x = x0;
+      ++row;
+    }
+    double y = top + row * 18;
+    if (svg) {
+      switch (it.style) {
+        case LegendItem::Boxes:
+          for (std::size_t i = 0; i < it.fills.size(); ++i)
+            svg->put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"{}{}/>\n", x + 12.0 * i, y,
+                     it.fills[i], it.opacity < 1 ? " fill-opacity=\"0.5\"" : "",
+                     it.dashed ? " stroke=\"#000000\" stroke-opacity=\"0.6\" stroke-dasharray=\"2,1\"" : "");
+          break;
+        case LegendItem::Bar:
+          svg->put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"3\" height=\"12\" fill=\"{}\"/>\n", x, y, kLossColour);
+          break;
+        case LegendItem::Area:
+          svg->put("<path d=\"M{0:.1f},{1:.1f}V{2:.1f}H{3:.1f}V{4:.1f}H{5:.1f}V{1:.1f}Z\" fill=\"{6}\" fill-opacity=\"0.45\" "
+                   "stroke=\"{7}\"/>\n",
+                   x, y + 12, y + 7, x + 8, y + 2, x + 18, kMemoryFill, kMemoryStroke);
+          break;
+        case LegendItem::PeakLine:
+          svg->put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n",
+                   x + 9, y, y + 12, kPeakColour);
+          break;
+        case LegendItem::DashedLine:
+          svg->put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"1.2\" "
+                   "stroke-dasharray=\"5,3\"/>\n",
+                   x, y + 6, x + 18, y + 6, kTargetColour);
+          break;
+      }
+      svg->text(x + legend_swatch_width(it) + 5, y + 10, it.label, "font-size=\"11\"");
+    }
+    x += w + 16;
+  }
+  return row + 1;
+}
+
+// ---------------------------------------------------------------- memory step plots
+
+/// A step function: value `v` from `x` until the next step's x; the last one until `x_end`.
+struct Step {
+  double x;
+  double v;
+};
+
+/// Filled step plot in the lane [top, top + h] scaled so that `scale` reaches the top.
+void step_plot(Svg& svg, const std::vector<Step>& steps, double x_end, double top, double h, double scale) {
+  if (steps.empty()) return;
+  double base = top + h;
+  auto y_of = [&](double v) { return std::round((base - std::clamp(v / scale, 0.0, 1.0) * h) * 10) / 10; };
+  svg.put("<path d=\"M{:.1f},{:.1f}", steps.front().x, base);
+  double y_prev = base, x_prev = steps.front().x;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    double y = y_of(steps[i].v);
+    if (i > 0 && steps[i].x != x_prev) svg.put("H{:.1f}", steps[i].x);
+    if (y != y_prev) svg.put("V{:.1f}", y);
+    x_prev = steps[i].x;
+    y_prev = y;
+  }
+  svg.put("H{:.1f}V{:.1f}Z\"/>\n", x_end, base);
+}
+
+/// "ranks a-b" or "rank a" for a bucket of one.
+std::string bucket_name(const char* singular, int a, int b) {
+  return a == b ? fmt::format("{} {}", singular, a) : fmt::format("{}s {}-{}", singular, a, b);
+}
+
+}  // namespace
+
+std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
+  const int nranks = static_cast<int>(trace.ranks.size());
+
+  // ---- What the trace holds.
+  std::size_t timed = 0;
+  int max_layer = -1, max_stream = 0;
+  double mem_max = 0;
+  bool has_bi = false, has_bw = false;
+  for (const auto& runs : trace.ranks)
+    for (const auto& r : runs) {
+      if (!is_timed(r.op.kind)) continue;
+      ++timed;
+      max_layer = std::max(max_layer, r.op.layer);
+      max_stream = std::max(max_stream, r.op.stream);
+      mem_max = std::max(mem_max, r.memory);
+      has_bi |= r.op.kind == OpKind::BackwardInput;
+      has_bw |= r.op.kind == OpKind::BackwardWeight;
+    }
+  if (nranks == 0 || timed == 0) return empty_svg(trace, opt);
+
+  // Loss sits at layer L (one past the last layer); it has its own colour, so L = trace.layers when known.
+  const Colours colours(trace.layers > 0 ? trace.layers : max_layer + 1);
+  const std::string unit = trace.memory_unit.empty() ? std::string("units") : trace.memory_unit;
+  const MemoryPeak peak = trace.peak();
+
+  // ---- Rows: one per rank, or buckets of `per_row` ranks.
+  const int max_rows = std::max(1, opt.max_detailed_ranks);
+  const bool detailed = nranks <= max_rows;
+  const int per_row = detailed ? 1 : (nranks + max_rows - 1) / max_rows;
+  const int nrows = (nranks + per_row - 1) / per_row;
+  auto row_first = [&](int row) { return row * per_row; };
+  auto row_last = [&](int row) { return std::min(nranks, (row + 1) * per_row) - 1; };
+
+  // ---- Horizontal geometry.
+  double secs = to_seconds(trace.makespan());
+  if (opt.target_time && *opt.target_time > secs) secs = *opt.target_time;
+  if (!(secs > 0)) secs = 1;
+  const double min_w = std::max(100.0, opt.min_time_width);
+  const double time_w = std::clamp(secs * opt.px_per_second, min_w, std::max(min_w, opt.max_time_width));
+  const double label_w = detailed ? 84 : 110;
+  const double x0 = 16 + label_w;
+  const double x1 = x0 + time_w;
+  const double right_margin = 84;
+  auto px = [&](double s) { return x0 + s / secs * time_w; };
+  auto px_t = [&](Time t) { return px(to_seconds(t)); };
+  const double tick = nice_step(secs * 90 / time_w);
+
+  // ---- Sizes that depend on the number of rows.
+  const double row_h = nrows <= 4 ? 34 : nrows <= 8 ? 28 : nrows <= 16 ? 22 : nrows <= 32 ? 16 : 13;
+  const double lane_h = nrows <= 2 ? 72 : nrows <= 4 ? 56 : nrows <= 8 ? 42 : nrows <= 16 ? 30 : nrows <= 32 ? 20 : 15;
+  const double lane_gap = nrows <= 16 ? 4 : 2;
+  const double row_font = nrows <= 32 ? 12 : 10;
+  const int nstreams = detailed ? std::min(max_stream + 1, 4) : 1;
+  const double box_font = row_h >= 28 ? 11 : row_h >= 22 ? 10 : row_h >= 16 ? 9 : 8;
+
+  // ---- Text of the heading.
+  const std::string title = opt.title.empty() ? std::string("timeline") : opt.title;
+  std::string line1 = fmt::format("Timesteps {}  \u00b7  makespan {}  \u00b7  peak memory {} {} on rank {} at t={}",
+                                  format_time(trace.timesteps()), format_time(trace.makespan()),
+                                  format_memory(peak.memory), unit, peak.rank, format_time(peak.time));
+  line1 += fmt::format("  \u00b7  cost model {}, memory in {}",
+                       trace.cost_model.empty() ? std::string("(unnamed)") : trace.cost_model, unit);
+  std::string line2 = fmt::format("{} rank{}, {} layer{}, {} batch{}, {} timed ops", nranks, nranks == 1 ? "" : "s",
+                                  trace.layers, trace.layers == 1 ? "" : "s", trace.batches,
+                                  trace.batches == 1 ? "" : "es", timed);
+  if (opt.target_time) line2 += fmt::format("  \u00b7  target time {}", format_memory(*opt.target_time));
+  if (opt.target_memory) line2 += fmt::format("  \u00b7  target memory {} {}", format_memory(*opt.target_memory), unit);
+  std::string line3;
+  if (!detailed)
+    line3 = fmt::format(
+        "Summarised: {} ranks in {} rows of {}; each time bin is coloured by the busiest op kind, opacity = "
+        "fraction of the row's ranks busy; memory lanes show the row's highest memory.",
+        nranks, nrows, per_row);
+
+  double width = x1 + right_margin;
+  width = std::max({width, text_width(title, 19.8) + 32, text_width(line1, 12.5) + 32, text_width(line2, 11) + 32,
+                    text_width(line3, 11) + 32});
+  width = std::ceil(width);
+
+  // ---- Legend.
+  std::vector<LegendItem> items;
+  if (detailed) {
+    int L = colours.layers();
+    std::vector<int> shown;
+    if (L <= 4) {
+      for (int l = 0; l < L; ++l) shown.push_back(l);
+    } else {
+      shown = {0, L / 3, (2 * L) / 3, L - 1};
+    }
+    LegendItem fwd{LegendItem::Boxes, {}, 1, false, L == 1 ? "forward" : fmt::format("forward, layers 0 to {}", L - 1)};
+    LegendItem bwd{LegendItem::Boxes, {}, 1, false, "backward"};
+    for (int l : shown) {
+      fwd.fills.push_back(colours.forward(l));
+      bwd.fills.push_back(colours.backward(l));
+    }
+    items.push_back(fwd);
+    items.push_back(bwd);
+    if (has_bi) items.push_back({LegendItem::Boxes, {backward_input_colour(0, L)}, 1, false, "backward input (I)"});
+    if (has_bw) items.push_back({LegendItem::Boxes, {backward_weight_colour(0, L)}, 1, true, "backward weight (W)"});
+    items.push_back({LegendItem::Boxes, {kUpdateColour}, 1, false, "update"});
+    items.push_back({LegendItem::Boxes, {colours.forward(0)}, 0.5, false, "collective (AG, RS, AR, B)"});
+    items.push_back({LegendItem::Boxes, {kPassColour}, 1, false, "send/recv (pass)"});
+    items.push_back({LegendItem::Bar, {}, 1, false, "loss"});
+  } else {
+    for (Cat c : {Cat::Forward, Cat::Backward, Cat::Update, Cat::Collective, Cat::Pass})
+      items.push_back({LegendItem::Boxes, {summary_colour(c)}, 1, false, cat_name(c)});
+    items.push_back({LegendItem::Boxes, {kSummaryForward, kSummaryForward, kSummaryForward}, 1, false,
+                     "opacity: fraction of the row's ranks busy"});
+  }
+  items.push_back({LegendItem::Area, {}, 1, false, detailed ? "memory" : "memory (row's highest)"});
+  items.push_back({LegendItem::PeakLine, {}, 1, false, "peak memory"});
+  if (opt.target_time || opt.target_memory) items.push_back({LegendItem::DashedLine, {}, 1, false, "target"});
+
+  // ---- Vertical layout.
+  double y = 50;  // line1 baseline
+  const double line1_y = y;
+  const double line2_y = y += 17;
+  const double line3_y = line3.empty() ? y : (y += 16);
+  const double legend_top = y + 12;
+  const int legend_rows = legend(nullptr, items, 16, legend_top, width - 16);
+  y = legend_top + legend_rows * 18 + 6;
+  const double target_label_y = y + 11;
+  if (opt.target_time) y += 15;
+  const double tick_label_y = y + 11;
+  const double axis_y = y + 16;
+  const double rows_top = axis_y + 3;
+  const double rows_bottom = rows_top + nrows * row_h;
+  const double mem_heading_y = rows_bottom + 24;
+  const double lanes_top = rows_bottom + 32;
+  auto lane_top = [&](int row) { return lanes_top + row * (lane_h + lane_gap); };
+  const double lanes_bottom = lane_top(nrows) - lane_gap;
+  const double bottom_axis_y = lanes_bottom + 4;
+  const double height = std::ceil(bottom_axis_y + 26);
+
+  Svg svg;
+  svg.s.reserve(4096 + timed * (detailed ? 200 : 0));
+  open_svg(svg, width, height, title);
+  svg.text(16, line1_y, line1, "font-size=\"12.5\"");
+  svg.text(16, line2_y, line2, "font-size=\"11\" fill=\"#555555\"");
+  if (!line3.empty()) svg.text(16, line3_y, line3, "font-size=\"11\" fill=\"#555555\"");
+  legend(&svg, items, 16, legend_top, width - 16);
+
+  // ---- Row and lane backgrounds, labels.
+  svg.put("<g>\n");
+  for (int row = 0; row < nrows; ++row) {
+    double ry = rows_top + row * row_h;
+    if (row % 2 == 1)
+      svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#f3f3f3\"/>\n", x0, ry, time_w,
+              row_h);
+    svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#fafafa\" stroke=\"#dddddd\" "
+            "stroke-width=\"0.5\"/>\n",
+            x0, lane_top(row), time_w, lane_h);
+  }
+  svg.put("</g>\n");
+  svg.put("<g font-size=\"{}\" text-anchor=\"end\">\n", row_font);
+  for (int row = 0; row < nrows; ++row) {
+    std::string name = detailed ? fmt::format("rank {}", row) : bucket_name("rank", row_first(row), row_last(row));
+    svg.text(x0 - 8, rows_top + row * row_h + row_h / 2 + row_font * 0.35, name, "class=\"row-label\"");
+    std::string mem = detailed || row_first(row) == row_last(row)
+                          ? fmt::format("mem {}", row_first(row))
+                          : fmt::format("mem {}-{}", row_first(row), row_last(row));
+    svg.text(x0 - 8, lane_top(row) + lane_h / 2 + row_font * 0.35, mem, "class=\"lane-label\" fill=\"#555555\"");
+  }
+  svg.put("</g>\n");
+
+  // ---- Time axis (top and bottom) with a grid.
+  const long long nticks = static_cast<long long>(std::floor(secs / tick + 1e-9));
+  svg.put("<g stroke=\"#e2e2e2\" stroke-width=\"1\">\n");
+  for (long long i = 0; i <= nticks; ++i) {
+    double x = px(static_cast<double>(i) * tick);
+    svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\"/>\n", x, rows_top, rows_bottom);
+    svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\"/>\n", x, lanes_top, lanes_bottom);
+  }
+  svg.put("</g>\n");
+  svg.put("<g stroke=\"#555555\" stroke-width=\"1\">\n");
+  for (double ay : {axis_y, bottom_axis_y}) {
+    svg.put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>\n", x0, ay, x1, ay);
+    for (long long i = 0; i <= nticks; ++i) {
+      double x = px(static_cast<double>(i) * tick);
+      double dy = ay == axis_y ? -4 : 4;
+      svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\"/>\n", x, ay, ay + dy);
+    }
+  }
+  svg.put("</g>\n");
+  svg.put("<g font-size=\"11\" fill=\"#333333\" text-anchor=\"middle\">\n");
+  for (long long i = 0; i <= nticks; ++i) {
+    double x = px(static_cast<double>(i) * tick);
+    std::string label = tick_label(static_cast<double>(i) * tick, tick);
+    svg.text(x, tick_label_y, label);
+    svg.text(x, bottom_axis_y + 15, label);
+  }
+  svg.put("</g>\n");
+  svg.text(x0 - 8, tick_label_y, "time", "font-size=\"11\" fill=\"#333333\" text-anchor=\"end\"");
+  svg.text(x0 - 8, bottom_axis_y + 15, "time", "font-size=\"11\" fill=\"#333333\" text-anchor=\"end\"");
+
+  // ---- The ops.
+  struct Label {
+    double x, y;
+    std::string text;
+  };
+  std::vector<Label> labels;
+  if (detailed) {
+    const double gap = nstreams > 1 ? 1 : 0;
+    const double inner_h = row_h - 4;
+    const double sub_h = (inner_h - gap * (nstreams - 1)) / nstreams;
+    const double font = std::min(box_font, sub_h - 1);
+
+    auto title_of = [&](int rank, const OpRun& r) {
+      std::string t = fmt::format("rank {}: {}\nstart {}, end {}\nmemory at start {} {}", rank, r.op.describe(),
+                                  format_time(r.start), format_time(r.end), format_memory(r.memory), unit);
+      if (!r.op.where.empty()) t += "\n" + r.op.where;
+      return t;
+    };
+    auto draw_box = [&](int rank, const OpRun& r, double xa, double w, double by) {
+      Look lk = colours.look(r.op);
+      svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}{}><title>", xa, by,
+              std::max(w, 0.1), sub_h, *lk.fill, lk.half ? " fill-opacity=\"0.5\"" : "",
+              lk.dashed ? " stroke-dasharray=\"3,2\" stroke-opacity=\"0.7\"" : "");
+      append_escaped(svg.s, title_of(rank, r));
+      svg.s += "</title></rect>\n";
+      if (font >= 6) {
+        std::string text = box_label(r.op, w, font);
+        if (!text.empty()) labels.push_back({xa + w / 2, by + sub_h / 2 + font * 0.36, std::move(text)});
+      }
+    };
+    struct Cluster {
+      std::vector<const OpRun*> ops;
+      double xa = 0, xb = 0;
+    };
+    auto flush = [&](int rank, Cluster& c, double by) {
+      if (c.ops.empty()) return;
+      if (c.ops.size() == 1) {
+        draw_box(rank, *c.ops.front(), c.xa, std::max(c.xb - c.xa, 1.0), by);
+      } else {
+        // Too narrow to draw one by one: one box in the colour of the longest op, counting the ops by kind.
+        std::array<int, 16> count{};
+        const OpRun* longest = c.ops.front();
+        for (const OpRun* r : c.ops) {
+          ++count[static_cast<std::size_t>(r->op.kind)];
+          if (r->end - r->start > longest->end - longest->start) longest = r;
+        }
+        std::string what;
+        for (std::size_t k = 0; k < count.size(); ++k)
+          if (count[k] > 0)
+            what += fmt::format("{}{} {}", what.empty() ? "" : ", ", count[k], op_name(static_cast<OpKind>(k)));
+        Look lk = colours.look(longest->op);
+        svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}><title>", c.xa, by,
+                std::max(c.xb - c.xa, 1.0), sub_h, *lk.fill, lk.half ? " fill-opacity=\"0.5\"" : "");
+        append_escaped(svg.s, fmt::format("rank {}: {} ops from {} to {}, too short to draw one by one: {}", rank,
+                                          c.ops.size(), format_time(c.ops.front()->start),
+                                          format_time(c.ops.back()->end), what));
+        svg.s += "</title></rect>\n";
+      }
+      c.ops.clear();
+    };
+
+    struct Marker {
+      int rank;
+      const OpRun* run;
+      double x, y;
+    };
+    std::vector<Marker> markers;  // zero-time ops (loss), drawn on top
+    std::vector<std::vector<const OpRun*>> lanes(static_cast<std::size_t>(nstreams));
+    svg.put("<g stroke=\"#000000\" stroke-opacity=\"0.35\" stroke-width=\"0.5\">\n");
+    for (int rank = 0; rank < nranks; ++rank) {
+      for (auto& l : lanes) l.clear();
+      for (const auto& r : trace.ranks[rank])
+        if (is_timed(r.op.kind)) lanes[std::clamp(r.op.stream, 0, nstreams - 1)].push_back(&r);
+      for (int s = 0; s < nstreams; ++s) {
+        auto& ops = lanes[s];
+        std::stable_sort(ops.begin(), ops.end(), [](const OpRun* a, const OpRun* b) { return a->start < b->start; });
+        const double by = rows_top + rank * row_h + 2 + s * (sub_h + gap);
+        Cluster c;
+        for (const OpRun* r : ops) {
+          double xa = px_t(r->start), xb = px_t(r->end);
+          if (r->end <= r->start) {
+            markers.push_back({rank, r, xa, by});
+            continue;
+          }
+          if (xb - xa >= opt.merge_below_px) {
+            flush(rank, c, by);
+            draw_box(rank, *r, xa, xb - xa, by);
+            continue;
+          }
+          if (!c.ops.empty() && (xa - c.xb >= 1.0 || c.xb - c.xa >= 3.0)) flush(rank, c, by);
+          if (c.ops.empty()) c.xa = xa;
+          c.ops.push_back(r);
+          c.xb = std::max(c.xb, xb);
+        }
+        flush(rank, c, by);
+      }
+    }
+    for (const Marker& m : markers) {
+      svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"2.4\" height=\"{:.1f}\" fill=\"{}\" stroke=\"none\"><title>",
+              m.x - 1.2, m.y - 1, sub_h + 2, *colours.look(m.run->op).fill);
+      append_escaped(svg.s, title_of(m.rank, *m.run));
+      svg.s += "</title></rect>\n";
+    }
+    svg.put("</g>\n");
+    if (!labels.empty()) {
+      svg.put("<g font-size=\"{}\" text-anchor=\"middle\" fill=\"#111111\" pointer-events=\"none\">\n", font);
+      for (const auto& l : labels) svg.text(l.x, l.y, l.text);
+      svg.put("</g>\n");
+    }
+  } else {
+    // Summary rows: busy time per (row, bin, category).
+    const int nbins = std::max(1, static_cast<int>(std::floor(time_w / std::max(1.0, opt.summary_bin_px))));
+    const double bin_s = secs / nbins;
+    std::vector<double> busy(static_cast<std::size_t>(nrows) * nbins * kBusyCats, 0.0);
+    std::vector<std::size_t> row_ops(static_cast<std::size_t>(nrows), 0);
+    for (int rank = 0; rank < nranks; ++rank) {
+      const int row = rank / per_row;
+      for (const auto& r : trace.ranks[rank]) {
+        if (!is_timed(r.op.kind)) continue;
+        ++row_ops[row];
+        Cat c = category(r.op.kind);
+        if (c == Cat::Loss || r.end <= r.start) continue;
+        double s = to_seconds(r.start), e = to_seconds(r.end);
+        int i0 = std::clamp(static_cast<int>(std::floor(s / bin_s)), 0, nbins - 1);
+        int i1 = std::clamp(static_cast<int>(std::ceil(e / bin_s)) - 1, i0, nbins - 1);
+        for (int i = i0; i <= i1; ++i) {
+          double overlap = std::min(e, (i + 1) * bin_s) - std::max(s, i * bin_s);
+          if (overlap > 0) busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats + static_cast<int>(c)] += overlap;
+        }
+      }
+    }
+    svg.put("<g>\n");
+    for (int row = 0; row < nrows; ++row) {
+      const int members = row_last(row) - row_first(row) + 1;
+      const double ry = rows_top + row * row_h + 1;
+      svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#ffffff\" fill-opacity=\"0\" "
+              "stroke=\"#cccccc\" stroke-width=\"0.5\"><title>",
+              x0, ry, time_w, row_h - 2);
+      append_escaped(svg.s, fmt::format("{}: {} timed ops", bucket_name("rank", row_first(row), row_last(row)),
+                                        row_ops[row]));
+      svg.s += "</title></rect>\n";
+      // Quantised (level, category) per bin; runs of equal bins are one rect.
+      auto cell = [&](int i) {
+        const double* b = &busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats];
+        double total = 0;
+        int best = 0;
+        for (int c = 0; c < kBusyCats; ++c) {
+          total += b[c];
+          if (b[c] > b[best]) best = c;
+        }
+        double frac = std::min(1.0, total / (bin_s * members));
+        int level = frac <= 1e-12 ? 0 : std::clamp(static_cast<int>(std::ceil(frac * 10 - 1e-9)), 1, 10);
+        return std::pair<int, int>{level, best};
+      };
+      int i = 0;
+      while (i < nbins) {
+        auto [level, cat] = cell(i);
+        int j = i + 1;
+        while (j < nbins && cell(j) == std::pair<int, int>{level, cat}) ++j;
+        if (level > 0) {
+          svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" fill-opacity=\"{:.1f}\">"
+                  "<title>",
+                  px(i * bin_s), ry, px(j * bin_s) - px(i * bin_s), row_h - 2, summary_colour(static_cast<Cat>(cat)),
+                  level / 10.0);
+          append_escaped(svg.s, fmt::format("{}, t={} to {}: up to {}% busy, mostly {}",
+                                            bucket_name("rank", row_first(row), row_last(row)),
+                                            format_time(seconds(i * bin_s)), format_time(seconds(j * bin_s)),
+                                            level * 10, cat_name(static_cast<Cat>(cat))));
+          svg.s += "</title></rect>\n";
+        }
+        i = j;
+      }
+    }
+    svg.put("</g>\n");
+  }
+
+  // ---- Memory lanes.
+  const double scale = std::max({mem_max, opt.target_memory.value_or(0.0), 1e-300});
+  // The plot leaves a little room at the top of each lane so the highest step, the peak and the target line
+  // stay off the lane's border.
+  const double lane_pad = std::min(6.0, std::floor(lane_h * 0.15));
+  const double plot_h = lane_h - lane_pad;
+  auto mem_y = [&](int row, double v) { return lane_top(row) + lane_h - std::clamp(v / scale, 0.0, 1.0) * plot_h; };
+  svg.text(x0, mem_heading_y,
+           fmt::format("memory per {} in {}; each lane from 0 to {}", detailed ? "rank" : "row of ranks", unit,
+                       format_memory(scale)),
+           "font-size=\"12\" fill=\"#333333\"");
+  svg.put("<g fill=\"{}\" fill-opacity=\"0.45\" stroke=\"{}\" stroke-width=\"1\" stroke-linejoin=\"miter\">\n",
+          kMemoryFill, kMemoryStroke);
+  std::vector<Step> steps;
+  if (detailed) {
+    for (int rank = 0; rank < nranks; ++rank) {
+      steps.clear();
+      Time end = 0;
+      for (const auto& r : trace.ranks[rank]) {
+        if (!is_timed(r.op.kind)) continue;
+        steps.push_back({px_t(r.start), r.memory});
+        end = std::max(end, r.end);
+      }
+      // Held from each op's start until the next op's start: samples out of time order (several streams) are
+      // drawn in time order.
+      std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.x < b.x; });
+      step_plot(svg, steps, px_t(end), lane_top(rank) + lane_pad, plot_h, scale);
+    }
+  } else {
+    const int nbins = std::max(1, static_cast<int>(std::floor(time_w / std::max(1.0, opt.summary_bin_px))));
+    const double bin_s = secs / nbins;
+    std::vector<double> mem(static_cast<std::size_t>(nbins));
+    std::vector<std::pair<Time, double>> samples;
+    for (int row = 0; row < nrows; ++row) {
+      std::fill(mem.begin(), mem.end(), -1.0);
+      for (int rank = row_first(row); rank <= row_last(row); ++rank) {
+        samples.clear();
+        Time end = 0;
+        for (const auto& r : trace.ranks[rank]) {
+          if (!is_timed(r.op.kind)) continue;
+          samples.emplace_back(r.start, r.memory);
+          end = std::max(end, r.end);
+        }
+        std::stable_sort(samples.begin(), samples.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (std::size_t k = 0; k < samples.size(); ++k) {
+          double s = to_seconds(samples[k].first);
+          double e = to_seconds(k + 1 < samples.size() ? samples[k + 1].first : end);
+          int i0 = std::clamp(static_cast<int>(std::floor(s / bin_s)), 0, nbins - 1);
+          int i1 = e > s ? std::clamp(static_cast<int>(std::ceil(e / bin_s)) - 1, i0, nbins - 1) : i0;
+          for (int i = i0; i <= i1; ++i) mem[i] = std::max(mem[i], samples[k].second);
+        }
+      }
+      steps.clear();
+      int last = -1;
+      for (int i = 0; i < nbins; ++i)
+        if (mem[i] >= 0) {
+          if (steps.empty() || mem[i] != steps.back().v || last != i - 1) steps.push_back({px(i * bin_s), mem[i]});
+          last = i;
+        } else if (last == i - 1 && i > 0) {
+          steps.push_back({px(i * bin_s), 0});
+        }
+      step_plot(svg, steps, last >= 0 ? px((last + 1) * bin_s) : x0, lane_top(row) + lane_pad, plot_h, scale);
+    }
+  }
+  svg.put("</g>\n");
+
+  // ---- Target memory: a dashed line in every lane.
+  if (opt.target_memory) {
+    svg.put("<g stroke=\"{}\" stroke-width=\"1.2\" stroke-dasharray=\"6,4\">\n", kTargetColour);
+    for (int row = 0; row < nrows; ++row) {
+      double ty = mem_y(row, *opt.target_memory);
+      svg.put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>\n", x0, ty, x1, ty);
+    }
+    svg.put("</g>\n");
+    double font = std::min(10.0, lane_h - 2);
+    svg.put("<g font-size=\"{:.0f}\" fill=\"{}\">\n", font, kTargetColour);
+    for (int row = 0; row < nrows; ++row) {
+      double ty = mem_y(row, *opt.target_memory);
+      svg.text(x1 + 4, std::clamp(ty + font * 0.35, lane_top(row) + font * 0.8, lane_top(row) + lane_h),
+               "target", "class=\"target-label\"");
+    }
+    svg.put("</g>\n");
+  }
+
+  // ---- Peak memory: a red line on its rank's lane with "peak N at t".
+  if (peak.memory > 0 && peak.rank >= 0 && peak.rank < nranks) {
+    const int row = peak.rank / per_row;
+    const double top = lane_top(row), base = top + lane_h;
+    const double x = px_t(peak.time);
+    const double py = mem_y(row, peak.memory);
+    std::string label = fmt::format("peak {} at {}", format_memory(peak.memory), format_time(peak.time));
+    if (!detailed) label += fmt::format(" (rank {})", peak.rank);
+    const double font = 10.5;
+    const double tw = text_width(label, font);
+    const bool right = x + 4 + tw <= width - 4;
+    const double tx = right ? x + 4 : x - 4;
+    const double ty = top + std::min(lane_h - 2, font + 1);
+    svg.put("<g class=\"peak\">\n");
+    svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n", x,
+            top - 2, base, kPeakColour);
+    svg.put("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, py, kPeakColour);
+    svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#ffffff\" fill-opacity=\"0.85\"/>\n",
+            right ? tx - 1 : tx - tw - 1, ty - font, tw + 2, font + 3);
+    svg.text(tx, ty, label, fmt::format("font-size=\"{}\" font-weight=\"bold\" fill=\"{}\"{}", font, kPeakColour,
+                                        right ? "" : " text-anchor=\"end\""));
+    svg.put("</g>\n");
+  }
+
+  // ---- Target time: a dashed vertical line through rows and lanes.
+  if (opt.target_time) {
+    const double x = px(*opt.target_time);
+    std::string label = fmt::format("target {}", format_memory(*opt.target_time));
+    const bool right = x + text_width(label, 11) + 4 <= width - 4;
+    svg.put("<g class=\"target-time\">\n");
+    svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\" "
+            "stroke-dasharray=\"6,4\"/>\n",
+            x, target_label_y + 3, lanes_bottom, kTargetColour);
+    svg.text(right ? x + 3 : x - 3, target_label_y, label,
+             fmt::format("font-size=\"11\" fill=\"{}\"{}", kTargetColour, right ? "" : " text-anchor=\"end\""));
+    svg.put("</g>\n");
+  }
+
+  svg.put("</svg>\n");
+  return std::move(svg.s);
+}
 
 }  // namespace trainsim::visualize

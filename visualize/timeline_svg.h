@@ -1,5 +1,16 @@
 // Timeline SVG of a simulated run (DESIGN §4): a row per rank with ops as boxes at their times, a memory
 // lane per rank with the peak marked, a time axis and a legend.
+//
+// Up to `max_detailed_ranks` ranks every timed op is a box with a tooltip (<title>): forward in its layer's
+// colour with the batch numbers inside, backward lighter (backward-input "I" and backward-weight "W" in two
+// more tints), update yellow, collectives in the layer hue at half opacity ("AG", "RS", "AR", "B"),
+// send/recv grey, loss a thin dark marker. Load, accumulate and free are not drawn. Ops narrower than
+// `merge_below_px` are merged with their narrow neighbours into one box whose tooltip counts them.
+//
+// With more ranks, ranks are bucketed into at most `max_detailed_ranks` rows ("ranks a-b"); each row is cut
+// into time bins of `summary_bin_px` pixels, and each bin is coloured by the op category busiest in it
+// (forward, backward, update, collective, pass) at an opacity equal to the fraction of the row's ranks busy
+// (rounded up to tenths). The row's memory lane plots the highest memory of its ranks in each bin.
 #pragma once
 
 #include <optional>
@@ -15,6 +26,11 @@ struct TimelineOptions {
   std::optional<double> target_time;     ///< drawn as a marker on the time axis (seconds / steps)
   std::optional<double> target_memory;   ///< drawn as a line in each memory lane (cost model unit)
   int max_detailed_ranks = 64;           ///< above this many ranks, rows are summarised
+  double max_time_width = 2400;          ///< widest time area, pixels
+  double min_time_width = 900;           ///< narrowest time area, pixels
+  double px_per_second = 40;             ///< preferred scale (one puzzle step = one second) within those bounds
+  double merge_below_px = 1.0;           ///< ops narrower than this are merged into one box with their neighbours
+  double summary_bin_px = 5;             ///< width of a time bin in summarised rows, pixels
 };
 
 /// The SVG document (UTF-8 text). Deterministic: the same trace and options give the same bytes.

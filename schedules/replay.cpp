@@ -1,0 +1,141 @@
+#include "schedules/replay.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+#include "sim/algebra.h"
+#include "sim/rank.h"
+
+namespace trainsim {
+
+namespace {
+
+SimError op_error(const Op& op, const std::string& what) {
+  return SimError(fmt::format("rank {}: {}{}: {}", op.rank, op.describe(),
+                              op.where.empty() ? std::string() : fmt::format(" ({})", op.where), what));
+}
+
+// One rank's program: execute its ops in order.
+Task interpret(World& world, const Schedule& s, int rank) {
+  MemoryLedger& ledger = world.ledger(rank);
+  const ScheduleHeader& h = s.header;
+  for (const Op& op : s.ranks[rank]) {
+    if (std::string p = algebra_problem(op, h.layers, h.microbatches); !p.empty()) throw op_error(op, p);
+    for (const Tensor& t : op.reads)
+      if (ledger.count(t) == 0)
+        throw op_error(op, fmt::format("it reads {} ({}), which is not resident; resident: {}", t.str(),
+                                       long_name(t.kind), ledger.summary()));
+    switch (op.kind) {
+      case OpKind::Load:
+      case OpKind::Accumulate:
+        for (const Tensor& t : op.writes) ledger.add(t);
+        break;
+      case OpKind::Free:
+        for (const Tensor& t : op.reads) ledger.remove(t);
+        break;
+      case OpKind::Forward:
+      case OpKind::Backward:
+      case OpKind::BackwardInput:
+      case OpKind::BackwardWeight:
+      case OpKind::Loss:
+      case OpKind::Update:
+        world.execute(op);
+        for (const Tensor& t : op.writes) ledger.add(t);
+        break;
+      case OpKind::Send: {
+        Tensor payload = op.reads.front();
+        co_await world.send(op, std::move(payload));
+        break;
+      }
+      case OpKind::Recv: {
+        Message m = co_await world.recv(op);
+        const Tensor& want = op.writes.front();
+        if (m.payload != want)
+          throw op_error(op, fmt::format("expected {} but rank {} sent {}{}", want.str(), m.src, m.payload.str(),
+                                         m.where.empty() ? std::string() : fmt::format(" ({})", m.where)));
+        ledger.add(m.payload);
+        break;
+      }
+      case OpKind::AllGather:
+      case OpKind::ReduceScatter:
+      case OpKind::AllReduce:
+      case OpKind::Barrier: {
+        Tensor input = op.reads.empty() ? Tensor{} : op.reads.front();
+        Tensor out = co_await world.collective(op, std::move(input));
+        if (!op.writes.empty()) {
+          if (out != op.writes.front())
+            throw op_error(op, fmt::format("it expects {} but the {} gives {}", op.writes.front().str(),
+                                           op_name(op.kind), out.str()));
+          ledger.add(out);
+        }
+        break;
+      }
+    }
+  }
+}
+
+// Every layer updated exactly once over all its shards (the algebra already checked every batch's grad).
+void check_updates(const Schedule& s) {
+  const int layers = s.header.layers;
+  std::vector<std::optional<Tensor>> covered(layers);
+  for (const auto& ops : s.ranks)
+    for (const Op& op : ops) {
+      if (op.kind != OpKind::Update) continue;
+      const Tensor& w = op.writes.front();
+      if (w.step != 1)
+        throw op_error(op, fmt::format("layer {} is updated again (to step {}); every layer is updated exactly once",
+                                       op.layer, w.step));
+      Tensor shards = w;
+      if (!covered[op.layer]) covered[op.layer] = shards;
+      else if (covered[op.layer]->num_shards != shards.num_shards) {
+        // Mixed shardings of one layer: count shard fractions by the finer one when both cover fully.
+        if (!(covered[op.layer]->complete() || shards.complete()))
+          throw op_error(op, fmt::format("layer {} is updated in {} shards here but in {} elsewhere", op.layer,
+                                         shards.num_shards, covered[op.layer]->num_shards));
+        if (shards.complete()) covered[op.layer] = shards;
+      } else {
+        covered[op.layer]->shards = covered[op.layer]->shards | shards.shards;
+      }
+    }
+  for (int l = 0; l < layers; ++l) {
+    if (!covered[l]) throw SimError(fmt::format("layer {} is never updated", l));
+    if (!covered[l]->complete()) {
+      IdSet missing;
+      for (int i = 0; i < covered[l]->num_shards; ++i)
+        if (!covered[l]->shards.contains(i)) missing.insert(i);
+      throw SimError(fmt::format("layer {}: shards {} of {} are never updated", l, missing.str(), covered[l]->num_shards));
+    }
+  }
+}
+
+}  // namespace
+
+SimResult simulate(const Schedule& schedule, const SimOptions& options) {
+  auto cost = make_cost_model(schedule.header.cost_model);
+  const ScheduleHeader& h = schedule.header;
+  SimResult result;
+  WorldOptions wo;
+  wo.world_size = h.world_size;
+  wo.layers = h.layers;
+  wo.batches = h.microbatches;
+  wo.p2p = h.p2p;
+  wo.memory_limit = options.memory_limit;
+  World world(wo, *cost);
+  try {
+    if (static_cast<int>(schedule.ranks.size()) != h.world_size)
+      throw SimError(fmt::format("the schedule has op lists for {} ranks but world_size is {}", schedule.ranks.size(),
+                                 h.world_size));
+    for (const auto& g : h.groups) world.add_group(g);
+    for (int r = 0; r < h.world_size; ++r) world.spawn(r, interpret(world, schedule, r));
+    world.run();
+    check_updates(schedule);
+    result.ok = true;
+  } catch (const std::exception& e) {
+    result.error = e.what();
+  }
+  result.trace = world.trace();
+  return result;
+}
+
+}  // namespace trainsim

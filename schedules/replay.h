@@ -1,0 +1,32 @@
+// Simulating a schedule: each rank runs its op list in the simulator, which validates and times it
+// (DESIGN §2 checks): the tensor algebra of every op, that what an op reads is resident, that each send is
+// matched by a receive of the same tensor in order, that the members of a group call the same collectives
+// and agree on the tensors, deadlock with the wait-for cycle, memory over a limit, and at the end that
+// every layer was updated exactly once over all its shards.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "schedules/schedule.h"
+#include "sim/trace.h"
+
+namespace trainsim {
+
+/// Settings of a schedule simulation.
+struct SimOptions {
+  std::optional<double> memory_limit;  ///< per-rank limit in the cost model's unit
+};
+
+/// Outcome of a schedule simulation.
+struct SimResult {
+  bool ok = false;
+  std::string error;  ///< the first problem found, naming the file:line, rank and op; empty when ok
+  Trace trace;        ///< what ran, up to the problem
+};
+
+/// Simulates `schedule` with the cost model its header names. Never throws for a bad schedule: the
+/// problem goes into the result. Throws std::invalid_argument for an unknown cost model.
+SimResult simulate(const Schedule& schedule, const SimOptions& options = {});
+
+}  // namespace trainsim

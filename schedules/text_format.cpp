@@ -1,0 +1,429 @@
+#include "schedules/text_format.h"
+
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "schedules/defaults.h"
+
+namespace trainsim {
+
+namespace {
+
+constexpr OpKind kAllKinds[] = {OpKind::Load,          OpKind::Forward,    OpKind::Backward,  OpKind::BackwardInput,
+                                OpKind::BackwardWeight, OpKind::Loss,       OpKind::Update,    OpKind::Accumulate,
+                                OpKind::Free,          OpKind::Send,       OpKind::Recv,      OpKind::AllGather,
+                                OpKind::ReduceScatter, OpKind::AllReduce,  OpKind::Barrier};
+
+std::string kind_list() {
+  std::string s;
+  for (OpKind k : kAllKinds) s += (s.empty() ? "" : ", ") + std::string(op_name(k));
+  return s;
+}
+
+struct Token {
+  std::string text;
+  int col = 0;  // 1-based
+};
+
+// Reads "0-3,5" into an IdSet; throws std::invalid_argument.
+IdSet parse_idset(const std::string& s) {
+  IdSet out;
+  if (s.empty()) return out;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    auto dash = part.find('-');
+    auto num = [&](const std::string& n) {
+      if (n.empty() || !std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isdigit(c); }))
+        throw std::invalid_argument(fmt::format("'{}' is not a set of ids like 0-3,5", s));
+      return std::stoi(n);
+    };
+    if (dash == std::string::npos) {
+      out.insert(num(part));
+    } else {
+      int lo = num(part.substr(0, dash)), hi = num(part.substr(dash + 1));
+      if (hi < lo) throw std::invalid_argument(fmt::format("range {} runs backwards", part));
+      out = out | IdSet::range(lo, hi + 1);
+    }
+  }
+  return out;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+class Parser {
+ public:
+  Parser(const std::string& text, std::string source) : source_(std::move(source)) {
+    std::stringstream ss(text);
+    std::string line;
+    while (std::getline(ss, line)) lines_.push_back(line);
+  }
+
+  Schedule parse() {
+    Schedule s;
+    std::set<std::string> seen;
+    int current_rank = -1;
+    bool header_done = false;
+    for (line_no_ = 1; line_no_ <= static_cast<int>(lines_.size()); ++line_no_) {
+      std::vector<Token> toks = tokenize(lines_[line_no_ - 1]);
+      if (toks.empty()) continue;
+      const std::string& key = toks[0].text;
+      if (seen.empty()) {
+        if (key != "trainsim-schedule")
+          fail(toks[0], fmt::format("expected the format line 'trainsim-schedule 1', got '{}'", key));
+        expect_count(toks, 2);
+        int v = integer(toks[1], "a format version");
+        if (v != 1) fail(toks[1], fmt::format("unsupported format version {} (this trainsim reads version 1)", v));
+        s.header.version = v;
+        seen.insert(key);
+        continue;
+      }
+      if (key == "rank") {
+        if (!header_done) {
+          check_header(s, seen, toks[0]);
+          header_done = true;
+        }
+        expect_count(toks, 2);
+        int r = integer(toks[1], "a rank");
+        if (r != current_rank + 1)
+          fail(toks[1], current_rank + 1 < s.header.world_size
+                            ? fmt::format("expected 'rank {}' (ranks are listed in order), got rank {}", current_rank + 1, r)
+                            : fmt::format("rank {} is out of range: world_size is {}", r, s.header.world_size));
+        if (r >= s.header.world_size)
+          fail(toks[1], fmt::format("rank {} is out of range: world_size is {}", r, s.header.world_size));
+        current_rank = r;
+        continue;
+      }
+      if (!header_done) {
+        header_line(s, seen, toks);
+        continue;
+      }
+      if (current_rank < 0) fail(toks[0], "expected 'rank N' before the ops");
+      s.ranks[current_rank].push_back(op_line(s.header, current_rank, toks));
+    }
+    if (seen.empty()) throw ParseError(fmt::format("{}:1:1: empty schedule: expected 'trainsim-schedule 1'", source_));
+    if (!header_done) {
+      Token end{"", 1};
+      line_no_ = static_cast<int>(lines_.size());
+      check_header(s, seen, end);
+    }
+    if (current_rank + 1 != s.header.world_size)
+      throw ParseError(fmt::format("{}:{}:1: expected 'rank {}': world_size is {} but the file lists ops for ranks 0..{}",
+                                   source_, lines_.size(), current_rank + 1, s.header.world_size, current_rank));
+    return s;
+  }
+
+ private:
+  [[noreturn]] void fail(const Token& t, const std::string& what) const {
+    throw ParseError(fmt::format("{}:{}:{}: {}", source_, line_no_, t.col, what));
+  }
+
+  std::vector<Token> tokenize(const std::string& line) const {
+    std::vector<Token> out;
+    std::size_t i = 0;
+    while (i < line.size()) {
+      if (line[i] == '#') break;
+      if (std::isspace(static_cast<unsigned char>(line[i]))) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i;
+      while (j < line.size() && !std::isspace(static_cast<unsigned char>(line[j])) && line[j] != '#') ++j;
+      out.push_back(Token{line.substr(i, j - i), static_cast<int>(i) + 1});
+      i = j;
+    }
+    return out;
+  }
+
+  void expect_count(const std::vector<Token>& toks, std::size_t n) const {
+    if (toks.size() < n) fail(toks.back(), fmt::format("'{}' needs {} value{}", toks[0].text, n - 1, n == 2 ? "" : "s"));
+    if (toks.size() > n) fail(toks[n], fmt::format("unexpected '{}' after '{}'", toks[n].text, toks[0].text));
+  }
+
+  int integer(const Token& t, const char* what) const {
+    if (!all_digits(t.text) || t.text.size() > 9) fail(t, fmt::format("expected {} (a non-negative integer), got '{}'", what, t.text));
+    return std::stoi(t.text);
+  }
+
+  void header_line(Schedule& s, std::set<std::string>& seen, const std::vector<Token>& toks) {
+    const std::string& key = toks[0].text;
+    ScheduleHeader& h = s.header;
+    if (key != "group" && seen.count(key)) fail(toks[0], fmt::format("'{}' is given twice", key));
+    if (key == "world_size" || key == "layers" || key == "microbatches") {
+      expect_count(toks, 2);
+      int v = integer(toks[1], key.c_str());
+      if (v < 1) fail(toks[1], fmt::format("{} must be at least 1", key));
+      (key == "world_size" ? h.world_size : key == "layers" ? h.layers : h.microbatches) = v;
+    } else if (key == "cost_model") {
+      expect_count(toks, 2);
+      if (toks[1].text != "puzzle" && toks[1].text != "unit")
+        fail(toks[1], fmt::format("unknown cost model '{}' (expected puzzle or unit)", toks[1].text));
+      h.cost_model = toks[1].text;
+    } else if (key == "p2p") {
+      expect_count(toks, 2);
+      if (toks[1].text == "one-slot") h.p2p = P2PMode::OneSlotPerDestination;
+      else if (toks[1].text == "per-pair") h.p2p = P2PMode::PerPairChannel;
+      else fail(toks[1], fmt::format("expected one-slot or per-pair, got '{}'", toks[1].text));
+    } else if (key == "stage_map") {
+      need(seen, {"world_size", "layers"}, toks[0]);
+      if (static_cast<int>(toks.size()) - 1 != h.layers)
+        fail(toks[0], fmt::format("stage_map needs one rank per layer ({}), got {}", h.layers, toks.size() - 1));
+      for (std::size_t i = 1; i < toks.size(); ++i) h.stage_map.push_back(rank_value(toks[i], h));
+    } else if (key == "group") {
+      need(seen, {"world_size"}, toks[0]);
+      if (toks.size() < 3) fail(toks[0], "expected 'group ID RANK...'");
+      int id = integer(toks[1], "a group id");
+      if (id != static_cast<int>(h.groups.size()) + 1)
+        fail(toks[1], fmt::format("expected group {} next (groups are numbered 1, 2, ... in order)", h.groups.size() + 1));
+      std::vector<int> members;
+      for (std::size_t i = 2; i < toks.size(); ++i) {
+        int r = rank_value(toks[i], h);
+        if (std::find(members.begin(), members.end(), r) != members.end())
+          fail(toks[i], fmt::format("rank {} is listed twice in group {}", r, id));
+        members.push_back(r);
+      }
+      h.groups.push_back(members);
+    } else {
+      fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
+                                "p2p, stage_map, group or rank)",
+                                key));
+    }
+    seen.insert(key);
+  }
+
+  void need(const std::set<std::string>& seen, std::initializer_list<const char*> keys, const Token& t) const {
+    for (const char* k : keys)
+      if (!seen.count(k)) fail(t, fmt::format("'{}' must come after '{}'", t.text, k));
+  }
+
+  void check_header(Schedule& s, const std::set<std::string>& seen, const Token& at) const {
+    for (const char* k : {"world_size", "layers", "microbatches"})
+      if (!seen.count(k)) fail(at, fmt::format("the header has no '{}' line", k));
+    s.ranks.assign(s.header.world_size, {});
+  }
+
+  int rank_value(const Token& t, const ScheduleHeader& h) const {
+    int r = integer(t, "a rank");
+    if (r >= h.world_size) fail(t, fmt::format("rank {} is out of range: world_size is {}", r, h.world_size));
+    return r;
+  }
+
+  Tensor tensor(const Token& t, const ScheduleHeader& h) const {
+    Tensor x;
+    try {
+      x = parse_tensor(t.text);
+    } catch (const std::invalid_argument& e) {
+      fail(t, e.what());
+    }
+    bool per_layer = x.kind == TensorKind::Weight || x.kind == TensorKind::OptState || x.kind == TensorKind::WeightGrad;
+    int max_layer = per_layer ? h.layers - 1 : h.layers;
+    if (x.layer > max_layer) fail(t, fmt::format("{}: layer {} is out of range 0..{}", t.text, x.layer, max_layer));
+    if (!x.batches.empty() && x.batches.runs().back().second > h.microbatches)
+      fail(t, fmt::format("{}: batch {} is out of range 0..{}", t.text, x.batches.runs().back().second - 1, h.microbatches - 1));
+    return x;
+  }
+
+  Op op_line(const ScheduleHeader& h, int rank, const std::vector<Token>& toks) {
+    Op op;
+    op.rank = rank;
+    op.where = fmt::format("{}:{}", source_, line_no_);
+    auto kind = op_kind_from_name(toks[0].text);
+    if (!kind) fail(toks[0], fmt::format("unknown op '{}' (expected one of: {})", toks[0].text, kind_list()));
+    op.kind = *kind;
+    if (op.kind == OpKind::Loss) op.layer = h.layers;
+    if (op.kind == OpKind::Recv) op.peer = -2;  // must be given
+    enum { Args, Reads, Writes } part = Args;
+    bool has_reads = false, has_writes = false;
+    for (std::size_t i = 1; i < toks.size(); ++i) {
+      const Token& t = toks[i];
+      if (t.text == ":") {
+        if (part != Args) fail(t, "':' (the tensors read) must come before '->' and only once");
+        part = Reads;
+        has_reads = true;
+        continue;
+      }
+      if (t.text == "->") {
+        if (part == Writes) fail(t, "'->' is given twice");
+        part = Writes;
+        has_writes = true;
+        continue;
+      }
+      if (part != Args) {
+        (part == Reads ? op.reads : op.writes).push_back(tensor(t, h));
+        continue;
+      }
+      if (t.text.size() > 1 && t.text[0] == 'L' && all_digits(t.text.substr(1))) {
+        op.layer = std::stoi(t.text.substr(1));
+        if (op.kind == OpKind::Loss ? op.layer != h.layers : op.layer >= h.layers)
+          fail(t, op.kind == OpKind::Loss ? fmt::format("the loss is at layer {} (the last), not {}", h.layers, op.layer)
+                                          : fmt::format("layer {} is out of range 0..{}", op.layer, h.layers - 1));
+      } else if (t.text.front() == '{') {
+        if (t.text.back() != '}') fail(t, fmt::format("expected a batch set like {{0-3}}, got '{}'", t.text));
+        try {
+          op.batches = parse_idset(t.text.substr(1, t.text.size() - 2));
+        } catch (const std::invalid_argument& e) {
+          fail(t, e.what());
+        }
+        if (!op.batches.empty() && op.batches.runs().back().second > h.microbatches)
+          fail(t, fmt::format("batch {} is out of range 0..{}", op.batches.runs().back().second - 1, h.microbatches - 1));
+      } else if ((t.text == "to" || t.text == "from" || t.text == "group" || t.text == "stream")) {
+        if (i + 1 >= toks.size()) fail(t, fmt::format("'{}' needs a value", t.text));
+        const Token& v = toks[++i];
+        if (t.text == "to") {
+          if (op.kind != OpKind::Send) fail(t, "'to' belongs to send");
+          op.peer = rank_value(v, h);
+        } else if (t.text == "from") {
+          if (op.kind != OpKind::Recv) fail(t, "'from' belongs to recv");
+          op.peer = v.text == "any" ? -1 : rank_value(v, h);
+        } else if (t.text == "group") {
+          if (!is_collective(op.kind)) fail(t, "'group' belongs to collectives");
+          op.group = integer(v, "a group id");
+          if (op.group > static_cast<int>(h.groups.size()))
+            fail(v, fmt::format("group {} is not defined in the header", op.group));
+        } else {
+          op.stream = integer(v, "a stream");
+        }
+      } else {
+        fail(t, fmt::format("unexpected '{}' (expected L<layer>, {{batches}}, to, from, group, stream, ':' or '->')", t.text));
+      }
+    }
+    if (op.kind == OpKind::Send && op.peer < 0) fail(toks[0], "send needs 'to RANK'");
+    if (op.kind == OpKind::Recv && op.peer == -2) fail(toks[0], "recv needs 'from RANK' (or 'from any')");
+    if ((op.kind == OpKind::Send && op.peer == rank) || (op.kind == OpKind::Recv && op.peer == rank))
+      fail(toks[0], fmt::format("rank {} cannot {} itself", rank, op.kind == OpKind::Send ? "send to" : "receive from"));
+    bool needs_layer = is_compute(op.kind) && op.kind != OpKind::Loss;
+    if (needs_layer && op.layer < 0) fail(toks[0], fmt::format("{} needs a layer (L<n>)", op_name(op.kind)));
+    bool needs_batches = needs_layer && op.kind != OpKind::Update;
+    if ((needs_batches || op.kind == OpKind::Loss) && op.batches.empty() && !has_reads)
+      fail(toks[0], fmt::format("{} needs a batch set ({{0-3}})", op_name(op.kind)));
+    (void)has_writes;
+    if (op.batches.empty() && (needs_batches || op.kind == OpKind::Loss))
+      for (const Tensor& t : op.reads)
+        if (t.kind == TensorKind::Activation) op.batches = t.batches;
+    fill_defaults(op, h.layers, h.microbatches);
+    return op;
+  }
+
+  std::string source_;
+  std::vector<std::string> lines_;
+  int line_no_ = 0;
+};
+
+std::string tensors(const std::vector<Tensor>& ts) {
+  std::string s;
+  for (const auto& t : ts) s += " " + t.str();
+  return s;
+}
+
+}  // namespace
+
+std::optional<OpKind> op_kind_from_name(const std::string& name) {
+  for (OpKind k : kAllKinds)
+    if (name == op_name(k)) return k;
+  return std::nullopt;
+}
+
+Tensor parse_tensor(const std::string& text) {
+  Tensor t;
+  std::size_t i = 0;
+  auto starts = [&](const char* p) { return text.compare(0, std::char_traits<char>::length(p), p) == 0; };
+  if (starts("dW")) t.kind = TensorKind::WeightGrad, i = 2;
+  else if (starts("dA")) t.kind = TensorKind::ActivationGrad, i = 2;
+  else if (starts("W")) t.kind = TensorKind::Weight, i = 1;
+  else if (starts("O")) t.kind = TensorKind::OptState, i = 1;
+  else if (starts("A")) t.kind = TensorKind::Activation, i = 1;
+  else throw std::invalid_argument(fmt::format("expected a tensor (W, O, A, dA or dW then a layer), got '{}'", text));
+  std::size_t j = i;
+  while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+  if (j == i || j - i > 9) throw std::invalid_argument(fmt::format("expected a layer number after '{}' in '{}'", text.substr(0, i), text));
+  t.layer = std::stoi(text.substr(i, j - i));
+  i = j;
+  bool batched = t.kind != TensorKind::Weight && t.kind != TensorKind::OptState;
+  if (batched) {
+    if (i >= text.size() || text[i] != '{')
+      throw std::invalid_argument(fmt::format("{} needs a batch set, like {}{}{{0-3}}", text, short_name(t.kind), t.layer));
+    auto close = text.find('}', i);
+    if (close == std::string::npos) throw std::invalid_argument(fmt::format("unclosed '{{' in '{}'", text));
+    t.batches = parse_idset(text.substr(i + 1, close - i - 1));
+    i = close + 1;
+  }
+  if (i < text.size() && text[i] == '[') {
+    auto close = text.find(']', i);
+    auto slash = text.find('/', i);
+    if (close == std::string::npos || slash == std::string::npos || slash > close)
+      throw std::invalid_argument(fmt::format("expected shards like [0/4] in '{}'", text));
+    t.shards = parse_idset(text.substr(i + 1, slash - i - 1));
+    std::string n = text.substr(slash + 1, close - slash - 1);
+    if (!all_digits(n) || n.size() > 9) throw std::invalid_argument(fmt::format("expected a shard count in '{}'", text));
+    t.num_shards = std::stoi(n);
+    if (t.num_shards < 1 || t.shards.empty() || t.shards.runs().back().second > t.num_shards)
+      throw std::invalid_argument(fmt::format("shards {} are out of range for {} shards in '{}'", t.shards.str(), t.num_shards, text));
+    i = close + 1;
+  }
+  if (i < text.size() && text[i] == '@') {
+    std::string n = text.substr(i + 1);
+    if (!all_digits(n) || n.size() > 9) throw std::invalid_argument(fmt::format("expected a step after '@' in '{}'", text));
+    t.step = std::stoi(n);
+    i = text.size();
+  }
+  if (i != text.size()) throw std::invalid_argument(fmt::format("unexpected '{}' at the end of '{}'", text.substr(i), text));
+  return t;
+}
+
+Schedule parse_schedule(const std::string& text, const std::string& source) { return Parser(text, source).parse(); }
+
+Schedule read_schedule_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ParseError(fmt::format("{}: cannot open the file", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_schedule(ss.str(), path);
+}
+
+std::string print_op(const Op& op, const ScheduleHeader& h) {
+  std::string s = op_name(op.kind);
+  if (op.layer >= 0 && op.kind != OpKind::Loss && op.kind != OpKind::Send && op.kind != OpKind::Recv &&
+      op.kind != OpKind::Load && op.kind != OpKind::Free && op.kind != OpKind::Accumulate)
+    s += fmt::format(" L{}", op.layer);
+  bool show_batches = is_compute(op.kind) && op.kind != OpKind::Update;
+  if (show_batches) s += fmt::format(" {{{}}}", op.batches.str());
+  if (op.kind == OpKind::Send) s += fmt::format(" to {}", op.peer);
+  if (op.kind == OpKind::Recv) s += op.peer < 0 ? std::string(" from any") : fmt::format(" from {}", op.peer);
+  if (is_collective(op.kind) && op.group != 0) s += fmt::format(" group {}", op.group);
+  if (op.stream != 0) s += fmt::format(" stream {}", op.stream);
+  auto dr = default_reads(op, h.layers, h.microbatches);
+  auto dw = default_writes(op, h.layers, h.microbatches);
+  if (!op.reads.empty() && (!dr || *dr != op.reads)) s += " :" + tensors(op.reads);
+  if (!op.writes.empty() && (!dw || *dw != op.writes)) s += " ->" + tensors(op.writes);
+  return s;
+}
+
+std::string print_schedule(const Schedule& sched) {
+  const ScheduleHeader& h = sched.header;
+  std::string s = fmt::format("trainsim-schedule {}\nworld_size {}\nlayers {}\nmicrobatches {}\ncost_model {}\np2p {}\n",
+                              h.version, h.world_size, h.layers, h.microbatches, h.cost_model,
+                              h.p2p == P2PMode::OneSlotPerDestination ? "one-slot" : "per-pair");
+  if (!h.stage_map.empty()) {
+    s += "stage_map";
+    for (int r : h.stage_map) s += fmt::format(" {}", r);
+    s += "\n";
+  }
+  for (std::size_t g = 0; g < h.groups.size(); ++g) {
+    s += fmt::format("group {}", g + 1);
+    for (int r : h.groups[g]) s += fmt::format(" {}", r);
+    s += "\n";
+  }
+  for (std::size_t r = 0; r < sched.ranks.size(); ++r) {
+    s += fmt::format("\nrank {}\n", r);
+    for (const Op& op : sched.ranks[r]) s += "  " + print_op(op, h) + "\n";
+  }
+  return s;
+}
+
+}  // namespace trainsim

@@ -1,0 +1,174 @@
+#include "sim/algebra.h"
+
+#include <fmt/format.h>
+
+namespace trainsim {
+
+namespace {
+
+const Tensor* find_kind(const std::vector<Tensor>& ts, TensorKind k) {
+  for (const auto& t : ts)
+    if (t.kind == k) return &t;
+  return nullptr;
+}
+
+std::string list(const std::vector<Tensor>& ts) {
+  std::string s;
+  for (const auto& t : ts) s += (s.empty() ? "" : " ") + t.str();
+  return s.empty() ? "nothing" : s;
+}
+
+// Checks that `reads` holds exactly the kinds listed (one each).
+std::string expect_kinds(const char* what, const std::vector<Tensor>& ts, std::initializer_list<TensorKind> kinds) {
+  bool ok = ts.size() == kinds.size();
+  for (TensorKind k : kinds) ok = ok && find_kind(ts, k);
+  if (ok) return "";
+  std::string want;
+  for (TensorKind k : kinds) want += (want.empty() ? "" : ", ") + std::string(long_name(k));
+  return fmt::format("{} must be one each of: {} (got {})", what, want, list(ts));
+}
+
+std::string check_weight(const Tensor& w, int layer) {
+  if (w.layer != layer) return fmt::format("the weight is {}, not layer {}'s", w.str(), layer);
+  if (!w.complete())
+    return fmt::format("the weight {} is not complete (holds shards {} of {}); all-gather it first", w.str(),
+                       w.shards.str(), w.num_shards);
+  return "";
+}
+
+std::string check_writes(const Op& op, const std::vector<Tensor>& want) {
+  if (op.writes == want) return "";
+  return fmt::format("it writes {}, but {} gives {}", list(op.writes), op.describe(), list(want));
+}
+
+std::string check_compute(const Op& op, int layers, int microbatches) {
+  const int l = op.layer;
+  if (op.kind != OpKind::Loss && (l < 0 || l >= layers))
+    return fmt::format("no such layer (layers 0..{})", layers - 1);
+  const Tensor* a = find_kind(op.reads, TensorKind::Activation);
+  const Tensor* g = find_kind(op.reads, TensorKind::ActivationGrad);
+  const Tensor* w = find_kind(op.reads, TensorKind::Weight);
+  std::string e;
+  switch (op.kind) {
+    case OpKind::Forward:
+      if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::Activation, TensorKind::Weight})).empty()) return e;
+      if (!(e = check_weight(*w, l)).empty()) return e;
+      if (a->layer != l) return fmt::format("the input is {}, the activation of layer {}, not {}", a->str(), a->layer, l);
+      return check_writes(op, {activation_tensor(l + 1, a->batches)});
+    case OpKind::Backward:
+    case OpKind::BackwardInput:
+    case OpKind::BackwardWeight: {
+      bool needs_weight = op.kind != OpKind::BackwardWeight;
+      e = needs_weight ? expect_kinds("the inputs", op.reads, {TensorKind::Activation, TensorKind::ActivationGrad, TensorKind::Weight})
+                       : expect_kinds("the inputs", op.reads, {TensorKind::Activation, TensorKind::ActivationGrad});
+      if (!e.empty()) return e;
+      if (needs_weight && !(e = check_weight(*w, l)).empty()) return e;
+      if (a->layer != l) return fmt::format("the activation is {}, not layer {}'s input", a->str(), l);
+      if (g->layer != l + 1)
+        return fmt::format("the activation grad is {}, not the grad of layer {}'s output (dA{})", g->str(), l, l + 1);
+      if (a->batches != g->batches)
+        return fmt::format("batch mismatch: activation {} has batches {{{}}}, activation grad {} has {{{}}}", a->str(),
+                           a->batches.str(), g->str(), g->batches.str());
+      std::vector<Tensor> want;
+      if (op.kind != OpKind::BackwardInput) want.push_back(weight_grad_tensor(l, a->batches));
+      if (op.kind != OpKind::BackwardWeight) want.push_back(activation_grad_tensor(l, a->batches));
+      return check_writes(op, want);
+    }
+    case OpKind::Loss:
+      if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::Activation})).empty()) return e;
+      if (a->layer != layers)
+        return fmt::format("the input is {}, but the loss needs the final activation (layer {})", a->str(), layers);
+      return check_writes(op, {activation_grad_tensor(layers, a->batches)});
+    case OpKind::Update: {
+      if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::WeightGrad, TensorKind::Weight, TensorKind::OptState})).empty())
+        return e;
+      const Tensor& dw = *find_kind(op.reads, TensorKind::WeightGrad);
+      const Tensor& o = *find_kind(op.reads, TensorKind::OptState);
+      if (w->layer != l) return fmt::format("the weight is {}, not layer {}'s", w->str(), l);
+      if (dw.layer != l) return fmt::format("the weight grad is {}, not layer {}'s", dw.str(), l);
+      if (o.layer != l) return fmt::format("the optimizer state is {}, not layer {}'s", o.str(), l);
+      IdSet all = IdSet::range(0, microbatches);
+      if (dw.batches != all) {
+        IdSet missing;
+        for (int b = 0; b < microbatches; ++b)
+          if (!dw.batches.contains(b)) missing.insert(b);
+        return fmt::format("the weight grad {} is missing batches {{{}}}; an update needs the grad of every batch",
+                           dw.str(), missing.str());
+      }
+      if (dw.num_shards > 1) {
+        if (w->num_shards != dw.num_shards || !dw.shards.contains(w->shards))
+          return fmt::format("the weight grad {} does not cover the weight's shards ({})", dw.str(), w->str());
+        if (o.num_shards != dw.num_shards || !dw.shards.contains(o.shards))
+          return fmt::format("the weight grad {} does not cover the optimizer state's shards ({})", dw.str(), o.str());
+      }
+      if (w->step != o.step)
+        return fmt::format("weight {} is at step {} but its optimizer state {} is at step {}", w->str(), w->step,
+                           o.str(), o.step);
+      Tensor nw = *w, no = o;
+      ++nw.step;
+      ++no.step;
+      return check_writes(op, {nw, no});
+    }
+    default: return "";
+  }
+}
+
+}  // namespace
+
+std::string algebra_problem(const Op& op, int layers, int microbatches) {
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Backward:
+    case OpKind::BackwardInput:
+    case OpKind::BackwardWeight:
+    case OpKind::Loss:
+    case OpKind::Update: return check_compute(op, layers, microbatches);
+    case OpKind::Load:
+      if (op.writes.empty()) return "load brings nothing (write the tensors after ->)";
+      for (const Tensor& t : op.writes) {
+        bool fresh = ((t.kind == TensorKind::Weight || t.kind == TensorKind::OptState) && t.step == 0) ||
+                     (t.kind == TensorKind::Activation && t.layer == 0) ||
+                     (t.kind == TensorKind::WeightGrad && t.batches.empty());
+        if (!fresh)
+          return fmt::format("cannot load {}: only fresh weights and optimizer state (step 0), model inputs (A0) and "
+                             "empty weight grads come from outside; the rest must be computed",
+                             t.str());
+        if (t.layer < 0 || t.layer >= layers) return fmt::format("cannot load {}: no such layer", t.str());
+        if (t.batches.runs().size() && t.batches.runs().back().second > microbatches)
+          return fmt::format("cannot load {}: batches go up to {}", t.str(), microbatches - 1);
+      }
+      return "";
+    case OpKind::Free:
+      if (op.reads.empty()) return "free drops nothing (list the tensors after :)";
+      return "";
+    case OpKind::Accumulate: {
+      if (op.reads.empty() || op.writes.size() != 1) return "accumulate sums one or more weight grads into one";
+      try {
+        Tensor acc = op.reads.front();
+        if (acc.kind != TensorKind::WeightGrad) return fmt::format("only weight grads accumulate, not {}", acc.str());
+        for (std::size_t i = 1; i < op.reads.size(); ++i) acc = sum(acc, op.reads[i]);
+        if (acc != op.writes.front())
+          return fmt::format("the sum of {} is {}, not {}", list(op.reads), acc.str(), op.writes.front().str());
+      } catch (const TensorError& e) {
+        return e.what();
+      }
+      return "";
+    }
+    case OpKind::Send:
+      if (op.reads.size() != 1) return fmt::format("send carries one tensor (got {})", list(op.reads));
+      return "";
+    case OpKind::Recv:
+      if (op.writes.size() != 1) return fmt::format("recv brings one tensor (got {})", list(op.writes));
+      return "";
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AllReduce:
+      if (op.reads.size() != 1) return fmt::format("{} takes one tensor (got {})", op_name(op.kind), list(op.reads));
+      if (op.writes.size() > 1) return fmt::format("{} gives one tensor (got {})", op_name(op.kind), list(op.writes));
+      return "";
+    case OpKind::Barrier: return "";
+  }
+  return "";
+}
+
+}  // namespace trainsim

@@ -1,0 +1,19 @@
+// The tensor algebra of ops (DESIGN §1), checked the same way for coroutine programs (the puzzles' Model)
+// and for schedules: forward of layer l needs the complete weight of l and activation l; backward needs
+// activation l, activation grad l+1 for the same batches and the complete weight; update needs the grad
+// of every batch for the shards it updates; accumulate sums disjoint batch sets; load brings only fresh
+// state (step-0 weights and optimizer state, model inputs, empty grads).
+#pragma once
+
+#include <string>
+
+#include "sim/op.h"
+
+namespace trainsim {
+
+/// What is wrong with `op`'s reads and writes, or "" when they obey the algebra. `layers` and
+/// `microbatches` are the model's. Send, recv and collectives are checked for arity only (their
+/// semantics are the simulator's).
+std::string algebra_problem(const Op& op, int layers, int microbatches);
+
+}  // namespace trainsim
