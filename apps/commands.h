@@ -8,5 +8,12 @@ namespace trainsim::apps {
 
 /// `trainsim puzzles`: runs the eight puzzles, prints a table (or JSON) and writes a timeline per puzzle.
 void add_puzzles_command(CLI::App& app, int* exit_code);
+/// `trainsim validate FILE` and `trainsim sim FILE ...`: check and time a schedule, write its timeline,
+/// Perfetto trace and dependency graph.
+void add_sim_commands(CLI::App& app, int* exit_code);
+/// `trainsim gen KIND ... -o FILE`: write a generated schedule.
+void add_gen_command(CLI::App& app, int* exit_code);
+/// `trainsim convert IN OUT`: between .sched and PyTorch pipelining CSV.
+void add_convert_command(CLI::App& app, int* exit_code);
 
 }  // namespace trainsim::apps

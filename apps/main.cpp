@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "trainsim 0.1.0");
   int exit_code = 0;
   trainsim::apps::add_puzzles_command(app, &exit_code);
+  trainsim::apps::add_sim_commands(app, &exit_code);
+  trainsim::apps::add_gen_command(app, &exit_code);
+  trainsim::apps::add_convert_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

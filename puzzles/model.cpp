@@ -119,6 +119,11 @@ std::pair<Weight, OptState> Model::update(int layer, const WeightGrad& weight_gr
   check_layer("update", layer, w);
   Weight nw = weight;
   nw.step += 1;
+  try {
+    nw = Weight(updated_weight(weight, opt_state));
+  } catch (const TensorError&) {
+    // run_compute reports it with the rank, op and line
+  }
   OptState no = opt_state;
   no.step += 1;
   run_compute(OpKind::Update, layer, {weight_grad, weight, opt_state}, {nw, no}, w);

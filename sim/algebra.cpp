@@ -41,6 +41,24 @@ std::string check_writes(const Op& op, const std::vector<Tensor>& want) {
   return fmt::format("it writes {}, but {} gives {}", list(op.writes), op.describe(), list(want));
 }
 
+}  // namespace
+
+Tensor updated_weight(const Tensor& w, const Tensor& o) {
+  Tensor out = w;
+  out.step = w.step + 1;
+  if (o.num_shards == w.num_shards) {
+    if (!w.shards.contains(o.shards))
+      throw TensorError(fmt::format("the weight {} does not hold the shards its optimizer state {} updates", w.str(), o.str()));
+  } else if (!w.complete()) {
+    throw TensorError(fmt::format("the weight {} and its optimizer state {} are sharded differently", w.str(), o.str()));
+  }
+  out.shards = o.shards;
+  out.num_shards = o.num_shards;
+  return out;
+}
+
+namespace {
+
 std::string check_compute(const Op& op, int layers, int microbatches) {
   const int l = op.layer;
   if (op.kind != OpKind::Loss && (l < 0 || l >= layers))
@@ -95,17 +113,18 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
         return fmt::format("the weight grad {} is missing batches {{{}}}; an update needs the grad of every batch",
                            dw.str(), missing.str());
       }
-      if (dw.num_shards > 1) {
-        if (w->num_shards != dw.num_shards || !dw.shards.contains(w->shards))
-          return fmt::format("the weight grad {} does not cover the weight's shards ({})", dw.str(), w->str());
-        if (o.num_shards != dw.num_shards || !dw.shards.contains(o.shards))
-          return fmt::format("the weight grad {} does not cover the optimizer state's shards ({})", dw.str(), o.str());
-      }
+      if (dw.num_shards > 1 && (o.num_shards != dw.num_shards || !dw.shards.contains(o.shards)))
+        return fmt::format("the weight grad {} does not cover the shards being updated ({})", dw.str(), o.str());
       if (w->step != o.step)
         return fmt::format("weight {} is at step {} but its optimizer state {} is at step {}", w->str(), w->step,
                            o.str(), o.step);
-      Tensor nw = *w, no = o;
-      ++nw.step;
+      Tensor nw;
+      try {
+        nw = updated_weight(*w, o);
+      } catch (const TensorError& e) {
+        return e.what();
+      }
+      Tensor no = o;
       ++no.step;
       return check_writes(op, {nw, no});
     }

@@ -11,6 +11,11 @@
 
 namespace trainsim {
 
+/// The weight an update of `weight` with optimizer state `opt_state` writes: the shards the optimizer state
+/// covers, one step later. The weight must hold those shards: the same sharding and a superset, or the
+/// complete weight (ZeRO-1/2 keep the full weight and shard the optimizer state). Throws TensorError.
+Tensor updated_weight(const Tensor& weight, const Tensor& opt_state);
+
 /// What is wrong with `op`'s reads and writes, or "" when they obey the algebra. `layers` and
 /// `microbatches` are the model's. Send, recv and collectives are checked for arity only (their
 /// semantics are the simulator's).

@@ -28,6 +28,16 @@ MemoryPeak Trace::peak() const {
   return p;
 }
 
+double Trace::bubble_fraction() const {
+  Time span = makespan();
+  if (span == 0 || ranks.empty()) return 0;
+  Time busy = 0;
+  for (const auto& runs : ranks)
+    for (const auto& r : runs)
+      if (is_compute(r.op.kind)) busy += r.end - r.start;
+  return 1.0 - static_cast<double>(busy) / (static_cast<double>(span) * static_cast<double>(ranks.size()));
+}
+
 std::size_t Trace::op_count() const {
   std::size_t n = 0;
   for (const auto& runs : ranks) n += runs.size();

@@ -41,6 +41,9 @@ struct Trace {
   /// Highest memory sample: the first strictly highest, scanning ranks in order and each rank's ops in
   /// order (the original puzzles' rule).
   MemoryPeak peak() const;
+  /// Idle fraction of the compute time: 1 - (time spent in compute ops) / (world_size x makespan).
+  /// With unit costs this is a pipeline's bubble fraction, (p-1)/(m+p-1) for GPipe and 1F1B.
+  double bubble_fraction() const;
   /// Number of executed ops over all ranks.
   std::size_t op_count() const;
 };

@@ -238,7 +238,7 @@ std::string empty_svg(const Trace& trace, const TimelineOptions& opt) {
 struct LegendItem {
   enum Style { Boxes, Bar, Area, PeakLine, DashedLine } style = Boxes;
   std::vector<std::string> fills;
-  double opacity = 1;
+  double opacity = 1;  // < 1: the boxes fade from `opacity` to 1
   bool dashed = false;
   std::string label;
 };
@@ -265,7 +265,12 @@ int legend(Svg* svg, const std::vector<LegendItem>& items, double x0, double top
         case LegendItem::Boxes:
           for (std::size_t i = 0; i < it.fills.size(); ++i)
             svg->put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"{}{}/>\n", x + 12.0 * i, y,
-                     it.fills[i], it.opacity < 1 ? " fill-opacity=\"0.5\"" : "",
+                     it.fills[i],
+                     it.opacity < 1 ? fmt::format(" fill-opacity=\"{:.1f}\"",
+                                                  it.fills.size() == 1 ? it.opacity
+                                                                       : it.opacity + (1 - it.opacity) * static_cast<double>(i) /
+                                                                                          static_cast<double>(it.fills.size() - 1))
+                                    : std::string(),
                      it.dashed ? " stroke=\"#000000\" stroke-opacity=\"0.6\" stroke-dasharray=\"2,1\"" : "");
           break;
         case LegendItem::Bar:
@@ -307,12 +312,13 @@ void step_plot(Svg& svg, const std::vector<Step>& steps, double x_end, double to
   double base = top + h;
   auto y_of = [&](double v) { return std::round((base - std::clamp(v / scale, 0.0, 1.0) * h) * 10) / 10; };
   svg.put("<path d=\"M{:.1f},{:.1f}", steps.front().x, base);
-  double y_prev = base, x_prev = steps.front().x;
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    double y = y_of(steps[i].v);
-    if (i > 0 && steps[i].x != x_prev) svg.put("H{:.1f}", steps[i].x);
-    if (y != y_prev) svg.put("V{:.1f}", y);
-    x_prev = steps[i].x;
+  double y_prev = base, x_now = steps.front().x;
+  for (const Step& st : steps) {
+    double y = y_of(st.v);
+    if (y == y_prev) continue;  // same height: the horizontal run goes on
+    if (st.x != x_now) svg.put("H{:.1f}", st.x);
+    svg.put("V{:.1f}", y);
+    x_now = st.x;
     y_prev = y;
   }
   svg.put("H{:.1f}V{:.1f}Z\"/>\n", x_end, base);
@@ -431,7 +437,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   } else {
     for (Cat c : {Cat::Forward, Cat::Backward, Cat::Update, Cat::Collective, Cat::Pass})
       items.push_back({LegendItem::Boxes, {summary_colour(c)}, 1, false, cat_name(c)});
-    items.push_back({LegendItem::Boxes, {kSummaryForward, kSummaryForward, kSummaryForward}, 1, false,
+    items.push_back({LegendItem::Boxes, {kSummaryForward, kSummaryForward, kSummaryForward, kSummaryForward}, 0.2, false,
                      "opacity: fraction of the row's ranks busy"});
   }
   items.push_back({LegendItem::Area, {}, 1, false, detailed ? "memory" : "memory (row's highest)"});
@@ -651,6 +657,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
         }
       }
     }
+    std::vector<std::string> paths(kBusyCats * 10);
     svg.put("<g>\n");
     for (int row = 0; row < nrows; ++row) {
       const int members = row_last(row) - row_first(row) + 1;
@@ -661,7 +668,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       append_escaped(svg.s, fmt::format("{}: {} timed ops", bucket_name("rank", row_first(row), row_last(row)),
                                         row_ops[row]));
       svg.s += "</title></rect>\n";
-      // Quantised (level, category) per bin; runs of equal bins are one rect.
+      // Quantised (level, category) per bin; a run of equal bins is one rectangle, and all rectangles of one
+      // (category, level) in the row are one <path> with one tooltip, which keeps big summaries small.
       auto cell = [&](int i) {
         const double* b = &busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats];
         double total = 0;
@@ -674,24 +682,28 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
         int level = frac <= 1e-12 ? 0 : std::clamp(static_cast<int>(std::ceil(frac * 10 - 1e-9)), 1, 10);
         return std::pair<int, int>{level, best};
       };
+      for (auto& p : paths) p.clear();
       int i = 0;
       while (i < nbins) {
         auto [level, cat] = cell(i);
         int j = i + 1;
         while (j < nbins && cell(j) == std::pair<int, int>{level, cat}) ++j;
-        if (level > 0) {
-          svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" fill-opacity=\"{:.1f}\">"
-                  "<title>",
-                  px(i * bin_s), ry, px(j * bin_s) - px(i * bin_s), row_h - 2, summary_colour(static_cast<Cat>(cat)),
-                  level / 10.0);
-          append_escaped(svg.s, fmt::format("{}, t={} to {}: up to {}% busy, mostly {}",
-                                            bucket_name("rank", row_first(row), row_last(row)),
-                                            format_time(seconds(i * bin_s)), format_time(seconds(j * bin_s)),
-                                            level * 10, cat_name(static_cast<Cat>(cat))));
-          svg.s += "</title></rect>\n";
-        }
+        if (level > 0)
+          fmt::format_to(std::back_inserter(paths[cat * 10 + level - 1]), "M{:.1f},{:.1f}h{:.1f}v{:.1f}h{:.1f}z",
+                         px(i * bin_s), ry, px(j * bin_s) - px(i * bin_s), row_h - 2, px(i * bin_s) - px(j * bin_s));
         i = j;
       }
+      for (int cat = 0; cat < kBusyCats; ++cat)
+        for (int level = 1; level <= 10; ++level) {
+          const std::string& d = paths[cat * 10 + level - 1];
+          if (d.empty()) continue;
+          svg.put("<path d=\"{}\" fill=\"{}\" fill-opacity=\"{:.1f}\"><title>", d, summary_colour(static_cast<Cat>(cat)),
+                  level / 10.0);
+          append_escaped(svg.s, fmt::format("{}: mostly {}, {}-{}% of the ranks busy",
+                                            bucket_name("rank", row_first(row), row_last(row)),
+                                            cat_name(static_cast<Cat>(cat)), level * 10 - 9, level * 10));
+          svg.s += "</title></path>\n";
+        }
     }
     svg.put("</g>\n");
   }

@@ -1,0 +1,7 @@
+#include "apps/commands.h"
+
+namespace trainsim::apps {
+
+void add_convert_command(CLI::App&, int*) {}
+
+}  // namespace trainsim::apps

@@ -1,0 +1,29 @@
+// Schedule generators (DESIGN §3): the schedules used in production, as data.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "schedules/schedule.h"
+
+namespace trainsim {
+
+/// Parameters of a generator. Each kind reads the fields it needs and ignores the others.
+struct GenOptions {
+  int stages = 4;           ///< pipeline stages (pipeline kinds); world size = stages * dp
+  int microbatches = 8;     ///< microbatches per step (per pipeline for pp-fsdp; per rank for data parallel)
+  int chunks = 1;           ///< model chunks (virtual stages) per rank: interleaved-1f1b, looped-bfs
+  int layers = 0;           ///< data-parallel kinds: model layers (0: 4)
+  int dp = 1;               ///< data-parallel degree: ranks for ddp/zero1/zero2/fsdp, replicas for pp-fsdp
+  int prefetch = 1;         ///< fsdp: how many layers ahead the all-gather is issued
+  bool reshard_after_forward = true;  ///< fsdp: free gathered weights after forward (gather again in backward)
+};
+
+/// The generator kinds: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, ddp, zero1, zero2, fsdp, pp-fsdp.
+const std::vector<std::string>& generator_kinds();
+
+/// Generates a schedule of `kind`. Throws std::invalid_argument for an unknown kind or bad options
+/// (naming the option and the allowed range).
+Schedule generate(const std::string& kind, const GenOptions& options);
+
+}  // namespace trainsim

@@ -1,0 +1,26 @@
+// PyTorch pipelining's schedule CSV (docs/pytorch-csv.md): one row per rank, one action per cell.
+#pragma once
+
+#include <string>
+
+#include "schedules/schedule.h"
+
+namespace trainsim {
+
+/// Which actions the CSV holds.
+enum class CsvForm {
+  ComputeOnly,      ///< F, B, I, W only
+  ComputeComms,     ///< also SEND_F/RECV_F/SEND_B/RECV_B, UNSHARD, RESHARD, REDUCE_GRAD
+};
+
+/// Writes `schedule` as PyTorch CSV. Throws std::invalid_argument when the schedule has no stage map.
+std::string export_pytorch_csv(const Schedule& schedule, CsvForm form);
+
+/// Reads PyTorch CSV into a schedule that validates: sends and receives are inserted for a compute-only
+/// CSV, with loads, losses, frees, grad accumulation and updates. `stage_map` gives the rank of each
+/// stage; empty to infer it (loop or V style) from the rows. Throws std::invalid_argument naming the
+/// row (rank), column and cell of a bad action.
+Schedule import_pytorch_csv(const std::string& csv, int microbatches = 0, std::vector<int> stage_map = {},
+                            const std::string& source = "<csv>");
+
+}  // namespace trainsim

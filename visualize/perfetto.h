@@ -1,0 +1,14 @@
+// Chrome / Perfetto trace JSON of a simulated run (DESIGN §4).
+#pragma once
+
+#include <string>
+
+#include "sim/trace.h"
+
+namespace trainsim::visualize {
+
+/// Trace Event Format JSON: a process per rank, a thread per stream, complete events with real durations
+/// (microseconds), flow events from each send to its receive, memory as a counter track per rank.
+std::string perfetto_trace_json(const Trace& trace);
+
+}  // namespace trainsim::visualize
