@@ -1,7 +1,209 @@
+// `trainsim convert IN OUT`: between a .sched schedule and PyTorch pipelining's schedule CSV (docs/pytorch-csv.md).
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
 #include "apps/commands.h"
+#include "schedules/pytorch_csv.h"
+#include "schedules/replay.h"
+#include "schedules/text_format.h"
 
 namespace trainsim::apps {
 
-void add_convert_command(CLI::App&, int*) {}
+namespace {
+
+struct ConvertArgs {
+  std::string in;
+  std::string out;
+  std::string form;        // "" = not given
+  int microbatches = 0;    // 0 = not given
+  std::string stage_map;   // "" = not given
+  CLI::Option* microbatches_opt = nullptr;
+};
+
+constexpr const char* kCmd = "trainsim convert";
+
+std::string extension(const std::string& path) {
+  std::string e = std::filesystem::path(path).extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
+  return e;
+}
+
+bool read_file(const std::string& path, std::string& text) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  text = ss.str();
+  return true;
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  return static_cast<bool>(f);
+}
+
+// "0,1,2,3", "loop" (stage s on rank s % world) or "v" (stage s on rank s, then 2*world-1-s). Throws
+// std::invalid_argument.
+std::vector<int> parse_stage_map(const std::string& spec, int world, int stages) {
+  std::string lower = spec;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::vector<int> map;
+  if (lower == "loop") {
+    for (int s = 0; s < stages; ++s) map.push_back(s % world);
+    return map;
+  }
+  if (lower == "v") {
+    if (stages > 2 * world)
+      throw std::invalid_argument(fmt::format("--stage-map v places at most two stages per rank ({} ranks, {} stages)", world, stages));
+    for (int s = 0; s < stages; ++s) map.push_back(s < world ? s : 2 * world - 1 - s);
+    return map;
+  }
+  std::stringstream ss(spec);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    if (part.empty() || part.size() > 9 || !std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); }))
+      throw std::invalid_argument(fmt::format("--stage-map takes ranks like 0,1,2,3 or 'loop' or 'v', got '{}'", spec));
+    int r = std::stoi(part);
+    if (r >= world)
+      throw std::invalid_argument(fmt::format("--stage-map puts a stage on rank {}, but there are {} ranks", r, world));
+    map.push_back(r);
+  }
+  if (static_cast<int>(map.size()) != stages)
+    throw std::invalid_argument(fmt::format("--stage-map gives {} stages, but there are {}", map.size(), stages));
+  return map;
+}
+
+// Ranks (rows) and stages (1 + the largest leading stage number of any cell) of a CSV, for --stage-map loop|v.
+void csv_shape(const std::string& csv, int& world, int& stages) {
+  std::vector<std::string> rows;
+  std::string cur;
+  for (char c : csv) {
+    if (c == '\n') rows.push_back(cur), cur.clear();
+    else cur += c;
+  }
+  if (!cur.empty()) rows.push_back(cur);
+  world = static_cast<int>(rows.size());
+  stages = 0;
+  for (const auto& row : rows) {
+    std::stringstream ss(row);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) {
+      std::size_t i = cell.find_first_not_of(" \t\"");
+      std::size_t j = i;
+      while (j < cell.size() && std::isdigit(static_cast<unsigned char>(cell[j]))) ++j;
+      if (i != std::string::npos && j > i && j - i <= 9) stages = std::max(stages, std::stoi(cell.substr(i, j - i)) + 1);
+    }
+  }
+}
+
+int fail(const std::string& what) {
+  fmt::print(stderr, "{}: {}\n", kCmd, what);
+  return 2;
+}
+
+int to_csv(const ConvertArgs& a) {
+  if (a.microbatches_opt && a.microbatches_opt->count() > 0)
+    return fail("--microbatches applies when reading a .csv (a .sched file states its microbatches)");
+  CsvForm form = CsvForm::ComputeOnly;
+  if (a.form == "comms") form = CsvForm::ComputeComms;
+  else if (!a.form.empty() && a.form != "compute")
+    return fail(fmt::format("--form is compute or comms, not '{}'", a.form));
+  Schedule s;
+  try {
+    s = read_schedule_file(a.in);
+  } catch (const ParseError& e) {
+    return fail(e.what());
+  }
+  std::string csv;
+  try {
+    if (!a.stage_map.empty()) s.header.stage_map = parse_stage_map(a.stage_map, s.header.world_size, s.header.layers);
+    csv = export_pytorch_csv(s, form);
+  } catch (const std::invalid_argument& e) {
+    return fail(fmt::format("{}: {}", a.in, e.what()));
+  }
+  if (!write_file(a.out, csv)) return fail(fmt::format("cannot write '{}'", a.out));
+  fmt::print("wrote {}: {} CSV, {} rank{}, {} stage{}\n", a.out, form == CsvForm::ComputeOnly ? "compute-only" : "compute+comms",
+             s.header.world_size, s.header.world_size == 1 ? "" : "s", s.header.layers, s.header.layers == 1 ? "" : "s");
+  return 0;
+}
+
+int to_sched(const ConvertArgs& a) {
+  if (!a.form.empty())
+    return fail("--form applies when writing a .csv; the form of a CSV being read follows from its cells");
+  if (a.microbatches_opt && a.microbatches_opt->count() > 0 && a.microbatches < 1)
+    return fail(fmt::format("--microbatches must be at least 1, got {}", a.microbatches));
+  std::string csv;
+  if (!read_file(a.in, csv)) return fail(fmt::format("cannot read '{}'", a.in));
+  Schedule s;
+  try {
+    std::vector<int> map;
+    if (!a.stage_map.empty()) {
+      int world = 0, stages = 0;
+      csv_shape(csv, world, stages);
+      if (world == 0 || stages == 0) throw std::invalid_argument(fmt::format("{}: the CSV has no actions", a.in));
+      map = parse_stage_map(a.stage_map, world, stages);
+    }
+    s = import_pytorch_csv(csv, a.microbatches, map, a.in);
+  } catch (const std::invalid_argument& e) {
+    return fail(e.what());
+  }
+  if (!write_file(a.out, print_schedule(s))) return fail(fmt::format("cannot write '{}'", a.out));
+  const ScheduleHeader& h = s.header;
+  std::string what = fmt::format("{} rank{}, {} stage{}, {} microbatch{}, {} ops", h.world_size, h.world_size == 1 ? "" : "s",
+                                 h.layers, h.layers == 1 ? "" : "s", h.microbatches, h.microbatches == 1 ? "" : "es",
+                                 s.op_count());
+  SimResult r = simulate(s);
+  if (!r.ok) {
+    fmt::print("wrote {}: {}\n", a.out, what);
+    fmt::print(stderr, "{}: the schedule does not validate: {}\n", kCmd, r.error);
+    return 1;
+  }
+  fmt::print("wrote {}: {}; it validates (unit costs: makespan {:g}, bubble {:.1f}%)\n", a.out, what,
+             to_seconds(r.trace.makespan()), 100 * r.trace.bubble_fraction());
+  return 0;
+}
+
+int run(const ConvertArgs& a) {
+  const std::string ei = extension(a.in), eo = extension(a.out);
+  if (ei == ".sched" && eo == ".csv") return to_csv(a);
+  if (ei == ".csv" && eo == ".sched") return to_sched(a);
+  return fail(fmt::format("converts a .sched file to a .csv file or back; the direction follows the extensions, "
+                          "got '{}' -> '{}'",
+                          a.in, a.out));
+}
+
+}  // namespace
+
+void add_convert_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<ConvertArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "convert",
+      "Convert between a .sched schedule and PyTorch pipelining's schedule CSV (one row per rank, one action per "
+      "cell: 0F1, 1B0, 0I1, 0W1, 1SEND_F0, 0RECV_B2, 0UNSHARD, 0RESHARD, 0REDUCE_GRAD). The direction follows the "
+      "file extensions. Reading a CSV adds what makes the schedule run (loads, sends and receives for a compute-only "
+      "CSV, the loss, frees, grad accumulation, one update per stage) and checks it in the simulator. Exits 0 when "
+      "converted (and, for a CSV, valid), 1 when the imported schedule does not validate, 2 on bad input.");
+  cmd->add_option("IN", args->in, "Input file: .sched or .csv")->required();
+  cmd->add_option("OUT", args->out, "Output file: .csv or .sched")->required();
+  cmd->add_option("--form", args->form,
+                  "Writing a CSV: 'compute' (F, B, I, W only; the default) or 'comms' (also SEND_F/RECV_F/SEND_B/RECV_B, "
+                  "UNSHARD, RESHARD, REDUCE_GRAD)");
+  args->microbatches_opt = cmd->add_option("--microbatches", args->microbatches,
+                                           "Reading a CSV: number of microbatches (default: 1 + the largest microbatch index)");
+  cmd->add_option("--stage-map", args->stage_map,
+                  "Rank of each stage: '0,1,2,3', 'loop' (stage s on rank s % ranks) or 'v' (stage s on rank s, then "
+                  "2*ranks-1-s). Reading a CSV, the default infers it from the rows (loop or V style only); writing one, "
+                  "it replaces the schedule's stage_map");
+  cmd->callback([args, exit_code] { *exit_code = run(*args); });
+}
 
 }  // namespace trainsim::apps

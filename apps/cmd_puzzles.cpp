@@ -11,6 +11,7 @@
 
 #include "apps/commands.h"
 #include "puzzles/runner.h"
+#include "schedules/text_format.h"
 #include "visualize/timeline_svg.h"
 
 namespace trainsim::apps {
@@ -22,6 +23,7 @@ struct PuzzlesArgs {
   bool exercises = false;
   std::string out = "out";
   bool json = false;
+  std::string save_schedules;
 };
 
 std::string grouped(double v) {
@@ -86,18 +88,31 @@ int run(const PuzzlesArgs& args) {
     for (const auto& p : puzzles::catalog()) chosen.push_back(&p);
   }
 
-  std::error_code ec;
-  std::filesystem::create_directories(args.out, ec);
-  if (ec) {
-    fmt::print(stderr, "trainsim puzzles: cannot create output directory '{}': {}\n", args.out, ec.message());
-    return 2;
+  for (const std::string& dir : {args.out, args.save_schedules}) {
+    if (dir.empty()) continue;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      fmt::print(stderr, "trainsim puzzles: cannot create directory '{}': {}\n", dir, ec.message());
+      return 2;
+    }
   }
 
   std::vector<puzzles::PuzzleResult> results;
   bool all_ok = true;
   std::FILE* notes = args.json ? stderr : stdout;
   for (const puzzles::Puzzle* p : chosen) {
-    puzzles::PuzzleResult r = puzzles::run_puzzle(*p, args.exercises);
+    bool record = !args.save_schedules.empty();
+    puzzles::PuzzleResult r = puzzles::run_puzzle(*p, args.exercises, record);
+    if (record && r.schedule) {
+      std::filesystem::path f = std::filesystem::path(args.save_schedules) / (p->name + ".sched");
+      std::ofstream out(f, std::ios::binary);
+      out << print_schedule(*r.schedule);
+      if (!out) {
+        fmt::print(stderr, "trainsim puzzles: cannot write '{}'\n", f.string());
+        return 2;
+      }
+    }
     visualize::TimelineOptions opt;
     opt.title = fmt::format("{} - {}{}", p->name, p->title, args.exercises ? " (your solution)" : "");
     opt.target_time = p->target_time;
@@ -140,6 +155,8 @@ void add_puzzles_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--exercises", args->exercises, "Run your solutions in puzzles/exercises/ instead of the reference ones");
   cmd->add_option("--out", args->out, "Directory for the timeline SVGs")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print a JSON array of results instead of the table");
+  cmd->add_option("--save-schedules", args->save_schedules,
+                  "Also record each correct run's schedule and write it to DIR/NAME.sched");
   cmd->callback([args, exit_code] { *exit_code = run(*args); });
 }
 

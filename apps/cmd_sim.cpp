@@ -1,7 +1,144 @@
+// `trainsim validate FILE` and `trainsim sim FILE`: check a schedule and time it; draw it.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "apps/commands.h"
+#include "schedules/replay.h"
+#include "schedules/text_format.h"
+#include "visualize/graph.h"
+#include "visualize/perfetto.h"
+#include "visualize/timeline_svg.h"
 
 namespace trainsim::apps {
 
-void add_sim_commands(CLI::App&, int*) {}
+namespace {
+
+struct SimArgs {
+  std::string file;
+  std::optional<double> memory_limit;
+  std::string svg, trace, dot;
+  bool json = false;
+};
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  if (!f) {
+    fmt::print(stderr, "trainsim: cannot write '{}'\n", path);
+    return false;
+  }
+  return true;
+}
+
+nlohmann::ordered_json summary_json(const std::string& file, const Schedule* s, const SimResult* r,
+                                    const std::string& error) {
+  nlohmann::ordered_json j;
+  j["file"] = file;
+  j["ok"] = error.empty();
+  j["error"] = error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(error);
+  if (s) {
+    j["world_size"] = s->header.world_size;
+    j["layers"] = s->header.layers;
+    j["microbatches"] = s->header.microbatches;
+    j["cost_model"] = s->header.cost_model;
+    j["ops"] = s->op_count();
+  }
+  if (r) {
+    MemoryPeak p = r->trace.peak();
+    j["timesteps"] = to_seconds(r->trace.timesteps());
+    j["makespan"] = to_seconds(r->trace.makespan());
+    j["bubble_fraction"] = r->trace.bubble_fraction();
+    j["max_memory"] = p.memory;
+    j["max_memory_rank"] = p.rank;
+    j["max_memory_time"] = to_seconds(p.time);
+  }
+  return j;
+}
+
+// Parses and simulates; prints the result. Returns the exit code.
+int run(const SimArgs& a, bool outputs) {
+  Schedule s;
+  try {
+    s = read_schedule_file(a.file);
+  } catch (const ParseError& e) {
+    if (a.json) std::cout << summary_json(a.file, nullptr, nullptr, e.what()).dump(2) << "\n";
+    else fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
+  SimOptions opts;
+  opts.memory_limit = a.memory_limit;
+  SimResult r = simulate(s, opts);
+  if (a.json) {
+    std::cout << summary_json(a.file, &s, &r, r.error).dump(2) << "\n";
+  } else if (r.ok) {
+    MemoryPeak p = r.trace.peak();
+    fmt::print("{}: valid: {} ops on {} rank{}, {} layers, {} microbatches ({} cost model)\n", a.file, s.op_count(),
+               s.header.world_size, s.header.world_size == 1 ? "" : "s", s.header.layers, s.header.microbatches,
+               s.header.cost_model);
+    if (outputs)
+      fmt::print("timesteps {}  makespan {}  bubble {:.1f}%  peak memory {} {} at rank {} t={}\n",
+                 format_time(r.trace.timesteps()), format_time(r.trace.makespan()), 100 * r.trace.bubble_fraction(),
+                 format_memory(p.memory), r.trace.memory_unit, p.rank, format_time(p.time));
+  } else {
+    fmt::print(stderr, "{}: invalid: {}\n", a.file, r.error);
+  }
+  bool wrote = true;
+  if (outputs) {
+    if (!a.svg.empty()) {
+      visualize::TimelineOptions o;
+      o.title = std::filesystem::path(a.file).filename().string();
+      wrote = write_file(a.svg, visualize::timeline_svg(r.trace, o)) && wrote;
+    }
+    if (!a.trace.empty()) wrote = write_file(a.trace, visualize::perfetto_trace_json(r.trace)) && wrote;
+    if (!a.dot.empty()) {
+      std::string dot = visualize::dependency_dot(s);
+      if (std::filesystem::path(a.dot).extension() == ".svg") {
+        try {
+          wrote = write_file(a.dot, visualize::render_dot_svg(dot)) && wrote;
+        } catch (const std::exception& e) {
+          fmt::print(stderr, "trainsim: cannot render the graph: {}\n", e.what());
+          wrote = false;
+        }
+      } else {
+        wrote = write_file(a.dot, dot) && wrote;
+      }
+    }
+  }
+  if (!wrote) return 2;
+  return r.ok ? 0 : 1;
+}
+
+}  // namespace
+
+void add_sim_commands(CLI::App& app, int* exit_code) {
+  auto va = std::make_shared<SimArgs>();
+  CLI::App* v = app.add_subcommand(
+      "validate",
+      "Check a .sched schedule: syntax, the tensor algebra of every op, send/receive matching, collective order, "
+      "deadlock, memory limit, every layer updated exactly once. Exits 0 when valid, 1 when not.");
+  v->add_option("file", va->file, "Schedule file (.sched)")->required()->check(CLI::ExistingFile);
+  v->add_option("--memory-limit", va->memory_limit, "Per-rank memory limit, in the cost model's unit");
+  v->add_flag("--json", va->json, "Print the result as JSON");
+  v->callback([va, exit_code] { *exit_code = run(*va, false); });
+
+  auto sa = std::make_shared<SimArgs>();
+  CLI::App* s = app.add_subcommand(
+      "sim",
+      "Simulate a .sched schedule: validate it, time it with its cost model, and optionally write its timeline "
+      "(SVG), Chrome/Perfetto trace (JSON) and dependency graph (DOT, or SVG when the name ends in .svg).");
+  s->add_option("file", sa->file, "Schedule file (.sched)")->required()->check(CLI::ExistingFile);
+  s->add_option("--memory-limit", sa->memory_limit, "Per-rank memory limit, in the cost model's unit");
+  s->add_option("--svg", sa->svg, "Write the timeline SVG here");
+  s->add_option("--trace", sa->trace, "Write the Chrome/Perfetto trace JSON here");
+  s->add_option("--dot", sa->dot, "Write the op dependency graph here (.dot text, or .svg rendered by Graphviz)");
+  s->add_flag("--json", sa->json, "Print the result as JSON");
+  s->callback([sa, exit_code] { *exit_code = run(*sa, true); });
+}
 
 }  // namespace trainsim::apps

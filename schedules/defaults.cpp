@@ -1,5 +1,7 @@
 #include "schedules/defaults.h"
 
+#include "sim/algebra.h"
+
 namespace trainsim {
 
 std::optional<std::vector<Tensor>> default_reads(const Op& op, int layers, int microbatches) {
@@ -27,7 +29,25 @@ std::optional<std::vector<Tensor>> default_writes(const Op& op, int layers, int 
     case OpKind::BackwardInput: return std::vector<Tensor>{activation_grad_tensor(l, b)};
     case OpKind::BackwardWeight: return std::vector<Tensor>{weight_grad_tensor(l, b)};
     case OpKind::Loss: return std::vector<Tensor>{activation_grad_tensor(layers, b)};
-    case OpKind::Update: return std::vector<Tensor>{weight_tensor(l, {0}, 1, 1), opt_state_tensor(l, {0}, 1, 1)};
+    case OpKind::Update: {
+      // From the reads when they are given: the shards the optimizer state covers, one step later.
+      const Tensor* w = nullptr;
+      const Tensor* o = nullptr;
+      for (const Tensor& t : op.reads) {
+        if (t.kind == TensorKind::Weight) w = &t;
+        if (t.kind == TensorKind::OptState) o = &t;
+      }
+      if (w && o) {
+        try {
+          Tensor no = *o;
+          ++no.step;
+          return std::vector<Tensor>{updated_weight(*w, *o), no};
+        } catch (const TensorError&) {
+          return std::nullopt;  // the algebra check reports it
+        }
+      }
+      return std::vector<Tensor>{weight_tensor(l, {0}, 1, 1), opt_state_tensor(l, {0}, 1, 1)};
+    }
     default: return std::nullopt;
   }
 }

@@ -16,7 +16,8 @@ namespace trainsim {
 ///   backward-input l b   reads A_l{b} dA_{l+1}{b} W_l    writes dA_l{b}
 ///   backward-weight l b  reads A_l{b} dA_{l+1}{b}        writes dW_l{b}
 ///   loss b (layer L)     reads A_L{b}                    writes dA_L{b}
-///   update l             reads dW_l{all batches} W_l O_l writes W_l@1 O_l@1
+///   update l             reads dW_l{all batches} W_l O_l writes W_l@1 O_l@1 (given reads: the optimizer
+///                        state's shards of the weight, one step later; see updated_weight())
 /// Weights are unsharded (W_l); `microbatches` gives "all batches" for update.
 std::optional<std::vector<Tensor>> default_reads(const Op& op, int layers, int microbatches);
 /// Default writes, as above.

@@ -1,12 +1,785 @@
+// PyTorch pipelining's schedule CSV (docs/pytorch-csv.md): import into a Schedule that validates, and export.
+//
+// A cell is one action "<stage><TYPE><microbatch>" (0F1, 1B0, 2I3, 2W3, 1SEND_F0, 0RECV_B2) or, for the
+// per-stage FSDP actions, "<stage><TYPE>" (0UNSHARD, 0RESHARD, 0REDUCE_GRAD). One row per rank; an empty
+// cell is idle. A trainsim "layer" is one pipeline stage.
 #include "schedules/pytorch_csv.h"
 
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <optional>
+#include <set>
 #include <stdexcept>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "schedules/defaults.h"
 
 namespace trainsim {
 
-std::string export_pytorch_csv(const Schedule&, CsvForm) { throw std::invalid_argument("not built yet"); }
-Schedule import_pytorch_csv(const std::string&, int, std::vector<int>, const std::string&) {
-  throw std::invalid_argument("not built yet");
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------
+// Actions
+
+enum class Act { F, B, I, W, SendF, RecvF, SendB, RecvB, Unshard, Reshard, ReduceGrad };
+
+struct ActInfo {
+  Act act;
+  const char* name;
+  bool microbatch;  // the cell carries a microbatch index
+};
+
+constexpr ActInfo kActs[] = {
+    {Act::F, "F", true},          {Act::B, "B", true},          {Act::I, "I", true},
+    {Act::W, "W", true},          {Act::SendF, "SEND_F", true}, {Act::RecvF, "RECV_F", true},
+    {Act::SendB, "SEND_B", true}, {Act::RecvB, "RECV_B", true}, {Act::Unshard, "UNSHARD", false},
+    {Act::Reshard, "RESHARD", false}, {Act::ReduceGrad, "REDUCE_GRAD", false},
+};
+
+const ActInfo& info(Act a) {
+  for (const auto& i : kActs)
+    if (i.act == a) return i;
+  throw std::logic_error("unknown CSV action");
+}
+
+bool is_compute_act(Act a) { return a == Act::F || a == Act::B || a == Act::I || a == Act::W; }
+
+std::string cell_text(int stage, Act a, int mb) {
+  return info(a).microbatch ? fmt::format("{}{}{}", stage, info(a).name, mb) : fmt::format("{}{}", stage, info(a).name);
+}
+
+std::string type_list() {
+  std::string s;
+  for (const auto& i : kActs) s += (s.empty() ? "" : ", ") + std::string(i.name);
+  return s;
+}
+
+/// One non-empty cell.
+struct Action {
+  Act act = Act::F;
+  int stage = 0;
+  int mb = -1;  ///< -1 for the per-stage actions (UNSHARD, RESHARD, REDUCE_GRAD)
+  int row = 0;  ///< = rank
+  int col = 0;  ///< 0-based
+  std::string cell;
+};
+
+using Key = std::tuple<Act, int, int>;  // (type, stage, microbatch)
+Key key_of(const Action& a) { return {a.act, a.stage, a.mb}; }
+
+// ---------------------------------------------------------------------------------------------------------
+// Reading the cells
+
+std::vector<std::string> split_rows(const std::string& text) {
+  std::vector<std::string> rows;
+  std::string cur;
+  for (char c : text) {
+    if (c == '\n') {
+      rows.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) rows.push_back(cur);  // no newline after the last row
+  for (auto& r : rows)
+    if (!r.empty() && r.back() == '\r') r.pop_back();
+  return rows;
+}
+
+std::string trim(const std::string& s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
+  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
+  std::string t = s.substr(b, e - b);
+  if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
+  return t;
+}
+
+std::vector<std::string> split_cells(const std::string& row) {
+  std::vector<std::string> cells;
+  std::string cur;
+  for (char c : row) {
+    if (c == ',') {
+      cells.push_back(trim(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  cells.push_back(trim(cur));
+  return cells;
+}
+
+[[noreturn]] void fail_cell(const std::string& source, int row, int col, const std::string& cell, const std::string& what) {
+  throw std::invalid_argument(
+      fmt::format("{}: row {} (rank {}), column {}, cell '{}': {}", source, row + 1, row, col + 1, cell, what));
+}
+
+[[noreturn]] void fail_at(const std::string& source, const Action& a, const std::string& what) {
+  fail_cell(source, a.row, a.col, a.cell, what);
+}
+
+[[noreturn]] void fail_row(const std::string& source, int row, const std::string& what) {
+  throw std::invalid_argument(fmt::format("{}: row {} (rank {}): {}", source, row + 1, row, what));
+}
+
+bool digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+Action parse_cell(const std::string& source, const std::string& cell, int row, int col) {
+  Action a;
+  a.row = row;
+  a.col = col;
+  a.cell = cell;
+  std::size_t i = 0;
+  while (i < cell.size() && std::isdigit(static_cast<unsigned char>(cell[i]))) ++i;
+  if (i == 0)
+    fail_cell(source, row, col, cell,
+              "expected an action: a stage number, an action type and a microbatch number, like 0F1 or 1SEND_B0");
+  if (i > 9) fail_cell(source, row, col, cell, "the stage number is too large");
+  std::size_t j = i;
+  while (j < cell.size() && (std::isalpha(static_cast<unsigned char>(cell[j])) || cell[j] == '_')) ++j;
+  std::string type = cell.substr(i, j - i), rest = cell.substr(j);
+  if (type.empty()) fail_cell(source, row, col, cell, fmt::format("no action type after the stage number (expected one of {})", type_list()));
+  if (!rest.empty() && !digits(rest))
+    fail_cell(source, row, col, cell, fmt::format("unexpected '{}' after the action type", rest));
+  if (rest.size() > 9) fail_cell(source, row, col, cell, "the microbatch number is too large");
+  const ActInfo* found = nullptr;
+  for (const auto& k : kActs)
+    if (type == k.name) found = &k;
+  if (!found) fail_cell(source, row, col, cell, fmt::format("unknown action type '{}' (expected one of {})", type, type_list()));
+  a.act = found->act;
+  a.stage = std::stoi(cell.substr(0, i));
+  if (found->microbatch) {
+    if (rest.empty())
+      fail_cell(source, row, col, cell, fmt::format("{} needs a microbatch number, like {}{}0", type, a.stage, type));
+    a.mb = std::stoi(rest);
+  } else if (!rest.empty()) {
+    fail_cell(source, row, col, cell, fmt::format("{} is per stage and takes no microbatch (write {}{})", type, a.stage, type));
+  }
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Import
+
+class Importer {
+ public:
+  Importer(const std::string& csv, int microbatches, std::vector<int> stage_map, std::string source)
+      : source_(std::move(source)), given_m_(microbatches), map_(std::move(stage_map)) {
+    std::vector<std::string> lines = split_rows(csv);
+    if (lines.empty()) throw std::invalid_argument(fmt::format("{}: the CSV has no rows (one row per rank)", source_));
+    rows_.resize(lines.size());
+    for (std::size_t r = 0; r < lines.size(); ++r) {
+      std::vector<std::string> cells = split_cells(lines[r]);
+      for (std::size_t c = 0; c < cells.size(); ++c)
+        if (!cells[c].empty())
+          rows_[r].push_back(parse_cell(source_, cells[c], static_cast<int>(r), static_cast<int>(c)));
+    }
+    world_ = static_cast<int>(rows_.size());
+  }
+
+  Schedule run() {
+    if (given_m_ < 0) throw std::invalid_argument(fmt::format("{}: microbatches must be at least 1, got {}", source_, given_m_));
+    bool any = false;
+    for (const auto& row : rows_)
+      for (const Action& a : row) {
+        any = true;
+        stages_ = std::max(stages_, a.stage + 1);
+        if (!is_compute_act(a.act)) comms_ = true;
+        if (a.act == Act::Unshard) fsdp_stages_.insert(a.stage);
+      }
+    if (!any) throw std::invalid_argument(fmt::format("{}: the CSV has no actions", source_));
+    resolve_stage_map();
+    resolve_microbatches();
+    index_actions();
+    check_complete();
+    for (int r = 0; r < world_; ++r) check_row_order(r);
+    if (comms_) check_matching();
+    return build();
+  }
+
+ private:
+  // ---- stage map ----
+  void resolve_stage_map() {
+    if (!map_.empty()) {
+      if (static_cast<int>(map_.size()) != stages_)
+        throw std::invalid_argument(fmt::format("{}: the stage map gives {} stage{} but the CSV uses stages 0..{}",
+                                                source_, map_.size(), map_.size() == 1 ? "" : "s", stages_ - 1));
+      for (std::size_t s = 0; s < map_.size(); ++s)
+        if (map_[s] < 0 || map_[s] >= world_)
+          throw std::invalid_argument(fmt::format("{}: the stage map puts stage {} on rank {}, but the CSV has {} row{} "
+                                                  "(ranks 0..{})",
+                                                  source_, s, map_[s], world_, world_ == 1 ? "" : "s", world_ - 1));
+      for (const auto& row : rows_)
+        for (const Action& a : row)
+          if (map_[a.stage] != a.row)
+            fail_at(source_, a, fmt::format("stage {} belongs to rank {} by the stage map, not rank {}", a.stage,
+                                            map_[a.stage], a.row));
+      std::vector<bool> seen(stages_, false);
+      for (const auto& row : rows_)
+        for (const Action& a : row) seen[a.stage] = true;
+      for (int s = 0; s < stages_; ++s)
+        if (!seen[s]) fail_row(source_, map_[s], fmt::format("stage {} has no actions", s));
+      return;
+    }
+    // Inferred: the row that holds each stage; a stage on two rows is an error.
+    std::vector<const Action*> first(stages_, nullptr);
+    for (const auto& row : rows_)
+      for (const Action& a : row) {
+        const Action*& f = first[a.stage];
+        if (!f) f = &a;
+        else if (f->row != a.row)
+          fail_at(source_, a, fmt::format("stage {} is on two ranks: rank {} holds it too (row {}, column {}, cell '{}'); "
+                                          "a stage runs on one rank",
+                                          a.stage, f->row, f->row + 1, f->col + 1, f->cell));
+      }
+    for (int s = 0; s < stages_; ++s)
+      if (!first[s])
+        throw std::invalid_argument(fmt::format("{}: stage {} appears in no row, but the CSV uses stages 0..{}", source_,
+                                                s, stages_ - 1));
+    map_.resize(stages_);
+    for (int s = 0; s < stages_; ++s) map_[s] = first[s]->row;
+    bool loop = true, v = true;
+    for (int s = 0; s < stages_; ++s) {
+      loop = loop && map_[s] == s % world_;
+      int vr = s < world_ ? s : 2 * world_ - 1 - s;
+      v = v && map_[s] == vr;
+    }
+    if (!loop && !v) {
+      std::string m;
+      for (int r : map_) m += (m.empty() ? "" : ",") + std::to_string(r);
+      int s = 0;
+      while (s < stages_ && map_[s] == s % world_) ++s;
+      throw std::invalid_argument(fmt::format(
+          "{}: the rows place the stages on ranks {}, which is neither loop style (stage s on rank s % {}) nor V style "
+          "(stage s on rank s, then {}-1-s); stage {} is on rank {} (row {}, column {}, cell '{}'). Pass the stage map "
+          "explicitly to accept it (trainsim convert --stage-map {})",
+          source_, m, world_, 2 * world_, s, first[s]->row, first[s]->row + 1, first[s]->col + 1, first[s]->cell, m));
+    }
+  }
+
+  void resolve_microbatches() {
+    int largest = -1;
+    const Action* at = nullptr;
+    for (const auto& row : rows_)
+      for (const Action& a : row)
+        if (a.mb > largest) largest = a.mb, at = &a;
+    if (given_m_ == 0) {
+      if (largest < 0) throw std::invalid_argument(fmt::format("{}: the CSV has no microbatch actions", source_));
+      m_ = largest + 1;
+      return;
+    }
+    m_ = given_m_;
+    if (largest >= m_)
+      fail_at(source_, *at, fmt::format("microbatch {} is out of range: there are {} microbatches (0..{})", largest, m_, m_ - 1));
+  }
+
+  // ---- checks ----
+  void index_actions() {
+    for (const auto& row : rows_)
+      for (const Action& a : row) {
+        if (a.act == Act::Unshard || a.act == Act::Reshard) continue;  // may repeat
+        auto [it, fresh] = where_.emplace(key_of(a), &a);
+        if (!fresh)
+          fail_at(source_, a, fmt::format("{} appears twice (also at row {}, column {})", a.cell, it->second->row + 1,
+                                          it->second->col + 1));
+      }
+  }
+
+  const Action* find(Act act, int stage, int mb) const {
+    auto it = where_.find(Key{act, stage, mb});
+    return it == where_.end() ? nullptr : it->second;
+  }
+
+  static const Action* later(const Action* a, const Action* b) {
+    if (!a) return b;
+    if (!b) return a;
+    return a->col > b->col ? a : b;
+  }
+
+  void check_complete() {
+    for (int s = 0; s < stages_; ++s)
+      for (int b = 0; b < m_; ++b) {
+        const Action* f = find(Act::F, s, b);
+        const Action* full = find(Act::B, s, b);
+        const Action* in = find(Act::I, s, b);
+        const Action* wt = find(Act::W, s, b);
+        if (!f)
+          fail_row(source_, map_[s], fmt::format("stage {} has no forward of microbatch {} (no cell '{}'; there are {} "
+                                                 "microbatches)",
+                                                 s, b, cell_text(s, Act::F, b), m_));
+        if (full && (in || wt))
+          fail_at(source_, *later(full, later(in, wt)),
+                  fmt::format("microbatch {} of stage {} has both a full backward ({}) and a split one ({}); older PyTorch "
+                              "versions wrote the input half of a split backward as B: write it as I",
+                              b, s, full->cell, (in ? in : wt)->cell));
+        if (!full && !in && !wt)
+          fail_at(source_, *f, fmt::format("microbatch {} of stage {} has a forward but no backward (no '{}', nor '{}' and "
+                                           "'{}')",
+                                           b, s, cell_text(s, Act::B, b), cell_text(s, Act::I, b), cell_text(s, Act::W, b)));
+        if (in && !wt)
+          fail_at(source_, *in, fmt::format("a backward input without its backward weight '{}'", cell_text(s, Act::W, b)));
+        if (wt && !in)
+          fail_at(source_, *wt, fmt::format("a backward weight without its backward input '{}'", cell_text(s, Act::I, b)));
+      }
+  }
+
+  // Walks one row in order and checks that what each action needs was done before it on this rank.
+  void check_row_order(int r) {
+    std::set<Key> done;
+    std::map<int, bool> unsharded;
+    auto did = [&](Act a, int s, int b) { return done.count(Key{a, s, b}) > 0; };
+    auto did_input_grad = [&](int s, int b) { return did(Act::B, s, b) || did(Act::I, s, b); };
+    auto need_before = [&](const Action& a, bool ok, const std::string& what) {
+      if (!ok) fail_at(source_, a, what);
+    };
+    for (const Action& a : rows_[r]) {
+      const int s = a.stage, b = a.mb;
+      switch (a.act) {
+        case Act::F:
+          if (s > 0) {
+            if (map_[s - 1] == r) {
+              const Action* p = find(Act::F, s - 1, b);
+              need_before(a, did(Act::F, s - 1, b),
+                          fmt::format("its input comes from stage {}'s forward '{}' on this rank, which is not before it "
+                                      "(column {})",
+                                      s - 1, p->cell, p->col + 1));
+            } else if (comms_) {
+              need_before(a, did(Act::RecvF, s, b),
+                          fmt::format("stage {} is on rank {}: receive the input first ('{}' before this cell)", s - 1,
+                                      map_[s - 1], cell_text(s, Act::RecvF, b)));
+            }
+          }
+          check_unsharded(a, unsharded);
+          break;
+        case Act::B:
+        case Act::I: {
+          const Action* f = find(Act::F, s, b);
+          need_before(a, did(Act::F, s, b), fmt::format("its forward '{}' (column {}) is not before it", f->cell, f->col + 1));
+          if (s + 1 < stages_) {
+            if (map_[s + 1] == r) {
+              const Action* p = later(find(Act::B, s + 1, b), find(Act::I, s + 1, b));
+              need_before(a, did_input_grad(s + 1, b),
+                          fmt::format("its output grad comes from stage {}'s backward '{}' on this rank, which is not "
+                                      "before it (column {})",
+                                      s + 1, p->cell, p->col + 1));
+            } else if (comms_) {
+              need_before(a, did(Act::RecvB, s, b),
+                          fmt::format("stage {} is on rank {}: receive the gradient first ('{}' before this cell)", s + 1,
+                                      map_[s + 1], cell_text(s, Act::RecvB, b)));
+            }
+          }
+          check_unsharded(a, unsharded);
+          break;
+        }
+        case Act::W: {
+          const Action* in = find(Act::I, s, b);
+          need_before(a, did(Act::I, s, b), fmt::format("its backward input '{}' (column {}) is not before it", in->cell, in->col + 1));
+          break;
+        }
+        case Act::SendF:
+          if (s + 1 >= stages_) fail_at(source_, a, fmt::format("stage {} is the last stage: its output goes to the loss, not to another stage", s));
+          if (map_[s + 1] == r) fail_at(source_, a, fmt::format("stage {} is on this rank too: nothing to send", s + 1));
+          need_before(a, did(Act::F, s, b), fmt::format("it sends the output of '{}', which is not before it", cell_text(s, Act::F, b)));
+          break;
+        case Act::RecvF:
+          if (s == 0) fail_at(source_, a, "stage 0 reads the model input: nothing to receive");
+          if (map_[s - 1] == r) fail_at(source_, a, fmt::format("stage {} is on this rank too: nothing to receive", s - 1));
+          break;
+        case Act::SendB:
+          if (s == 0) fail_at(source_, a, "stage 0's input grad goes nowhere: nothing to send");
+          if (map_[s - 1] == r) fail_at(source_, a, fmt::format("stage {} is on this rank too: nothing to send", s - 1));
+          need_before(a, did_input_grad(s, b),
+                      fmt::format("it sends the input grad of '{}' or '{}', neither of which is before it",
+                                  cell_text(s, Act::B, b), cell_text(s, Act::I, b)));
+          break;
+        case Act::RecvB:
+          if (s + 1 >= stages_) fail_at(source_, a, fmt::format("stage {} is the last stage: its output grad comes from the loss", s));
+          if (map_[s + 1] == r) fail_at(source_, a, fmt::format("stage {} is on this rank too: nothing to receive", s + 1));
+          break;
+        case Act::Unshard:
+          if (unsharded[s]) fail_at(source_, a, fmt::format("stage {} is already unsharded (no {} since the last {})", s,
+                                                            cell_text(s, Act::Reshard, -1), a.cell));
+          unsharded[s] = true;
+          break;
+        case Act::Reshard:
+          if (!unsharded[s]) fail_at(source_, a, fmt::format("stage {} is not unsharded here (no {} before it)", s, cell_text(s, Act::Unshard, -1)));
+          unsharded[s] = false;
+          break;
+        case Act::ReduceGrad:
+          for (int mb = 0; mb < m_; ++mb)
+            if (!did(Act::B, s, mb) && !did(Act::W, s, mb)) {
+              const Action* g = find(Act::B, s, mb) ? find(Act::B, s, mb) : find(Act::W, s, mb);
+              fail_at(source_, a, fmt::format("it reduces stage {}'s weight grads, but microbatch {}'s ('{}', column {}) "
+                                              "comes after it",
+                                              s, mb, g->cell, g->col + 1));
+            }
+          break;
+      }
+      done.insert(key_of(a));
+    }
+    if (!comms_) return;
+    // Every output that another rank consumes is sent from this row.
+    for (const Action& a : rows_[r]) {
+      if (a.act == Act::F && a.stage + 1 < stages_ && map_[a.stage + 1] != r && !did(Act::SendF, a.stage, a.mb))
+        fail_at(source_, a, fmt::format("stage {} is on rank {}, but this row has no '{}' after it", a.stage + 1,
+                                        map_[a.stage + 1], cell_text(a.stage, Act::SendF, a.mb)));
+      if ((a.act == Act::B || a.act == Act::I) && a.stage > 0 && map_[a.stage - 1] != r && !did(Act::SendB, a.stage, a.mb))
+        fail_at(source_, a, fmt::format("stage {} is on rank {}, but this row has no '{}' after it", a.stage - 1,
+                                        map_[a.stage - 1], cell_text(a.stage, Act::SendB, a.mb)));
+    }
+  }
+
+  void check_unsharded(const Action& a, std::map<int, bool>& unsharded) const {
+    if (fsdp_stages_.count(a.stage) && !unsharded[a.stage])
+      fail_at(source_, a, fmt::format("stage {} uses UNSHARD, and its weight is not unsharded here ('{}' before this cell)",
+                                      a.stage, cell_text(a.stage, Act::Unshard, -1)));
+  }
+
+  // Every SEND has its RECV on the peer rank, and every RECV its SEND (PyTorch names the receiving stage:
+  // sSEND_Fb pairs with (s+1)RECV_Fb, sSEND_Bb with (s-1)RECV_Bb).
+  void check_matching() const {
+    for (const auto& row : rows_)
+      for (const Action& a : row) {
+        int s = a.stage, b = a.mb;
+        if (a.act == Act::SendF && !find(Act::RecvF, s + 1, b))
+          fail_at(source_, a, fmt::format("no matching '{}' on rank {} (stage {}'s row)", cell_text(s + 1, Act::RecvF, b),
+                                          map_[s + 1], s + 1));
+        if (a.act == Act::SendB && !find(Act::RecvB, s - 1, b))
+          fail_at(source_, a, fmt::format("no matching '{}' on rank {} (stage {}'s row)", cell_text(s - 1, Act::RecvB, b),
+                                          map_[s - 1], s - 1));
+        if (a.act == Act::RecvF && !find(Act::SendF, s - 1, b))
+          fail_at(source_, a, fmt::format("no matching '{}' on rank {} (stage {}'s row)", cell_text(s - 1, Act::SendF, b),
+                                          map_[s - 1], s - 1));
+        if (a.act == Act::RecvB && !find(Act::SendB, s + 1, b))
+          fail_at(source_, a, fmt::format("no matching '{}' on rank {} (stage {}'s row)", cell_text(s + 1, Act::SendB, b),
+                                          map_[s + 1], s + 1));
+      }
+  }
+
+  // ---- building the schedule ----
+  std::string where(const Action& a) const { return fmt::format("{}:{}:{}", source_, a.row + 1, a.col + 1); }
+
+  Schedule build() {
+    Schedule sched;
+    ScheduleHeader& h = sched.header;
+    h.world_size = world_;
+    h.layers = stages_;
+    h.microbatches = m_;
+    h.cost_model = "unit";
+    h.p2p = P2PMode::PerPairChannel;
+    h.stage_map = map_;
+    // One group per rank that runs FSDP actions: the ranks that hold its stages (one rank: a stage is never on two).
+    std::vector<int> group_of(world_, 0);
+    for (const auto& row : rows_)
+      for (const Action& a : row)
+        if ((a.act == Act::Unshard || a.act == Act::Reshard || a.act == Act::ReduceGrad) && group_of[a.row] == 0) {
+          h.groups.push_back({a.row});
+          group_of[a.row] = static_cast<int>(h.groups.size());
+        }
+    if (!comms_) plan_channels();
+    sched.ranks.resize(world_);
+    for (int r = 0; r < world_; ++r) sched.ranks[r] = insert_frees(build_row(r, group_of[r]));
+    return sched;
+  }
+
+  // Compute-only: the tensors each (src, dst) pair carries, in the order the sender sends them (right after
+  // the compute that makes them).
+  void plan_channels() {
+    for (int r = 0; r < world_; ++r)
+      for (const Action& a : rows_[r]) {
+        int s = a.stage, b = a.mb;
+        if (a.act == Act::F && s + 1 < stages_ && map_[s + 1] != r)
+          channel_[{r, map_[s + 1]}].push_back(activation_tensor(s + 1, {b}));
+        if ((a.act == Act::B || a.act == Act::I) && s > 0 && map_[s - 1] != r)
+          channel_[{r, map_[s - 1]}].push_back(activation_grad_tensor(s, {b}));
+      }
+  }
+
+  std::vector<Op> build_row(int r, int group) {
+    std::vector<Op> ops;
+    std::map<int, std::size_t> next_recv;         // source rank -> position in its channel to this rank
+    std::map<int, std::optional<Tensor>> acc;     // stage -> weight grad accumulated so far
+    auto push = [&](Op op, const std::string& at) {
+      op.rank = r;
+      op.where = at;
+      ops.push_back(std::move(op));
+    };
+    auto send = [&](int dst, const Tensor& t, const std::string& at) {
+      Op op;
+      op.kind = OpKind::Send;
+      op.peer = dst;
+      op.reads = {t};
+      push(std::move(op), at);
+    };
+    auto recv = [&](int src, const Tensor& t, const std::string& at) {
+      Op op;
+      op.kind = OpKind::Recv;
+      op.peer = src;
+      op.writes = {t};
+      push(std::move(op), at);
+    };
+    // Compute-only: receive `t` from `src`, after whatever that pair carried before it (in order, as NCCL).
+    auto receive_up_to = [&](int src, const Tensor& t, const std::string& at) {
+      const auto& ch = channel_.at({src, r});
+      std::size_t& next = next_recv[src];
+      auto it = std::find(ch.begin(), ch.end(), t);
+      std::size_t pos = static_cast<std::size_t>(it - ch.begin());
+      for (; next <= pos && next < ch.size(); ++next) recv(src, ch[next], at);
+    };
+    auto accumulate = [&](int s, const Tensor& g, const std::string& at) {
+      auto& a = acc[s];
+      if (!a) {
+        a = g;
+        return;
+      }
+      Op op;
+      op.kind = OpKind::Accumulate;
+      op.reads = {*a, g};
+      Tensor sum_t = sum(*a, g);
+      op.writes = {sum_t};
+      push(std::move(op), at);
+      a = sum_t;
+    };
+    auto collective = [&](OpKind kind, int s, const Tensor& t, const std::string& at) {
+      Op op;
+      op.kind = kind;
+      op.layer = s;
+      op.group = group;
+      op.reads = {t};
+      op.writes = {t};  // over the one rank that holds the stage, the collective gives its input back
+      push(std::move(op), at);
+    };
+
+    std::vector<int> owned;
+    for (int s = 0; s < stages_; ++s)
+      if (map_[s] == r) owned.push_back(s);
+    if (!owned.empty()) {
+      Op load;
+      load.kind = OpKind::Load;
+      for (int s : owned) {
+        load.writes.push_back(weight_tensor(s));
+        load.writes.push_back(opt_state_tensor(s));
+      }
+      push(std::move(load), fmt::format("{}:{}", source_, r + 1));
+    }
+    for (const Action& a : rows_[r]) {
+      const int s = a.stage, b = a.mb;
+      const std::string at = where(a);
+      switch (a.act) {
+        case Act::F:
+          if (s == 0) {
+            Op load;
+            load.kind = OpKind::Load;
+            load.writes = {activation_tensor(0, {b})};
+            push(std::move(load), at);
+          } else if (!comms_ && map_[s - 1] != r) {
+            receive_up_to(map_[s - 1], activation_tensor(s, {b}), at);
+          }
+          push(compute(OpKind::Forward, r, s, {b}, stages_, m_), at);
+          if (s + 1 == stages_) push(compute(OpKind::Loss, r, s, {b}, stages_, m_), at);
+          else if (!comms_ && map_[s + 1] != r) send(map_[s + 1], activation_tensor(s + 1, {b}), at);
+          break;
+        case Act::B:
+        case Act::I:
+          if (!comms_ && s + 1 < stages_ && map_[s + 1] != r)
+            receive_up_to(map_[s + 1], activation_grad_tensor(s + 1, {b}), at);
+          push(compute(a.act == Act::B ? OpKind::Backward : OpKind::BackwardInput, r, s, {b}, stages_, m_), at);
+          if (!comms_ && s > 0 && map_[s - 1] != r) send(map_[s - 1], activation_grad_tensor(s, {b}), at);
+          if (a.act == Act::B) accumulate(s, weight_grad_tensor(s, {b}), at);
+          break;
+        case Act::W:
+          push(compute(OpKind::BackwardWeight, r, s, {b}, stages_, m_), at);
+          accumulate(s, weight_grad_tensor(s, {b}), at);
+          break;
+        case Act::SendF: send(map_[s + 1], activation_tensor(s + 1, {b}), at); break;
+        case Act::RecvF: recv(map_[s - 1], activation_tensor(s, {b}), at); break;
+        case Act::SendB: send(map_[s - 1], activation_grad_tensor(s, {b}), at); break;
+        case Act::RecvB: recv(map_[s + 1], activation_grad_tensor(s + 1, {b}), at); break;
+        case Act::Unshard: collective(OpKind::AllGather, s, weight_tensor(s), at); break;
+        case Act::Reshard: {
+          Op op;
+          op.kind = OpKind::Free;
+          op.reads = {weight_tensor(s)};  // the gathered copy; the loaded weight stays
+          push(std::move(op), at);
+          break;
+        }
+        case Act::ReduceGrad:
+          collective(OpKind::ReduceScatter, s, weight_grad_tensor(s, IdSet::range(0, m_)), at);
+          break;
+      }
+    }
+    for (int s : owned) push(compute(OpKind::Update, r, s, {}, stages_, m_), fmt::format("{}:{}", source_, r + 1));
+    return ops;
+  }
+
+  // Frees every activation, activation grad and weight grad right after the last op that touches it (weights
+  // and optimizer state stay, apart from RESHARD's explicit frees).
+  static std::vector<Op> insert_frees(std::vector<Op> ops) {
+    auto tracked = [](const Tensor& t) { return t.kind != TensorKind::Weight && t.kind != TensorKind::OptState; };
+    std::map<Tensor, std::size_t> last;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind == OpKind::Free) continue;
+      for (const Tensor& t : ops[i].reads) last[t] = i;
+      for (const Tensor& t : ops[i].writes) last[t] = i;
+    }
+    std::map<Tensor, int> count;
+    std::vector<Op> out;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      Op op = std::move(ops[i]);
+      if (op.kind == OpKind::Free) {
+        for (const Tensor& t : op.reads) --count[t];
+      } else {
+        for (const Tensor& t : op.writes) ++count[t];
+      }
+      Op free_op;
+      free_op.kind = OpKind::Free;
+      free_op.rank = op.rank;
+      free_op.where = op.where;
+      auto consider = [&](const Tensor& t) {
+        if (!tracked(t) || last[t] != i) return;
+        int& n = count[t];
+        for (; n > 0; --n) free_op.reads.push_back(t);
+      };
+      if (op.kind != OpKind::Free) {
+        for (const Tensor& t : op.reads) consider(t);
+        for (const Tensor& t : op.writes) consider(t);
+      }
+      out.push_back(std::move(op));
+      if (!free_op.reads.empty()) out.push_back(std::move(free_op));
+    }
+    return out;
+  }
+
+  std::string source_;
+  int given_m_ = 0;
+  std::vector<int> map_;
+  std::vector<std::vector<Action>> rows_;
+  int world_ = 0;
+  int stages_ = 0;
+  int m_ = 0;
+  bool comms_ = false;
+  std::set<int> fsdp_stages_;
+  std::map<Key, const Action*> where_;
+  std::map<std::pair<int, int>, std::vector<Tensor>> channel_;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Export
+
+std::string op_at(const Op& op) {
+  return fmt::format("rank {}: {}{}", op.rank, op.describe(), op.where.empty() ? std::string() : fmt::format(" ({})", op.where));
+}
+
+int single_batch(const Op& op, const IdSet& batches) {
+  if (batches.size() != 1)
+    throw std::invalid_argument(fmt::format("{}: works on {} microbatches at once ({{{}}}); a PyTorch CSV action has "
+                                            "exactly one",
+                                            op_at(op), batches.size(), batches.str()));
+  return batches.first();
+}
+
+const Tensor& payload(const Op& op) {
+  const auto& ts = op.kind == OpKind::Recv ? op.writes : op.reads;
+  if (ts.size() != 1) throw std::invalid_argument(fmt::format("{}: carries {} tensors; a CSV action carries one", op_at(op), ts.size()));
+  return ts.front();
+}
+
+// SEND_F / RECV_F / SEND_B / RECV_B for a point-to-point op, or throws.
+std::string p2p_cell(const Op& op, int layers) {
+  const Tensor& t = payload(op);
+  const bool send = op.kind == OpKind::Send;
+  int b = single_batch(op, t.batches);
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument(fmt::format("{}: {} {} has no PyTorch CSV action: {}", op_at(op), send ? "sending" : "receiving",
+                                             t.str(), why));
+  };
+  if (t.kind == TensorKind::Activation) {
+    if (t.layer < 1 || t.layer >= layers) throw bad("only activations between two stages travel (A1..A" + std::to_string(layers - 1) + ")");
+    return send ? cell_text(t.layer - 1, Act::SendF, b) : cell_text(t.layer, Act::RecvF, b);
+  }
+  if (t.kind == TensorKind::ActivationGrad) {
+    if (t.layer < 1 || t.layer >= layers) throw bad("only activation grads between two stages travel (dA1..dA" + std::to_string(layers - 1) + ")");
+    return send ? cell_text(t.layer, Act::SendB, b) : cell_text(t.layer - 1, Act::RecvB, b);
+  }
+  throw bad("PyTorch pipelines send only activations (SEND_F) and their grads (SEND_B)");
+}
+
+}  // namespace
+
+std::string export_pytorch_csv(const Schedule& schedule, CsvForm form) {
+  const ScheduleHeader& h = schedule.header;
+  if (h.stage_map.empty())
+    throw std::invalid_argument(
+        "the schedule has no stage map (a 'stage_map' header line giving each stage's rank); PyTorch's CSV places one "
+        "stage per layer on one rank (trainsim convert --stage-map gives one)");
+  const bool comms = form == CsvForm::ComputeComms;
+  std::string out;
+  for (const auto& ops : schedule.ranks) {
+    std::vector<std::string> cells;
+    std::map<int, int> gathered;  // layer -> gathered weight copies not yet freed
+    for (const Op& op : ops) {
+      switch (op.kind) {
+        case OpKind::Forward:
+        case OpKind::Backward:
+        case OpKind::BackwardInput:
+        case OpKind::BackwardWeight: {
+          Act a = op.kind == OpKind::Forward ? Act::F : op.kind == OpKind::Backward ? Act::B
+                  : op.kind == OpKind::BackwardInput ? Act::I : Act::W;
+          cells.push_back(cell_text(op.layer, a, single_batch(op, op.batches)));
+          break;
+        }
+        case OpKind::Send:
+        case OpKind::Recv:
+          if (comms) cells.push_back(p2p_cell(op, h.layers));
+          break;
+        case OpKind::AllGather: {
+          const Tensor& t = payload(op);
+          if (t.kind != TensorKind::Weight)
+            throw std::invalid_argument(fmt::format("{}: all-gather of {} has no PyTorch CSV action (UNSHARD gathers a "
+                                                    "stage's weight)",
+                                                    op_at(op), t.str()));
+          int layer = op.layer >= 0 ? op.layer : t.layer;
+          ++gathered[layer];
+          if (comms) cells.push_back(cell_text(layer, Act::Unshard, -1));
+          break;
+        }
+        case OpKind::Free:
+          for (const Tensor& t : op.reads)
+            if (t.kind == TensorKind::Weight && t.complete() && gathered[t.layer] > 0) {
+              --gathered[t.layer];
+              if (comms) cells.push_back(cell_text(t.layer, Act::Reshard, -1));
+            }
+          break;
+        case OpKind::ReduceScatter:
+        case OpKind::AllReduce: {
+          if (!comms) break;
+          const Tensor& t = payload(op);
+          if (t.kind != TensorKind::WeightGrad)
+            throw std::invalid_argument(fmt::format("{}: {} of {} has no PyTorch CSV action (REDUCE_GRAD reduces a "
+                                                    "stage's weight grads)",
+                                                    op_at(op), op_name(op.kind), t.str()));
+          cells.push_back(cell_text(op.layer >= 0 ? op.layer : t.layer, Act::ReduceGrad, -1));
+          break;
+        }
+        default: break;  // load, loss, update, accumulate, barrier: no CSV action
+      }
+    }
+    std::string row;
+    for (const auto& c : cells) row += (row.empty() ? "" : ",") + c;
+    out += row + "\n";
+  }
+  return out;
+}
+
+Schedule import_pytorch_csv(const std::string& csv, int microbatches, std::vector<int> stage_map, const std::string& source) {
+  return Importer(csv, microbatches, std::move(stage_map), source).run();
 }
 
 }  // namespace trainsim

@@ -48,7 +48,7 @@ bool is_compute(OpKind k) {
 
 std::string Op::describe() const {
   std::string s = op_name(kind);
-  if (layer >= 0) s += fmt::format(" layer {}", layer);
+  if (layer >= 0 && kind != OpKind::Loss) s += fmt::format(" layer {}", layer);
   if (!batches.empty()) s += fmt::format(" batches {{{}}}", batches.str());
   if (kind == OpKind::Send) s += fmt::format(" to rank {}", peer);
   if (kind == OpKind::Recv) s += peer < 0 ? std::string(" from any rank") : fmt::format(" from rank {}", peer);

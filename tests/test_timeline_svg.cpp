@@ -436,3 +436,22 @@ TEST_CASE("timeline svg: long runs stay fast and of sensible size") {
   CHECK(s200.size() < 2'000'000);
   CHECK(check_well_formed(s200) == "");
 }
+
+TEST_CASE("timeline svg: ops on several streams of a rank share its row without overlapping") {
+  Trace t;
+  t.layers = 1;
+  t.batches = 1;
+  t.ranks.resize(1);
+  t.ranks[0].push_back(run(OpKind::Forward, 0, 0, IdSet{0}, 0, 2, 1));
+  OpRun ag = run(OpKind::AllGather, 0, 0, {}, 0.5, 1.5, 2);
+  ag.op.stream = 1;
+  t.ranks[0].push_back(ag);
+  std::string one_stream = timeline_svg(hand_trace());
+  std::string svg = timeline_svg(t);
+  CHECK(check_well_formed(svg) == "");
+  CHECK(count(svg, "<title>") == 2);
+  // Row of 34 px: one stream gets 30 px boxes; two streams get two of 14.5 px, one under the other.
+  CHECK(one_stream.find("height=\"30.0\" fill=") != std::string::npos);
+  CHECK(count(svg, "height=\"14.5\" fill=") == 2);
+  CHECK(svg.find("height=\"30.0\" fill=") == std::string::npos);
+}

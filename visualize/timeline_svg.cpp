@@ -802,15 +802,16 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     std::string label = fmt::format("peak {} at {}", format_memory(peak.memory), format_time(peak.time));
     if (!detailed) label += fmt::format(" (rank {})", peak.rank);
     const double font = 10.5;
-    const double tw = text_width(label, font);
+    const double tw = text_width(label, font) * 1.1;  // bold
     const bool right = x + 4 + tw <= width - 4;
     const double tx = right ? x + 4 : x - 4;
-    const double ty = top + std::min(lane_h - 2, font + 1);
+    // Under the peak's dot when the lane is tall enough, else along the lane's top.
+    const double ty = lane_h >= 40 ? std::min(py + font + 4, base - 3) : top + std::min(lane_h - 2, font + 1);
     svg.put("<g class=\"peak\">\n");
     svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n", x,
             top - 2, base, kPeakColour);
     svg.put("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, py, kPeakColour);
-    svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#ffffff\" fill-opacity=\"0.85\"/>\n",
+    svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#ffffff\"/>\n",
             right ? tx - 1 : tx - tw - 1, ty - font, tw + 2, font + 3);
     svg.text(tx, ty, label, fmt::format("font-size=\"{}\" font-weight=\"bold\" fill=\"{}\"{}", font, kPeakColour,
                                         right ? "" : " text-anchor=\"end\""));

@@ -1,0 +1,341 @@
+#include "schedules/generators/builder.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "schedules/defaults.h"
+
+namespace trainsim::gen {
+
+void require_at_least(const std::string& kind, const char* option, int value, int min) {
+  if (value < min)
+    throw std::invalid_argument(fmt::format("{}: --{} must be at least {} (got {})", kind, option, min, value));
+}
+
+IdSet one(int i) { return IdSet::range(i, i + 1); }
+
+Tensor weight_shard(int layer, int index, int count, int step) {
+  return weight_tensor(layer, one(index), count, step);
+}
+
+Tensor weight_full(int layer, int count, int step) {
+  return weight_tensor(layer, IdSet::range(0, count), count, step);
+}
+
+Tensor opt_shard(int layer, int index, int count, int step) {
+  return opt_state_tensor(layer, one(index), count, step);
+}
+
+ScheduleHeader make_header(int world_size, int layers, int microbatches) {
+  ScheduleHeader h;
+  h.world_size = world_size;
+  h.layers = layers;
+  h.microbatches = microbatches;
+  h.cost_model = "unit";
+  h.p2p = P2PMode::PerPairChannel;
+  return h;
+}
+
+// ---- RankProgram ----------------------------------------------------------------------------------------
+
+void RankProgram::load(std::vector<Tensor> ts) {
+  Op op;
+  op.kind = OpKind::Load;
+  op.rank = rank_;
+  op.writes = std::move(ts);
+  ops_.push_back(std::move(op));
+}
+
+void RankProgram::free(std::vector<Tensor> ts) {
+  if (ts.empty()) return;
+  Op op;
+  op.kind = OpKind::Free;
+  op.rank = rank_;
+  op.reads = std::move(ts);
+  ops_.push_back(std::move(op));
+}
+
+void RankProgram::send(int to, Tensor t) {
+  Op op;
+  op.kind = OpKind::Send;
+  op.rank = rank_;
+  op.peer = to;
+  op.reads = {std::move(t)};
+  ops_.push_back(std::move(op));
+}
+
+void RankProgram::recv(int from, Tensor t) {
+  Op op;
+  op.kind = OpKind::Recv;
+  op.rank = rank_;
+  op.peer = from;
+  op.writes = {std::move(t)};
+  ops_.push_back(std::move(op));
+}
+
+void RankProgram::compute(OpKind kind, int layer, IdSet batches, std::vector<Tensor> reads, std::vector<Tensor> writes) {
+  Op op;
+  op.kind = kind;
+  op.rank = rank_;
+  op.layer = kind == OpKind::Loss ? layers_ : layer;
+  op.batches = std::move(batches);
+  op.reads = std::move(reads);
+  op.writes = std::move(writes);
+  fill_defaults(op, layers_, microbatches_);
+  ops_.push_back(std::move(op));
+}
+
+void RankProgram::collective(OpKind kind, int layer, int group, Tensor in, Tensor out) {
+  Op op;
+  op.kind = kind;
+  op.rank = rank_;
+  op.layer = layer;
+  op.group = group;
+  op.reads = {std::move(in)};
+  op.writes = {std::move(out)};
+  ops_.push_back(std::move(op));
+}
+
+void RankProgram::add_grad(const Tensor& g) {
+  for (auto& [layer, s] : sums_) {
+    if (layer != g.layer) continue;
+    Tensor total = sum(s, g);  // throws TensorError on a generator bug
+    Op op;
+    op.kind = OpKind::Accumulate;
+    op.rank = rank_;
+    op.reads = {s, g};
+    op.writes = {total};
+    ops_.push_back(std::move(op));
+    free({s, g});
+    s = total;
+    return;
+  }
+  sums_.emplace_back(g.layer, g);
+}
+
+Tensor RankProgram::take_grad(int layer) {
+  for (auto it = sums_.begin(); it != sums_.end(); ++it)
+    if (it->first == layer) {
+      Tensor t = it->second;
+      sums_.erase(it);
+      return t;
+    }
+  throw std::logic_error(fmt::format("generator: rank {} has no weight grad of layer {}", rank_, layer));
+}
+
+// ---- pipelines ------------------------------------------------------------------------------------------
+
+std::vector<Step> one_f_one_b(int layer, int first, int m, int warmup) {
+  std::vector<Step> out;
+  int w = std::clamp(warmup, 0, m), f = 0, b = 0;
+  while (f < w) out.push_back({Pass::F, layer, first + f++});
+  while (f < m) {
+    out.push_back({Pass::F, layer, first + f++});
+    out.push_back({Pass::B, layer, first + b++});
+  }
+  while (b < m) out.push_back({Pass::B, layer, first + b++});
+  return out;
+}
+
+namespace {
+
+struct Where {
+  int rank = -1;
+  int index = -1;
+};
+
+struct Message {
+  int src = 0, dst = 0;
+  Tensor tensor;
+  int send_step = 0;  // index of the producing step on src
+  int consumer = 0;   // index of the consuming step on dst
+  int pos = 0;        // the receive goes right before this step on dst
+};
+
+[[noreturn]] void bad_plan(const std::string& what) { throw std::logic_error("generator: inconsistent plan: " + what); }
+
+const char* pass_name(Pass p) {
+  switch (p) {
+    case Pass::F: return "F";
+    case Pass::B: return "B";
+    case Pass::I: return "I";
+    case Pass::W: return "W";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Schedule build_pipeline(const PipelinePlan& plan) {
+  const int P = plan.world_size, L = plan.layers, M = plan.microbatches, dp = plan.dp;
+  if (static_cast<int>(plan.steps.size()) != P) bad_plan("one step list per rank");
+  if (dp > 1 && (static_cast<int>(plan.shard_index.size()) != P || static_cast<int>(plan.group_of.size()) != P))
+    bad_plan("shard_index and group_of need one entry per rank");
+
+  // Where each pass runs.
+  std::vector<Where> fwd(L * M), bwd(L * M), wgt(L * M);
+  std::vector<int> grad_passes(static_cast<std::size_t>(P) * L, 0);
+  for (int r = 0; r < P; ++r)
+    for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
+      const Step& s = plan.steps[r][i];
+      if (s.layer < 0 || s.layer >= L || s.mb < 0 || s.mb >= M)
+        bad_plan(fmt::format("rank {} step {} is out of range", r, i));
+      Where& w = s.pass == Pass::F ? fwd[s.layer * M + s.mb] : s.pass == Pass::W ? wgt[s.layer * M + s.mb] : bwd[s.layer * M + s.mb];
+      if (w.rank >= 0) bad_plan(fmt::format("{} of layer {} batch {} twice", pass_name(s.pass), s.layer, s.mb));
+      w = {r, i};
+      if (s.pass == Pass::B || s.pass == Pass::W) ++grad_passes[r * L + s.layer];
+    }
+  for (int l = 0; l < L; ++l)
+    for (int b = 0; b < M; ++b) {
+      const Where &f = fwd[l * M + b], &g = bwd[l * M + b], &w = wgt[l * M + b];
+      if (f.rank < 0 || g.rank < 0) bad_plan(fmt::format("layer {} batch {} lacks a forward or a backward", l, b));
+      if (f.rank != g.rank || g.index < f.index) bad_plan(fmt::format("layer {} batch {}: backward before forward", l, b));
+      Pass gp = plan.steps[g.rank][g.index].pass;
+      if ((gp == Pass::I) != (w.rank >= 0)) bad_plan(fmt::format("layer {} batch {}: backward-input without weight", l, b));
+      if (w.rank >= 0 && (w.rank != g.rank || w.index < g.index))
+        bad_plan(fmt::format("layer {} batch {}: backward-weight before backward-input", l, b));
+    }
+
+  // Messages, in send order per channel.
+  std::vector<Message> msgs;
+  std::map<std::pair<int, int>, std::vector<int>> channels;
+  std::vector<std::map<int, int>> send_after(P);  // rank -> step index -> message
+  for (int r = 0; r < P; ++r)
+    for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
+      const Step& s = plan.steps[r][i];
+      Where c;
+      Tensor t;
+      if (s.pass == Pass::F && s.layer + 1 < L) {
+        c = fwd[(s.layer + 1) * M + s.mb];
+        t = activation_tensor(s.layer + 1, one(s.mb));
+      } else if ((s.pass == Pass::B || s.pass == Pass::I) && s.layer > 0) {
+        c = bwd[(s.layer - 1) * M + s.mb];
+        t = activation_grad_tensor(s.layer, one(s.mb));
+      } else {
+        continue;
+      }
+      if (c.rank == r) continue;
+      int id = static_cast<int>(msgs.size());
+      msgs.push_back(Message{r, c.rank, t, i, c.index, c.index});
+      channels[{r, c.rank}].push_back(id);
+      send_after[r][i] = id;
+    }
+  // A channel delivers in order: a message must be received no later than any later one on its channel.
+  std::vector<std::map<int, std::vector<int>>> recv_before(P);  // rank -> step index -> messages
+  for (auto& [key, ids] : channels) {
+    for (int k = static_cast<int>(ids.size()) - 2; k >= 0; --k)
+      msgs[ids[k]].pos = std::min(msgs[ids[k]].pos, msgs[ids[k + 1]].pos);
+    for (int id : ids) recv_before[msgs[id].dst][msgs[id].pos].push_back(id);
+  }
+  for (auto& per_rank : recv_before)
+    for (auto& [pos, ids] : per_rank)
+      std::sort(ids.begin(), ids.end(), [&](int a, int b) {
+        return std::tie(msgs[a].send_step, msgs[a].src) < std::tie(msgs[b].send_step, msgs[b].src);
+      });
+
+  Schedule sched;
+  sched.header = make_header(P, L, M);
+  sched.header.stage_map = plan.stage_map;
+  sched.header.groups = plan.groups;
+  const IdSet all = IdSet::range(0, M);
+
+  for (int r = 0; r < P; ++r) {
+    RankProgram prog(r, L, M);
+    const int j = dp > 1 ? plan.shard_index[r] : 0;
+    std::vector<int> mine;
+    for (const Step& s : plan.steps[r])
+      if (std::find(mine.begin(), mine.end(), s.layer) == mine.end()) mine.push_back(s.layer);
+    std::sort(mine.begin(), mine.end());
+    if (!mine.empty()) {
+      std::vector<Tensor> state;
+      for (int l : mine) {
+        state.push_back(weight_shard(l, j, dp));
+        state.push_back(opt_shard(l, j, dp));
+      }
+      prog.load(std::move(state));
+    }
+    if (dp > 1)
+      for (int l : mine)
+        prog.collective(OpKind::AllGather, l, plan.group_of[r], weight_shard(l, j, dp), weight_full(l, dp));
+
+    std::vector<int> grads_done(L, 0);
+    auto finish_layer = [&](int l) {
+      Tensor g = prog.take_grad(l);
+      if (dp == 1) {
+        if (g != weight_grad_tensor(l, all)) bad_plan(fmt::format("layer {}'s grads on rank {} miss batches", l, r));
+        prog.compute(OpKind::Update, l, {});
+        prog.free({weight_tensor(l), opt_state_tensor(l), g});
+        return;
+      }
+      prog.free({weight_full(l, dp)});
+      Tensor gs = weight_grad_tensor(l, all, one(j), dp);
+      prog.collective(OpKind::ReduceScatter, l, plan.group_of[r], g, gs);
+      prog.free({g});
+      Tensor w = weight_shard(l, j, dp), o = opt_shard(l, j, dp);
+      prog.compute(OpKind::Update, l, {}, {gs, w, o}, {weight_shard(l, j, dp, 1), opt_shard(l, j, dp, 1)});
+      prog.free({w, o, gs});
+    };
+    auto grad_done = [&](int l) {
+      if (++grads_done[l] == grad_passes[r * L + l]) finish_layer(l);
+    };
+
+    for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
+      if (auto it = recv_before[r].find(i); it != recv_before[r].end())
+        for (int id : it->second) prog.recv(msgs[id].src, msgs[id].tensor);
+      const Step& s = plan.steps[r][i];
+      const int l = s.layer;
+      const IdSet b = one(s.mb);
+      const Tensor a = activation_tensor(l, b), w = weight_full(l, dp);
+      const Tensor g_out = activation_grad_tensor(l + 1, b), g_in = activation_grad_tensor(l, b);
+      const Message* sent = nullptr;
+      if (auto it = send_after[r].find(i); it != send_after[r].end()) sent = &msgs[it->second];
+      switch (s.pass) {
+        case Pass::F: {
+          if (l == 0) prog.load({a});
+          Tensor out = activation_tensor(l + 1, b);
+          prog.compute(OpKind::Forward, l, b, {a, w}, {out});
+          if (l == L - 1) {
+            prog.compute(OpKind::Loss, L, b);
+            prog.free({out});
+          } else if (sent) {
+            prog.send(sent->dst, out);
+            prog.free({out});
+          }
+          break;
+        }
+        case Pass::B:
+        case Pass::I: {
+          bool full = s.pass == Pass::B;
+          std::vector<Tensor> writes;
+          if (full) writes.push_back(weight_grad_tensor(l, b));
+          writes.push_back(g_in);
+          prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {a, g_out, w}, writes);
+          std::vector<Tensor> drop;
+          if (full) drop = {a, g_out};
+          if (sent) prog.send(sent->dst, g_in);
+          if (sent || l == 0) drop.push_back(g_in);
+          prog.free(drop);
+          if (full) {
+            prog.add_grad(weight_grad_tensor(l, b));
+            grad_done(l);
+          }
+          break;
+        }
+        case Pass::W:
+          prog.compute(OpKind::BackwardWeight, l, b, {a, g_out}, {weight_grad_tensor(l, b)});
+          prog.free({a, g_out});
+          prog.add_grad(weight_grad_tensor(l, b));
+          grad_done(l);
+          break;
+      }
+    }
+    sched.ranks.push_back(std::move(prog.ops()));
+  }
+  return sched;
+}
+
+}  // namespace trainsim::gen

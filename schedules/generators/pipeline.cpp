@@ -1,0 +1,100 @@
+// Pipeline schedules: GPipe, 1F1B (PipeDream-flush), Megatron's interleaved 1F1B and the breadth-first
+// looped pipeline. One schedule "layer" per stage chunk.
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "schedules/generators/builder.h"
+
+namespace trainsim::gen {
+
+namespace {
+
+// A plan of p ranks and layers = p * v with loop placement: layer = chunk * p + stage, on rank stage.
+PipelinePlan looped_plan(int p, int v, int m) {
+  PipelinePlan plan;
+  plan.world_size = p;
+  plan.layers = p * v;
+  plan.microbatches = m;
+  plan.steps.resize(p);
+  for (int l = 0; l < p * v; ++l) plan.stage_map.push_back(l % p);
+  return plan;
+}
+
+void check_pipeline(const std::string& kind, const GenOptions& o) {
+  require_at_least(kind, "stages", o.stages, 1);
+  require_at_least(kind, "microbatches", o.microbatches, 1);
+}
+
+}  // namespace
+
+Schedule gen_gpipe(const GenOptions& o) {
+  check_pipeline("gpipe", o);
+  const int p = o.stages, m = o.microbatches;
+  PipelinePlan plan = looped_plan(p, 1, m);
+  for (int s = 0; s < p; ++s) {
+    for (int b = 0; b < m; ++b) plan.steps[s].push_back({Pass::F, s, b});
+    for (int b = 0; b < m; ++b) plan.steps[s].push_back({Pass::B, s, b});
+  }
+  return build_pipeline(plan);
+}
+
+Schedule gen_1f1b(const GenOptions& o) {
+  check_pipeline("1f1b", o);
+  const int p = o.stages, m = o.microbatches;
+  PipelinePlan plan = looped_plan(p, 1, m);
+  for (int s = 0; s < p; ++s) plan.steps[s] = one_f_one_b(s, 0, m, p - s - 1);
+  return build_pipeline(plan);
+}
+
+Schedule gen_interleaved_1f1b(const GenOptions& o) {
+  check_pipeline("interleaved-1f1b", o);
+  require_at_least("interleaved-1f1b", "chunks", o.chunks, 1);
+  const int p = o.stages, m = o.microbatches, v = o.chunks;
+  if (m % p != 0)
+    throw std::invalid_argument(fmt::format(
+        "interleaved-1f1b: --microbatches must be a multiple of --stages (got {} microbatches for {} stages)", m, p));
+  PipelinePlan plan = looped_plan(p, v, m);
+  if (v == 1) {  // no interleaving: plain 1F1B
+    for (int s = 0; s < p; ++s) plan.steps[s] = one_f_one_b(s, 0, m, p - s - 1);
+    return build_pipeline(plan);
+  }
+  // Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward (backward) of a rank runs
+  // chunk (k mod p*v) / p (counted from the last chunk for backwards) on microbatch (k / (p*v)) * p + k mod p.
+  const int total = m * v;
+  auto step = [&](int s, int k, bool forward) {
+    int in_group = k % (p * v);
+    int chunk = in_group / p;
+    if (!forward) chunk = v - 1 - chunk;
+    int mb = (k / (p * v)) * p + in_group % p;
+    return Step{forward ? Pass::F : Pass::B, chunk * p + s, mb};
+  };
+  for (int s = 0; s < p; ++s) {
+    int warmup = m == p ? total : std::min((p - s - 1) * 2 + (v - 1) * p, total);
+    auto& out = plan.steps[s];
+    for (int k = 0; k < warmup; ++k) out.push_back(step(s, k, true));
+    for (int k = 0; k < total - warmup; ++k) {
+      out.push_back(step(s, warmup + k, true));
+      out.push_back(step(s, k, false));
+    }
+    for (int k = total - warmup; k < total; ++k) out.push_back(step(s, k, false));
+  }
+  return build_pipeline(plan);
+}
+
+Schedule gen_looped_bfs(const GenOptions& o) {
+  check_pipeline("looped-bfs", o);
+  require_at_least("looped-bfs", "chunks", o.chunks, 1);
+  const int p = o.stages, m = o.microbatches, v = o.chunks;
+  PipelinePlan plan = looped_plan(p, v, m);
+  for (int s = 0; s < p; ++s) {
+    for (int c = 0; c < v; ++c)
+      for (int b = 0; b < m; ++b) plan.steps[s].push_back({Pass::F, c * p + s, b});
+    for (int c = v - 1; c >= 0; --c)
+      for (int b = 0; b < m; ++b) plan.steps[s].push_back({Pass::B, c * p + s, b});
+  }
+  return build_pipeline(plan);
+}
+
+}  // namespace trainsim::gen

@@ -1,0 +1,364 @@
+// Schedule generators (schedules/generators.h) and `trainsim gen`: every generated schedule simulates
+// cleanly and round-trips through the text format; pipeline bubbles match their closed forms; in-flight
+// microbatches match each schedule's memory bound; ZeRO stages save memory in order.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli_helpers.h"
+#include "schedules/generators.h"
+#include "schedules/replay.h"
+#include "schedules/text_format.h"
+
+using namespace trainsim;
+using namespace trainsim::testing;
+
+namespace {
+
+const std::vector<std::string> kPipelineKinds = {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1"};
+const std::vector<std::string> kDataParallelKinds = {"ddp", "zero1", "zero2", "fsdp"};
+
+bool uses_chunks(const std::string& kind) { return kind == "interleaved-1f1b" || kind == "looped-bfs"; }
+
+std::string label(const std::string& kind, const GenOptions& o) {
+  return kind + " stages=" + std::to_string(o.stages) + " microbatches=" + std::to_string(o.microbatches) +
+         " chunks=" + std::to_string(o.chunks) + " layers=" + std::to_string(o.layers) + " dp=" + std::to_string(o.dp) +
+         " prefetch=" + std::to_string(o.prefetch) + " reshard=" + std::to_string(o.reshard_after_forward);
+}
+
+// Simulates `s` and checks that it is valid and that print -> parse -> print gives the same bytes.
+SimResult check_schedule(const Schedule& s, const std::string& what) {
+  INFO(what);
+  SimResult r = simulate(s);
+  INFO(r.error);
+  CHECK(r.ok);
+  std::string text = print_schedule(s);
+  std::string again;
+  try {
+    again = print_schedule(parse_schedule(text, "generated.sched"));
+  } catch (const ParseError& e) {
+    FAIL_CHECK("the printed schedule does not parse: " << e.what());
+  }
+  CHECK(again == text);
+  return r;
+}
+
+// Peak, per rank over its op order, of the microbatches whose forward is done and whose closing pass
+// (backward or backward-input, or backward-weight) is not.
+std::vector<int> peak_in_flight(const Schedule& s, bool until_weight_grad = false) {
+  std::vector<int> peaks;
+  for (const auto& ops : s.ranks) {
+    int now = 0, peak = 0;
+    for (const Op& op : ops) {
+      if (op.kind == OpKind::Forward) peak = std::max(peak, ++now);
+      bool closes = op.kind == OpKind::Backward ||
+                    (until_weight_grad ? op.kind == OpKind::BackwardWeight : op.kind == OpKind::BackwardInput);
+      if (closes) --now;
+    }
+    CHECK(now == 0);
+    peaks.push_back(peak);
+  }
+  return peaks;
+}
+
+// The exception message of generate(kind, o), or "" when it does not throw std::invalid_argument.
+std::string rejection(const std::string& kind, const GenOptions& o) {
+  try {
+    generate(kind, o);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+double closed_form(int p, int m, int v) { return static_cast<double>(p - 1) / (v * m + p - 1); }
+
+}  // namespace
+
+TEST_CASE("gen: the registry lists every kind and rejects unknown ones") {
+  std::vector<std::string> want = kPipelineKinds;
+  want.insert(want.end(), kDataParallelKinds.begin(), kDataParallelKinds.end());
+  want.push_back("pp-fsdp");
+  auto kinds = generator_kinds();
+  std::sort(want.begin(), want.end());
+  std::sort(kinds.begin(), kinds.end());
+  CHECK(kinds == want);
+  std::string e = rejection("pipedream-2bw", GenOptions{});
+  CHECK(e.find("pipedream-2bw") != std::string::npos);
+  CHECK(e.find("1f1b") != std::string::npos);
+}
+
+TEST_CASE("gen: pipeline kinds validate, round-trip and match their bubble over stages 1-8, microbatches 1-16") {
+  int generated = 0;
+  for (const std::string& kind : kPipelineKinds)
+    for (int p = 1; p <= 8; ++p)
+      for (int m = 1; m <= 16; ++m)
+        for (int v = 1; v <= (uses_chunks(kind) ? 4 : 1); ++v) {
+          GenOptions o;
+          o.stages = p;
+          o.microbatches = m;
+          o.chunks = v;
+          std::string what = label(kind, o);
+          INFO(what);
+          if (kind == "interleaved-1f1b" && m % p != 0) {
+            std::string e = rejection(kind, o);
+            CHECK(e.find("--microbatches") != std::string::npos);
+            continue;
+          }
+          Schedule s = generate(kind, o);
+          ++generated;
+          const int layers = uses_chunks(kind) ? p * v : p;
+          CHECK(s.header.world_size == p);
+          CHECK(s.header.layers == layers);
+          CHECK(s.header.microbatches == m);
+          CHECK(s.header.cost_model == "unit");
+          CHECK(s.header.p2p == P2PMode::PerPairChannel);
+          REQUIRE(s.header.stage_map.size() == static_cast<std::size_t>(layers));
+          for (int r = 0; r < p; ++r)
+            for (const Op& op : s.ranks[r])
+              if (is_compute(op.kind) && op.kind != OpKind::Loss) CHECK(s.header.stage_map[op.layer] == r);
+          SimResult r = check_schedule(s, what);
+          if (!r.ok) continue;
+          double bubble = r.trace.bubble_fraction();
+          if (kind == "gpipe" || kind == "1f1b") CHECK(bubble == doctest::Approx(closed_form(p, m, 1)));
+          if (kind == "interleaved-1f1b") CHECK(bubble == doctest::Approx(closed_form(p, m, v)));
+          // Breadth-first keeps every stage busy between its chunks once there are at least p microbatches.
+          if (kind == "looped-bfs" && m >= p) CHECK(bubble == doctest::Approx(closed_form(p, m, v)));
+        }
+  CHECK(generated == 8 * 16 * 3 + 8 * 16 * 4 + (16 + 8 + 5 + 4 + 3 + 2 + 2 + 2) * 4);
+}
+
+TEST_CASE("gen: zb-h1's bubble is below 1f1b's") {
+  for (int p = 2; p <= 8; ++p)
+    for (int m = p; m <= 16; ++m) {
+      GenOptions o;
+      o.stages = p;
+      o.microbatches = m;
+      INFO(label("zb-h1", o));
+      SimResult zb = simulate(generate("zb-h1", o));
+      SimResult ofob = simulate(generate("1f1b", o));
+      REQUIRE(zb.ok);
+      REQUIRE(ofob.ok);
+      CHECK(zb.trace.bubble_fraction() < ofob.trace.bubble_fraction() - 1e-9);
+      CHECK(zb.trace.makespan() < ofob.trace.makespan());
+    }
+}
+
+TEST_CASE("gen: in-flight microbatches per stage: m for gpipe, min(m, p - stage) for 1f1b and zb-h1") {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 16; ++m) {
+      GenOptions o;
+      o.stages = p;
+      o.microbatches = m;
+      INFO("stages=" << p << " microbatches=" << m);
+      auto gpipe = peak_in_flight(generate("gpipe", o));
+      auto ofob = peak_in_flight(generate("1f1b", o));
+      Schedule zb = generate("zb-h1", o);
+      auto zb_input = peak_in_flight(zb);
+      auto zb_weight = peak_in_flight(zb, true);
+      for (int s = 0; s < p; ++s) {
+        INFO("stage " << s);
+        CHECK(gpipe[s] == m);
+        CHECK(ofob[s] == std::min(m, p - s));
+        CHECK(zb_input[s] == std::min(m, p - s));
+        // Deferred weight passes keep activations longer, but never beyond 1F1B's first stage's p.
+        CHECK(zb_weight[s] <= std::min(m, p));
+      }
+    }
+}
+
+TEST_CASE("gen: zb-h1 splits every backward into backward-input and backward-weight") {
+  GenOptions o;
+  o.stages = 4;
+  o.microbatches = 8;
+  Schedule s = generate("zb-h1", o);
+  for (const auto& ops : s.ranks) {
+    int inputs = 0, weights = 0, full = 0;
+    for (const Op& op : ops) {
+      inputs += op.kind == OpKind::BackwardInput;
+      weights += op.kind == OpKind::BackwardWeight;
+      full += op.kind == OpKind::Backward;
+    }
+    CHECK(inputs == 8);
+    CHECK(weights == 8);
+    CHECK(full == 0);
+  }
+}
+
+TEST_CASE("gen: pp-fsdp validates and keeps 1f1b's bubble over stages, microbatches and replicas") {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 16; m += (m < 4 ? 1 : 3))
+      for (int dp = 1; dp <= 3; ++dp) {
+        GenOptions o;
+        o.stages = p;
+        o.microbatches = m;
+        o.dp = dp;
+        std::string what = label("pp-fsdp", o);
+        INFO(what);
+        Schedule s = generate("pp-fsdp", o);
+        CHECK(s.header.world_size == p * dp);
+        CHECK(s.header.microbatches == m * dp);
+        REQUIRE(s.header.groups.size() == static_cast<std::size_t>(p));
+        for (int st = 0; st < p; ++st)
+          for (int j = 0; j < dp; ++j) CHECK(s.header.groups[st][j] == j * p + st);
+        for (int r = 0; r < p * dp; ++r)
+          for (const Op& op : s.ranks[r])
+            if (op.kind == OpKind::Forward) CHECK(s.header.stage_map[op.layer] == r % p);
+        SimResult r = check_schedule(s, what);
+        if (r.ok) CHECK(r.trace.bubble_fraction() == doctest::Approx(closed_form(p, m, 1)));
+      }
+}
+
+TEST_CASE("gen: data-parallel kinds validate and round-trip for dp 1-8") {
+  for (const std::string& kind : kDataParallelKinds)
+    for (int dp = 1; dp <= 8; ++dp)
+      for (int m = 1; m <= 3; ++m)
+        for (int layers : {0, 1, 3})
+          for (int prefetch = 0; prefetch <= (kind == "fsdp" ? 2 : 0); ++prefetch)
+            for (bool reshard : {true, false}) {
+              if (!reshard && kind != "fsdp") continue;
+              GenOptions o;
+              o.dp = dp;
+              o.microbatches = m;
+              o.layers = layers;
+              o.prefetch = prefetch;
+              o.reshard_after_forward = reshard;
+              std::string what = label(kind, o);
+              Schedule s = generate(kind, o);
+              CHECK(s.header.world_size == dp);
+              CHECK(s.header.layers == (layers == 0 ? 4 : layers));
+              CHECK(s.header.microbatches == dp * m);
+              SimResult r = check_schedule(s, what);
+              if (r.ok) CHECK(r.trace.bubble_fraction() == doctest::Approx(0.0));
+            }
+}
+
+TEST_CASE("gen: peak memory decreases ddp > zero1 > zero2 > fsdp for dp 4") {
+  for (int m : {1, 2, 8}) {
+    GenOptions o;
+    o.dp = 4;
+    o.microbatches = m;
+    std::vector<double> peaks;
+    for (const std::string& kind : kDataParallelKinds) {
+      SimResult r = simulate(generate(kind, o));
+      INFO(kind << " microbatches=" << m << ": " << r.error);
+      REQUIRE(r.ok);
+      peaks.push_back(r.trace.peak().memory);
+    }
+    INFO("microbatches=" << m << " peaks ddp " << peaks[0] << " zero1 " << peaks[1] << " zero2 " << peaks[2]
+                         << " fsdp " << peaks[3]);
+    CHECK(peaks[0] > peaks[1]);
+    CHECK(peaks[1] > peaks[2]);
+    CHECK(peaks[2] > peaks[3]);
+  }
+}
+
+TEST_CASE("gen: fsdp's gathered weights follow prefetch and reshard_after_forward") {
+  GenOptions o;
+  o.dp = 4;
+  o.microbatches = 2;
+  o.layers = 6;
+  auto peak = [&](int prefetch, bool reshard) {
+    GenOptions q = o;
+    q.prefetch = prefetch;
+    q.reshard_after_forward = reshard;
+    Schedule s = generate("fsdp", q);
+    // Most complete weights any rank holds at once, counted over its op order.
+    int most = 0, now = 0, gathers = 0;
+    for (const Op& op : s.ranks[0]) {
+      if (op.kind == OpKind::AllGather && op.writes.front().step == 0) ++now, ++gathers;
+      if (op.kind == OpKind::Free)
+        for (const Tensor& t : op.reads)
+          if (t.kind == TensorKind::Weight && t.step == 0 && t.complete()) --now;
+      most = std::max(most, now);
+    }
+    CHECK(now == 0);
+    // Gathered for every forward and, when resharded, again for every backward.
+    CHECK(gathers == o.layers * o.microbatches * (reshard ? 2 : 1));
+    SimResult r = simulate(s);
+    INFO(r.error);
+    CHECK(r.ok);
+    return std::pair<int, double>{most, r.trace.peak().memory};
+  };
+  CHECK(peak(0, true).first == 1);
+  CHECK(peak(1, true).first == 2);
+  CHECK(peak(2, true).first == 3);
+  CHECK(peak(1, false).first == 6);
+  CHECK(peak(0, true).second < peak(2, true).second);
+  CHECK(peak(1, true).second < peak(1, false).second);
+}
+
+TEST_CASE("gen: rejected options name the option") {
+  auto with = [](auto set) {
+    GenOptions o;
+    set(o);
+    return o;
+  };
+  for (const std::string& kind : kPipelineKinds) {
+    INFO(kind);
+    CHECK(rejection(kind, with([](GenOptions& o) { o.stages = 0; })).find("--stages") != std::string::npos);
+    CHECK(rejection(kind, with([](GenOptions& o) { o.microbatches = 0; })).find("--microbatches") != std::string::npos);
+    if (uses_chunks(kind))
+      CHECK(rejection(kind, with([](GenOptions& o) { o.chunks = 0; })).find("--chunks") != std::string::npos);
+  }
+  for (const std::string& kind : kDataParallelKinds) {
+    INFO(kind);
+    CHECK(rejection(kind, with([](GenOptions& o) { o.dp = 0; })).find("--dp") != std::string::npos);
+    CHECK(rejection(kind, with([](GenOptions& o) { o.microbatches = -1; })).find("--microbatches") != std::string::npos);
+    CHECK(rejection(kind, with([](GenOptions& o) { o.layers = -2; })).find("--layers") != std::string::npos);
+  }
+  CHECK(rejection("fsdp", with([](GenOptions& o) { o.prefetch = -1; })).find("--prefetch") != std::string::npos);
+  CHECK(rejection("pp-fsdp", with([](GenOptions& o) { o.dp = 0; })).find("--dp") != std::string::npos);
+  CHECK(rejection("pp-fsdp", with([](GenOptions& o) { o.stages = 0; })).find("--stages") != std::string::npos);
+}
+
+TEST_CASE("gen: trainsim gen writes a schedule file that parses and simulates") {
+  auto dir = fresh_dir("gen-cli");
+  auto file = dir / "1f1b.sched";
+  CommandResult r = run_trainsim("gen 1f1b --stages 4 --microbatches 8 -o " + file.string(), true);
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  std::string text = slurp(file);
+  Schedule s = parse_schedule(text, file.string());
+  CHECK(s.header.world_size == 4);
+  CHECK(s.header.microbatches == 8);
+  GenOptions o;
+  o.stages = 4;
+  o.microbatches = 8;
+  CHECK(text == print_schedule(generate("1f1b", o)));
+  SimResult sim = simulate(s);
+  INFO(sim.error);
+  CHECK(sim.ok);
+
+  CommandResult out = run_trainsim("gen fsdp --dp 2 --layers 2 --microbatches 1 --prefetch 0 --no-reshard-after-forward -o -");
+  CHECK(out.exit_code == 0);
+  GenOptions f;
+  f.dp = 2;
+  f.layers = 2;
+  f.microbatches = 1;
+  f.prefetch = 0;
+  f.reshard_after_forward = false;
+  CHECK(out.out == print_schedule(generate("fsdp", f)));
+}
+
+TEST_CASE("gen: trainsim gen reports bad kinds and options with exit code 2") {
+  CommandResult unknown = run_trainsim("gen nonsense -o -", true);
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.out.find("unknown kind 'nonsense'") != std::string::npos);
+  CHECK(unknown.out.find("interleaved-1f1b") != std::string::npos);
+
+  CommandResult bad = run_trainsim("gen interleaved-1f1b --stages 4 --microbatches 6 --chunks 2 -o -", true);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.out.find("--microbatches") != std::string::npos);
+
+  CommandResult zero = run_trainsim("gen ddp --dp 0 -o -", true);
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.out.find("--dp") != std::string::npos);
+
+  CommandResult help = run_trainsim("gen --help", true);
+  CHECK(help.exit_code == 0);
+  for (const auto& kind : generator_kinds()) CHECK(help.out.find(kind) != std::string::npos);
+}

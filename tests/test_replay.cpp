@@ -1,0 +1,153 @@
+// Simulating schedules: recorded puzzle schedules reproduce their programs; broken schedules are caught
+// with a message naming the file:line, rank and op.
+#include <doctest/doctest.h>
+
+#include "puzzles/runner.h"
+#include "schedules/replay.h"
+#include "schedules/text_format.h"
+
+using namespace trainsim;
+
+namespace {
+std::string two_ranks(const std::string& rank0, const std::string& rank1, const std::string& extra_header = "") {
+  return "trainsim-schedule 1\nworld_size 2\nlayers 1\nmicrobatches 2\ncost_model unit\np2p per-pair\n" + extra_header +
+         "rank 0\n" + rank0 + "rank 1\n" + rank1;
+}
+// A valid data-parallel step on two ranks, batch r on rank r.
+std::string ddp_rank(int r) {
+  std::string b = std::to_string(r);
+  return "  load -> W0 O0 A0{" + b + "}\n  forward L0 {" + b + "}\n  loss {" + b + "} : A1{" + b + "}\n" +
+         "  backward L0 {" + b + "}\n  all-reduce L0 : dW0{" + b + "} -> dW0{0-1}\n  update L0\n";
+}
+std::string sim_error(const std::string& text, std::optional<double> limit = std::nullopt) {
+  Schedule s = parse_schedule(text, "t.sched");
+  SimOptions o;
+  o.memory_limit = limit;
+  SimResult r = simulate(s, o);
+  return r.ok ? "ok" : r.error;
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("simulating a recorded puzzle schedule reproduces the program's run exactly") {
+  for (const auto& p : puzzles::catalog()) {
+    CAPTURE(p.name);
+    auto run = puzzles::run_puzzle(p, false, true);
+    REQUIRE(run.schedule);
+    Schedule s = parse_schedule(print_schedule(*run.schedule), p.name + ".sched");
+    SimResult sim = simulate(s);
+    CHECK(sim.error == "");
+    REQUIRE(sim.ok);
+    CHECK(sim.trace.timesteps() == run.trace.timesteps());
+    CHECK(sim.trace.makespan() == run.trace.makespan());
+    CHECK(sim.trace.peak().memory == run.trace.peak().memory);
+    CHECK(sim.trace.peak().rank == run.trace.peak().rank);
+    CHECK(sim.trace.peak().time == run.trace.peak().time);
+    for (int r = 0; r < p.ranks; ++r) {
+      const auto& a = run.trace.ranks[r];
+      const auto& b = sim.trace.ranks[r];
+      REQUIRE(a.size() == b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        CHECK(a[i].op.kind == b[i].op.kind);
+        CHECK(a[i].op.layer == b[i].op.layer);
+        CHECK(a[i].op.batches == b[i].op.batches);
+        CHECK(a[i].start == b[i].start);
+        CHECK(a[i].end == b[i].end);
+        CHECK(a[i].memory == b[i].memory);
+      }
+    }
+  }
+}
+
+TEST_CASE("a valid hand-written schedule passes") { CHECK(sim_error(two_ranks(ddp_rank(0), ddp_rank(1))) == "ok"); }
+
+TEST_CASE("the tensor algebra is checked op by op") {
+  SUBCASE("an input that is not resident") {
+    std::string e = sim_error(two_ranks("  load -> W0 O0\n  forward L0 {0}\n", ddp_rank(1)));
+    CHECK(has(e, "rank 0: forward layer 0 batches {0} (t.sched:9): it reads A0{0} (activation), which is not resident; resident: W0, O0"));
+  }
+  SUBCASE("an incomplete weight") {
+    std::string e = sim_error(two_ranks("  load -> W0[0/2] A0{0}\n  forward L0 {0} : A0{0} W0[0/2]\n", ddp_rank(1)));
+    CHECK(has(e, "(t.sched:9): the weight W0[0/2] is not complete (holds shards 0 of 2); all-gather it first"));
+  }
+  SUBCASE("an update without every batch's grad") {
+    std::string r0 = "  load -> W0 O0 A0{0}\n  forward L0 {0}\n  loss {0} : A1{0}\n  backward L0 {0}\n"
+                     "  update L0 : dW0{0} W0 O0\n";
+    CHECK(has(sim_error(two_ranks(r0, ddp_rank(1))), "(t.sched:12): the weight grad dW0{0} is missing batches {1}"));
+  }
+  SUBCASE("a double update") {
+    std::string r0 = ddp_rank(0) + "  update L0 : dW0{0-1} W0@1 O0@1\n";
+    CHECK(has(sim_error(two_ranks(r0, ddp_rank(1))), "(t.sched:14): layer 0 is updated again (to step 2)"));
+  }
+  SUBCASE("a layer never updated over all its shards") {
+    std::string r = "  load -> W0[0/2] O0[0/2] dW0{0-1}[0/2]\n  update L0 : dW0{0-1}[0/2] W0[0/2] O0[0/2]\n";
+    std::string e = sim_error(two_ranks(r, "  load -> A0{1}\n"));
+    CHECK(has(e, "cannot load dW0{0-1}[0/2]"));
+  }
+  SUBCASE("a layer with a shard never updated") {
+    std::string r0 = ddp_rank(0);
+    std::string r1 = "  load -> W0 O0 A0{1}\n  forward L0 {1}\n  loss {1} : A1{1}\n  backward L0 {1}\n"
+                     "  all-reduce L0 : dW0{1} -> dW0{0-1}\n";
+    CHECK(sim_error(two_ranks(r0, r1)) == "ok");  // rank 0's update covers every shard of the unsharded layer
+    std::string sharded = [](int r) {
+      std::string b = std::to_string(r);
+      return "  load -> W0[" + b + "/2] O0[" + b + "/2] A0{" + b + "}\n  all-gather L0 : W0[" + b +
+             "/2] -> W0[0-1/2]\n  forward L0 {" + b + "} : A0{" + b + "} W0[0-1/2]\n  loss {" + b + "} : A1{" + b +
+             "}\n  backward L0 {" + b + "} : A0{" + b + "} dA1{" + b + "} W0[0-1/2]\n  reduce-scatter L0 : dW0{" + b +
+             "} -> dW0{0-1}[" + b + "/2]\n";
+    }(0);
+    std::string rank1 = "  load -> W0[1/2] O0[1/2] A0{1}\n  all-gather L0 : W0[1/2] -> W0[0-1/2]\n"
+                        "  forward L0 {1} : A0{1} W0[0-1/2]\n  loss {1} : A1{1}\n"
+                        "  backward L0 {1} : A0{1} dA1{1} W0[0-1/2]\n  reduce-scatter L0 : dW0{1} -> dW0{0-1}[1/2]\n";
+    std::string e = sim_error(two_ranks(sharded + "  update L0 : dW0{0-1}[0/2] W0[0/2] O0[0/2]\n", rank1));
+    CHECK(e == "layer 0: shards 1 of 2 are never updated");
+  }
+}
+
+TEST_CASE("point-to-point: each send is matched by a receive of the same tensor, in order per pair") {
+  SUBCASE("never received") {
+    std::string e = sim_error(two_ranks("  load -> A0{0}\n  send to 1 : A0{0}\n", ""));
+    CHECK(has(e, "rank 0: send of A0{0} to rank 1 (t.sched:9) was never received"));
+  }
+  SUBCASE("a different tensor") {
+    std::string e = sim_error(two_ranks("  load -> A0{0}\n  send to 1 : A0{0}\n", "  recv from 0 -> A0{1}\n"));
+    CHECK(has(e, "rank 1: recv from rank 0 (t.sched:11): expected A0{1} but rank 0 sent A0{0} (t.sched:9)"));
+  }
+  SUBCASE("out of order") {
+    std::string e = sim_error(two_ranks("  load -> A0{0} A0{1}\n  send to 1 : A0{0}\n  send to 1 : A0{1}\n",
+                                        "  recv from 0 -> A0{1}\n  recv from 0 -> A0{0}\n"));
+    CHECK(has(e, "expected A0{1} but rank 0 sent A0{0}"));
+  }
+}
+
+TEST_CASE("collectives: the same sequence in every member, agreeing on the tensor") {
+  SUBCASE("different collectives") {
+    std::string e = sim_error(two_ranks("  load -> dW0{}\n  all-reduce L0 : dW0{} -> dW0{}\n",
+                                        "  load -> W0\n  all-gather L0 : W0 -> W0\n"));
+    CHECK(has(e, "collective mismatch in group 0 at call #0: rank 1 calls all-gather layer 0 (t.sched:12) but rank 0 "
+                 "called all-reduce layer 0 (t.sched:9)"));
+  }
+  SUBCASE("disagreeing tensors") {
+    std::string e = sim_error(two_ranks("  load -> W0[0/2]\n  all-gather L0 : W0[0/2] -> W0[0-1/2]\n",
+                                        "  load -> O0[1/2]\n  all-gather L0 : O0[1/2] -> O0[0-1/2]\n"));
+    CHECK(has(e, "combining shards of different tensors: W0[0/2] and O0[1/2]"));
+  }
+  SUBCASE("a wrong expected result") {
+    std::string e = sim_error(two_ranks("  load -> W0[0/2]\n  all-gather L0 : W0[0/2] -> W0[0/2]\n",
+                                        "  load -> W0[1/2]\n  all-gather L0 : W0[1/2] -> W0[0-1/2]\n"));
+    CHECK(has(e, "rank 0: all-gather layer 0 (t.sched:9): it expects W0[0/2] but the all-gather gives W0[0-1/2]"));
+  }
+}
+
+TEST_CASE("a deadlocked schedule is reported with the wait-for cycle") {
+  std::string e = sim_error(two_ranks("  recv from 1 -> A0{1}\n", "  recv from 0 -> A0{0}\n"));
+  CHECK(has(e, "deadlock: no event is left at t=0 and ranks 0, 1 are blocked"));
+  CHECK(has(e, "rank 0 at t=0: recv from rank 1 (t.sched:8): waiting for a message from rank 1"));
+  CHECK(has(e, "wait-for cycle: rank 0 -> rank 1 -> rank 0"));
+}
+
+TEST_CASE("memory over the limit names the rank, time, op and what is resident") {
+  std::string e = sim_error(two_ranks(ddp_rank(0), ddp_rank(1)), 700000);
+  CHECK(has(e, "rank 0: memory limit exceeded at t=1: loss batches {0} (t.sched:10) starts with 786432 units resident "
+               "(limit 700000); resident: W0, O0, A0{0}, A1{0}"));
+}
