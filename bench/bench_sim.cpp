@@ -1,0 +1,66 @@
+// Benchmark (not a test): generate large schedules and simulate them, reporting wall time, peak resident
+// memory and simulated ops per second. Results and the command that made them: bench/README.md.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <sys/resource.h>
+
+#include <fmt/format.h>
+
+#include "schedules/generators.h"
+#include "schedules/replay.h"
+#include "schedules/text_format.h"
+
+using namespace trainsim;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+long peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024;  // ru_maxrss is in KiB on Linux
+}
+
+void run(const std::string& label, const std::string& kind, const GenOptions& o) {
+  fmt::print(stderr, "{}: generating...\n", label);
+  auto t0 = std::chrono::steady_clock::now();
+  Schedule s = generate(kind, o);
+  double gen = seconds_since(t0);
+  fmt::print(stderr, "{}: {} ops on {} ranks generated in {:.2f} s; simulating...\n", label, s.op_count(),
+             s.header.world_size, gen);
+  t0 = std::chrono::steady_clock::now();
+  SimResult r = simulate(s);
+  double sim = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  std::string text = print_schedule(s);
+  double print = seconds_since(t0);
+  fmt::print("| {} | {} | {} | {:.2f} | {:.2f} | {:.0f} | {:.2f} | {} | {} |\n", label, s.header.world_size,
+             s.op_count(), gen, sim, s.op_count() / sim, print, peak_rss_mib(), r.ok ? "valid" : "INVALID: " + r.error);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string only = argc > 1 ? argv[1] : "";
+  fmt::print("| schedule | ranks | ops | generate s | simulate s | simulated ops/s | print s | peak RSS MiB | result |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  if (only.empty() || only == "1f1b") {
+    GenOptions o;
+    o.stages = 64;
+    o.microbatches = 256;
+    run("1f1b, 64 stages x 256 microbatches", "1f1b", o);
+  }
+  if (only.empty() || only == "fsdp") {
+    GenOptions o;
+    o.dp = 1024;
+    o.layers = 8;
+    o.microbatches = 1;
+    run("fsdp (ZeRO-3), 1,024 ranks x 8 layers", "fsdp", o);
+  }
+  return 0;
+}

@@ -1,0 +1,83 @@
+// `trainsim validate` and `trainsim sim` end to end.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_helpers.h"
+
+using namespace trainsim::testing;
+
+namespace {
+const char* kDdp = R"(trainsim-schedule 1
+world_size 2
+layers 1
+microbatches 2
+cost_model puzzle
+
+rank 0
+  load -> W0 O0 A0{0}
+  forward L0 {0}
+  loss {0}
+  backward L0 {0}
+  all-reduce L0 : dW0{0} -> dW0{0-1}
+  update L0
+rank 1
+  load -> W0 O0 A0{1}
+  forward L0 {1}
+  loss {1}
+  backward L0 {1}
+  all-reduce L0 : dW0{1} -> dW0{0-1}
+  update L0
+)";
+
+std::filesystem::path write(const std::filesystem::path& dir, const std::string& name, const std::string& text) {
+  auto p = dir / name;
+  std::ofstream(p, std::ios::binary) << text;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("trainsim validate: 0 for a valid schedule, 1 with the problem for a broken one") {
+  auto dir = fresh_dir("validate");
+  CommandResult ok = run_trainsim("validate " + write(dir, "ddp.sched", kDdp).string());
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.out.find("ddp.sched: valid: 12 ops on 2 ranks") != std::string::npos);
+
+  std::string broken = kDdp;
+  broken.replace(broken.rfind("  update L0\n"), 12, "");  // rank 1 never updates: still valid (rank 0 covers layer 0)
+  broken.replace(broken.find("all-reduce L0 : dW0{0} -> dW0{0-1}"), 34, "all-gather L0 : W0 -> W0");
+  CommandResult bad = run_trainsim("validate " + write(dir, "bad.sched", broken).string(), true);
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.out.find("collective mismatch in group 0 at call #0") != std::string::npos);
+  CHECK(bad.out.find("bad.sched:12") != std::string::npos);
+
+  CommandResult syntax = run_trainsim("validate " + write(dir, "syntax.sched", "trainsim-schedule 1\nworld_size x\n").string(), true);
+  CHECK(syntax.exit_code == 1);
+  CHECK(syntax.out.find("syntax.sched:2:12: expected world_size (a non-negative integer), got 'x'") != std::string::npos);
+
+  CommandResult missing = run_trainsim("validate /nonexistent.sched", true);
+  CHECK(missing.exit_code != 0);
+}
+
+TEST_CASE("trainsim sim writes the timeline, the trace and the graph, and prints JSON") {
+  auto dir = fresh_dir("sim");
+  auto f = write(dir, "ddp.sched", kDdp);
+  CommandResult r = run_trainsim("sim " + f.string() + " --json --svg " + (dir / "t.svg").string() + " --trace " +
+                                 (dir / "t.json").string() + " --dot " + (dir / "g.dot").string());
+  CHECK(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["ok"] == true);
+  CHECK(j["world_size"] == 2);
+  CHECK(j["ops"] == 12);
+  CHECK(j["timesteps"].get<double>() == doctest::Approx(2.3));  // forward 1, loss 0, backward 1, all-reduce 0.3
+  CHECK(j["makespan"].get<double>() == doctest::Approx(2.8));
+  CHECK(slurp(dir / "t.svg").find("<svg") != std::string::npos);
+  CHECK(nlohmann::json::parse(slurp(dir / "t.json")).contains("traceEvents"));
+  CHECK(slurp(dir / "g.dot").find("digraph") != std::string::npos);
+
+  CommandResult limited = run_trainsim("sim " + f.string() + " --memory-limit 100", true);
+  CHECK(limited.exit_code == 1);
+  CHECK(limited.out.find("memory limit exceeded") != std::string::npos);
+}
