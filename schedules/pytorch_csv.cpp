@@ -67,6 +67,16 @@ struct Action {
   std::string cell;
 };
 
+/// A receive the compute-only import places: before the receiver's compute number `before` (in its row).
+struct PlannedRecv {
+  int before = 0;
+  int send_step = 0;
+  int src = 0;
+  int seq = 0;  ///< position in the (src, receiver) channel
+  Tensor tensor;
+  std::string where;
+};
+
 using Key = std::tuple<Act, int, int>;  // (type, stage, microbatch)
 Key key_of(const Action& a) { return {a.act, a.stage, a.mb}; }
 
@@ -195,12 +205,21 @@ class Importer {
         if (a.act == Act::Unshard) fsdp_stages_.insert(a.stage);
       }
     if (!any) throw std::invalid_argument(fmt::format("{}: the CSV has no actions", source_));
+    std::set<int> used;
+    for (const auto& row : rows_)
+      for (const Action& a : row) used.insert(a.stage);
+    if (static_cast<int>(used.size()) != stages_) {
+      int s = 0;
+      while (used.count(s)) ++s;
+      throw std::invalid_argument(fmt::format("{}: stage {} appears in no row, but the CSV uses stages up to {}", source_,
+                                              s, stages_ - 1));
+    }
     resolve_stage_map();
     resolve_microbatches();
     index_actions();
     check_complete();
-    for (int r = 0; r < world_; ++r) check_row_order(r);
     if (comms_) check_matching();
+    for (int r = 0; r < world_; ++r) check_row_order(r);
     return build();
   }
 
@@ -221,11 +240,6 @@ class Importer {
           if (map_[a.stage] != a.row)
             fail_at(source_, a, fmt::format("stage {} belongs to rank {} by the stage map, not rank {}", a.stage,
                                             map_[a.stage], a.row));
-      std::vector<bool> seen(stages_, false);
-      for (const auto& row : rows_)
-        for (const Action& a : row) seen[a.stage] = true;
-      for (int s = 0; s < stages_; ++s)
-        if (!seen[s]) fail_row(source_, map_[s], fmt::format("stage {} has no actions", s));
       return;
     }
     // Inferred: the row that holds each stage; a stage on two rows is an error.
@@ -239,10 +253,6 @@ class Importer {
                                           "a stage runs on one rank",
                                           a.stage, f->row, f->row + 1, f->col + 1, f->cell));
       }
-    for (int s = 0; s < stages_; ++s)
-      if (!first[s])
-        throw std::invalid_argument(fmt::format("{}: stage {} appears in no row, but the CSV uses stages 0..{}", source_,
-                                                s, stages_ - 1));
     map_.resize(stages_);
     for (int s = 0; s < stages_; ++s) map_[s] = first[s]->row;
     bool loop = true, v = true;
@@ -383,26 +393,16 @@ class Importer {
           need_before(a, did(Act::I, s, b), fmt::format("its backward input '{}' (column {}) is not before it", in->cell, in->col + 1));
           break;
         }
-        case Act::SendF:
-          if (s + 1 >= stages_) fail_at(source_, a, fmt::format("stage {} is the last stage: its output goes to the loss, not to another stage", s));
-          if (map_[s + 1] == r) fail_at(source_, a, fmt::format("stage {} is on this rank too: nothing to send", s + 1));
+        case Act::SendF:  // (where it may go was checked by check_matching)
           need_before(a, did(Act::F, s, b), fmt::format("it sends the output of '{}', which is not before it", cell_text(s, Act::F, b)));
           break;
-        case Act::RecvF:
-          if (s == 0) fail_at(source_, a, "stage 0 reads the model input: nothing to receive");
-          if (map_[s - 1] == r) fail_at(source_, a, fmt::format("stage {} is on this rank too: nothing to receive", s - 1));
-          break;
         case Act::SendB:
-          if (s == 0) fail_at(source_, a, "stage 0's input grad goes nowhere: nothing to send");
-          if (map_[s - 1] == r) fail_at(source_, a, fmt::format("stage {} is on this rank too: nothing to send", s - 1));
           need_before(a, did_input_grad(s, b),
                       fmt::format("it sends the input grad of '{}' or '{}', neither of which is before it",
                                   cell_text(s, Act::B, b), cell_text(s, Act::I, b)));
           break;
-        case Act::RecvB:
-          if (s + 1 >= stages_) fail_at(source_, a, fmt::format("stage {} is the last stage: its output grad comes from the loss", s));
-          if (map_[s + 1] == r) fail_at(source_, a, fmt::format("stage {} is on this rank too: nothing to receive", s + 1));
-          break;
+        case Act::RecvF:
+        case Act::RecvB: break;
         case Act::Unshard:
           if (unsharded[s]) fail_at(source_, a, fmt::format("stage {} is already unsharded (no {} since the last {})", s,
                                                             cell_text(s, Act::Reshard, -1), a.cell));
@@ -447,19 +447,29 @@ class Importer {
   void check_matching() const {
     for (const auto& row : rows_)
       for (const Action& a : row) {
-        int s = a.stage, b = a.mb;
-        if (a.act == Act::SendF && !find(Act::RecvF, s + 1, b))
-          fail_at(source_, a, fmt::format("no matching '{}' on rank {} (stage {}'s row)", cell_text(s + 1, Act::RecvF, b),
-                                          map_[s + 1], s + 1));
-        if (a.act == Act::SendB && !find(Act::RecvB, s - 1, b))
-          fail_at(source_, a, fmt::format("no matching '{}' on rank {} (stage {}'s row)", cell_text(s - 1, Act::RecvB, b),
-                                          map_[s - 1], s - 1));
-        if (a.act == Act::RecvF && !find(Act::SendF, s - 1, b))
-          fail_at(source_, a, fmt::format("no matching '{}' on rank {} (stage {}'s row)", cell_text(s - 1, Act::SendF, b),
-                                          map_[s - 1], s - 1));
-        if (a.act == Act::RecvB && !find(Act::SendB, s + 1, b))
-          fail_at(source_, a, fmt::format("no matching '{}' on rank {} (stage {}'s row)", cell_text(s + 1, Act::SendB, b),
-                                          map_[s + 1], s + 1));
+        const int s = a.stage, b = a.mb;
+        int peer_stage = 0;
+        Act peer_act = Act::F;
+        switch (a.act) {
+          case Act::SendF: peer_stage = s + 1, peer_act = Act::RecvF; break;
+          case Act::RecvF: peer_stage = s - 1, peer_act = Act::SendF; break;
+          case Act::SendB: peer_stage = s - 1, peer_act = Act::RecvB; break;
+          case Act::RecvB: peer_stage = s + 1, peer_act = Act::SendB; break;
+          default: continue;
+        }
+        const bool sends = a.act == Act::SendF || a.act == Act::SendB;
+        if (peer_stage < 0 || peer_stage >= stages_) {
+          if (a.act == Act::SendF || a.act == Act::RecvB)
+            fail_at(source_, a, fmt::format("stage {} is the last stage: its output goes to the loss, and its output "
+                                            "grad comes from it; nothing travels",
+                                            s));
+          fail_at(source_, a, "stage 0 reads the model input, and its input grad goes nowhere; nothing travels");
+        }
+        if (map_[peer_stage] == a.row)
+          fail_at(source_, a, fmt::format("stage {} is on this rank too: nothing to {}", peer_stage, sends ? "send" : "receive"));
+        if (!find(peer_act, peer_stage, b))
+          fail_at(source_, a, fmt::format("no matching '{}' on rank {} (the row of stage {})",
+                                          cell_text(peer_stage, peer_act, b), map_[peer_stage], peer_stage));
       }
   }
 
@@ -483,28 +493,134 @@ class Importer {
           h.groups.push_back({a.row});
           group_of[a.row] = static_cast<int>(h.groups.size());
         }
-    if (!comms_) plan_channels();
+    if (!comms_) plan_receives();
     sched.ranks.resize(world_);
     for (int r = 0; r < world_; ++r) sched.ranks[r] = insert_frees(build_row(r, group_of[r]));
     return sched;
   }
 
-  // Compute-only: the tensors each (src, dst) pair carries, in the order the sender sends them (right after
-  // the compute that makes them).
-  void plan_channels() {
+  // The compute actions a compute action waits for (F, B, I or W of the same or the neighbouring stage).
+  std::vector<const Action*> deps(const Action& a) const {
+    const int s = a.stage, b = a.mb;
+    std::vector<const Action*> d;
+    switch (a.act) {
+      case Act::F:
+        if (s > 0) d.push_back(find(Act::F, s - 1, b));
+        break;
+      case Act::B:
+      case Act::I:
+        d.push_back(find(Act::F, s, b));
+        if (s + 1 < stages_) d.push_back(find(Act::B, s + 1, b) ? find(Act::B, s + 1, b) : find(Act::I, s + 1, b));
+        break;
+      case Act::W: d.push_back(find(Act::I, s, b)); break;
+      default: break;
+    }
+    return d;
+  }
+
+  // Compute-only: where each rank receives what other ranks send it.
+  //
+  // The channels are NCCL's: in order per (sender, receiver) pair, and (in the simulator) one message deep, so a
+  // sender waits until its previous message on the pair was received. Receiving every message right before the
+  // compute that reads it can then deadlock schedules that run with PyTorch's asynchronous sends (a rank blocked
+  // in its second send while the peer is blocked sending back). So: run the compute actions in unit steps, each
+  // rank taking its next action once its inputs exist (this also finds schedules that cannot run at all), and
+  // place the receive of message k of a pair right before the compute that reads it, or earlier when needed:
+  // before the receiver's first compute in (or after) the step that makes the pair's message k+1. Executing
+  // the ranks step by step (receives, computes, then sends) then never blocks a send or a receive; the ranks
+  // only talk through in-order channels, so no other order of execution can deadlock either.
+  void plan_receives() {
+    std::vector<std::vector<const Action*>> comp(world_);
+    std::map<const Action*, int> index_in_row;
     for (int r = 0; r < world_; ++r)
-      for (const Action& a : rows_[r]) {
-        int s = a.stage, b = a.mb;
-        if (a.act == Act::F && s + 1 < stages_ && map_[s + 1] != r)
-          channel_[{r, map_[s + 1]}].push_back(activation_tensor(s + 1, {b}));
-        if ((a.act == Act::B || a.act == Act::I) && s > 0 && map_[s - 1] != r)
-          channel_[{r, map_[s - 1]}].push_back(activation_grad_tensor(s, {b}));
+      for (const Action& a : rows_[r])
+        if (is_compute_act(a.act)) {
+          index_in_row[&a] = static_cast<int>(comp[r].size());
+          comp[r].push_back(&a);
+        }
+    std::map<const Action*, int> step_of;
+    std::vector<std::vector<int>> steps(world_);  // steps[r][j]: step of rank r's j-th compute
+    std::vector<std::size_t> next(world_, 0);
+    std::size_t remaining = 0;
+    for (const auto& c : comp) remaining += c.size();
+    for (int step = 0; remaining > 0; ++step) {
+      std::vector<const Action*> ran;
+      for (int r = 0; r < world_; ++r) {
+        if (next[r] >= comp[r].size()) continue;
+        const Action* a = comp[r][next[r]];
+        bool ready = true;
+        for (const Action* d : deps(*a)) ready = ready && step_of.count(d);
+        if (ready) ran.push_back(a);
       }
+      if (ran.empty()) report_deadlock(comp, next, step_of);
+      for (const Action* a : ran) {
+        step_of[a] = step;
+        steps[a->row].push_back(step);
+        ++next[a->row];
+        --remaining;
+      }
+    }
+    // Messages per pair, in send order.
+    struct Message {
+      Tensor tensor;
+      int send_step;
+      int consumer;  // index of the consuming compute in the receiver's row
+      std::string where;
+    };
+    std::map<std::pair<int, int>, std::vector<Message>> channels;
+    for (int r = 0; r < world_; ++r)
+      for (const Action* a : comp[r]) {
+        const int s = a->stage, b = a->mb;
+        if (a->act == Act::F && s + 1 < stages_ && map_[s + 1] != r) {
+          const Action* c = find(Act::F, s + 1, b);
+          channels[{r, map_[s + 1]}].push_back({activation_tensor(s + 1, {b}), step_of[a], index_in_row[c], where(*c)});
+        }
+        if ((a->act == Act::B || a->act == Act::I) && s > 0 && map_[s - 1] != r) {
+          const Action* c = find(Act::B, s - 1, b) ? find(Act::B, s - 1, b) : find(Act::I, s - 1, b);
+          channels[{r, map_[s - 1]}].push_back({activation_grad_tensor(s, {b}), step_of[a], index_in_row[c], where(*c)});
+        }
+      }
+    for (auto& [pair, msgs] : channels) {
+      const auto& [src, dst] = pair;
+      const std::vector<int>& dst_steps = steps[dst];
+      std::vector<int> pos(msgs.size());
+      for (std::size_t k = 0; k < msgs.size(); ++k) {
+        pos[k] = msgs[k].consumer;
+        if (k + 1 < msgs.size()) {
+          // Computes of the receiver in the steps before the one that makes the pair's next message.
+          int done = static_cast<int>(std::lower_bound(dst_steps.begin(), dst_steps.end(), msgs[k + 1].send_step) -
+                                      dst_steps.begin());
+          pos[k] = std::min(pos[k], done);
+        }
+      }
+      for (std::size_t k = msgs.size(); k-- > 1;) pos[k - 1] = std::min(pos[k - 1], pos[k]);  // in channel order
+      for (std::size_t k = 0; k < msgs.size(); ++k)
+        receives_[dst].push_back({pos[k], msgs[k].send_step, src, static_cast<int>(k), msgs[k].tensor, msgs[k].where});
+    }
+    for (auto& rs : receives_)
+      std::sort(rs.second.begin(), rs.second.end(), [](const PlannedRecv& x, const PlannedRecv& y) {
+        return std::tie(x.before, x.send_step, x.src, x.seq) < std::tie(y.before, y.send_step, y.src, y.seq);
+      });
+  }
+
+  [[noreturn]] void report_deadlock(const std::vector<std::vector<const Action*>>& comp, const std::vector<std::size_t>& next,
+                                    const std::map<const Action*, int>& done) const {
+    std::string why;
+    for (int r = 0; r < world_; ++r) {
+      if (next[r] >= comp[r].size()) continue;
+      const Action* a = comp[r][next[r]];
+      for (const Action* d : deps(*a))
+        if (!done.count(d)) {
+          why += fmt::format("\n  row {} (rank {}), column {}, cell '{}' waits for '{}' (rank {}, column {})", r + 1, r,
+                             a->col + 1, a->cell, d->cell, d->row, d->col + 1);
+          break;
+        }
+    }
+    throw std::invalid_argument(fmt::format("{}: the schedule cannot run: each rank waits for another{}", source_, why));
   }
 
   std::vector<Op> build_row(int r, int group) {
     std::vector<Op> ops;
-    std::map<int, std::size_t> next_recv;         // source rank -> position in its channel to this rank
     std::map<int, std::optional<Tensor>> acc;     // stage -> weight grad accumulated so far
     auto push = [&](Op op, const std::string& at) {
       op.rank = r;
@@ -525,14 +641,16 @@ class Importer {
       op.writes = {t};
       push(std::move(op), at);
     };
-    // Compute-only: receive `t` from `src`, after whatever that pair carried before it (in order, as NCCL).
-    auto receive_up_to = [&](int src, const Tensor& t, const std::string& at) {
-      const auto& ch = channel_.at({src, r});
-      std::size_t& next = next_recv[src];
-      auto it = std::find(ch.begin(), ch.end(), t);
-      std::size_t pos = static_cast<std::size_t>(it - ch.begin());
-      for (; next <= pos && next < ch.size(); ++next) recv(src, ch[next], at);
+    // Compute-only: the receives planned before this row's compute number `j` (plan_receives).
+    std::size_t next_planned = 0;
+    const std::vector<PlannedRecv>* planned = receives_.count(r) ? &receives_.at(r) : nullptr;
+    auto receive_before = [&](int j) {
+      while (planned && next_planned < planned->size() && (*planned)[next_planned].before <= j) {
+        const PlannedRecv& p = (*planned)[next_planned++];
+        recv(p.src, p.tensor, p.where);
+      }
     };
+    int compute_index = 0;
     auto accumulate = [&](int s, const Tensor& g, const std::string& at) {
       auto& a = acc[s];
       if (!a) {
@@ -572,6 +690,7 @@ class Importer {
     for (const Action& a : rows_[r]) {
       const int s = a.stage, b = a.mb;
       const std::string at = where(a);
+      if (is_compute_act(a.act)) receive_before(compute_index++);
       switch (a.act) {
         case Act::F:
           if (s == 0) {
@@ -579,8 +698,6 @@ class Importer {
             load.kind = OpKind::Load;
             load.writes = {activation_tensor(0, {b})};
             push(std::move(load), at);
-          } else if (!comms_ && map_[s - 1] != r) {
-            receive_up_to(map_[s - 1], activation_tensor(s, {b}), at);
           }
           push(compute(OpKind::Forward, r, s, {b}, stages_, m_), at);
           if (s + 1 == stages_) push(compute(OpKind::Loss, r, s, {b}, stages_, m_), at);
@@ -588,8 +705,6 @@ class Importer {
           break;
         case Act::B:
         case Act::I:
-          if (!comms_ && s + 1 < stages_ && map_[s + 1] != r)
-            receive_up_to(map_[s + 1], activation_grad_tensor(s + 1, {b}), at);
           push(compute(a.act == Act::B ? OpKind::Backward : OpKind::BackwardInput, r, s, {b}, stages_, m_), at);
           if (!comms_ && s > 0 && map_[s - 1] != r) send(map_[s - 1], activation_grad_tensor(s, {b}), at);
           if (a.act == Act::B) accumulate(s, weight_grad_tensor(s, {b}), at);
@@ -615,6 +730,7 @@ class Importer {
           break;
       }
     }
+    receive_before(compute_index + 1);  // (none are left: each message is read by a compute)
     for (int s : owned) push(compute(OpKind::Update, r, s, {}, stages_, m_), fmt::format("{}:{}", source_, r + 1));
     return ops;
   }
@@ -667,7 +783,7 @@ class Importer {
   bool comms_ = false;
   std::set<int> fsdp_stages_;
   std::map<Key, const Action*> where_;
-  std::map<std::pair<int, int>, std::vector<Tensor>> channel_;
+  std::map<int, std::vector<PlannedRecv>> receives_;  // compute-only: receiving rank -> its receives
 };
 
 // ---------------------------------------------------------------------------------------------------------

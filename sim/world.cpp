@@ -122,10 +122,7 @@ Task World::send(Op op, Tensor payload) {
   Op blocked_op = op;
   record(rank, std::move(op), 1);
   Mailbox& box = mailboxes_[dst];
-  auto full = [&] {
-    if (options_.p2p == P2PMode::OneSlotPerDestination) return !box.messages.empty();
-    return std::any_of(box.messages.begin(), box.messages.end(), [&](const Message& m) { return m.src == rank; });
-  };
+  auto full = [&] { return options_.p2p == P2PMode::OneSlotPerDestination && !box.messages.empty(); };
   while (full()) {
     box.blocked_senders.push_back(rank);
     // (Built before co_await: g++ 12 mis-compiles string literals inside a co_await expression.)

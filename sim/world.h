@@ -24,7 +24,8 @@ namespace trainsim {
 enum class P2PMode {
   /// The puzzles' rule: each destination has one slot; a sender waits while it is full.
   OneSlotPerDestination,
-  /// NCCL's rule: each (source, destination) pair is its own in-order channel of one slot.
+  /// NCCL's rule for asynchronous sends (isend/irecv): each (source, destination) pair is its own in-order
+  /// channel; a send never waits, its message is queued until the destination receives it.
   PerPairChannel,
 };
 
