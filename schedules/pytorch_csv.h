@@ -16,8 +16,9 @@ enum class CsvForm {
 /// Writes `schedule` as PyTorch CSV. Throws std::invalid_argument when the schedule has no stage map.
 std::string export_pytorch_csv(const Schedule& schedule, CsvForm form);
 
-/// Reads PyTorch CSV into a schedule that validates: sends and receives are inserted for a compute-only
-/// CSV, with loads, losses, frees, grad accumulation and updates. `stage_map` gives the rank of each
+/// Reads PyTorch CSV into a schedule: for a compute-only CSV, sends and receives are inserted (and the
+/// result validates); a compute+comms CSV keeps its own. Loads, losses, frees, grad accumulation and
+/// updates are added either way. `stage_map` gives the rank of each
 /// stage; empty to infer it (loop or V style) from the rows. Throws std::invalid_argument naming the
 /// row (rank), column and cell of a bad action.
 Schedule import_pytorch_csv(const std::string& csv, int microbatches = 0, std::vector<int> stage_map = {},

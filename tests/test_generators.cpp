@@ -131,7 +131,7 @@ TEST_CASE("gen: pipeline kinds validate, round-trip and match their bubble over 
   CHECK(generated == 8 * 16 * 3 + 8 * 16 * 4 + (16 + 8 + 5 + 4 + 3 + 2 + 2 + 2) * 4);
 }
 
-TEST_CASE("gen: zb-h1's bubble is below 1f1b's") {
+TEST_CASE("gen: zb-h1's bubble is below 1f1b's and matches (p-1)(F+B-W) once m >= p") {
   for (int p = 2; p <= 8; ++p)
     for (int m = p; m <= 16; ++m) {
       GenOptions o;
@@ -144,6 +144,8 @@ TEST_CASE("gen: zb-h1's bubble is below 1f1b's") {
       REQUIRE(ofob.ok);
       CHECK(zb.trace.bubble_fraction() < ofob.trace.bubble_fraction() - 1e-9);
       CHECK(zb.trace.makespan() < ofob.trace.makespan());
+      // Qi et al.: ZB-H1's bubble per stage is (p-1)(T_F + T_B - T_W); unit costs F = 1, B (input) = W = 0.5.
+      CHECK(zb.trace.bubble_fraction() == doctest::Approx(static_cast<double>(p - 1) / (2 * m + p - 1)));
     }
 }
 

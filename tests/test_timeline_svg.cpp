@@ -2,7 +2,6 @@
 // determinism, summarised rows for many ranks, and size/speed on long runs.
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -409,16 +408,13 @@ TEST_CASE("timeline svg: more ranks than max_detailed_ranks are summarised") {
   CHECK(s129.find(">ranks 126-128</text>") != std::string::npos);
 }
 
-TEST_CASE("timeline svg: long runs stay fast and of sensible size") {
+// Speed is measured in bench/ (bench/README.md), not here: this checks size and shape only.
+TEST_CASE("timeline svg: long runs stay of sensible size") {
   Trace t = synthetic(64, 1000);
-  auto t0 = std::chrono::steady_clock::now();
   TimelineOptions opt = options("long");
   opt.target_time = 500;
   opt.target_memory = 200000;
   std::string svg = timeline_svg(t, opt);
-  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MESSAGE("64 x 1000 ops: " << svg.size() << " bytes in " << elapsed << " s");
-  CHECK(elapsed < 1.5);
   CHECK(svg.size() < 64 * 1000 * 220);
   CHECK(check_well_formed(svg) == "");
   CHECK(count(svg, "class=\"row-label\"") == 64);
@@ -428,11 +424,7 @@ TEST_CASE("timeline svg: long runs stay fast and of sensible size") {
   CHECK(std::stod(svg.substr(w + 7, 8)) <= 2400 + 300);
 
   Trace wide = synthetic(200, 1000);
-  t0 = std::chrono::steady_clock::now();
   std::string s200 = timeline_svg(wide);
-  elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MESSAGE("200 x 1000 ops (summarised): " << s200.size() << " bytes in " << elapsed << " s");
-  CHECK(elapsed < 1.5);
   CHECK(s200.size() < 2'000'000);
   CHECK(check_well_formed(s200) == "");
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "schedules/defaults.h"
+#include "sim/cost_model.h"
 
 namespace trainsim::gen {
 
@@ -224,11 +225,70 @@ Schedule build_pipeline(const PipelinePlan& plan) {
       channels[{r, c.rank}].push_back(id);
       send_after[r][i] = id;
     }
-  // A channel delivers in order: a message must be received no later than any later one on its channel.
+  // When each pass would run (dataflow, communication free as in the unit cost model), to place receives.
+  auto cost = make_cost_model("unit");
+  std::vector<std::vector<Time>> end(P);
+  {
+    std::vector<Time> clock(P, 0);
+    auto finished = [&](const Where& w) { return w.index < static_cast<int>(end[w.rank].size()); };
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int r = 0; r < P; ++r)
+        while (end[r].size() < plan.steps[r].size()) {
+          const Step& s = plan.steps[r][end[r].size()];
+          Time ready = 0;
+          const Where* dep = nullptr;
+          if (s.pass == Pass::F && s.layer > 0) dep = &fwd[(s.layer - 1) * M + s.mb];
+          if ((s.pass == Pass::B || s.pass == Pass::I) && s.layer + 1 < L) dep = &bwd[(s.layer + 1) * M + s.mb];
+          if (dep) {
+            if (!finished(*dep)) break;
+            ready = end[dep->rank][dep->index];
+          }
+          Op op;
+          op.kind = s.pass == Pass::F ? OpKind::Forward
+                    : s.pass == Pass::B ? OpKind::Backward
+                    : s.pass == Pass::I ? OpKind::BackwardInput
+                                        : OpKind::BackwardWeight;
+          op.layer = s.layer;
+          op.batches = one(s.mb);
+          clock[r] = std::max(clock[r], ready) + cost->duration(op, 1);
+          end[r].push_back(clock[r]);
+          progress = true;
+        }
+    }
+    for (int r = 0; r < P; ++r)
+      if (end[r].size() < plan.steps[r].size()) bad_plan(fmt::format("rank {} waits for a pass that never runs", r));
+  }
+  // The receiver's clock before its step i.
+  auto clock_before = [&](int r, int i) { return i == 0 ? Time{0} : end[r][i - 1]; };
+
+  // A receive goes right before the pass that needs it, unless the sender would then send the next
+  // message of the channel before this one is taken (one slot per pair): then it goes at the last step
+  // boundary between the two messages' ready times, or the first after the first's. A channel delivers in
+  // order, so a message is also received no later than the next one on its channel.
   std::vector<std::map<int, std::vector<int>>> recv_before(P);  // rank -> step index -> messages
   for (auto& [key, ids] : channels) {
-    for (int k = static_cast<int>(ids.size()) - 2; k >= 0; --k)
-      msgs[ids[k]].pos = std::min(msgs[ids[k]].pos, msgs[ids[k + 1]].pos);
+    const int n = static_cast<int>(ids.size());
+    for (int k = n - 1; k >= 0; --k) {
+      Message& msg = msgs[ids[k]];
+      const Time ready = end[msg.src][msg.send_step];
+      if (k + 1 < n) {
+        const Message& next = msgs[ids[k + 1]];
+        const Time next_ready = end[next.src][next.send_step];
+        if (clock_before(msg.dst, msg.consumer) > next_ready) {
+          int best = -1;
+          for (int i = msg.consumer; i >= 0; --i)
+            if (clock_before(msg.dst, i) <= next_ready) {
+              if (clock_before(msg.dst, i) >= ready) best = i;
+              break;
+            }
+          for (int i = 0; best < 0 && i <= msg.consumer; ++i)
+            if (clock_before(msg.dst, i) >= ready) best = i;
+          if (best >= 0) msg.pos = best;
+        }
+        msg.pos = std::min(msg.pos, next.pos);
+      }
+    }
     for (int id : ids) recv_before[msgs[id].dst][msgs[id].pos].push_back(id);
   }
   for (auto& per_rank : recv_before)

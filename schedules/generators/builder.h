@@ -88,10 +88,13 @@ struct PipelinePlan {
 
 /// Builds the schedule of a plan. Each (layer, microbatch) must have one forward and either one full
 /// backward or one backward-input and one backward-weight (on the rank of its backward-input). Activations
-/// go from the rank of one layer to the rank of the next (send after the producing pass, receive before
-/// the consuming one, in the channel's order); layer 0's rank loads the inputs; the rank of the last layer
-/// computes the loss right after its forward; grads are summed as they come; a layer is updated right after
-/// its last grad. Throws std::logic_error for an inconsistent plan.
+/// and their grads go from the rank of one layer to the rank of the next: sent right after the producing
+/// pass, received right before the consuming one, or earlier (at a step boundary the receiver reaches after
+/// the message is ready, so no wait is added) when the sender would otherwise find the pair's one slot
+/// still full at its next send on that channel; receives keep the channel's order. Layer 0's rank loads
+/// the inputs; the rank of the last layer computes the loss right after its forward; grads are summed as
+/// they come; a layer is updated right after its last grad. Timing uses unit costs (the generators'
+/// cost model). Throws std::logic_error for an inconsistent plan.
 Schedule build_pipeline(const PipelinePlan& plan);
 
 /// The 1F1B order of one stage running `layer` on microbatches first..first+m-1: min(warmup, m) forwards,

@@ -53,10 +53,10 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
       gathered[l] = true;
       if (n > 1) prog.collective(OpKind::AllGather, l, 0, weight_shard(l, r, n), weight_full(l, n));
     };
-    auto release = [&](int l) {
+    auto release = [&](int l, std::vector<Tensor>& drop) {
       if (!shard_weights || !gathered[l]) return;
       gathered[l] = false;
-      if (n > 1) prog.free({weight_full(l, n)});
+      if (n > 1) drop.push_back(weight_full(l, n));
     };
     auto weight = [&](int l) { return shard_weights ? weight_full(l, n) : weight_tensor(l); };
 
@@ -69,7 +69,11 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
       for (int l = 0; l < L; ++l) {
         for (int k = l; k <= l + prefetch; ++k) gather(k);
         prog.compute(OpKind::Forward, l, b, {activation_tensor(l, b), weight(l)}, {activation_tensor(l + 1, b)});
-        if (o.reshard_after_forward) release(l);
+        if (o.reshard_after_forward) {
+          std::vector<Tensor> drop;
+          release(l, drop);
+          prog.free(drop);
+        }
       }
       prog.compute(OpKind::Loss, L, b);
       prog.free({activation_tensor(L, b)});
@@ -80,8 +84,8 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
         prog.compute(OpKind::Backward, l, b, {a, g_out, weight(l)}, {dw, g_in});
         std::vector<Tensor> drop = {a, g_out};
         if (l == 0) drop.push_back(g_in);
+        release(l, drop);
         prog.free(drop);
-        release(l);
         if (shard_grads) {
           if (n > 1) {
             Tensor part = weight_grad_tensor(l, cohort, one(r), n);
