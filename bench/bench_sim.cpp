@@ -10,6 +10,8 @@
 #include "schedules/generators.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
+#include "visualize/perfetto.h"
+#include "visualize/timeline_svg.h"
 
 using namespace trainsim;
 
@@ -38,8 +40,15 @@ void run(const std::string& label, const std::string& kind, const GenOptions& o)
   t0 = std::chrono::steady_clock::now();
   std::string text = print_schedule(s);
   double print = seconds_since(t0);
-  fmt::print("| {} | {} | {} | {:.2f} | {:.2f} | {:.0f} | {:.2f} | {} | {} |\n", label, s.header.world_size,
-             s.op_count(), gen, sim, s.op_count() / sim, print, peak_rss_mib(), r.ok ? "valid" : "INVALID: " + r.error);
+  t0 = std::chrono::steady_clock::now();
+  std::string svg = visualize::timeline_svg(r.trace);
+  double draw = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  std::string json = visualize::perfetto_trace_json(r.trace);
+  double trace = seconds_since(t0);
+  fmt::print("| {} | {} | {} | {:.2f} | {:.2f} | {:.0f} | {:.2f} | {:.2f} ({} KiB) | {:.2f} ({} KiB) | {} | {} |\n", label,
+             s.header.world_size, s.op_count(), gen, sim, s.op_count() / sim, print, draw, svg.size() / 1024, trace,
+             json.size() / 1024, peak_rss_mib(), r.ok ? "valid" : "INVALID: " + r.error);
   std::fflush(stdout);
 }
 
@@ -47,8 +56,9 @@ void run(const std::string& label, const std::string& kind, const GenOptions& o)
 
 int main(int argc, char** argv) {
   std::string only = argc > 1 ? argv[1] : "";
-  fmt::print("| schedule | ranks | ops | generate s | simulate s | simulated ops/s | print s | peak RSS MiB | result |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print("| schedule | ranks | ops | generate s | simulate s | simulated ops/s | print .sched s | timeline SVG s | "
+             "Perfetto JSON s | peak RSS MiB | result |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
   if (only.empty() || only == "1f1b") {
     GenOptions o;
     o.stages = 64;

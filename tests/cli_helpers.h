@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace trainsim::testing {
 
@@ -40,7 +41,8 @@ inline std::string slurp(const std::filesystem::path& p) {
 
 /// A fresh empty directory under the system temp dir.
 inline std::filesystem::path fresh_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("trainsim-test-" + name);
+  // The process id keeps concurrent test runs (ctest -j, two checkouts) out of each other's way.
+  auto d = std::filesystem::temp_directory_path() / ("trainsim-test-" + std::to_string(getpid()) + "-" + name);
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;

@@ -1,7 +1,204 @@
+// Chrome / Perfetto trace JSON (Trace Event Format, object form) of a simulated run.
+//
+// Conventions (loadable by ui.perfetto.dev and chrome://tracing):
+// - Time: ts and dur are microseconds (1 simulated second = 1e6 us), written as integers when the
+//   nanosecond Time is a whole number of microseconds, else as a fraction.
+// - Processes: one per rank, pid = rank + 1 (Perfetto treats pid 0 as the kernel's idle process), named
+//   "rank N" ("M" process_name) and ordered by rank ("M" process_sort_index, sort_index = rank).
+// - Threads: one per stream a rank uses, named "compute" (stream 0) or "comm N" (stream N), ordered by
+//   stream. Perfetto's JSON importer names threads by tid alone, so tids are unique over the whole trace:
+//   tid = rank * S + stream + 1 with S = 1 + the highest stream in the trace (with every op on stream 0,
+//   tid == pid: the rank's main thread).
+// - Ops: one complete event ("ph":"X") per timed op (is_timed), name = op_name + " L<layer>" ("forward
+//   L2"; no suffix without a layer), cat = "compute", "p2p" or "collective"; zero-duration ops (loss, and
+//   every non-compute op under the unit cost model) are X events with dur 0. Untimed ops (load, free,
+//   accumulate) are thread-scoped instant events ("ph":"i", "s":"t", cat "memory"). args: batches (id
+//   set text, "" when none), reads and writes (tensor names), memory (resident at the op's start, in
+//   otherData.memory_unit), where, and per kind: peer (p2p), group (collectives), shards (when sharded).
+// - Messages: a flow from each send to its receive: "s" on the sender's thread at the send's ts and "f"
+//   (bp "e", bound to the enclosing slice) on the receiver's thread at the receive's ts, with a shared id
+//   (1, 2, ... in the order of the senders' ranks and ops), name "message" and cat "p2p". The k-th send
+//   from a to b matches the k-th receive on b whose peer is a (recorded receives name their source).
+//   Each flow event comes right after its op's X event in the file, so importers that resolve equal
+//   timestamps in file order bind it to that op.
+// - Memory: a counter track per rank ("ph":"C", name "memory", args {<memory_unit>: value}, e.g.
+//   {"units": 16384}) with a sample at the start of each timed op (the ops the simulator samples memory
+//   for) and a final sample at the end of the rank's last op holding the last op's memory.
+// - otherData: generator, world_size, layers, batches, cost_model, memory_unit, makespan_us, timesteps_us.
+// Events are written in a fixed order (metadata, then per rank per op), one per line, so the same trace
+// always gives byte-identical text.
 #include "visualize/perfetto.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace trainsim::visualize {
 
-std::string perfetto_trace_json(const Trace&) { return "{}"; }
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+/// Microseconds of a Time: an integer when exact, else a fraction.
+Json micros(Time t) {
+  if (t % 1000 == 0) return Json(static_cast<std::int64_t>(t / 1000));
+  return Json(static_cast<double>(t) / 1000.0);
+}
+
+const char* category(OpKind k) {
+  if (is_p2p(k)) return "p2p";
+  if (is_collective(k)) return "collective";
+  if (is_compute(k)) return "compute";
+  return "memory";
+}
+
+std::string event_name(const Op& op) {
+  std::string s = op_name(op.kind);
+  if (op.layer >= 0) s += " L" + std::to_string(op.layer);
+  return s;
+}
+
+Json tensor_names(const std::vector<Tensor>& ts) {
+  Json a = Json::array();
+  for (const auto& t : ts) a.push_back(t.str());
+  return a;
+}
+
+Json op_args(const OpRun& run) {
+  const Op& op = run.op;
+  Json args = Json::object();
+  args["batches"] = op.batches.str();
+  args["reads"] = tensor_names(op.reads);
+  args["writes"] = tensor_names(op.writes);
+  args["memory"] = run.memory;
+  args["where"] = op.where;
+  if (is_p2p(op.kind)) args["peer"] = op.peer;
+  if (is_collective(op.kind)) args["group"] = op.group;
+  if (op.num_shards > 1 || !(op.shards.empty() || op.shards == IdSet{0}))
+    args["shards"] = op.shards.str() + "/" + std::to_string(op.num_shards);
+  return args;
+}
+
+}  // namespace
+
+std::string perfetto_trace_json(const Trace& trace) {
+  const int nranks = std::max(trace.world_size, static_cast<int>(trace.ranks.size()));
+  const std::string unit = trace.memory_unit.empty() ? std::string("memory") : trace.memory_unit;
+
+  int max_stream = 0;
+  for (const auto& runs : trace.ranks)
+    for (const auto& r : runs) max_stream = std::max(max_stream, r.op.stream);
+  const long long stride = static_cast<long long>(max_stream) + 1;
+  auto pid_of = [](int rank) { return static_cast<long long>(rank) + 1; };
+  auto tid_of = [&](int rank, int stream) { return static_cast<long long>(rank) * stride + stream + 1; };
+
+  // Match sends to receives: per (src, dst), the k-th send to the k-th receive naming src.
+  // flow_out[rank][i] / flow_in[rank][i]: flow id of op i (0 = none).
+  std::vector<std::vector<std::uint64_t>> flow_out(trace.ranks.size()), flow_in(trace.ranks.size());
+  {
+    std::map<std::pair<int, int>, std::vector<std::size_t>> recvs;  // (src, dst) -> recv indices on dst
+    for (std::size_t b = 0; b < trace.ranks.size(); ++b) {
+      flow_out[b].assign(trace.ranks[b].size(), 0);
+      flow_in[b].assign(trace.ranks[b].size(), 0);
+      for (std::size_t i = 0; i < trace.ranks[b].size(); ++i) {
+        const Op& op = trace.ranks[b][i].op;
+        if (op.kind == OpKind::Recv && op.peer >= 0) recvs[{op.peer, static_cast<int>(b)}].push_back(i);
+      }
+    }
+    std::map<std::pair<int, int>, std::size_t> used;
+    std::uint64_t next_id = 1;
+    for (std::size_t a = 0; a < trace.ranks.size(); ++a)
+      for (std::size_t i = 0; i < trace.ranks[a].size(); ++i) {
+        const Op& op = trace.ranks[a][i].op;
+        if (op.kind != OpKind::Send || op.peer < 0 || op.peer >= static_cast<int>(trace.ranks.size())) continue;
+        std::pair<int, int> key{static_cast<int>(a), op.peer};
+        auto it = recvs.find(key);
+        std::size_t& k = used[key];
+        if (it == recvs.end() || k >= it->second.size()) continue;  // unmatched (a run cut short)
+        std::uint64_t id = next_id++;
+        flow_out[a][i] = id;
+        flow_in[static_cast<std::size_t>(op.peer)][it->second[k]] = id;
+        ++k;
+      }
+  }
+
+  std::string out;
+  out.reserve(256 + trace.op_count() * 400);
+  out += "{\"traceEvents\":[\n";
+  bool first = true;
+  auto emit = [&](const Json& e) {
+    if (!first) out += ",\n";
+    first = false;
+    out += e.dump();
+  };
+
+  for (int rank = 0; rank < nranks; ++rank) {
+    const std::vector<OpRun> empty;
+    const auto& runs = rank < static_cast<int>(trace.ranks.size()) ? trace.ranks[rank] : empty;
+    const long long pid = pid_of(rank);
+    emit(Json{{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+    emit(Json{{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", rank}}}});
+    std::vector<int> streams{0};
+    for (const auto& r : runs) streams.push_back(r.op.stream);
+    std::sort(streams.begin(), streams.end());
+    streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
+    for (int s : streams) {
+      std::string tname = s == 0 ? std::string("compute") : "comm " + std::to_string(s);
+      emit(Json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid_of(rank, s)},
+                {"args", {{"name", tname}}}});
+      emit(Json{{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid_of(rank, s)},
+                {"args", {{"sort_index", s}}}});
+    }
+
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const OpRun& run = runs[i];
+      const Op& op = run.op;
+      const long long tid = tid_of(rank, op.stream);
+      if (is_timed(op.kind)) {
+        emit(Json{{"ph", "X"}, {"name", event_name(op)}, {"cat", category(op.kind)}, {"pid", pid}, {"tid", tid},
+                  {"ts", micros(run.start)}, {"dur", micros(run.end - run.start)}, {"args", op_args(run)}});
+      } else {
+        emit(Json{{"ph", "i"}, {"s", "t"}, {"name", event_name(op)}, {"cat", category(op.kind)}, {"pid", pid},
+                  {"tid", tid}, {"ts", micros(run.start)}, {"args", op_args(run)}});
+      }
+      if (static_cast<std::size_t>(rank) < flow_out.size()) {
+        if (std::uint64_t id = flow_out[rank][i])
+          emit(Json{{"ph", "s"}, {"id", id}, {"name", "message"}, {"cat", "p2p"}, {"pid", pid}, {"tid", tid},
+                    {"ts", micros(run.start)}, {"bp", "e"}});
+        if (std::uint64_t id = flow_in[rank][i])
+          emit(Json{{"ph", "f"}, {"id", id}, {"name", "message"}, {"cat", "p2p"}, {"pid", pid}, {"tid", tid},
+                    {"ts", micros(run.start)}, {"bp", "e"}});
+      }
+      if (is_timed(op.kind))
+        emit(Json{{"ph", "C"}, {"name", "memory"}, {"pid", pid}, {"ts", micros(run.start)},
+                  {"args", {{unit, run.memory}}}});
+    }
+    if (!runs.empty()) {
+      Time last_end = 0;
+      for (const auto& r : runs) last_end = std::max(last_end, r.end);
+      emit(Json{{"ph", "C"}, {"name", "memory"}, {"pid", pid}, {"ts", micros(last_end)},
+                {"args", {{unit, runs.back().memory}}}});
+    }
+  }
+
+  Json other = Json::object();
+  other["generator"] = "trainsim";
+  other["world_size"] = trace.world_size;
+  other["layers"] = trace.layers;
+  other["batches"] = trace.batches;
+  other["cost_model"] = trace.cost_model;
+  other["memory_unit"] = trace.memory_unit;
+  other["makespan_us"] = micros(trace.makespan());
+  other["timesteps_us"] = micros(trace.timesteps());
+  out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":";
+  out += other.dump();
+  out += "}\n";
+  return out;
+}
 
 }  // namespace trainsim::visualize
