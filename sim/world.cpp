@@ -204,12 +204,9 @@ asio::awaitable<Tensor> World::collective(Op op, Tensor input) {
   if (call.arrived == static_cast<int>(g.members.size())) {
     complete(g, seq, call);
   } else {
-    std::vector<int> missing;
-    for (std::size_t i = 0; i < g.members.size(); ++i)
-      if (!call.arrivals[i]) missing.push_back(g.members[i]);
-    Blocked why{op, 0, missing,
-                fmt::format("collective #{} of group {}, waiting for rank{} {}", seq, op.group,
-                            missing.size() == 1 ? "" : "s", rank_list(missing))};
+    // Who is missing is worked out only if a report needs it: listing it here would cost O(members) per
+    // arrival, O(members^2) per collective.
+    Blocked why{op, 0, {}, {}, op.group, seq};
     co_await block(rank, std::move(why));
   }
   Call& done = g.calls.at(seq);
@@ -293,6 +290,17 @@ void World::run() {
                                  m.where.empty() ? std::string() : fmt::format(" ({})", m.where)));
 }
 
+std::pair<std::vector<int>, std::string> World::waiting_on(const Blocked& b) const {
+  if (b.group < 0) return {b.waits_for, b.detail};
+  const Group& g = groups_[b.group];
+  std::vector<int> missing;
+  auto it = g.calls.find(b.seq);
+  for (std::size_t i = 0; i < g.members.size(); ++i)
+    if (it == g.calls.end() || !it->second.arrivals[i]) missing.push_back(g.members[i]);
+  return {missing, fmt::format("collective #{} of group {}, waiting for rank{} {}", b.seq, b.group,
+                               missing.size() == 1 ? "" : "s", rank_list(missing))};
+}
+
 std::string World::deadlock_report() const {
   std::vector<int> blocked;
   for (int r = 0; r < options_.world_size; ++r)
@@ -307,11 +315,12 @@ std::string World::deadlock_report() const {
       continue;
     }
     const Blocked& b = *rs.blocked;
+    auto [waits_for, detail] = waiting_on(b);
     std::vector<int> finished;
-    for (int w : b.waits_for)
+    for (int w : waits_for)
       if (ranks_[w].finished) finished.push_back(w);
     s += fmt::format("\n  rank {} at t={}: {}{}: {}", r, format_time(b.since), b.op.describe(), where_suffix(b.op),
-                     b.detail);
+                     detail);
     if (!finished.empty())
       s += fmt::format(" (rank{} {} finished without it)", finished.size() == 1 ? "" : "s", rank_list(finished));
   }
@@ -323,7 +332,7 @@ std::string World::deadlock_report() const {
     state[r] = 1;
     stack.push_back(r);
     if (ranks_[r].blocked)
-      for (int w : ranks_[r].blocked->waits_for) {
+      for (int w : waiting_on(*ranks_[r].blocked).first) {
         if (ranks_[w].finished) continue;
         if (state[w] == 1) {
           auto it = std::find(stack.begin(), stack.end(), w);

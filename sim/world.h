@@ -98,8 +98,10 @@ class World {
   struct Blocked {
     Op op;
     Time since = 0;
-    std::vector<int> waits_for;
+    std::vector<int> waits_for;  // for a collective: computed when a report needs it (see missing_members)
     std::string detail;
+    int group = -1;              // collective: its group and call number
+    std::uint64_t seq = 0;
   };
   struct RankState {
     explicit RankState(const CostModel& c) : ledger(c) {}
@@ -138,6 +140,8 @@ class World {
   void record(int rank, Op op, int group_size);
   void complete(Group& g, std::uint64_t seq, Call& call);
   std::string deadlock_report() const;
+  // Who a blocked rank waits for, and why (for collectives, the members that have not arrived).
+  std::pair<std::vector<int>, std::string> waiting_on(const Blocked& b) const;
   void check_rank(int rank, const char* what) const;
 
   WorldOptions options_;
