@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "text_helpers.h"
 #include "puzzles/runner.h"
 #include "sim/world.h"
 #include "visualize/palette.h"
@@ -19,14 +20,9 @@ using namespace trainsim;
 using trainsim::visualize::TimelineOptions;
 using trainsim::visualize::timeline_svg;
 
-namespace {
+using trainsim::testing::count;
 
-std::size_t count(std::string_view hay, std::string_view needle) {
-  std::size_t n = 0;
-  for (std::size_t pos = hay.find(needle); pos != std::string_view::npos; pos = hay.find(needle, pos + needle.size()))
-    ++n;
-  return n;
-}
+namespace {
 
 /// Checks that the document is one <svg> element whose tags nest and close, that attribute values are quoted,
 /// and that every '&' starts an entity. Returns "" when fine, else what is wrong.

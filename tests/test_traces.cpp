@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text_helpers.h"
 #include "puzzles/runner.h"
 #include "visualize/graph.h"
 #include "visualize/perfetto.h"
@@ -27,14 +28,9 @@ using trainsim::visualize::dependency_dot;
 using trainsim::visualize::perfetto_trace_json;
 using trainsim::visualize::render_dot_svg;
 
-namespace {
+using trainsim::testing::count;
 
-std::size_t count(std::string_view hay, std::string_view needle) {
-  std::size_t n = 0;
-  for (std::size_t pos = hay.find(needle); pos != std::string_view::npos; pos = hay.find(needle, pos + needle.size()))
-    ++n;
-  return n;
-}
+namespace {
 
 double us(Time t) { return static_cast<double>(t) / 1000.0; }
 
