@@ -1,10 +1,5 @@
-// PyTorch pipelining's schedule CSV (docs/pytorch-csv.md): import into a Schedule that validates, and export.
-//
-// A cell is one action "<stage><TYPE><microbatch>" (0F1, 1B0, 2I3, 2W3, 1SEND_F0, 0RECV_B2) or, for the
-// per-stage FSDP actions, "<stage><TYPE>" (0UNSHARD, 0RESHARD, 0REDUCE_GRAD). One row per rank; an empty
-// cell is idle. A trainsim "layer" is one pipeline stage.
-#include "schedules/pytorch_csv.h"
-
+// Importing PyTorch pipelining's schedule CSV (docs/pytorch-csv.md) into a Schedule: compute-only rows get
+// their sends and receives; both forms get loads, the loss, frees, grad accumulation and updates.
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -16,56 +11,14 @@
 #include <fmt/format.h>
 
 #include "schedules/defaults.h"
+#include "schedules/pytorch_csv.h"
+#include "schedules/pytorch_csv_cells.h"
 
 namespace trainsim {
 
 namespace {
 
-// ---------------------------------------------------------------------------------------------------------
-// Actions
-
-enum class Act { F, B, I, W, SendF, RecvF, SendB, RecvB, Unshard, Reshard, ReduceGrad };
-
-struct ActInfo {
-  Act act;
-  const char* name;
-  bool microbatch;  // the cell carries a microbatch index
-};
-
-constexpr ActInfo kActs[] = {
-    {Act::F, "F", true},          {Act::B, "B", true},          {Act::I, "I", true},
-    {Act::W, "W", true},          {Act::SendF, "SEND_F", true}, {Act::RecvF, "RECV_F", true},
-    {Act::SendB, "SEND_B", true}, {Act::RecvB, "RECV_B", true}, {Act::Unshard, "UNSHARD", false},
-    {Act::Reshard, "RESHARD", false}, {Act::ReduceGrad, "REDUCE_GRAD", false},
-};
-
-const ActInfo& info(Act a) {
-  for (const auto& i : kActs)
-    if (i.act == a) return i;
-  throw std::logic_error("unknown CSV action");
-}
-
-bool is_compute_act(Act a) { return a == Act::F || a == Act::B || a == Act::I || a == Act::W; }
-
-std::string cell_text(int stage, Act a, int mb) {
-  return info(a).microbatch ? fmt::format("{}{}{}", stage, info(a).name, mb) : fmt::format("{}{}", stage, info(a).name);
-}
-
-std::string type_list() {
-  std::string s;
-  for (const auto& i : kActs) s += (s.empty() ? "" : ", ") + std::string(i.name);
-  return s;
-}
-
-/// One non-empty cell.
-struct Action {
-  Act act = Act::F;
-  int stage = 0;
-  int mb = -1;  ///< -1 for the per-stage actions (UNSHARD, RESHARD, REDUCE_GRAD)
-  int row = 0;  ///< = rank
-  int col = 0;  ///< 0-based
-  std::string cell;
-};
+using namespace csv;
 
 /// A receive the compute-only import places: before the receiver's compute number `before` (in its row).
 struct PlannedRecv {
@@ -77,106 +30,6 @@ struct PlannedRecv {
   std::string where;
 };
 
-using Key = std::tuple<Act, int, int>;  // (type, stage, microbatch)
-Key key_of(const Action& a) { return {a.act, a.stage, a.mb}; }
-
-// ---------------------------------------------------------------------------------------------------------
-// Reading the cells
-
-std::vector<std::string> split_rows(const std::string& text) {
-  std::vector<std::string> rows;
-  std::string cur;
-  for (char c : text) {
-    if (c == '\n') {
-      rows.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) rows.push_back(cur);  // no newline after the last row
-  for (auto& r : rows)
-    if (!r.empty() && r.back() == '\r') r.pop_back();
-  return rows;
-}
-
-std::string trim(const std::string& s) {
-  std::size_t b = 0, e = s.size();
-  while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
-  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
-  std::string t = s.substr(b, e - b);
-  if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
-  return t;
-}
-
-std::vector<std::string> split_cells(const std::string& row) {
-  std::vector<std::string> cells;
-  std::string cur;
-  for (char c : row) {
-    if (c == ',') {
-      cells.push_back(trim(cur));
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  cells.push_back(trim(cur));
-  return cells;
-}
-
-[[noreturn]] void fail_cell(const std::string& source, int row, int col, const std::string& cell, const std::string& what) {
-  throw std::invalid_argument(
-      fmt::format("{}: row {} (rank {}), column {}, cell '{}': {}", source, row + 1, row, col + 1, cell, what));
-}
-
-[[noreturn]] void fail_at(const std::string& source, const Action& a, const std::string& what) {
-  fail_cell(source, a.row, a.col, a.cell, what);
-}
-
-[[noreturn]] void fail_row(const std::string& source, int row, const std::string& what) {
-  throw std::invalid_argument(fmt::format("{}: row {} (rank {}): {}", source, row + 1, row, what));
-}
-
-bool digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
-}
-
-Action parse_cell(const std::string& source, const std::string& cell, int row, int col) {
-  Action a;
-  a.row = row;
-  a.col = col;
-  a.cell = cell;
-  std::size_t i = 0;
-  while (i < cell.size() && std::isdigit(static_cast<unsigned char>(cell[i]))) ++i;
-  if (i == 0)
-    fail_cell(source, row, col, cell,
-              "expected an action: a stage number, an action type and a microbatch number, like 0F1 or 1SEND_B0");
-  if (i > 9) fail_cell(source, row, col, cell, "the stage number is too large");
-  std::size_t j = i;
-  while (j < cell.size() && (std::isalpha(static_cast<unsigned char>(cell[j])) || cell[j] == '_')) ++j;
-  std::string type = cell.substr(i, j - i), rest = cell.substr(j);
-  if (type.empty()) fail_cell(source, row, col, cell, fmt::format("no action type after the stage number (expected one of {})", type_list()));
-  if (!rest.empty() && !digits(rest))
-    fail_cell(source, row, col, cell, fmt::format("unexpected '{}' after the action type", rest));
-  if (rest.size() > 9) fail_cell(source, row, col, cell, "the microbatch number is too large");
-  const ActInfo* found = nullptr;
-  for (const auto& k : kActs)
-    if (type == k.name) found = &k;
-  if (!found) fail_cell(source, row, col, cell, fmt::format("unknown action type '{}' (expected one of {})", type, type_list()));
-  a.act = found->act;
-  a.stage = std::stoi(cell.substr(0, i));
-  if (found->microbatch) {
-    if (rest.empty())
-      fail_cell(source, row, col, cell, fmt::format("{} needs a microbatch number, like {}{}0", type, a.stage, type));
-    a.mb = std::stoi(rest);
-  } else if (!rest.empty()) {
-    fail_cell(source, row, col, cell, fmt::format("{} is per stage and takes no microbatch (write {}{})", type, a.stage, type));
-  }
-  return a;
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Import
 
 class Importer {
  public:
@@ -786,113 +639,7 @@ class Importer {
   std::map<int, std::vector<PlannedRecv>> receives_;  // compute-only: receiving rank -> its receives
 };
 
-// ---------------------------------------------------------------------------------------------------------
-// Export
-
-std::string op_at(const Op& op) {
-  return fmt::format("rank {}: {}{}", op.rank, op.describe(), op.where.empty() ? std::string() : fmt::format(" ({})", op.where));
-}
-
-int single_batch(const Op& op, const IdSet& batches) {
-  if (batches.size() != 1)
-    throw std::invalid_argument(fmt::format("{}: works on {} microbatches at once ({{{}}}); a PyTorch CSV action has "
-                                            "exactly one",
-                                            op_at(op), batches.size(), batches.str()));
-  return batches.first();
-}
-
-const Tensor& payload(const Op& op) {
-  const auto& ts = op.kind == OpKind::Recv ? op.writes : op.reads;
-  if (ts.size() != 1) throw std::invalid_argument(fmt::format("{}: carries {} tensors; a CSV action carries one", op_at(op), ts.size()));
-  return ts.front();
-}
-
-// SEND_F / RECV_F / SEND_B / RECV_B for a point-to-point op, or throws.
-std::string p2p_cell(const Op& op, int layers) {
-  const Tensor& t = payload(op);
-  const bool send = op.kind == OpKind::Send;
-  int b = single_batch(op, t.batches);
-  auto bad = [&](const std::string& why) {
-    return std::invalid_argument(fmt::format("{}: {} {} has no PyTorch CSV action: {}", op_at(op), send ? "sending" : "receiving",
-                                             t.str(), why));
-  };
-  if (t.kind == TensorKind::Activation) {
-    if (t.layer < 1 || t.layer >= layers) throw bad("only activations between two stages travel (A1..A" + std::to_string(layers - 1) + ")");
-    return send ? cell_text(t.layer - 1, Act::SendF, b) : cell_text(t.layer, Act::RecvF, b);
-  }
-  if (t.kind == TensorKind::ActivationGrad) {
-    if (t.layer < 1 || t.layer >= layers) throw bad("only activation grads between two stages travel (dA1..dA" + std::to_string(layers - 1) + ")");
-    return send ? cell_text(t.layer, Act::SendB, b) : cell_text(t.layer - 1, Act::RecvB, b);
-  }
-  throw bad("PyTorch pipelines send only activations (SEND_F) and their grads (SEND_B)");
-}
-
 }  // namespace
-
-std::string export_pytorch_csv(const Schedule& schedule, CsvForm form) {
-  const ScheduleHeader& h = schedule.header;
-  if (h.stage_map.empty())
-    throw std::invalid_argument(
-        "the schedule has no stage map (a 'stage_map' header line giving each stage's rank); PyTorch's CSV places one "
-        "stage per layer on one rank (trainsim convert --stage-map gives one)");
-  const bool comms = form == CsvForm::ComputeComms;
-  std::string out;
-  for (const auto& ops : schedule.ranks) {
-    std::vector<std::string> cells;
-    std::map<int, int> gathered;  // layer -> gathered weight copies not yet freed
-    for (const Op& op : ops) {
-      switch (op.kind) {
-        case OpKind::Forward:
-        case OpKind::Backward:
-        case OpKind::BackwardInput:
-        case OpKind::BackwardWeight: {
-          Act a = op.kind == OpKind::Forward ? Act::F : op.kind == OpKind::Backward ? Act::B
-                  : op.kind == OpKind::BackwardInput ? Act::I : Act::W;
-          cells.push_back(cell_text(op.layer, a, single_batch(op, op.batches)));
-          break;
-        }
-        case OpKind::Send:
-        case OpKind::Recv:
-          if (comms) cells.push_back(p2p_cell(op, h.layers));
-          break;
-        case OpKind::AllGather: {
-          const Tensor& t = payload(op);
-          if (t.kind != TensorKind::Weight)
-            throw std::invalid_argument(fmt::format("{}: all-gather of {} has no PyTorch CSV action (UNSHARD gathers a "
-                                                    "stage's weight)",
-                                                    op_at(op), t.str()));
-          int layer = op.layer >= 0 ? op.layer : t.layer;
-          ++gathered[layer];
-          if (comms) cells.push_back(cell_text(layer, Act::Unshard, -1));
-          break;
-        }
-        case OpKind::Free:
-          for (const Tensor& t : op.reads)
-            if (t.kind == TensorKind::Weight && t.complete() && gathered[t.layer] > 0) {
-              --gathered[t.layer];
-              if (comms) cells.push_back(cell_text(t.layer, Act::Reshard, -1));
-            }
-          break;
-        case OpKind::ReduceScatter:
-        case OpKind::AllReduce: {
-          if (!comms) break;
-          const Tensor& t = payload(op);
-          if (t.kind != TensorKind::WeightGrad)
-            throw std::invalid_argument(fmt::format("{}: {} of {} has no PyTorch CSV action (REDUCE_GRAD reduces a "
-                                                    "stage's weight grads)",
-                                                    op_at(op), op_name(op.kind), t.str()));
-          cells.push_back(cell_text(op.layer >= 0 ? op.layer : t.layer, Act::ReduceGrad, -1));
-          break;
-        }
-        default: break;  // load, loss, update, accumulate, barrier: no CSV action
-      }
-    }
-    std::string row;
-    for (const auto& c : cells) row += (row.empty() ? "" : ",") + c;
-    out += row + "\n";
-  }
-  return out;
-}
 
 Schedule import_pytorch_csv(const std::string& csv, int microbatches, std::vector<int> stage_map, const std::string& source) {
   return Importer(csv, microbatches, std::move(stage_map), source).run();

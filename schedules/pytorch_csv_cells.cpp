@@ -1,0 +1,132 @@
+// PyTorch pipelining CSV cells: the action table and reading rows into cells.
+#include "schedules/pytorch_csv_cells.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace trainsim::csv {
+
+
+
+const ActInfo kActs[] = {
+    {Act::F, "F", true},          {Act::B, "B", true},          {Act::I, "I", true},
+    {Act::W, "W", true},          {Act::SendF, "SEND_F", true}, {Act::RecvF, "RECV_F", true},
+    {Act::SendB, "SEND_B", true}, {Act::RecvB, "RECV_B", true}, {Act::Unshard, "UNSHARD", false},
+    {Act::Reshard, "RESHARD", false}, {Act::ReduceGrad, "REDUCE_GRAD", false},
+};
+
+const ActInfo& info(Act a) {
+  for (const auto& i : kActs)
+    if (i.act == a) return i;
+  throw std::logic_error("unknown CSV action");
+}
+
+bool is_compute_act(Act a) { return a == Act::F || a == Act::B || a == Act::I || a == Act::W; }
+
+std::string cell_text(int stage, Act a, int mb) {
+  return info(a).microbatch ? fmt::format("{}{}{}", stage, info(a).name, mb) : fmt::format("{}{}", stage, info(a).name);
+}
+
+std::string type_list() {
+  std::string s;
+  for (const auto& i : kActs) s += (s.empty() ? "" : ", ") + std::string(i.name);
+  return s;
+}
+
+
+std::vector<std::string> split_rows(const std::string& text) {
+  std::vector<std::string> rows;
+  std::string cur;
+  for (char c : text) {
+    if (c == '\n') {
+      rows.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) rows.push_back(cur);  // no newline after the last row
+  for (auto& r : rows)
+    if (!r.empty() && r.back() == '\r') r.pop_back();
+  return rows;
+}
+
+std::string trim(const std::string& s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
+  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
+  std::string t = s.substr(b, e - b);
+  if (t.size() >= 2 && t.front() == '"' && t.back() == '"') t = t.substr(1, t.size() - 2);
+  return t;
+}
+
+std::vector<std::string> split_cells(const std::string& row) {
+  std::vector<std::string> cells;
+  std::string cur;
+  for (char c : row) {
+    if (c == ',') {
+      cells.push_back(trim(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  cells.push_back(trim(cur));
+  return cells;
+}
+
+[[noreturn]] void fail_cell(const std::string& source, int row, int col, const std::string& cell, const std::string& what) {
+  throw std::invalid_argument(
+      fmt::format("{}: row {} (rank {}), column {}, cell '{}': {}", source, row + 1, row, col + 1, cell, what));
+}
+
+[[noreturn]] void fail_at(const std::string& source, const Action& a, const std::string& what) {
+  fail_cell(source, a.row, a.col, a.cell, what);
+}
+
+[[noreturn]] void fail_row(const std::string& source, int row, const std::string& what) {
+  throw std::invalid_argument(fmt::format("{}: row {} (rank {}): {}", source, row + 1, row, what));
+}
+
+bool digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+Action parse_cell(const std::string& source, const std::string& cell, int row, int col) {
+  Action a;
+  a.row = row;
+  a.col = col;
+  a.cell = cell;
+  std::size_t i = 0;
+  while (i < cell.size() && std::isdigit(static_cast<unsigned char>(cell[i]))) ++i;
+  if (i == 0)
+    fail_cell(source, row, col, cell,
+              "expected an action: a stage number, an action type and a microbatch number, like 0F1 or 1SEND_B0");
+  if (i > 9) fail_cell(source, row, col, cell, "the stage number is too large");
+  std::size_t j = i;
+  while (j < cell.size() && (std::isalpha(static_cast<unsigned char>(cell[j])) || cell[j] == '_')) ++j;
+  std::string type = cell.substr(i, j - i), rest = cell.substr(j);
+  if (type.empty()) fail_cell(source, row, col, cell, fmt::format("no action type after the stage number (expected one of {})", type_list()));
+  if (!rest.empty() && !digits(rest))
+    fail_cell(source, row, col, cell, fmt::format("unexpected '{}' after the action type", rest));
+  if (rest.size() > 9) fail_cell(source, row, col, cell, "the microbatch number is too large");
+  const ActInfo* found = nullptr;
+  for (const auto& k : kActs)
+    if (type == k.name) found = &k;
+  if (!found) fail_cell(source, row, col, cell, fmt::format("unknown action type '{}' (expected one of {})", type, type_list()));
+  a.act = found->act;
+  a.stage = std::stoi(cell.substr(0, i));
+  if (found->microbatch) {
+    if (rest.empty())
+      fail_cell(source, row, col, cell, fmt::format("{} needs a microbatch number, like {}{}0", type, a.stage, type));
+    a.mb = std::stoi(rest);
+  } else if (!rest.empty()) {
+    fail_cell(source, row, col, cell, fmt::format("{} is per stage and takes no microbatch (write {}{})", type, a.stage, type));
+  }
+  return a;
+}
+
+}  // namespace trainsim::csv
