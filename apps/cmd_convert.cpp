@@ -2,15 +2,14 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "apps/commands.h"
+#include "apps/text_file.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
@@ -34,21 +33,6 @@ std::string extension(const std::string& path) {
   std::string e = std::filesystem::path(path).extension().string();
   std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
   return e;
-}
-
-bool read_file(const std::string& path, std::string& text) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  text = ss.str();
-  return true;
-}
-
-bool write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  return static_cast<bool>(f);
 }
 
 // "0,1,2,3", "loop" (stage s on rank s % world) or "v" (stage s on rank s, then 2*world-1-s). Throws
@@ -130,7 +114,7 @@ int to_csv(const ConvertArgs& a) {
   } catch (const std::invalid_argument& e) {
     return fail(fmt::format("{}: {}", a.in, e.what()));
   }
-  if (!write_file(a.out, csv)) return fail(fmt::format("cannot write '{}'", a.out));
+  if (!write_text_file(a.out, csv)) return fail(fmt::format("cannot write '{}'", a.out));
   fmt::print("wrote {}: {} CSV, {} rank{}, {} stage{}\n", a.out, form == CsvForm::ComputeOnly ? "compute-only" : "compute+comms",
              s.header.world_size, s.header.world_size == 1 ? "" : "s", s.header.layers, s.header.layers == 1 ? "" : "s");
   return 0;
@@ -142,7 +126,7 @@ int to_sched(const ConvertArgs& a) {
   if (a.microbatches_opt && a.microbatches_opt->count() > 0 && a.microbatches < 1)
     return fail(fmt::format("--microbatches must be at least 1, got {}", a.microbatches));
   std::string csv;
-  if (!read_file(a.in, csv)) return fail(fmt::format("cannot read '{}'", a.in));
+  if (!read_text_file(a.in, csv)) return fail(fmt::format("cannot read '{}'", a.in));
   Schedule s;
   try {
     std::vector<int> map;
@@ -156,7 +140,7 @@ int to_sched(const ConvertArgs& a) {
   } catch (const std::invalid_argument& e) {
     return fail(e.what());
   }
-  if (!write_file(a.out, print_schedule(s))) return fail(fmt::format("cannot write '{}'", a.out));
+  if (!write_text_file(a.out, print_schedule(s))) return fail(fmt::format("cannot write '{}'", a.out));
   const ScheduleHeader& h = s.header;
   std::string what = fmt::format("{} rank{}, {} stage{}, {} microbatch{}, {} ops", h.world_size, h.world_size == 1 ? "" : "s",
                                  h.layers, h.layers == 1 ? "" : "s", h.microbatches, h.microbatches == 1 ? "" : "es",

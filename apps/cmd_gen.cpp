@@ -1,5 +1,4 @@
 // `trainsim gen KIND ... -o FILE`: write a generated schedule (schedules/generators.h) as .sched text.
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -8,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "apps/commands.h"
+#include "apps/text_file.h"
 #include "schedules/generators.h"
 #include "schedules/text_format.h"
 
@@ -50,10 +50,7 @@ int run(const GenArgs& a) {
     std::cout.flush();
     return std::cout ? 0 : 2;
   }
-  std::ofstream f(a.out, std::ios::binary);
-  f << text;
-  f.close();
-  if (!f) {
+  if (!write_text_file(a.out, text)) {
     fmt::print(stderr, "trainsim gen: cannot write '{}'\n", a.out);
     return 2;
   }

@@ -1,7 +1,6 @@
 // `trainsim puzzles`: check the eight LLM Training Puzzles and draw their timelines.
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -10,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/text_file.h"
 #include "puzzles/runner.h"
 #include "schedules/text_format.h"
 #include "visualize/timeline_svg.h"
@@ -106,9 +106,7 @@ int run(const PuzzlesArgs& args) {
     puzzles::PuzzleResult r = puzzles::run_puzzle(*p, args.exercises, record);
     if (record && r.schedule) {
       std::filesystem::path f = std::filesystem::path(args.save_schedules) / (p->name + ".sched");
-      std::ofstream out(f, std::ios::binary);
-      out << print_schedule(*r.schedule);
-      if (!out) {
+      if (!write_text_file(f.string(), print_schedule(*r.schedule))) {
         fmt::print(stderr, "trainsim puzzles: cannot write '{}'\n", f.string());
         return 2;
       }
@@ -118,9 +116,7 @@ int run(const PuzzlesArgs& args) {
     opt.target_time = p->target_time;
     opt.target_memory = p->target_memory;
     std::filesystem::path svg = std::filesystem::path(args.out) / (p->name + ".svg");
-    std::ofstream f(svg, std::ios::binary);
-    f << visualize::timeline_svg(r.trace, opt);
-    if (!f) {
+    if (!write_text_file(svg.string(), visualize::timeline_svg(r.trace, opt))) {
       fmt::print(stderr, "trainsim puzzles: cannot write '{}'\n", svg.string());
       return 2;
     }

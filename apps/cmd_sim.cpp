@@ -1,6 +1,5 @@
 // `trainsim validate FILE` and `trainsim sim FILE`: check a schedule and time it; draw it.
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/text_file.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 #include "visualize/graph.h"
@@ -27,9 +27,7 @@ struct SimArgs {
 };
 
 bool write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  if (!f) {
+  if (!write_text_file(path, text)) {
     fmt::print(stderr, "trainsim: cannot write '{}'\n", path);
     return false;
   }
