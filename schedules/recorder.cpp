@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/algebra.h"
 #include "sim/errors.h"
 
 namespace trainsim {
@@ -56,12 +57,9 @@ void ScheduleRecorder::on_store(int rank, const Tensor* before, const Tensor* af
   if (after) {
     const Tensor& v = *after;
     auto p = log.pending.find(v);
-    bool fresh = ((v.kind == TensorKind::Weight || v.kind == TensorKind::OptState) && v.step == 0) ||
-                 (v.kind == TensorKind::Activation && v.layer == 0) ||
-                 (v.kind == TensorKind::WeightGrad && v.batches.empty());
     if (p != log.pending.end()) {
       if (--p->second == 0) log.pending.erase(p);  // an op's output, now stored
-    } else if (fresh) {
+    } else if (is_loadable(v)) {
       Op load;
       load.kind = OpKind::Load;
       load.writes = {v};

@@ -43,6 +43,12 @@ std::string check_writes(const Op& op, const std::vector<Tensor>& want) {
 
 }  // namespace
 
+bool is_loadable(const Tensor& t) {
+  return ((t.kind == TensorKind::Weight || t.kind == TensorKind::OptState) && t.step == 0) ||
+         (t.kind == TensorKind::Activation && t.layer == 0) ||
+         (t.kind == TensorKind::WeightGrad && t.batches.empty());
+}
+
 Tensor updated_weight(const Tensor& w, const Tensor& o) {
   Tensor out = w;
   out.step = w.step + 1;
@@ -145,10 +151,7 @@ std::string algebra_problem(const Op& op, int layers, int microbatches) {
     case OpKind::Load:
       if (op.writes.empty()) return "load brings nothing (write the tensors after ->)";
       for (const Tensor& t : op.writes) {
-        bool fresh = ((t.kind == TensorKind::Weight || t.kind == TensorKind::OptState) && t.step == 0) ||
-                     (t.kind == TensorKind::Activation && t.layer == 0) ||
-                     (t.kind == TensorKind::WeightGrad && t.batches.empty());
-        if (!fresh)
+        if (!is_loadable(t))
           return fmt::format("cannot load {}: only fresh weights and optimizer state (step 0), model inputs (A0) and "
                              "empty weight grads come from outside; the rest must be computed",
                              t.str());

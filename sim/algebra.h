@@ -11,6 +11,10 @@
 
 namespace trainsim {
 
+/// True for state that may come from outside the computation (a `load`): weights and optimizer state at
+/// step 0, model inputs (activation 0) and empty weight grads.
+bool is_loadable(const Tensor& t);
+
 /// The weight an update of `weight` with optimizer state `opt_state` writes: the shards the optimizer state
 /// covers, one step later. The weight must hold those shards: the same sharding and a superset, or the
 /// complete weight (ZeRO-1/2 keep the full weight and shard the optimizer state). Throws TensorError.
