@@ -1,0 +1,283 @@
+#include "exec/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+// OpenBLAS: the GEMMs (libopenblas-dev). Its cblas.h declares openblas_set_num_threads.
+#include <cblas.h>
+
+namespace trainsim::exec {
+
+template <typename T>
+CpuKernels<T>::CpuKernels() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+namespace {
+
+void blas_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+               float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
+}
+void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda, const double* B, int ldb,
+               double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
+}
+
+}  // namespace
+
+template <typename T>
+void CpuKernels<T>::gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+                         T beta, T* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // BLAS leaves C untouched for K = 0 only when beta = 1; make it explicit
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) C[static_cast<long>(i) * ldc + j] = beta == T(0) ? T(0) : beta * C[static_cast<long>(i) * ldc + j];
+    return;
+  }
+  blas_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+template <typename T>
+void CpuKernels<T>::gemm_batched(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, long sa,
+                                 const T* B, int ldb, long sb, T beta, T* C, int ldc, long sc, int batch) {
+  for (int i = 0; i < batch; ++i) gemm(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
+}
+
+template <typename T>
+void CpuKernels<T>::embedding_forward(const int* tokens, const T* table, T* out, long n, int d) {
+  for (long i = 0; i < n; ++i) std::memcpy(out + i * d, table + static_cast<long>(tokens[i]) * d, sizeof(T) * d);
+}
+
+template <typename T>
+void CpuKernels<T>::embedding_backward(const int* tokens, const T* dout, T* dtable, long n, int d) {
+  for (long i = 0; i < n; ++i) {
+    T* row = dtable + static_cast<long>(tokens[i]) * d;
+    const T* g = dout + i * d;
+    for (int j = 0; j < d; ++j) row[j] += g[j];
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::rmsnorm_forward(const T* x, const T* g, T* y, T* rstd, long n, int d, T eps) {
+  for (long i = 0; i < n; ++i) {
+    const T* xi = x + i * d;
+    T ss = 0;
+    for (int j = 0; j < d; ++j) ss += xi[j] * xi[j];
+    T r = T(1) / std::sqrt(ss / T(d) + eps);
+    rstd[i] = r;
+    T* yi = y + i * d;
+    for (int j = 0; j < d; ++j) yi[j] = xi[j] * r * g[j];
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::rmsnorm_backward_input(const T* dy, const T* x, const T* g, const T* rstd, T* dx, long n, int d) {
+  for (long i = 0; i < n; ++i) {
+    const T *dyi = dy + i * d, *xi = x + i * d;
+    T r = rstd[i];
+    T dot = 0;  // Σ (g∘dy) ∘ x̂
+    for (int j = 0; j < d; ++j) dot += g[j] * dyi[j] * xi[j] * r;
+    dot /= T(d);
+    T* dxi = dx + i * d;
+    for (int j = 0; j < d; ++j) dxi[j] += r * (g[j] * dyi[j] - xi[j] * r * dot);
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::rmsnorm_backward_weight(const T* dy, const T* x, const T* rstd, T* dg, long n, int d) {
+  std::fill(dg, dg + d, T(0));
+  for (long i = 0; i < n; ++i) {
+    const T *dyi = dy + i * d, *xi = x + i * d;
+    T r = rstd[i];
+    for (int j = 0; j < d; ++j) dg[j] += dyi[j] * xi[j] * r;
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::split_heads_rope(const T* qkv, T* q, T* k, T* v, int B, int Tn, int H, int hd, const T* cos,
+                                     const T* sin) {
+  const long d = static_cast<long>(H) * hd;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < Tn; ++t) {
+      const T* row = qkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+      for (int h = 0; h < H; ++h) {
+        long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd;
+        for (int i = 0; i < hd; i += 2) {
+          T c = cos[static_cast<long>(t) * (hd / 2) + i / 2], s = sin[static_cast<long>(t) * (hd / 2) + i / 2];
+          T qa = row[h * hd + i], qb = row[h * hd + i + 1];
+          rope_rotate(qa, qb, c, s, T(1));
+          q[o + i] = qa, q[o + i + 1] = qb;
+          T ka = row[d + h * hd + i], kb = row[d + h * hd + i + 1];
+          rope_rotate(ka, kb, c, s, T(1));
+          k[o + i] = ka, k[o + i + 1] = kb;
+          v[o + i] = row[2 * d + h * hd + i], v[o + i + 1] = row[2 * d + h * hd + i + 1];
+        }
+      }
+    }
+}
+
+template <typename T>
+void CpuKernels<T>::merge_heads_rope_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int B, int Tn, int H,
+                                              int hd, const T* cos, const T* sin) {
+  const long d = static_cast<long>(H) * hd;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < Tn; ++t) {
+      T* row = dqkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+      for (int h = 0; h < H; ++h) {
+        long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd;
+        for (int i = 0; i < hd; i += 2) {
+          T c = cos[static_cast<long>(t) * (hd / 2) + i / 2], s = sin[static_cast<long>(t) * (hd / 2) + i / 2];
+          T qa = dq[o + i], qb = dq[o + i + 1];
+          rope_rotate(qa, qb, c, s, T(-1));
+          row[h * hd + i] = qa, row[h * hd + i + 1] = qb;
+          T ka = dk[o + i], kb = dk[o + i + 1];
+          rope_rotate(ka, kb, c, s, T(-1));
+          row[d + h * hd + i] = ka, row[d + h * hd + i + 1] = kb;
+          row[2 * d + h * hd + i] = dv[o + i], row[2 * d + h * hd + i + 1] = dv[o + i + 1];
+        }
+      }
+    }
+}
+
+template <typename T>
+void CpuKernels<T>::merge_heads(const T* o, T* out, int B, int Tn, int H, int hd) {
+  const long d = static_cast<long>(H) * hd;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < Tn; ++t)
+        std::memcpy(out + (static_cast<long>(b) * Tn + t) * d + h * hd, o + ((static_cast<long>(b) * H + h) * Tn + t) * hd,
+                    sizeof(T) * hd);
+}
+
+template <typename T>
+void CpuKernels<T>::split_heads(const T* x, T* o, int B, int Tn, int H, int hd) {
+  const long d = static_cast<long>(H) * hd;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < Tn; ++t)
+        std::memcpy(o + ((static_cast<long>(b) * H + h) * Tn + t) * hd, x + (static_cast<long>(b) * Tn + t) * d + h * hd,
+                    sizeof(T) * hd);
+}
+
+template <typename T>
+void CpuKernels<T>::causal_softmax_forward(T* s, int count, int Tn, T scale) {
+  for (long m = 0; m < count; ++m)
+    for (int t = 0; t < Tn; ++t) {
+      T* row = s + (m * Tn + t) * Tn;
+      T mx = row[0] * scale;
+      for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j] * scale);
+      T sum = 0;
+      for (int j = 0; j <= t; ++j) {
+        row[j] = std::exp(row[j] * scale - mx);
+        sum += row[j];
+      }
+      T inv = T(1) / sum;
+      for (int j = 0; j <= t; ++j) row[j] *= inv;
+      for (int j = t + 1; j < Tn; ++j) row[j] = 0;
+    }
+}
+
+template <typename T>
+void CpuKernels<T>::causal_softmax_backward(const T* p, T* dp, int count, int Tn, T scale) {
+  for (long m = 0; m < count; ++m)
+    for (int t = 0; t < Tn; ++t) {
+      const T* pr = p + (m * Tn + t) * Tn;
+      T* dr = dp + (m * Tn + t) * Tn;
+      T dot = 0;
+      for (int j = 0; j <= t; ++j) dot += pr[j] * dr[j];
+      for (int j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
+      for (int j = t + 1; j < Tn; ++j) dr[j] = 0;
+    }
+}
+
+template <typename T>
+void CpuKernels<T>::swiglu_forward(const T* gu, T* h, long n, int f) {
+  for (long i = 0; i < n; ++i) {
+    const T* a = gu + i * 2 * f;
+    const T* b = a + f;
+    T* hi = h + i * f;
+    for (int j = 0; j < f; ++j) hi[j] = silu(a[j]) * b[j];
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::swiglu_backward(const T* gu, const T* dh, T* dgu, long n, int f) {
+  for (long i = 0; i < n; ++i) {
+    const T* a = gu + i * 2 * f;
+    const T* b = a + f;
+    const T* g = dh + i * f;
+    T* da = dgu + i * 2 * f;
+    T* db = da + f;
+    for (int j = 0; j < f; ++j) {
+      T aj = a[j], bj = b[j], gj = g[j];
+      da[j] = gj * bj * silu_grad(aj);
+      db[j] = gj * silu(aj);
+    }
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::add(const T* a, const T* b, T* out, long n) {
+  for (long i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename T>
+void CpuKernels<T>::copy(const T* src, T* dst, long n) {
+  if (src != dst) std::memmove(dst, src, sizeof(T) * n);
+}
+
+template <typename T>
+void CpuKernels<T>::fill(T* x, T value, long n) {
+  std::fill(x, x + n, value);
+}
+
+template <typename T>
+void CpuKernels<T>::cross_entropy(const T* logits, const int* targets, T* dlogits, double* loss_sums, long n, int V,
+                                  long rows_per_segment, T scale) {
+  for (long i = 0; i < n; ++i) {
+    const T* row = logits + i * V;
+    T* drow = dlogits + i * V;
+    T mx = row[0];
+    for (int j = 1; j < V; ++j) mx = std::max(mx, row[j]);
+    double sum = 0;
+    for (int j = 0; j < V; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
+    const int y = targets[i];
+    double loss = std::log(sum) - static_cast<double>(row[y] - mx);
+    loss_sums[i / rows_per_segment] += loss;
+    const double inv = 1.0 / sum;
+    for (int j = 0; j < V; ++j) {
+      double p = std::exp(static_cast<double>(row[j] - mx)) * inv;
+      drow[j] = static_cast<T>((p - (j == y ? 1.0 : 0.0)) * static_cast<double>(scale));
+    }
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::sum_squares(const T* x, long n, double* acc) {
+  double s = 0;
+  for (long i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  *acc += s;
+}
+
+template <typename T>
+void CpuKernels<T>::adamw(const T* w, const T* g, const T* m, const T* v, T* w_out, T* m_out, T* v_out, long n,
+                          const AdamWStep& step, const double* grad_norm_sq, float max_norm) {
+  float coef = 1.0f;
+  if (grad_norm_sq) coef = static_cast<float>(std::min(1.0, max_norm / (std::sqrt(*grad_norm_sq) + 1e-6)));
+  for (long i = 0; i < n; ++i) {
+    float wi = static_cast<float>(w[i]), mi = static_cast<float>(m[i]), vi = static_cast<float>(v[i]);
+    adamw_element(wi, mi, vi, static_cast<float>(g[i]) * coef, step);
+    w_out[i] = static_cast<T>(wi), m_out[i] = static_cast<T>(mi), v_out[i] = static_cast<T>(vi);
+  }
+}
+
+template class CpuKernels<float>;
+template class CpuKernels<double>;
+
+}  // namespace trainsim::exec

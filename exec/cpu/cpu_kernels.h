@@ -1,0 +1,48 @@
+// The CPU backend's kernels: GEMMs through OpenBLAS (cblas; one BLAS thread per calling thread, so each
+// rank's thread runs its own single-threaded GEMMs and results do not depend on the thread count), the
+// rest as plain loops. Instantiated for float (training) and double (the gradient check).
+#pragma once
+
+#include "exec/kernels.h"
+
+namespace trainsim::exec {
+
+template <typename T>
+class CpuKernels final : public Kernels<T> {
+ public:
+  /// Sets OpenBLAS to one thread (process-wide) the first time a CpuKernels is made.
+  CpuKernels();
+
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+            T* C, int ldc) override;
+  void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, long stride_a,
+                    const T* B, int ldb, long stride_b, T beta, T* C, int ldc, long stride_c, int batch) override;
+  void embedding_forward(const int* tokens, const T* table, T* out, long n, int d) override;
+  void embedding_backward(const int* tokens, const T* dout, T* dtable, long n, int d) override;
+  void rmsnorm_forward(const T* x, const T* g, T* y, T* rstd, long n, int d, T eps) override;
+  void rmsnorm_backward_input(const T* dy, const T* x, const T* g, const T* rstd, T* dx, long n, int d) override;
+  void rmsnorm_backward_weight(const T* dy, const T* x, const T* rstd, T* dg, long n, int d) override;
+  void split_heads_rope(const T* qkv, T* q, T* k, T* v, int B, int Tn, int H, int hd, const T* cos,
+                        const T* sin) override;
+  void merge_heads_rope_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int B, int Tn, int H, int hd,
+                                 const T* cos, const T* sin) override;
+  void merge_heads(const T* o, T* out, int B, int Tn, int H, int hd) override;
+  void split_heads(const T* x, T* o, int B, int Tn, int H, int hd) override;
+  void causal_softmax_forward(T* s, int count, int Tn, T scale) override;
+  void causal_softmax_backward(const T* p, T* dp, int count, int Tn, T scale) override;
+  void swiglu_forward(const T* gu, T* h, long n, int f) override;
+  void swiglu_backward(const T* gu, const T* dh, T* dgu, long n, int f) override;
+  void add(const T* a, const T* b, T* out, long n) override;
+  void copy(const T* src, T* dst, long n) override;
+  void fill(T* x, T value, long n) override;
+  void cross_entropy(const T* logits, const int* targets, T* dlogits, double* loss_sums, long n, int V,
+                     long rows_per_segment, T scale) override;
+  void sum_squares(const T* x, long n, double* acc) override;
+  void adamw(const T* w, const T* g, const T* m, const T* v, T* w_out, T* m_out, T* v_out, long n, const AdamWStep& step,
+             const double* grad_norm_sq, float max_norm) override;
+};
+
+extern template class CpuKernels<float>;
+extern template class CpuKernels<double>;
+
+}  // namespace trainsim::exec

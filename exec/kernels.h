@@ -1,0 +1,80 @@
+// The compute a backend provides to the model (DESIGN §5): GEMMs and the transformer's other kernels, on the
+// backend's own memory. The model (exec/model.h) is written once against this interface; the CPU backend
+// implements it with OpenBLAS and loops (exec/cpu/), the CUDA backend with cuBLAS and CUDA kernels.
+//
+// Every pointer is backend memory. Matrices are row-major. Shapes use n = rows (tokens), d = hidden size,
+// B = sequences, T = sequence length, H = heads, hd = head size, f = FFN size, V = vocabulary. "(B,H,T,hd)"
+// is a contiguous 4-D layout, heads split out of the hidden dimension.
+// T (the scalar) is float for training; the CPU backend also instantiates double for the gradient check.
+#pragma once
+
+#include "exec/math.h"
+
+namespace trainsim::exec {
+
+template <typename T>
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+
+  /// C (M×N) = alpha·op(A)·op(B) + beta·C. op(A) is M×K (A is stored K×M when trans_a), op(B) is K×N.
+  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+                    T beta, T* C, int ldc) = 0;
+  /// `batch` GEMMs as above; matrix i of each operand starts `stride_*` elements after matrix i-1.
+  virtual void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, long stride_a,
+                            const T* B, int ldb, long stride_b, T beta, T* C, int ldc, long stride_c, int batch) = 0;
+
+  /// out (n×d) = table rows of `tokens` (n).
+  virtual void embedding_forward(const int* tokens, const T* table, T* out, long n, int d) = 0;
+  /// dtable (V×d) += dout rows scattered to their tokens, in row order (deterministic).
+  virtual void embedding_backward(const int* tokens, const T* dout, T* dtable, long n, int d) = 0;
+
+  /// y = x / sqrt(mean(x²) + eps) ∘ g per row (Zhang & Sennrich 2019); rstd (n) keeps 1/sqrt(mean(x²)+eps).
+  virtual void rmsnorm_forward(const T* x, const T* g, T* y, T* rstd, long n, int d, T eps) = 0;
+  /// dx (n×d) += the input gradient of rmsnorm_forward given dy.
+  virtual void rmsnorm_backward_input(const T* dy, const T* x, const T* g, const T* rstd, T* dx, long n, int d) = 0;
+  /// dg (d) = Σ_rows dy ∘ x·rstd (overwrites dg).
+  virtual void rmsnorm_backward_weight(const T* dy, const T* x, const T* rstd, T* dg, long n, int d) = 0;
+
+  /// qkv (B·T × 3d, [q | k | v] per row) -> q, k, v (B,H,T,hd), rotary embedding applied to q and k with the
+  /// tables cos, sin (T × hd/2).
+  virtual void split_heads_rope(const T* qkv, T* q, T* k, T* v, int B, int Tn, int H, int hd, const T* cos,
+                                const T* sin) = 0;
+  /// The backward of split_heads_rope: dq, dk, dv (B,H,T,hd) -> dqkv (B·T × 3d), rotations undone.
+  virtual void merge_heads_rope_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int B, int Tn, int H, int hd,
+                                         const T* cos, const T* sin) = 0;
+  /// o (B,H,T,hd) -> out (B·T × d).
+  virtual void merge_heads(const T* o, T* out, int B, int Tn, int H, int hd) = 0;
+  /// x (B·T × d) -> o (B,H,T,hd).
+  virtual void split_heads(const T* x, T* o, int B, int Tn, int H, int hd) = 0;
+  /// In place on `s` (count × T × T raw scores q·k): row t becomes softmax(scale·s[t, 0..t]) and zeros after t.
+  virtual void causal_softmax_forward(T* s, int count, int Tn, T scale) = 0;
+  /// In place on `dp` (count × T × T): dP -> dS·scale = P ∘ (dP − rowsum(P ∘ dP))·scale, zeros above the diagonal.
+  virtual void causal_softmax_backward(const T* p, T* dp, int count, int Tn, T scale) = 0;
+
+  /// h (n×f) = silu(a) ∘ b, where gu (n × 2f) holds [a | b] per row.
+  virtual void swiglu_forward(const T* gu, T* h, long n, int f) = 0;
+  /// dgu (n × 2f) = the gradient of swiglu_forward given dh (n×f).
+  virtual void swiglu_backward(const T* gu, const T* dh, T* dgu, long n, int f) = 0;
+
+  /// out = a + b, element-wise (out may be a or b).
+  virtual void add(const T* a, const T* b, T* out, long n) = 0;
+  virtual void copy(const T* src, T* dst, long n) = 0;
+  virtual void fill(T* x, T value, long n) = 0;
+
+  /// Softmax cross-entropy per row of logits (n×V) against targets (n). dlogits = (softmax − onehot)·scale;
+  /// loss_sums[s] += Σ −log softmax[target] over rows [s·rows_per_segment, (s+1)·rows_per_segment) (double,
+  /// backend memory). dlogits may alias logits.
+  virtual void cross_entropy(const T* logits, const int* targets, T* dlogits, double* loss_sums, long n, int V,
+                             long rows_per_segment, T scale) = 0;
+
+  /// *acc += Σ x² (acc is one double in backend memory).
+  virtual void sum_squares(const T* x, long n, double* acc) = 0;
+  /// AdamW on n elements (exec/math.h adamw_element). The gradient is scaled by the clipping coefficient
+  /// min(1, max_norm / (sqrt(*grad_norm_sq) + 1e-6)) (torch.nn.utils.clip_grad_norm_) when grad_norm_sq is
+  /// not null (one double in backend memory). Outputs may alias inputs.
+  virtual void adamw(const T* w, const T* g, const T* m, const T* v, T* w_out, T* m_out, T* v_out, long n,
+                     const AdamWStep& step, const double* grad_norm_sq, float max_norm) = 0;
+};
+
+}  // namespace trainsim::exec

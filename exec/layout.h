@@ -1,0 +1,80 @@
+// Where every parameter of a schedule layer lives in that layer's flat buffer, how the flat buffer is
+// sharded, and how it is initialised from a seed (DESIGN §5).
+//
+// A layer's parameters are one flat fp32 buffer of P elements, in this order: [token embedding (V×d)],
+// then per block [attention norm gain (d), Wqkv (3d×d), Wo (d×d), FFN norm gain (d), Wgu (2f×d),
+// Wdown (d×f)], then [final norm gain (d), LM head (V×d)]. Matrices are row-major [out, in], as
+// torch.nn.Linear stores them. Sharded n ways, the buffer is padded with zeros to n·c elements,
+// c = ceil(P/n), and shard i is elements [i·c, (i+1)·c) (FSDP's flat parameter). A tensor holding a set of
+// shards stores them back to back in increasing shard order; a complete tensor is the P elements followed
+// by its padding, whatever its shard count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "exec/model_config.h"
+#include "sim/tensor.h"
+
+namespace trainsim::exec {
+
+/// What a parameter is.
+enum class ParamRole : std::uint8_t { Embedding, AttnNorm, Wqkv, Wo, FfnNorm, Wgu, Wdown, FinalNorm, Head };
+
+/// One parameter tensor inside a layer's flat buffer.
+struct ParamSpec {
+  std::string name;   ///< global name, independent of the layer split: "embedding", "blocks.3.wqkv", "head"
+  ParamRole role = ParamRole::Embedding;
+  int block = -1;     ///< global block index, -1 for embedding / final norm / head
+  long rows = 0, cols = 0;  ///< shape (a gain vector is rows = d, cols = 1)
+  long offset = 0;    ///< first element in the flat buffer
+  bool decay = false; ///< AdamW weight decay applies (matrices: yes; norm gains: no), as nanoGPT groups them
+  float init_std = 0; ///< normal(0, init_std); 0 means "initialise to ones" (norm gains)
+
+  long size() const { return rows * cols; }
+};
+
+/// Offsets of one block's parameters in its layer's flat buffer.
+struct BlockOffsets {
+  long attn_norm = 0, wqkv = 0, wo = 0, ffn_norm = 0, wgu = 0, wdown = 0;
+};
+
+/// The parameters of one schedule layer.
+class LayerLayout {
+ public:
+  LayerLayout(const ModelConfig& model, const LayerSpec& spec);
+
+  const LayerSpec& spec() const { return spec_; }
+  const ModelConfig& model() const { return model_; }
+  const std::vector<ParamSpec>& params() const { return params_; }
+  /// P: elements of the flat buffer without padding.
+  long size() const { return size_; }
+  long embedding_offset() const { return embedding_; }       ///< valid when spec().embedding
+  long final_norm_offset() const { return final_norm_; }     ///< valid when spec().head
+  long head_offset() const { return head_; }                 ///< valid when spec().head
+  /// Offsets of the k-th block of this layer (0 <= k < spec().num_blocks).
+  const BlockOffsets& block(int k) const { return blocks_.at(k); }
+
+ private:
+  ModelConfig model_;
+  LayerSpec spec_;
+  std::vector<ParamSpec> params_;
+  std::vector<BlockOffsets> blocks_;
+  long size_ = 0, embedding_ = 0, final_norm_ = 0, head_ = 0;
+};
+
+/// Elements per shard when P elements are cut into n shards: ceil(P/n).
+long shard_chunk(long size, int num_shards);
+
+/// Fills `out[0 .. end-begin)` with elements [begin, end) of the layer's initial flat parameter buffer
+/// (padding elements, at P and beyond, are 0). Element e of parameter p is a normal(0, std) draw keyed by
+/// (seed, p's global name, e's index inside p), so the same seed gives the same model however the layers,
+/// ranks and shards cut it. Counter-based: SplitMix64 (Steele et al. 2014) and the Box-Muller transform.
+void init_parameters(const LayerLayout& layout, std::uint64_t seed, long begin, long end, float* out);
+
+/// Floats per element of the flat buffer in each kind of state: weight and weight grad 1, optimizer state
+/// 2 (AdamW's first and second moments; the fp32 weight is its own master copy).
+int floats_per_element(TensorKind kind);
+
+}  // namespace trainsim::exec

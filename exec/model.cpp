@@ -1,0 +1,269 @@
+#include "exec/model.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace trainsim::exec {
+
+template <typename T>
+void rope_tables(const ModelConfig& model, std::vector<T>& cos, std::vector<T>& sin) {
+  const int half = model.head_dim() / 2;
+  cos.assign(static_cast<std::size_t>(model.seq) * half, T(0));
+  sin.assign(cos.size(), T(0));
+  for (int t = 0; t < model.seq; ++t)
+    for (int i = 0; i < half; ++i) {
+      double freq = std::pow(static_cast<double>(model.rope_theta), -2.0 * i / model.head_dim());
+      double angle = t * freq;
+      cos[static_cast<std::size_t>(t) * half + i] = static_cast<T>(std::cos(angle));
+      sin[static_cast<std::size_t>(t) * half + i] = static_cast<T>(std::sin(angle));
+    }
+}
+
+std::size_t LayerStash::bytes() const {
+  std::size_t n = 0;
+  auto add = [&](const BufferPtr& b) { n += b ? b->bytes() : 0; };
+  for (const BlockStash& s : blocks)
+    for (const BufferPtr* b : {&s.x_in, &s.xn1, &s.rstd1, &s.q, &s.k, &s.v, &s.probs, &s.att, &s.h, &s.xn2, &s.rstd2,
+                               &s.gu, &s.act, &s.d_out, &s.dgu, &s.dxn2, &s.dh, &s.dqkv, &s.dxn1})
+      add(*b);
+  for (const BufferPtr* b : {&x_final, &xnf, &rstdf, &dxnf, &dx0}) add(*b);
+  return n;
+}
+
+long activation_elements(const ModelConfig& m, int l, int layers, int sequences) {
+  long n = static_cast<long>(sequences) * m.seq;
+  if (l == 0) return n;
+  if (l == layers) return n * m.vocab;
+  return n * m.dim;
+}
+
+long activation_grad_elements(const ModelConfig& m, int l, int layers, int sequences) {
+  return l == 0 ? 0 : activation_elements(m, l, layers, sequences);
+}
+
+namespace {
+
+template <typename T>
+struct Run {
+  ModelContext<T>& c;
+  const LayerLayout& L;
+  const ModelConfig& m;
+  int B, Tn, H, hd, d, f;
+  long n;  // rows = B·T
+
+  Run(ModelContext<T>& ctx, const LayerLayout& layout, int sequences)
+      : c(ctx), L(layout), m(layout.model()), B(sequences), Tn(m.seq), H(m.heads), hd(m.head_dim()), d(m.dim), f(m.ffn),
+        n(static_cast<long>(sequences) * m.seq) {}
+
+  BufferPtr make(long elements) { return c.alloc->allocate(static_cast<std::size_t>(elements) * sizeof(T)); }
+  static T* p(const BufferPtr& b) { return b->as<T>(); }
+  Kernels<T>& k() { return *c.k; }
+  T scale() const { return T(1) / std::sqrt(static_cast<T>(hd)); }
+
+  // One block's forward from x_in to y (n×d).
+  void block_forward(const T* W, const BlockOffsets& o, const T* x_in, T* y, BlockStash& s) {
+    s.xn1 = make(n * d), s.rstd1 = make(n);
+    k().rmsnorm_forward(x_in, W + o.attn_norm, p(s.xn1), p(s.rstd1), n, d, static_cast<T>(m.norm_eps));
+    BufferPtr qkv = make(n * 3 * d);
+    k().gemm(false, true, n, 3 * d, d, T(1), p(s.xn1), d, W + o.wqkv, d, T(0), p(qkv), 3 * d);
+    s.q = make(n * d), s.k = make(n * d), s.v = make(n * d);
+    k().split_heads_rope(p(qkv), p(s.q), p(s.k), p(s.v), B, Tn, H, hd, c.rope_cos, c.rope_sin);
+    qkv.reset();
+    const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
+    s.probs = make(B * H * tt);
+    k().gemm_batched(false, true, Tn, Tn, hd, T(1), p(s.q), hd, th, p(s.k), hd, th, T(0), p(s.probs), Tn, tt, B * H);
+    k().causal_softmax_forward(p(s.probs), B * H, Tn, scale());
+    BufferPtr o_heads = make(n * d);
+    k().gemm_batched(false, false, Tn, hd, Tn, T(1), p(s.probs), Tn, tt, p(s.v), hd, th, T(0), p(o_heads), hd, th, B * H);
+    s.att = make(n * d);
+    k().merge_heads(p(o_heads), p(s.att), B, Tn, H, hd);
+    o_heads.reset();
+    s.h = make(n * d);
+    k().gemm(false, true, n, d, d, T(1), p(s.att), d, W + o.wo, d, T(0), p(s.h), d);
+    k().add(p(s.h), x_in, p(s.h), n * d);
+    s.xn2 = make(n * d), s.rstd2 = make(n);
+    k().rmsnorm_forward(p(s.h), W + o.ffn_norm, p(s.xn2), p(s.rstd2), n, d, static_cast<T>(m.norm_eps));
+    s.gu = make(n * 2 * f);
+    k().gemm(false, true, n, 2 * f, d, T(1), p(s.xn2), d, W + o.wgu, d, T(0), p(s.gu), 2 * f);
+    s.act = make(n * f);
+    k().swiglu_forward(p(s.gu), p(s.act), n, f);
+    k().gemm(false, true, n, d, f, T(1), p(s.act), f, W + o.wdown, f, T(0), y, d);
+    k().add(y, p(s.h), y, n * d);
+  }
+
+  // One block's backward-input: dy (grad of its output) -> dx (grad of its input, overwritten).
+  void block_backward_input(const T* W, const BlockOffsets& o, const T* x_in, const T* dy, T* dx, BlockStash& s) {
+    BufferPtr dact = make(n * f);
+    k().gemm(false, false, n, f, d, T(1), dy, d, W + o.wdown, f, T(0), p(dact), f);
+    s.dgu = make(n * 2 * f);
+    k().swiglu_backward(p(s.gu), p(dact), p(s.dgu), n, f);
+    dact.reset();
+    s.dxn2 = make(n * d);
+    k().gemm(false, false, n, d, 2 * f, T(1), p(s.dgu), 2 * f, W + o.wgu, d, T(0), p(s.dxn2), d);
+    s.dh = make(n * d);
+    k().copy(dy, p(s.dh), n * d);
+    k().rmsnorm_backward_input(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), p(s.dh), n, d);
+    BufferPtr datt = make(n * d);
+    k().gemm(false, false, n, d, d, T(1), p(s.dh), d, W + o.wo, d, T(0), p(datt), d);
+    BufferPtr d_o = make(n * d);
+    k().split_heads(p(datt), p(d_o), B, Tn, H, hd);
+    datt.reset();
+    const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
+    BufferPtr dp = make(B * H * tt);
+    k().gemm_batched(false, true, Tn, Tn, hd, T(1), p(d_o), hd, th, p(s.v), hd, th, T(0), p(dp), Tn, tt, B * H);
+    BufferPtr dv = make(n * d);
+    k().gemm_batched(true, false, Tn, hd, Tn, T(1), p(s.probs), Tn, tt, p(d_o), hd, th, T(0), p(dv), hd, th, B * H);
+    d_o.reset();
+    k().causal_softmax_backward(p(s.probs), p(dp), B * H, Tn, scale());
+    BufferPtr dq = make(n * d), dk = make(n * d);
+    k().gemm_batched(false, false, Tn, hd, Tn, T(1), p(dp), Tn, tt, p(s.k), hd, th, T(0), p(dq), hd, th, B * H);
+    k().gemm_batched(true, false, Tn, hd, Tn, T(1), p(dp), Tn, tt, p(s.q), hd, th, T(0), p(dk), hd, th, B * H);
+    dp.reset();
+    s.dqkv = make(n * 3 * d);
+    k().merge_heads_rope_backward(p(dq), p(dk), p(dv), p(s.dqkv), B, Tn, H, hd, c.rope_cos, c.rope_sin);
+    s.dxn1 = make(n * d);
+    k().gemm(false, false, n, d, 3 * d, T(1), p(s.dqkv), 3 * d, W + o.wqkv, d, T(0), p(s.dxn1), d);
+    k().copy(p(s.dh), dx, n * d);
+    k().rmsnorm_backward_input(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), dx, n, d);
+    // backward-weight needs neither the attention's inputs nor the FFN's pre-activations any more
+    s.q.reset(), s.k.reset(), s.v.reset(), s.probs.reset(), s.gu.reset();
+  }
+
+  // One block's backward-weight into the layer's flat gradient dW.
+  void block_backward_weight(const BlockOffsets& o, const T* x_in, const T* dy, T* dW, BlockStash& s) {
+    k().gemm(true, false, d, f, n, T(1), dy, d, p(s.act), f, T(0), dW + o.wdown, f);
+    k().gemm(true, false, 2 * f, d, n, T(1), p(s.dgu), 2 * f, p(s.xn2), d, T(0), dW + o.wgu, d);
+    k().rmsnorm_backward_weight(p(s.dxn2), p(s.h), p(s.rstd2), dW + o.ffn_norm, n, d);
+    k().gemm(true, false, d, d, n, T(1), p(s.dh), d, p(s.att), d, T(0), dW + o.wo, d);
+    k().gemm(true, false, 3 * d, d, n, T(1), p(s.dqkv), 3 * d, p(s.xn1), d, T(0), dW + o.wqkv, d);
+    k().rmsnorm_backward_weight(p(s.dxn1), x_in, p(s.rstd1), dW + o.attn_norm, n, d);
+  }
+};
+
+// The input of block `b` of the stash: its saved x_in, or the layer's input for the first block of a layer
+// without the embedding.
+template <typename T>
+const T* block_input(const LayerStash& s, int b, const void* in) {
+  return s.blocks[b].x_in ? s.blocks[b].x_in->as<T>() : static_cast<const T*>(in);
+}
+
+}  // namespace
+
+template <typename T>
+void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, int sequences, T* out,
+                   LayerStash* stash) {
+  Run<T> r(c, layout, sequences);
+  const LayerSpec& spec = layout.spec();
+  LayerStash local;
+  LayerStash& s = stash ? *stash : local;
+  s = LayerStash{};
+  s.sequences = sequences;
+  s.blocks.resize(spec.num_blocks);
+  if (spec.embedding) {
+    s.blocks[0].x_in = r.make(r.n * r.d);
+    c.k->embedding_forward(static_cast<const int*>(in), W + layout.embedding_offset(), Run<T>::p(s.blocks[0].x_in), r.n, r.d);
+  }
+  for (int b = 0; b < spec.num_blocks; ++b) {
+    const bool last = b + 1 == spec.num_blocks;
+    T* y;
+    if (!last) {
+      s.blocks[b + 1].x_in = r.make(r.n * r.d);
+      y = Run<T>::p(s.blocks[b + 1].x_in);
+    } else if (spec.head) {
+      s.x_final = r.make(r.n * r.d);
+      y = Run<T>::p(s.x_final);
+    } else {
+      y = out;
+    }
+    r.block_forward(W, layout.block(b), block_input<T>(s, b, in), y, s.blocks[b]);
+    if (!stash && b > 0) s.blocks[b - 1] = BlockStash{};  // nothing to keep: free as we go
+  }
+  if (spec.head) {
+    s.xnf = r.make(r.n * r.d), s.rstdf = r.make(r.n);
+    c.k->rmsnorm_forward(Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.xnf), Run<T>::p(s.rstdf), r.n,
+                         r.d, static_cast<T>(r.m.norm_eps));
+    c.k->gemm(false, true, r.n, r.m.vocab, r.d, T(1), Run<T>::p(s.xnf), r.d, W + layout.head_offset(), r.d, T(0), out,
+              r.m.vocab);
+  }
+}
+
+template <typename T>
+void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout,
+                          T* din, LayerStash& s) {
+  if (s.blocks.empty()) throw std::logic_error("backward-input without the forward's saved activations");
+  Run<T> r(c, layout, s.sequences);
+  const LayerSpec& spec = layout.spec();
+  const T* dy = dout;  // grad of the current block's output
+  if (spec.head) {
+    s.dxnf = r.make(r.n * r.d);
+    c.k->gemm(false, false, r.n, r.d, r.m.vocab, T(1), dout, r.m.vocab, W + layout.head_offset(), r.d, T(0),
+              Run<T>::p(s.dxnf), r.d);
+    BufferPtr dx = r.make(r.n * r.d);
+    c.k->fill(Run<T>::p(dx), T(0), r.n * r.d);
+    c.k->rmsnorm_backward_input(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.rstdf),
+                                Run<T>::p(dx), r.n, r.d);
+    s.blocks.back().d_out = dx;
+    dy = Run<T>::p(dx);
+  }
+  for (int b = spec.num_blocks - 1; b >= 0; --b) {
+    BlockStash& bs = s.blocks[b];
+    T* dx;
+    if (b > 0) {
+      s.blocks[b - 1].d_out = r.make(r.n * r.d);
+      dx = Run<T>::p(s.blocks[b - 1].d_out);
+    } else if (spec.embedding) {
+      s.dx0 = r.make(r.n * r.d);
+      dx = Run<T>::p(s.dx0);
+    } else {
+      dx = din;
+    }
+    r.block_backward_input(W, layout.block(b), block_input<T>(s, b, in), dy, dx, bs);
+    dy = dx;
+  }
+  s.input_grads_done = true;
+}
+
+template <typename T>
+void layer_backward_weight(ModelContext<T>& c, const LayerLayout& layout, const void* in, const T* dout, T* dW,
+                           LayerStash& s) {
+  if (!s.input_grads_done) throw std::logic_error("backward-weight before backward-input");
+  Run<T> r(c, layout, s.sequences);
+  const LayerSpec& spec = layout.spec();
+  if (spec.head) {
+    c.k->gemm(true, false, r.m.vocab, r.d, r.n, T(1), dout, r.m.vocab, Run<T>::p(s.xnf), r.d, T(0),
+              dW + layout.head_offset(), r.d);
+    c.k->rmsnorm_backward_weight(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), Run<T>::p(s.rstdf), dW + layout.final_norm_offset(),
+                                 r.n, r.d);
+  }
+  for (int b = spec.num_blocks - 1; b >= 0; --b) {
+    BlockStash& bs = s.blocks[b];
+    const T* dy = bs.d_out ? Run<T>::p(bs.d_out) : dout;
+    r.block_backward_weight(layout.block(b), block_input<T>(s, b, in), dy, dW, bs);
+  }
+  if (spec.embedding) {
+    T* dE = dW + layout.embedding_offset();
+    c.k->fill(dE, T(0), static_cast<long>(r.m.vocab) * r.d);
+    c.k->embedding_backward(static_cast<const int*>(in), Run<T>::p(s.dx0), dE, r.n, r.d);
+  }
+  s = LayerStash{};
+}
+
+template <typename T>
+void loss_forward_backward(ModelContext<T>& c, const ModelConfig& model, const T* logits, const int* targets,
+                           int sequences, T scale, T* dlogits, double* loss_sums) {
+  c.k->cross_entropy(logits, targets, dlogits, loss_sums, static_cast<long>(sequences) * model.seq, model.vocab,
+                     model.tokens_per_microbatch(), scale);
+}
+
+#define TRAINSIM_INSTANTIATE(T)                                                                                          \
+  template void rope_tables<T>(const ModelConfig&, std::vector<T>&, std::vector<T>&);                                   \
+  template void layer_forward<T>(ModelContext<T>&, const LayerLayout&, const T*, const void*, int, T*, LayerStash*);    \
+  template void layer_backward_input<T>(ModelContext<T>&, const LayerLayout&, const T*, const void*, const T*, T*,       \
+                                         LayerStash&);                                                                \
+  template void layer_backward_weight<T>(ModelContext<T>&, const LayerLayout&, const void*, const T*, T*, LayerStash&); \
+  template void loss_forward_backward<T>(ModelContext<T>&, const ModelConfig&, const T*, const int*, int, T, T*, double*);
+TRAINSIM_INSTANTIATE(float)
+TRAINSIM_INSTANTIATE(double)
+#undef TRAINSIM_INSTANTIATE
+
+}  // namespace trainsim::exec

@@ -1,0 +1,117 @@
+#include "exec/model_config.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace trainsim::exec {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  require(vocab >= 2, fmt::format("vocab must be at least 2, got {}", vocab));
+  require(dim >= 2, fmt::format("dim must be at least 2, got {}", dim));
+  require(heads >= 1, fmt::format("heads must be at least 1, got {}", heads));
+  require(dim % heads == 0, fmt::format("dim ({}) must be a multiple of heads ({})", dim, heads));
+  require(head_dim() % 2 == 0, fmt::format("the head size dim/heads = {} must be even (rotary pairs)", head_dim()));
+  require(blocks >= 1, fmt::format("blocks must be at least 1, got {}", blocks));
+  require(ffn >= 1, fmt::format("ffn must be at least 1, got {}", ffn));
+  require(seq >= 1, fmt::format("seq must be at least 1, got {}", seq));
+  require(microbatch_size >= 1, fmt::format("microbatch size must be at least 1, got {}", microbatch_size));
+  // Keep every buffer's element count well inside int range (kernels index with int rows and long elements).
+  require(static_cast<double>(dim) * ffn < 1e9 && static_cast<double>(vocab) * dim < 1e9 &&
+              static_cast<double>(seq) * seq * heads * microbatch_size < 1e9,
+          "the model is too large for the executor's buffers (over 1e9 elements in one tensor)");
+  require(norm_eps > 0 && rope_theta > 0 && init_std > 0, "norm_eps, rope_theta and init_std must be positive");
+}
+
+long ModelConfig::parameters() const {
+  long d = dim, f = ffn, v = vocab;
+  long block = d + 3 * d * d + d * d + d + 2 * f * d + f * d;
+  return v * d + blocks * block + d + v * d;
+}
+
+double ModelConfig::flops_per_token() const {
+  double n = static_cast<double>(parameters()) - static_cast<double>(vocab) * dim;  // the embedding is a lookup
+  return 6.0 * n + 12.0 * blocks * dim * static_cast<double>(seq);
+}
+
+std::string ModelConfig::describe() const {
+  return fmt::format("{}: {} blocks, dim {}, {} heads, ffn {}, seq {}, {} sequences/microbatch, {:L} parameters",
+                     preset, blocks, dim, heads, ffn, seq, microbatch_size, parameters());
+}
+
+const std::vector<std::string>& preset_names() {
+  static const std::vector<std::string> names{"tiny", "small"};
+  return names;
+}
+
+ModelConfig preset(const std::string& name) {
+  ModelConfig m;
+  m.preset = name;
+  if (name == "tiny") return m;  // the defaults above
+  if (name == "small") {
+    m.dim = 256;
+    m.heads = 4;
+    m.blocks = 4;
+    m.ffn = 768;
+    m.seq = 128;
+    m.microbatch_size = 8;
+    return m;
+  }
+  std::string list;
+  for (const auto& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
+  throw std::invalid_argument(fmt::format("unknown model preset '{}' (presets: {})", name, list));
+}
+
+std::vector<LayerSpec> partition(const ModelConfig& model, int layers) {
+  if (layers < 1) throw std::invalid_argument(fmt::format("a schedule needs at least one layer, got {}", layers));
+  if (model.blocks % layers != 0 || model.blocks < layers) {
+    int suggest = ((model.blocks + layers - 1) / layers) * layers;
+    throw std::invalid_argument(fmt::format(
+        "the schedule has {} layers but the model has {} blocks: each schedule layer holds an equal, contiguous "
+        "chunk of blocks, so blocks must be a multiple of layers (try --blocks {})",
+        layers, model.blocks, suggest));
+  }
+  int per = model.blocks / layers;
+  std::vector<LayerSpec> specs;
+  for (int i = 0; i < layers; ++i) specs.push_back(LayerSpec{i, i * per, per, i == 0, i == layers - 1});
+  return specs;
+}
+
+nlohmann::json to_json(const ModelConfig& m) {
+  return nlohmann::json{{"preset", m.preset},     {"vocab", m.vocab},
+                        {"dim", m.dim},           {"heads", m.heads},
+                        {"blocks", m.blocks},     {"ffn", m.ffn},
+                        {"seq", m.seq},           {"microbatch_size", m.microbatch_size},
+                        {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps},
+                        {"init_std", m.init_std}};
+}
+
+ModelConfig model_from_json(const nlohmann::json& j) {
+  ModelConfig m;
+  try {
+    m.preset = j.at("preset").get<std::string>();
+    m.vocab = j.at("vocab").get<int>();
+    m.dim = j.at("dim").get<int>();
+    m.heads = j.at("heads").get<int>();
+    m.blocks = j.at("blocks").get<int>();
+    m.ffn = j.at("ffn").get<int>();
+    m.seq = j.at("seq").get<int>();
+    m.microbatch_size = j.at("microbatch_size").get<int>();
+    m.rope_theta = j.at("rope_theta").get<float>();
+    m.norm_eps = j.at("norm_eps").get<float>();
+    m.init_std = j.at("init_std").get<float>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(fmt::format("model configuration: {}", e.what()));
+  }
+  return m;
+}
+
+}  // namespace trainsim::exec

@@ -1,0 +1,74 @@
+// The executor's model: a small Llama-style decoder-only transformer (DESIGN §5), and how a schedule's
+// layers map onto it.
+//
+// Model: token embedding -> blocks -> final RMSNorm -> LM head (untied), softmax cross-entropy on the next
+// byte. Each block is pre-norm: x += Wo·attention(rope(Wqkv·rmsnorm(x))); x += Wdown·swiglu(Wgu·rmsnorm(x)),
+// with causal multi-head attention and rotary position embedding (Touvron et al. 2023, "LLaMA").
+//
+// Schedule layer i of L holds blocks [i·B/L, (i+1)·B/L) (B blocks, divisible by L); layer 0 also holds the
+// embedding, layer L-1 the final norm and the LM head. The loss op is the cross-entropy on layer L-1's
+// output (the logits).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace trainsim::exec {
+
+/// Sizes of the model and of one microbatch.
+struct ModelConfig {
+  std::string preset = "custom";  ///< the preset it came from (informational)
+  int vocab = 256;                ///< vocabulary size (256: byte-level tokens)
+  int dim = 32;                   ///< hidden size d
+  int heads = 2;                  ///< attention heads; head size = dim / heads (even, for rotary pairs)
+  int blocks = 2;                 ///< transformer blocks
+  int ffn = 64;                   ///< SwiGLU hidden size f
+  int seq = 16;                   ///< tokens per sequence T
+  int microbatch_size = 2;        ///< sequences per microbatch
+  float rope_theta = 10000.0f;    ///< rotary base
+  float norm_eps = 1e-5f;         ///< RMSNorm epsilon
+  float init_std = 0.02f;         ///< std of the normal initialisation of matrices (GPT-2's)
+
+  int head_dim() const { return dim / heads; }
+  /// Tokens in one microbatch: microbatch_size · seq.
+  long tokens_per_microbatch() const { return static_cast<long>(microbatch_size) * seq; }
+  /// Throws std::invalid_argument naming the first bad field.
+  void validate() const;
+  /// Parameters of the whole model.
+  long parameters() const;
+  /// Training FLOPs per token, as nanoGPT's and llm.c's MFU estimates count them: 6·N (N the parameters
+  /// without the embedding table, which is a lookup) plus attention 12·blocks·dim·seq (QK^T and PV, 4·T·d
+  /// per token and block in the forward, three times that with the backward; the causal mask not halved).
+  double flops_per_token() const;
+  /// "tiny: 2 blocks, dim 32, 2 heads, ffn 64, seq 16, 2 sequences/microbatch, 27,232 parameters".
+  std::string describe() const;
+
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
+};
+
+/// The named presets: "tiny" (tests; a step takes milliseconds) and "small" (the default: trains visibly on
+/// a 2-core machine in about a minute).
+const std::vector<std::string>& preset_names();
+/// The preset called `name`. Throws std::invalid_argument listing the presets.
+ModelConfig preset(const std::string& name);
+
+/// What one schedule layer holds.
+struct LayerSpec {
+  int index = 0;        ///< schedule layer
+  int first_block = 0;  ///< first transformer block
+  int num_blocks = 0;
+  bool embedding = false;  ///< holds the token embedding (layer 0)
+  bool head = false;       ///< holds the final norm and the LM head (the last layer)
+};
+
+/// The layer → blocks map for a schedule of `layers` layers. Throws std::invalid_argument when the blocks
+/// are not a positive multiple of the layers, naming both and suggesting a block count.
+std::vector<LayerSpec> partition(const ModelConfig& model, int layers);
+
+nlohmann::json to_json(const ModelConfig& m);
+/// Throws std::invalid_argument for a missing or mistyped field.
+ModelConfig model_from_json(const nlohmann::json& j);
+
+}  // namespace trainsim::exec
