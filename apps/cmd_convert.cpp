@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "apps/commands.h"
+#include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/replay.h"
@@ -28,66 +29,6 @@ struct ConvertArgs {
 };
 
 constexpr const char* kCmd = "trainsim convert";
-
-std::string extension(const std::string& path) {
-  std::string e = std::filesystem::path(path).extension().string();
-  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
-  return e;
-}
-
-// "0,1,2,3", "loop" (stage s on rank s % world) or "v" (stage s on rank s, then 2*world-1-s). Throws
-// std::invalid_argument.
-std::vector<int> parse_stage_map(const std::string& spec, int world, int stages) {
-  std::string lower = spec;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  std::vector<int> map;
-  if (lower == "loop") {
-    for (int s = 0; s < stages; ++s) map.push_back(s % world);
-    return map;
-  }
-  if (lower == "v") {
-    if (stages > 2 * world)
-      throw std::invalid_argument(fmt::format("--stage-map v places at most two stages per rank ({} ranks, {} stages)", world, stages));
-    for (int s = 0; s < stages; ++s) map.push_back(s < world ? s : 2 * world - 1 - s);
-    return map;
-  }
-  std::stringstream ss(spec);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    if (part.empty() || part.size() > 9 || !std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); }))
-      throw std::invalid_argument(fmt::format("--stage-map takes ranks like 0,1,2,3 or 'loop' or 'v', got '{}'", spec));
-    int r = std::stoi(part);
-    if (r >= world)
-      throw std::invalid_argument(fmt::format("--stage-map puts a stage on rank {}, but there are {} ranks", r, world));
-    map.push_back(r);
-  }
-  if (static_cast<int>(map.size()) != stages)
-    throw std::invalid_argument(fmt::format("--stage-map gives {} stages, but there are {}", map.size(), stages));
-  return map;
-}
-
-// Ranks (rows) and stages (1 + the largest leading stage number of any cell) of a CSV, for --stage-map loop|v.
-void csv_shape(const std::string& csv, int& world, int& stages) {
-  std::vector<std::string> rows;
-  std::string cur;
-  for (char c : csv) {
-    if (c == '\n') rows.push_back(cur), cur.clear();
-    else cur += c;
-  }
-  if (!cur.empty()) rows.push_back(cur);
-  world = static_cast<int>(rows.size());
-  stages = 0;
-  for (const auto& row : rows) {
-    std::stringstream ss(row);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) {
-      std::size_t i = cell.find_first_not_of(" \t\"");
-      std::size_t j = i;
-      while (j < cell.size() && std::isdigit(static_cast<unsigned char>(cell[j]))) ++j;
-      if (i != std::string::npos && j > i && j - i <= 9) stages = std::max(stages, std::stoi(cell.substr(i, j - i)) + 1);
-    }
-  }
-}
 
 int fail(const std::string& what) {
   fmt::print(stderr, "{}: {}\n", kCmd, what);

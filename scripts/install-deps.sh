@@ -12,6 +12,8 @@ PACKAGES=(
   nlohmann-json3-dev    # --json output, traces
   libgraphviz-dev       # dependency graphs (libgvc / cgraph)
   librsvg2-bin          # rsvg-convert, to look at the SVG timelines as PNG (optional)
+  libopenblas-dev       # the executor's CPU backend: GEMMs (one BLAS thread per rank)
+  fortunes              # the executor's default training text (byte-level tokens)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

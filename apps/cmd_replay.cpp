@@ -1,0 +1,258 @@
+// `trainsim replay FILE`: train the executor's model by replaying a schedule with real tensors (exec/).
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/commands.h"
+#include "apps/schedule_input.h"
+#include "apps/text_file.h"
+#include "exec/backend.h"
+#include "exec/training.h"
+#include "schedules/text_format.h"
+#include "visualize/perfetto.h"
+#include "visualize/timeline_svg.h"
+
+namespace trainsim::apps {
+
+namespace {
+
+struct ReplayArgs {
+  std::string file;
+  std::string backend = "cpu";
+  std::string preset = "small";
+  int blocks = 0, dim = 0, heads = 0, ffn = 0, seq = 0, microbatch_size = 0;
+  int steps = 20;
+  int stop_after = 0;
+  std::uint64_t seed = 1;
+  float lr = 0, min_lr = -1, weight_decay = -1;
+  int warmup = -1;
+  std::string grad_clip;  // "" = default (1, off with a note where the schedule cannot clip)
+  bool check = false;
+  double tolerance = 1e-5;
+  std::string data;
+  std::string save, resume, trace, svg;
+  bool json = false;
+  double timeout = 300;
+  int microbatches = 0;
+  std::string stage_map;
+};
+
+constexpr const char* kCmd = "trainsim replay";
+
+std::string mib(double bytes) { return fmt::format("{:.2f} MiB", bytes / (1024.0 * 1024.0)); }
+
+nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult& r) {
+  nlohmann::ordered_json j;
+  j["ok"] = r.ok;
+  j["error"] = r.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
+  j["file"] = a.file;
+  j["backend"] = a.backend;
+  j["model"] = r.model_description;
+  j["data"] = r.data_description;
+  j["first_step"] = r.first_step;
+  j["losses"] = r.losses;
+  j["tokens_per_step"] = r.tokens_per_step;
+  j["seconds"] = r.seconds;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["peak_bytes"] = r.peak_bytes;
+  j["predicted_peak_bytes"] = r.predicted_peak_bytes;
+  j["grad_clip"] = r.clip;
+  j["grad_clip_note"] = r.clip_note;
+  if (r.checked) {
+    j["reference_losses"] = r.reference_losses;
+    j["max_rel_diff_loss"] = r.max_rel_diff_loss;
+    j["max_rel_diff_weights"] = r.max_rel_diff_weights;
+    j["worst_parameter"] = r.worst_parameter;
+    j["replicas_identical"] = r.replicas_identical;
+  }
+  return j;
+}
+
+int usage(const std::string& what) {
+  fmt::print(stderr, "{}: {}\n", kCmd, what);
+  return 2;
+}
+
+int run(const ReplayArgs& a) {
+  exec::ReplayOptions o;
+  o.backend = a.backend;
+  try {
+    o.model = exec::preset(a.preset);
+    exec::make_backend(a.backend);
+  } catch (const std::invalid_argument& e) {
+    return usage(e.what());
+  }
+  if (a.blocks) o.model.blocks = a.blocks;
+  if (a.dim) o.model.dim = a.dim;
+  if (a.heads) o.model.heads = a.heads;
+  if (a.ffn) o.model.ffn = a.ffn;
+  if (a.seq) o.model.seq = a.seq;
+  if (a.microbatch_size) o.model.microbatch_size = a.microbatch_size;
+  if (a.blocks || a.dim || a.heads || a.ffn || a.seq || a.microbatch_size) o.model.preset += " (modified)";
+  if (a.lr > 0) o.optimizer.lr = a.lr, o.optimizer.min_lr = a.lr / 10;
+  if (a.min_lr >= 0) o.optimizer.min_lr = a.min_lr;
+  if (a.weight_decay >= 0) o.optimizer.weight_decay = a.weight_decay;
+  o.optimizer.warmup = a.warmup;
+  if (!a.grad_clip.empty()) {
+    try {
+      std::size_t used = 0;
+      o.optimizer.grad_clip = std::stof(a.grad_clip, &used);
+      if (used != a.grad_clip.size() || !std::isfinite(o.optimizer.grad_clip) || o.optimizer.grad_clip < 0)
+        throw std::invalid_argument("");
+    } catch (const std::exception&) {
+      return usage(fmt::format("--grad-clip takes a norm >= 0 (0 turns clipping off), got '{}'", a.grad_clip));
+    }
+    o.clip_required = o.optimizer.grad_clip > 0;
+  }
+  try {
+    o.model.validate();
+    o.optimizer.validate();
+  } catch (const std::invalid_argument& e) {
+    return usage(e.what());
+  }
+  if (a.steps < 1) return usage(fmt::format("--steps must be at least 1, got {}", a.steps));
+  if (!(a.tolerance > 0)) return usage(fmt::format("--tolerance must be positive, got {}", a.tolerance));
+  if (!(a.timeout > 0)) return usage(fmt::format("--timeout must be positive, got {}", a.timeout));
+  o.steps = a.steps;
+  o.stop_after = a.stop_after;
+  o.seed = a.seed;
+  o.check = a.check;
+  o.tolerance = a.tolerance;
+  o.save_dir = a.save;
+  o.resume_dir = a.resume;
+  o.timeout_seconds = a.timeout;
+  if (!a.data.empty()) o.data_files = {a.data};
+  o.schedule_name = a.file;
+
+  Schedule s;
+  try {
+    ScheduleInputOptions in;
+    in.microbatches = a.microbatches;
+    in.stage_map = a.stage_map;
+    s = load_schedule_input(a.file, in);
+  } catch (const std::exception& e) {
+    if (a.json) {
+      exec::ReplayResult r;
+      r.error = e.what();
+      std::cout << result_json(a, r).dump(2) << "\n";
+    } else {
+      fmt::print(stderr, "{}: {}\n", kCmd, e.what());
+    }
+    return 1;
+  }
+  const ScheduleHeader& h = s.header;
+  const bool tty = isatty(STDERR_FILENO);
+  const int every = std::max(1, a.steps / 20);
+  if (!a.json)
+    fmt::print("replaying {}: {} rank{}, {} layer{}, {} microbatch{} on the {} backend\n", a.file, h.world_size,
+               h.world_size == 1 ? "" : "s", h.layers, h.layers == 1 ? "" : "s", h.microbatches,
+               h.microbatches == 1 ? "" : "es", a.backend);
+  bool header_printed = false;
+  exec::ReplayResult r = exec::replay(s, o, [&](const exec::StepReport& rep) {
+    if (a.json) return;
+    if (!header_printed) {
+      header_printed = true;
+    }
+    const bool log = rep.step == 0 || (rep.step + 1) % every == 0 || rep.step + 1 == rep.steps;
+    if (tty) fmt::print(stderr, "\r\033[K");
+    if (log) fmt::print("step {:>5}/{}  loss {:.4f}  {:.3f} s  {:.0f} tokens/s\n", rep.step + 1, rep.steps, rep.loss,
+                        rep.seconds, rep.tokens_per_s);
+    else if (tty) fmt::print(stderr, "step {}/{}  loss {:.4f}", rep.step + 1, rep.steps, rep.loss);
+    std::fflush(stdout);
+  });
+  if (tty && !a.json) fmt::print(stderr, "\r\033[K");
+
+  bool wrote = true;
+  if (!r.trace.ranks.empty()) {
+    if (!a.trace.empty() && !write_text_file(a.trace, visualize::perfetto_trace_json(r.trace))) {
+      fmt::print(stderr, "{}: cannot write '{}'\n", kCmd, a.trace);
+      wrote = false;
+    }
+    if (!a.svg.empty()) {
+      visualize::TimelineOptions t;
+      t.title = fmt::format("{} - measured on the {} backend (last step)", a.file, a.backend);
+      if (!write_text_file(a.svg, visualize::timeline_svg(r.trace, t))) {
+        fmt::print(stderr, "{}: cannot write '{}'\n", kCmd, a.svg);
+        wrote = false;
+      }
+    }
+  }
+  if (a.json) {
+    std::cout << result_json(a, r).dump(2) << "\n";
+  } else {
+    if (!r.model_description.empty())
+      fmt::print("model {}\ndata {}; {} tokens per step; gradient clipping {}\n", r.model_description,
+                 r.data_description, r.tokens_per_step, r.clip ? fmt::format("at norm {:g}", o.optimizer.grad_clip) : r.clip_note);
+    if (!r.losses.empty())
+      fmt::print("{} step{} in {:.2f} s, {:.0f} tokens/s\n", r.losses.size(), r.losses.size() == 1 ? "" : "s", r.seconds,
+                 r.tokens_per_s);
+    if (!r.peak_bytes.empty()) {
+      fmt::print("memory per rank (measured peak; the schedule's tensors at their peak):\n");
+      for (std::size_t i = 0; i < r.peak_bytes.size(); ++i)
+        fmt::print("  rank {:>3}  {}  ({})\n", i, mib(static_cast<double>(r.peak_bytes[i])),
+                   mib(static_cast<double>(r.predicted_peak_bytes[i])));
+    }
+    if (r.checked)
+      fmt::print("check against single-device training: largest relative difference {:.3g} in the losses, {:.3g} in the "
+                 "weights ({}); replicas {}identical\n",
+                 r.max_rel_diff_loss, r.max_rel_diff_weights, r.worst_parameter, r.replicas_identical ? "" : "not ");
+    if (!o.save_dir.empty() && r.ok) fmt::print("saved a checkpoint in {}\n", o.save_dir);
+    if (!r.ok) fmt::print(stderr, "{}: {}\n", kCmd, r.error);
+  }
+  if (!wrote) return 2;
+  return r.ok ? 0 : 1;
+}
+
+}  // namespace
+
+void add_replay_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ReplayArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "replay",
+      "Train a small Llama-style model by replaying a schedule with real tensors: every rank runs its ops on real "
+      "weights, activations and gradients and exchanges real data. FILE is a .sched file, a PyTorch pipelining CSV or a "
+      "puzzle name. The schedule must pass the simulator first. Prints the loss of every step; --check also trains the "
+      "same model on one device (plain gradient accumulation) and compares losses and final weights. Exits 0 when the "
+      "replay (and the check) passed, 1 when not, 2 on bad options.");
+  cmd->add_option("FILE", a->file, "Schedule: .sched, .csv (PyTorch pipelining) or a puzzle name (basic, ddp, ...)")
+      ->required();
+  cmd->add_option("--backend", a->backend, "Backend: cpu (ranks are threads, OpenBLAS GEMMs)")->capture_default_str();
+  cmd->add_option("--model", a->preset, "Model preset: tiny (tests) or small (trains visibly in about a minute)")
+      ->capture_default_str();
+  cmd->add_option("--blocks", a->blocks, "Transformer blocks (a multiple of the schedule's layers)");
+  cmd->add_option("--dim", a->dim, "Hidden size");
+  cmd->add_option("--heads", a->heads, "Attention heads");
+  cmd->add_option("--ffn", a->ffn, "SwiGLU hidden size");
+  cmd->add_option("--seq", a->seq, "Tokens per sequence");
+  cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch");
+  cmd->add_option("--steps", a->steps, "Training steps (the learning-rate schedule's length)")->capture_default_str();
+  cmd->add_option("--stop-after", a->stop_after, "Stop after this many steps in all (to --save half-way)");
+  cmd->add_option("--seed", a->seed, "Initialisation seed")->capture_default_str();
+  cmd->add_option("--lr", a->lr, "Peak learning rate (default 1e-3; the minimum is a tenth of it)");
+  cmd->add_option("--min-lr", a->min_lr, "Learning rate at the end of the cosine decay");
+  cmd->add_option("--warmup", a->warmup, "Warmup steps (default steps/20)");
+  cmd->add_option("--weight-decay", a->weight_decay, "AdamW weight decay on matrices (default 0.1)");
+  cmd->add_option("--grad-clip", a->grad_clip,
+                  "Clip gradients to this global norm; 0 turns it off. Default 1, turned off with a note when the "
+                  "schedule updates a layer before every gradient exists (given explicitly, that is an error)");
+  cmd->add_flag("--check", a->check, "Also train on one device and compare losses and final weights");
+  cmd->add_option("--tolerance", a->tolerance, "Largest relative difference --check accepts")->capture_default_str();
+  cmd->add_option("--data", a->data, "Training text (bytes are tokens); default: the fortunes package's files");
+  cmd->add_option("--save", a->save, "Write a checkpoint here at the end (each rank's state and a manifest)");
+  cmd->add_option("--resume", a->resume, "Continue from this checkpoint (same schedule, model, settings and data)");
+  cmd->add_option("--trace", a->trace, "Write the last step's measured Chrome/Perfetto trace JSON here");
+  cmd->add_option("--svg", a->svg, "Write the last step's measured timeline SVG here");
+  cmd->add_option("--timeout", a->timeout, "Seconds any rank may wait in a communication before the job fails")
+      ->capture_default_str();
+  cmd->add_option("--microbatches", a->microbatches, "Reading a CSV: the number of microbatches");
+  cmd->add_option("--stage-map", a->stage_map, "Reading a CSV: the rank of each stage (0,1,2,3 | loop | v)");
+  cmd->add_flag("--json", a->json, "Print the result as JSON");
+  cmd->callback([a, exit_code] { *exit_code = run(*a); });
+}
+
+}  // namespace trainsim::apps

@@ -1,0 +1,100 @@
+#include "apps/schedule_input.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "apps/text_file.h"
+#include "puzzles/runner.h"
+#include "schedules/pytorch_csv.h"
+#include "schedules/text_format.h"
+
+namespace trainsim::apps {
+
+std::string extension(const std::string& path) {
+  std::string e = std::filesystem::path(path).extension().string();
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
+  return e;
+}
+
+std::vector<int> parse_stage_map(const std::string& spec, int world, int stages) {
+  std::string lower = spec;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::vector<int> map;
+  if (lower == "loop") {
+    for (int s = 0; s < stages; ++s) map.push_back(s % world);
+    return map;
+  }
+  if (lower == "v") {
+    if (stages > 2 * world)
+      throw std::invalid_argument(fmt::format("--stage-map v places at most two stages per rank ({} ranks, {} stages)", world, stages));
+    for (int s = 0; s < stages; ++s) map.push_back(s < world ? s : 2 * world - 1 - s);
+    return map;
+  }
+  std::stringstream ss(spec);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    if (part.empty() || part.size() > 9 || !std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); }))
+      throw std::invalid_argument(fmt::format("--stage-map takes ranks like 0,1,2,3 or 'loop' or 'v', got '{}'", spec));
+    int r = std::stoi(part);
+    if (r >= world)
+      throw std::invalid_argument(fmt::format("--stage-map puts a stage on rank {}, but there are {} ranks", r, world));
+    map.push_back(r);
+  }
+  if (static_cast<int>(map.size()) != stages)
+    throw std::invalid_argument(fmt::format("--stage-map gives {} stages, but there are {}", map.size(), stages));
+  return map;
+}
+
+void csv_shape(const std::string& csv, int& world, int& stages) {
+  std::vector<std::string> rows;
+  std::string cur;
+  for (char c : csv) {
+    if (c == '\n') rows.push_back(cur), cur.clear();
+    else cur += c;
+  }
+  if (!cur.empty()) rows.push_back(cur);
+  world = static_cast<int>(rows.size());
+  stages = 0;
+  for (const auto& row : rows) {
+    std::stringstream ss(row);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) {
+      std::size_t i = cell.find_first_not_of(" \t\"");
+      std::size_t j = i;
+      while (j < cell.size() && std::isdigit(static_cast<unsigned char>(cell[j]))) ++j;
+      if (i != std::string::npos && j > i && j - i <= 9) stages = std::max(stages, std::stoi(cell.substr(i, j - i)) + 1);
+    }
+  }
+}
+
+Schedule load_schedule_input(const std::string& what, const ScheduleInputOptions& o) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(what, ec)) {
+    if (extension(what) != ".csv") return read_schedule_file(what);
+    std::string csv;
+    if (!read_text_file(what, csv)) throw std::invalid_argument(fmt::format("cannot read '{}'", what));
+    std::vector<int> map;
+    if (!o.stage_map.empty()) {
+      int world = 0, stages = 0;
+      csv_shape(csv, world, stages);
+      if (world == 0 || stages == 0) throw std::invalid_argument(fmt::format("{}: the CSV has no actions", what));
+      map = parse_stage_map(o.stage_map, world, stages);
+    }
+    return import_pytorch_csv(csv, o.microbatches, map, what);
+  }
+  if (const puzzles::Puzzle* p = puzzles::find_puzzle(what)) {
+    puzzles::PuzzleResult r = puzzles::run_puzzle(*p, false, true);
+    if (!r.correct || !r.schedule) throw std::invalid_argument(fmt::format("puzzle {} failed: {}", what, r.error));
+    return *r.schedule;
+  }
+  std::string names;
+  for (const auto& p : puzzles::catalog()) names += (names.empty() ? "" : ", ") + p.name;
+  throw std::invalid_argument(fmt::format("'{}' is neither a schedule file (.sched, .csv) nor a puzzle ({})", what, names));
+}
+
+}  // namespace trainsim::apps

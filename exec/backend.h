@@ -1,0 +1,32 @@
+// A backend whose ranks run as threads of this process (DESIGN §5): it makes each rank's Device and the
+// job's CommHub. "cpu": host memory, OpenBLAS, an in-process communicator (exec/cpu/).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/comm.h"
+#include "exec/device.h"
+
+namespace trainsim::exec {
+
+class LocalBackend {
+ public:
+  virtual ~LocalBackend() = default;
+  virtual std::string name() const = 0;
+  /// Rank `rank`'s device; `epoch` is time zero of the job's timings.
+  virtual std::unique_ptr<Device> make_device(int rank, std::chrono::steady_clock::time_point epoch) = 0;
+  /// The communicator of `world_size` ranks over `groups` (groups[0] = every rank); calls wait at most
+  /// `timeout_seconds`.
+  virtual std::unique_ptr<CommHub> make_hub(int world_size, const std::vector<std::vector<int>>& groups,
+                                            double timeout_seconds) = 0;
+};
+
+/// The backends built into this binary: "cpu" (and "cuda" where it was built with CUDA).
+std::vector<std::string> backend_names();
+/// The backend called `name`. Throws std::invalid_argument listing the available ones.
+std::unique_ptr<LocalBackend> make_backend(const std::string& name);
+
+}  // namespace trainsim::exec

@@ -1,0 +1,60 @@
+// Communication between the ranks of a replay (DESIGN §5), with NCCL's semantics: point-to-point messages
+// matched in order per (source, destination) pair; all-gather, reduce-scatter and all-reduce over a group,
+// with pieces in rank-major order (member i of the group contributes / receives the i-th piece) and sums
+// in a fixed order, so results are the same on every member and in every run. Calls run inside a stream's
+// work (exec/device.h) and block that stream until done.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "exec/device.h"
+
+namespace trainsim::exec {
+
+/// A communication that cannot complete: a rank failed (the job was aborted), a peer is gone, a timeout.
+struct CommError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// One rank's end of the job's communicator. Groups are indices into the list the communicator was made
+/// with (group 0 = every rank, in rank order).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  /// Sends `bytes` to `peer`. `tag` names the tensor; backends that carry it check it on receipt.
+  virtual void send(StreamContext& s, const void* data, std::size_t bytes, int peer, const std::string& tag) = 0;
+  /// Receives the next message from `peer` into `data` (exactly `bytes`). Throws CommError when the message
+  /// differs in size (or in tag, where carried).
+  virtual void recv(StreamContext& s, void* data, std::size_t bytes, int peer, const std::string& tag) = 0;
+  /// out (k·count floats, k = group size) = every member's `count` floats, member-major.
+  virtual void all_gather(StreamContext& s, const float* in, float* out, std::size_t count, int group) = 0;
+  /// out (count floats) = Σ over members of their in[i·count, (i+1)·count), i = this rank's index in the
+  /// group; `in` holds k·count floats.
+  virtual void reduce_scatter(StreamContext& s, const float* in, float* out, std::size_t count, int group) = 0;
+  /// out = Σ over members of in (count floats; out may be in).
+  virtual void all_reduce(StreamContext& s, const float* in, float* out, std::size_t count, int group) = 0;
+  /// As above, for doubles (gradient norms).
+  virtual void all_reduce(StreamContext& s, const double* in, double* out, std::size_t count, int group) = 0;
+  /// Returns when every member has called it.
+  virtual void barrier(StreamContext& s, int group) = 0;
+};
+
+/// What the ranks of a job that live in this process share: it hands each rank its Communicator and can end
+/// every call of every rank at once.
+class CommHub {
+ public:
+  virtual ~CommHub() = default;
+  /// Rank `rank`'s end; the hub must outlive it. Throws std::invalid_argument for a rank out of range.
+  virtual std::unique_ptr<Communicator> communicator(int rank) = 0;
+  /// Ends every waiting and later call with CommError(`why`). Idempotent: the first reason stays.
+  virtual void abort(const std::string& why) = 0;
+};
+
+}  // namespace trainsim::exec

@@ -1,0 +1,37 @@
+// The "cpu" backend: CpuDevice per rank and a ThreadHub between them.
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "exec/backend.h"
+#include "exec/cpu/cpu_device.h"
+#include "exec/cpu/thread_comm.h"
+
+namespace trainsim::exec {
+
+namespace {
+
+class CpuBackend final : public LocalBackend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::unique_ptr<Device> make_device(int, std::chrono::steady_clock::time_point epoch) override {
+    return std::make_unique<CpuDevice>(epoch);
+  }
+  std::unique_ptr<CommHub> make_hub(int world_size, const std::vector<std::vector<int>>& groups,
+                                    double timeout_seconds) override {
+    return std::make_unique<ThreadHub>(world_size, groups, timeout_seconds);
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> backend_names() { return {"cpu"}; }
+
+std::unique_ptr<LocalBackend> make_backend(const std::string& name) {
+  if (name == "cpu") return std::make_unique<CpuBackend>();
+  std::string list;
+  for (const auto& n : backend_names()) list += (list.empty() ? "" : ", ") + n;
+  throw std::invalid_argument(fmt::format("unknown backend '{}' (this build has: {})", name, list));
+}
+
+}  // namespace trainsim::exec

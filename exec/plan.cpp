@@ -1,0 +1,274 @@
+#include "exec/plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "schedules/replay.h"
+
+namespace trainsim::exec {
+
+namespace {
+
+std::string at(const Op& op) {
+  return fmt::format("rank {}: {}{}", op.rank, op.describe(), op.where.empty() ? "" : fmt::format(" ({})", op.where));
+}
+
+const std::vector<int>& members(const ReplayPlan& plan, int group) { return plan.groups.at(group); }
+
+// Applies what `op` does to the tensors its rank holds (the simulator's ledger, without the timing).
+void apply(const Op& op, std::map<Tensor, int>& held) {
+  if (op.kind == OpKind::Free) {
+    for (const Tensor& t : op.reads)
+      if (auto it = held.find(t); it != held.end() && --it->second == 0) held.erase(it);
+    return;
+  }
+  for (const Tensor& t : op.writes) ++held[t];
+}
+
+void resolve_peers(const Schedule& s, ReplayPlan& plan) {
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    RankPlan& rp = plan.ranks[r];
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Op& op = s.ranks[r][i];
+      if (op.kind == OpKind::Send || (op.kind == OpKind::Recv && op.peer >= 0)) rp.peer[i] = op.peer;
+      if (op.kind != OpKind::Recv || op.peer >= 0) continue;
+      std::vector<int> senders;
+      for (std::size_t q = 0; q < s.ranks.size(); ++q)
+        for (const Op& o : s.ranks[q])
+          if (o.kind == OpKind::Send && o.peer == static_cast<int>(r) && o.reads.front() == op.writes.front() &&
+              std::find(senders.begin(), senders.end(), static_cast<int>(q)) == senders.end())
+            senders.push_back(static_cast<int>(q));
+      if (senders.size() != 1)
+        throw PlanError(fmt::format("{}: cannot replay a receive from any source when {} rank{} send {} to rank {}; "
+                                    "name the source (recv from R)",
+                                    at(op), senders.size(), senders.size() == 1 ? "" : "s", op.writes.front().str(), r));
+      rp.peer[i] = senders.front();
+    }
+  }
+}
+
+void assign_losses(const Schedule& s, ReplayPlan& plan) {
+  IdSet reported;
+  for (std::size_t r = 0; r < s.ranks.size(); ++r)
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Op& op = s.ranks[r][i];
+      if (op.kind != OpKind::Loss) continue;
+      IdSet mine;
+      for (int b : op.writes.front().batches.ids())
+        if (!reported.contains(b)) mine.insert(b), reported.insert(b);
+      plan.ranks[r].reported_batches[i] = mine;
+    }
+}
+
+void order_gathers(const Schedule& s, ReplayPlan& plan) {
+  // Pair the k-th collective call of every member of a group (the simulator checked that they agree).
+  std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> calls;  // (group, k) -> (rank, op index)
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    std::map<int, int> seq;
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Op& op = s.ranks[r][i];
+      if (is_collective(op.kind)) calls[{op.group, seq[op.group]++}].push_back({static_cast<int>(r), static_cast<int>(i)});
+    }
+  }
+  for (const auto& [key, ops] : calls) {
+    const Op& first = s.ranks[ops.front().first][ops.front().second];
+    if (first.kind != OpKind::AllGather) continue;
+    const std::vector<int>& group = members(plan, key.first);
+    std::vector<const Tensor*> pieces(group.size(), nullptr);
+    for (auto [r, i] : ops) {
+      auto pos = std::find(group.begin(), group.end(), r) - group.begin();
+      pieces[pos] = &s.ranks[r][i].reads.front();
+    }
+    const int per = pieces.front()->shards.size();
+    for (std::size_t j = 0; j < pieces.size(); ++j)
+      if (!pieces[j] || pieces[j]->shards.size() != per)
+        throw PlanError(fmt::format("{}: all-gather of unequal pieces ({} holds {} shard(s), rank {} holds {}): NCCL's "
+                                    "all-gather takes the same count from every member",
+                                    at(first), first.reads.front().str(), per, group[j],
+                                    pieces[j] ? pieces[j]->shards.size() : 0));
+    // Member-major block of each shard id, then the blocks in increasing shard order.
+    std::map<int, int> block;
+    for (std::size_t j = 0; j < pieces.size(); ++j) {
+      std::vector<int> ids = pieces[j]->shards.ids();
+      for (std::size_t x = 0; x < ids.size(); ++x) block[ids[x]] = static_cast<int>(j * per + x);
+    }
+    std::vector<int> order;
+    bool identity = true;
+    for (const auto& [id, b] : block) {
+      identity = identity && b == static_cast<int>(order.size());
+      order.push_back(b);
+    }
+    if (!identity)
+      for (auto [r, i] : ops) plan.ranks[r].gather_order[i] = order;
+  }
+}
+
+// Flat element ranges [begin, end) of the shards an update writes, within the layer's P elements.
+std::vector<std::pair<long, long>> update_ranges(const Op& op, long P) {
+  const Tensor& o = tensor_of(op.reads, TensorKind::OptState);
+  const long c = shard_chunk(P, o.num_shards);
+  std::vector<std::pair<long, long>> out;
+  for (const auto& [lo, hi] : o.shards.runs()) {
+    long b = lo * c, e = std::min(P, hi * c);
+    if (b < e) out.push_back({b, e});
+  }
+  return out;
+}
+
+// Removes `claimed` from [b, e); returns the pieces left.
+std::vector<std::pair<long, long>> subtract(long b, long e, const std::vector<std::pair<long, long>>& claimed) {
+  std::vector<std::pair<long, long>> out;
+  long cur = b;
+  for (const auto& [cb, ce] : claimed) {  // sorted, disjoint
+    if (ce <= cur) continue;
+    if (cb >= e) break;
+    if (cb > cur) out.push_back({cur, cb});
+    cur = std::max(cur, ce);
+    if (cur >= e) break;
+  }
+  if (cur < e) out.push_back({cur, e});
+  return out;
+}
+
+void assign_norm(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan) {
+  std::vector<std::vector<std::pair<long, long>>> claimed(shapes.layers());
+  for (std::size_t r = 0; r < s.ranks.size(); ++r)
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Op& op = s.ranks[r][i];
+      if (op.kind != OpKind::Update) continue;
+      RankPlan& rp = plan.ranks[r];
+      if (rp.first_update < 0) rp.first_update = static_cast<int>(i);
+      auto& cl = claimed[op.layer];
+      for (auto [b, e] : update_ranges(op, shapes.parameters(op.layer)))
+        for (auto [pb, pe] : subtract(b, e, cl)) {
+          rp.norm_parts.push_back({static_cast<int>(i), pb, pe});
+          cl.push_back({pb, pe});
+          std::sort(cl.begin(), cl.end());
+        }
+    }
+}
+
+// Why global-norm clipping cannot run on this schedule, or "" when it can.
+std::string clip_problem(const Schedule& s, ReplayPlan& plan) {
+  std::vector<int> updaters;
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    const RankPlan& rp = plan.ranks[r];
+    if (rp.first_update < 0) continue;
+    updaters.push_back(static_cast<int>(r));
+    // Every grad this rank's updates read must exist when its first update runs.
+    std::map<Tensor, int> held;
+    for (int i = 0; i < rp.first_update; ++i) apply(s.ranks[r][i], held);
+    for (std::size_t i = rp.first_update; i < s.ranks[r].size(); ++i) {
+      const Op& op = s.ranks[r][i];
+      if (op.kind != OpKind::Update) continue;
+      const Tensor& dw = tensor_of(op.reads, TensorKind::WeightGrad);
+      if (!held.count(dw))
+        return fmt::format("{} comes before {} has {} (for {}): clipping by the global norm needs every gradient before "
+                           "the first update",
+                           at(s.ranks[r][rp.first_update]), fmt::format("rank {}", r), dw.str(), op.describe());
+    }
+  }
+  if (updaters.empty()) return "";
+  // An all-reduce of the norm over the updating ranks, just before each one's first update, must not deadlock:
+  // check it in the simulator with a barrier in its place.
+  Schedule probe = s;
+  int group = 0;
+  if (updaters.size() != s.ranks.size()) {
+    probe.header.groups.push_back(updaters);
+    group = static_cast<int>(probe.header.groups.size());
+  }
+  for (int r : updaters) {
+    Op b;
+    b.kind = OpKind::Barrier, b.rank = r, b.group = group, b.where = "(gradient norm)";
+    probe.ranks[r].insert(probe.ranks[r].begin() + plan.ranks[r].first_update, b);
+  }
+  SimResult res = simulate(probe);
+  if (!res.ok) {
+    std::string first = res.error.substr(0, res.error.find('\n'));
+    return "an all-reduce of the gradient norm before each rank's first update would not complete: " + first;
+  }
+  plan.norm_group = group;
+  if (group != 0) plan.groups.push_back(updaters);
+  return "";
+}
+
+void carry_state(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan) {
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    RankPlan& rp = plan.ranks[r];
+    std::map<Tensor, int> held;
+    std::size_t bytes = 0;
+    for (const Op& op : s.ranks[r]) {
+      if (op.kind == OpKind::Load)
+        for (const Tensor& t : op.writes)
+          if ((t.kind == TensorKind::Weight || t.kind == TensorKind::OptState) &&
+              std::find(rp.state.begin(), rp.state.end(), t) == rp.state.end())
+            rp.state.push_back(t);
+      if (op.kind == OpKind::Free) {
+        for (const Tensor& t : op.reads)
+          if (held.count(t)) bytes -= shapes.bytes(t);
+      } else {
+        for (const Tensor& t : op.writes) bytes += shapes.bytes(t);
+      }
+      apply(op, held);
+      rp.peak_bytes = std::max(rp.peak_bytes, bytes);
+    }
+    for (const Tensor& t : rp.state) {
+      bool found = false;
+      for (const auto& [u, n] : held)
+        if (u.kind == t.kind && u.layer == t.layer && u.step == 1 &&
+            ((t.kind == TensorKind::Weight && u.complete()) ||
+             (u.num_shards == t.num_shards && u.shards.contains(t.shards))))
+          found = true;
+      if (!found && plan.repeatable) {
+        plan.repeatable = false;
+        plan.repeat_note = fmt::format(
+            "rank {} loads {} at the start of every step but holds no updated copy of it (at step 1) when the step "
+            "ends, so the schedule cannot run a second step",
+            r, t.str());
+      }
+    }
+  }
+}
+
+}  // namespace
+
+ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, bool clip_required) {
+  ReplayPlan plan;
+  const int world = s.header.world_size;
+  std::vector<int> all(world);
+  for (int r = 0; r < world; ++r) all[r] = r;
+  plan.groups.push_back(all);
+  for (const auto& g : s.header.groups) plan.groups.push_back(g);
+  plan.ranks.resize(world);
+  for (int r = 0; r < world; ++r) {
+    const std::size_t n = s.ranks[r].size();
+    plan.ranks[r].peer.assign(n, -1);
+    plan.ranks[r].reported_batches.assign(n, IdSet{});
+    plan.ranks[r].gather_order.assign(n, {});
+    for (const Op& op : s.ranks[r])
+      for (const auto* ts : {&op.reads, &op.writes})
+        for (const Tensor& t : *ts) try {
+            shapes.elements(t);
+          } catch (const std::invalid_argument& e) {
+            throw PlanError(fmt::format("{}: {}", at(op), e.what()));
+          }
+  }
+  resolve_peers(s, plan);
+  assign_losses(s, plan);
+  order_gathers(s, plan);
+  assign_norm(s, shapes, plan);
+  carry_state(s, shapes, plan);
+  if (clip > 0) {
+    std::string why = clip_problem(s, plan);
+    if (!why.empty() && clip_required) throw PlanError(why + " (--grad-clip 0 turns clipping off)");
+    plan.clip = why.empty();
+    plan.clip_note = why;
+  } else {
+    plan.clip_note = "off (--grad-clip 0)";
+  }
+  return plan;
+}
+
+}  // namespace trainsim::exec

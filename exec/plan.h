@@ -1,0 +1,64 @@
+// What the executor works out from a validated schedule before any rank starts (all ranks compute the same
+// plan): the peer of every receive, which loss op reports each microbatch's loss, which part of the
+// gradient each rank counts toward the global norm and whether clipping can run at all, how the pieces of
+// every all-gather are ordered, which weights and optimizer state each rank carries from one step to the
+// next, and the bytes the schedule's tensors need per rank.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "exec/shapes.h"
+#include "schedules/schedule.h"
+
+namespace trainsim::exec {
+
+/// A schedule the executor cannot replay (as opposed to one the simulator rejects), with the reason, the
+/// rank and the op (file:line).
+struct PlanError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// One rank's part of the plan. Vectors indexed by op are the size of the rank's op list.
+struct RankPlan {
+  std::vector<int> peer;                 ///< send/recv: the peer (a `recv from any` resolved to its sender)
+  std::vector<IdSet> reported_batches;   ///< loss ops: the microbatches whose loss this op reports
+  /// all-gather ops: for each shard of the result in increasing shard order, the index of its block in the
+  /// member-major buffer NCCL's all-gather returns (empty when that is already increasing shard order).
+  std::vector<std::vector<int>> gather_order;
+  int first_update = -1;  ///< op index of the first update (where the gradient norm is taken), -1 if none
+  /// Flat element ranges [begin, end) of an update op's layer whose gradient this rank counts toward the
+  /// global norm (each element counted by exactly one rank: the lowest that updates it).
+  struct NormPart {
+    int op = 0;
+    long begin = 0, end = 0;
+  };
+  std::vector<NormPart> norm_parts;
+  /// Weights and optimizer state this rank loads at step 0 (step-0 identities, in first-load order): the
+  /// state it must keep from one training step to the next.
+  std::vector<Tensor> state;
+  std::size_t peak_bytes = 0;  ///< the most bytes its schedule tensors hold at once (program order)
+};
+
+/// The whole plan.
+struct ReplayPlan {
+  std::vector<RankPlan> ranks;
+  /// Communicator groups: 0 = every rank, then the schedule's groups 1.. in order, then the ranks that
+  /// update (for the gradient norm) when they are not every rank.
+  std::vector<std::vector<int>> groups;
+  int norm_group = 0;
+  bool clip = false;        ///< clipping by the global norm runs
+  std::string clip_note;    ///< why it does not, when it was asked for or is off by default
+  bool repeatable = true;   ///< every rank keeps the state its next step loads
+  std::string repeat_note;  ///< why not
+};
+
+/// Works out the plan. `clip` is the requested max norm (0: off); with `clip_required` a schedule that cannot
+/// clip is a PlanError, otherwise clipping is turned off with a note. Throws PlanError for what the
+/// executor cannot replay: a tensor the model has no shape for, an all-gather of unequal pieces, an
+/// ambiguous any-source receive. `schedule` must have passed the simulator.
+ReplayPlan make_plan(const Schedule& schedule, const ModelShapes& shapes, float clip, bool clip_required);
+
+}  // namespace trainsim::exec

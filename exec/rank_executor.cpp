@@ -1,0 +1,533 @@
+#include "exec/rank_executor.h"
+
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace trainsim::exec {
+
+namespace {
+
+// A tensor the rank holds in this step: its buffer (filled by the work that produces it, before `ready`)
+// and, for an activation a forward read, the activations that forward saved for the backward.
+struct Slot {
+  Tensor id;
+  BufferPtr buffer;
+  std::shared_ptr<LayerStash> stash;
+  EventPtr ready;  // null: ready now
+};
+using SlotPtr = std::shared_ptr<Slot>;
+
+// The loss sums of one loss op, for the end of the step.
+struct LossRecord {
+  std::vector<int> batches;  // the op's microbatches in row order
+  IdSet reported;
+  BufferPtr sums;            // one double per microbatch of the op
+};
+
+std::string where(const Op& op) {
+  return fmt::format("rank {}: {}{}", op.rank, op.describe(), op.where.empty() ? "" : fmt::format(" ({})", op.where));
+}
+
+}  // namespace
+
+struct RankExecutor::Impl {
+  const ReplayContext& ctx;
+  const int rank;
+  Device& dev;
+  Communicator& comm;
+  const ModelConfig& model;
+  const RankPlan& plan;
+  BufferPtr rope_cos, rope_sin;
+
+  // Per step:
+  int step = 0;
+  std::map<Tensor, std::deque<SlotPtr>> held;
+  std::map<std::pair<int, IdSet>, EventPtr> last_forward, last_backward_input;
+  std::vector<std::shared_ptr<LossRecord>> losses;
+  SlotPtr norm;
+  const RankState* state = nullptr;
+
+  Impl(const ReplayContext& c, int r, Device& d, Communicator& cm)
+      : ctx(c), rank(r), dev(d), comm(cm), model(c.shapes->model), plan(c.plan->ranks.at(r)) {
+    std::vector<float> cos, sin;
+    rope_tables(model, cos, sin);
+    rope_cos = dev.memory().allocate(cos.size() * sizeof(float));
+    rope_sin = dev.memory().allocate(sin.size() * sizeof(float));
+    auto hc = std::make_shared<std::vector<float>>(std::move(cos)), hs = std::make_shared<std::vector<float>>(std::move(sin));
+    dev.submit(0, {}, [this, hc, hs](StreamContext& s) {
+      s.upload(rope_cos->data(), hc->data(), hc->size() * sizeof(float));
+      s.upload(rope_sin->data(), hs->data(), hs->size() * sizeof(float));
+    }, -1);
+    dev.synchronize();
+  }
+
+  ModelContext<float> model_ctx(StreamContext& s) {
+    return ModelContext<float>{&s.kernels(), &dev.memory(), rope_cos->as<float>(), rope_sin->as<float>()};
+  }
+  BufferPtr alloc(const Tensor& t) { return dev.memory().allocate(ctx.shapes->bytes(t)); }
+  const LayerLayout& layout(int l) const { return ctx.shapes->layouts.at(l); }
+
+  SlotPtr find(const Op& op, const Tensor& t) {
+    auto it = held.find(t);
+    if (it == held.end() || it->second.empty())
+      throw std::runtime_error(fmt::format("{}: it reads {}, which this rank does not hold", where(op), t.str()));
+    return it->second.front();
+  }
+  SlotPtr make(const Tensor& t) {
+    auto s = std::make_shared<Slot>();
+    s->id = t;
+    held[t].push_back(s);
+    return s;
+  }
+  void drop(const Op& op, const Tensor& t) {
+    auto it = held.find(t);
+    if (it == held.end() || it->second.empty())
+      throw std::runtime_error(fmt::format("{}: it frees {}, which this rank does not hold", where(op), t.str()));
+    it->second.pop_front();
+    if (it->second.empty()) held.erase(it);
+  }
+
+  // Submits `work` for op `index` on its stream after `after`; errors name the op.
+  EventPtr submit(const Op& op, int index, std::vector<EventPtr> after, std::function<void(StreamContext&)> work) {
+    std::string label = where(op);
+    return dev.submit(op.stream, after, [work = std::move(work), label](StreamContext& s) {
+      try {
+        work(s);
+      } catch (const CommError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw std::runtime_error(fmt::format("{}: {}", label, e.what()));
+      }
+    }, index);
+  }
+
+  static void add_dep(std::vector<EventPtr>& deps, const EventPtr& e) {
+    if (e) deps.push_back(e);
+  }
+
+  // ---- load ----
+  void load(const Op& op, int index) {
+    for (const Tensor& t : op.writes) {
+      SlotPtr out = make(t);
+      if (t.kind == TensorKind::Weight || t.kind == TensorKind::OptState) {
+        if (state->initialized) {
+          auto it = state->tensors.find(t);
+          if (it == state->tensors.end())
+            throw std::runtime_error(fmt::format("{}: the state carried from the last step has no {}", where(op), t.str()));
+          out->buffer = it->second;  // shared: the state is immutable
+          continue;
+        }
+        auto host = std::make_shared<std::vector<float>>(ctx.shapes->elements(t), 0.0f);
+        if (t.kind == TensorKind::Weight) init_weight(t, host->data());
+        out->ready = submit(op, index, {}, [this, out, host](StreamContext& s) {
+          out->buffer = alloc(out->id);
+          s.upload(out->buffer->data(), host->data(), host->size() * sizeof(float));
+        });
+      } else if (t.kind == TensorKind::WeightGrad) {
+        out->ready = submit(op, index, {}, [this, out](StreamContext& s) {
+          out->buffer = alloc(out->id);
+          s.zero(out->buffer->data(), out->buffer->bytes());
+        });
+      } else if (t.kind == TensorKind::Activation && t.layer == 0) {
+        auto tokens = std::make_shared<std::vector<int>>();
+        batch_tokens(t.batches, tokens.get(), nullptr);
+        out->ready = submit(op, index, {}, [this, out, tokens](StreamContext& s) {
+          out->buffer = alloc(out->id);
+          s.upload(out->buffer->data(), tokens->data(), tokens->size() * sizeof(int));
+        });
+      } else {
+        throw std::runtime_error(fmt::format("{}: cannot load {}", where(op), t.str()));
+      }
+    }
+  }
+
+  void init_weight(const Tensor& t, float* out) const {
+    const LayerLayout& lay = layout(t.layer);
+    const long P = lay.size();
+    if (t.num_shards == 1 || t.complete()) {
+      init_parameters(lay, ctx.seed, 0, ctx.shapes->elements(t), out);
+      return;
+    }
+    const long c = shard_chunk(P, t.num_shards);
+    long pos = 0;
+    for (int j : t.shards.ids()) init_parameters(lay, ctx.seed, j * c, (j + 1) * c, out + (pos++) * c);
+  }
+
+  // Tokens (and targets) of microbatches `batches` of this step, in increasing microbatch order.
+  void batch_tokens(const IdSet& batches, std::vector<int>* tokens, std::vector<int>* targets) const {
+    const long per = model.tokens_per_microbatch();
+    std::vector<int> tk(per), tg(per);
+    for (int b : batches.ids()) {
+      ctx.data->microbatch(model, step, ctx.schedule->header.microbatches, b, tk.data(), tg.data());
+      if (tokens) tokens->insert(tokens->end(), tk.begin(), tk.end());
+      if (targets) targets->insert(targets->end(), tg.begin(), tg.end());
+    }
+  }
+
+  // ---- compute ----
+  void forward(const Op& op, int index) {
+    const Tensor& A = tensor_of(op.reads, TensorKind::Activation);
+    SlotPtr a = find(op, A), w = find(op, tensor_of(op.reads, TensorKind::Weight));
+    SlotPtr out = make(op.writes.front());
+    std::vector<EventPtr> deps;
+    add_dep(deps, a->ready), add_dep(deps, w->ready);
+    const int l = op.layer, sequences = A.batches.size() * model.microbatch_size;
+    out->ready = submit(op, index, deps, [this, a, w, out, l, sequences](StreamContext& s) {
+      out->buffer = alloc(out->id);
+      auto stash = std::make_shared<LayerStash>();
+      ModelContext<float> mc = model_ctx(s);
+      layer_forward(mc, layout(l), w->buffer->as<float>(), a->buffer->data(), sequences, out->buffer->as<float>(),
+                    stash.get());
+      a->stash = stash;
+    });
+    last_forward[{l, A.batches}] = out->ready;
+  }
+
+  void backward(const Op& op, int index) {
+    const Tensor& A = tensor_of(op.reads, TensorKind::Activation);
+    SlotPtr a = find(op, A), g = find(op, tensor_of(op.reads, TensorKind::ActivationGrad));
+    SlotPtr w = op.kind == OpKind::BackwardWeight ? nullptr : find(op, tensor_of(op.reads, TensorKind::Weight));
+    SlotPtr dw, da;
+    for (const Tensor& t : op.writes) (t.kind == TensorKind::WeightGrad ? dw : da) = make(t);
+    const std::pair<int, IdSet> key{op.layer, A.batches};
+    std::vector<EventPtr> deps;
+    add_dep(deps, a->ready), add_dep(deps, g->ready);
+    if (w) add_dep(deps, w->ready);
+    if (auto it = last_forward.find(key); it != last_forward.end()) add_dep(deps, it->second);
+    if (op.kind == OpKind::BackwardWeight)
+      if (auto it = last_backward_input.find(key); it != last_backward_input.end()) add_dep(deps, it->second);
+    const int l = op.layer, sequences = A.batches.size() * model.microbatch_size;
+    const OpKind kind = op.kind;
+    EventPtr done = submit(op, index, deps, [this, a, g, w, dw, da, l, sequences, kind](StreamContext& s) {
+      ModelContext<float> mc = model_ctx(s);
+      const LayerLayout& lay = layout(l);
+      std::shared_ptr<LayerStash> stash = a->stash;
+      if (kind == OpKind::BackwardWeight) {
+        if (!stash || !stash->input_grads_done)
+          throw std::runtime_error("backward-weight needs the activations its backward-input saved on this rank, and "
+                                   "there are none (run backward-input of the same layer and batches first)");
+      } else if (!stash || stash->input_grads_done) {
+        // No saved activations here (the forward ran elsewhere, or they were used): recompute them.
+        stash = std::make_shared<LayerStash>();
+        BufferPtr scratch = dev.memory().allocate(
+            static_cast<std::size_t>(activation_elements(model, l + 1, ctx.shapes->layers(), sequences)) * sizeof(float));
+        layer_forward(mc, lay, w->buffer->as<float>(), a->buffer->data(), sequences, scratch->as<float>(), stash.get());
+      }
+      if (kind != OpKind::BackwardWeight) {
+        da->buffer = alloc(da->id);
+        layer_backward_input(mc, lay, w->buffer->as<float>(), a->buffer->data(), g->buffer->as<float>(),
+                             da->buffer->as<float>(), *stash);
+      }
+      if (kind != OpKind::BackwardInput) {
+        dw->buffer = alloc(dw->id);
+        layer_backward_weight(mc, lay, a->buffer->data(), g->buffer->as<float>(), dw->buffer->as<float>(), *stash);
+        a->stash.reset();
+      } else {
+        a->stash = stash;
+      }
+    });
+    if (dw) dw->ready = done;
+    if (da) da->ready = done;
+    if (kind == OpKind::BackwardInput) last_backward_input[key] = done;
+  }
+
+  void loss(const Op& op, int index) {
+    const Tensor& A = op.reads.front();
+    SlotPtr a = find(op, A);
+    SlotPtr out = make(op.writes.front());
+    auto rec = std::make_shared<LossRecord>();
+    rec->batches = A.batches.ids();
+    rec->reported = plan.reported_batches[index];
+    losses.push_back(rec);
+    auto targets = std::make_shared<std::vector<int>>();
+    batch_tokens(A.batches, nullptr, targets.get());
+    const int sequences = A.batches.size() * model.microbatch_size;
+    const double tokens = static_cast<double>(ctx.schedule->header.microbatches) * model.tokens_per_microbatch();
+    std::vector<EventPtr> deps;
+    add_dep(deps, a->ready);
+    out->ready = submit(op, index, deps, [this, a, out, rec, targets, sequences, tokens](StreamContext& s) {
+      out->buffer = alloc(out->id);
+      BufferPtr t = dev.memory().allocate(targets->size() * sizeof(int));
+      s.upload(t->data(), targets->data(), targets->size() * sizeof(int));
+      rec->sums = dev.memory().allocate(rec->batches.size() * sizeof(double));
+      s.zero(rec->sums->data(), rec->sums->bytes());
+      ModelContext<float> mc = model_ctx(s);
+      loss_forward_backward(mc, model, a->buffer->as<float>(), t->as<int>(), sequences, static_cast<float>(1.0 / tokens),
+                            out->buffer->as<float>(), rec->sums->as<double>());
+    });
+  }
+
+  void gradient_norm(const Op& first, int index) {
+    norm = std::make_shared<Slot>();
+    std::vector<EventPtr> deps;
+    struct Part {
+      SlotPtr grad;
+      long offset, count;
+    };
+    auto parts = std::make_shared<std::vector<Part>>();
+    const auto& ops = ctx.schedule->ranks[rank];
+    for (const RankPlan::NormPart& p : plan.norm_parts) {
+      const Op& u = ops[p.op];
+      const Tensor& dwt = tensor_of(u.reads, TensorKind::WeightGrad);
+      SlotPtr g = find(u, dwt);
+      add_dep(deps, g->ready);
+      const long P = ctx.shapes->parameters(u.layer);
+      const long c = dwt.num_shards == 1 || dwt.complete() ? P : shard_chunk(P, dwt.num_shards);
+      for (long b = p.begin; b < p.end;) {  // contiguous within one shard of the grad
+        long e = std::min(p.end, (b / c + 1) * c);
+        long off = shard_offset(dwt, P, b);
+        if (off < 0) throw std::runtime_error(fmt::format("{}: {} lacks the shard it updates", where(u), dwt.str()));
+        parts->push_back(Part{g, off, e - b});
+        b = e;
+      }
+    }
+    const int group = ctx.plan->norm_group;
+    norm->ready = submit(first, -1, deps, [this, parts, group](StreamContext& s) {
+      norm->buffer = dev.memory().allocate(sizeof(double));
+      s.zero(norm->buffer->data(), sizeof(double));
+      for (const Part& p : *parts) s.kernels().sum_squares(p.grad->buffer->as<float>() + p.offset, p.count, norm->buffer->as<double>());
+      comm.all_reduce(s, norm->buffer->as<double>(), norm->buffer->as<double>(), 1, group);
+    });
+    (void)index;
+  }
+
+  void update(const Op& op, int index) {
+    const Tensor &dwt = tensor_of(op.reads, TensorKind::WeightGrad), &wt = tensor_of(op.reads, TensorKind::Weight),
+                 &ot = tensor_of(op.reads, TensorKind::OptState);
+    SlotPtr g = find(op, dwt), w = find(op, wt), o = find(op, ot);
+    SlotPtr nw = make(tensor_of(op.writes, TensorKind::Weight)), no = make(tensor_of(op.writes, TensorKind::OptState));
+    std::vector<EventPtr> deps;
+    add_dep(deps, g->ready), add_dep(deps, w->ready), add_dep(deps, o->ready);
+    SlotPtr nrm = ctx.plan->clip ? norm : nullptr;
+    if (nrm) add_dep(deps, nrm->ready);
+    const int l = op.layer, step_now = step;
+    const float clip = ctx.optimizer.grad_clip;
+    EventPtr done = submit(op, index, deps, [this, g, w, o, nw, no, nrm, l, step_now, clip](StreamContext& s) {
+      const LayerLayout& lay = layout(l);
+      const long P = lay.size();
+      const Tensor& ot = o->id;
+      const long c = shard_chunk(P, ot.num_shards);
+      nw->buffer = alloc(nw->id), no->buffer = alloc(no->id);
+      s.zero(nw->buffer->data(), nw->buffer->bytes());
+      s.zero(no->buffer->data(), no->buffer->bytes());
+      const double* norm_sq = nrm ? nrm->buffer->as<double>() : nullptr;
+      long pos = 0;
+      for (int j : ot.shards.ids()) {
+        const long lo = j * c, hi = std::min(P, (j + 1) * c);
+        for (const ParamSpec& p : lay.params()) {
+          const long b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.size());
+          if (b >= e) continue;
+          const long wi = shard_offset(w->id, P, b), gi = shard_offset(g->id, P, b);
+          if (wi < 0 || gi < 0) throw std::runtime_error("the weight or its grad lacks a shard being updated");
+          const long oi = pos * 2 * c + (b - lo);
+          const long ni = pos * c + (b - lo);
+          AdamWStep st = adamw_step(ctx.optimizer, step_now, ctx.total_steps, p.decay);
+          s.kernels().adamw(w->buffer->as<float>() + wi, g->buffer->as<float>() + gi, o->buffer->as<float>() + oi,
+                            o->buffer->as<float>() + oi + c, nw->buffer->as<float>() + ni, no->buffer->as<float>() + oi,
+                            no->buffer->as<float>() + oi + c, e - b, st, norm_sq, clip);
+        }
+        ++pos;
+      }
+    });
+    nw->ready = no->ready = done;
+  }
+
+  void accumulate(const Op& op, int index) {
+    std::vector<SlotPtr> in;
+    std::vector<EventPtr> deps;
+    for (const Tensor& t : op.reads) {
+      in.push_back(find(op, t));
+      add_dep(deps, in.back()->ready);
+    }
+    SlotPtr out = make(op.writes.front());
+    out->ready = submit(op, index, deps, [this, in, out](StreamContext& s) {
+      out->buffer = alloc(out->id);
+      const long n = static_cast<long>(out->buffer->bytes() / sizeof(float));
+      for (const SlotPtr& x : in)
+        if (x->buffer->bytes() != out->buffer->bytes()) throw std::runtime_error("accumulated grads differ in size");
+      s.kernels().copy(in.front()->buffer->as<float>(), out->buffer->as<float>(), n);
+      for (std::size_t i = 1; i < in.size(); ++i)
+        s.kernels().add(out->buffer->as<float>(), in[i]->buffer->as<float>(), out->buffer->as<float>(), n);
+    });
+  }
+
+  // ---- communication ----
+  void send(const Op& op, int index) {
+    SlotPtr x = find(op, op.reads.front());
+    std::vector<EventPtr> deps;
+    add_dep(deps, x->ready);
+    const int peer = plan.peer[index];
+    std::string tag = x->id.str();
+    submit(op, index, deps, [this, x, peer, tag](StreamContext& s) {
+      comm.send(s, x->buffer->data(), x->buffer->bytes(), peer, tag);
+    });
+  }
+
+  void recv(const Op& op, int index) {
+    SlotPtr out = make(op.writes.front());
+    const int peer = plan.peer[index];
+    std::string tag = out->id.str();
+    out->ready = submit(op, index, {}, [this, out, peer, tag](StreamContext& s) {
+      out->buffer = alloc(out->id);
+      comm.recv(s, out->buffer->data(), out->buffer->bytes(), peer, tag);
+    });
+  }
+
+  void collective(const Op& op, int index) {
+    if (op.kind == OpKind::Barrier) {
+      submit(op, index, {}, [this, group = op.group](StreamContext& s) { comm.barrier(s, group); });
+      return;
+    }
+    SlotPtr in = find(op, op.reads.front());
+    SlotPtr out = make(op.writes.front());
+    std::vector<EventPtr> deps;
+    add_dep(deps, in->ready);
+    const int group = op.group;
+    const int k = static_cast<int>(ctx.plan->groups.at(group).size());
+    const long P = ctx.shapes->parameters(op.layer);
+    const std::vector<int> order = plan.gather_order[index];
+    const OpKind kind = op.kind;
+    out->ready = submit(op, index, deps, [this, in, out, group, k, P, order, kind](StreamContext& s) {
+      out->buffer = alloc(out->id);
+      const long in_n = static_cast<long>(in->buffer->bytes() / sizeof(float));
+      const long out_n = static_cast<long>(out->buffer->bytes() / sizeof(float));
+      if (kind == OpKind::AllReduce) {
+        comm.all_reduce(s, in->buffer->as<float>(), out->buffer->as<float>(), in_n, group);
+      } else if (kind == OpKind::AllGather) {
+        if (order.empty()) {
+          comm.all_gather(s, in->buffer->as<float>(), out->buffer->as<float>(), in_n, group);
+        } else {
+          BufferPtr tmp = dev.memory().allocate(out->buffer->bytes());
+          comm.all_gather(s, in->buffer->as<float>(), tmp->as<float>(), in_n, group);
+          const long block = out_n / static_cast<long>(order.size());
+          for (std::size_t p = 0; p < order.size(); ++p)
+            s.copy(out->buffer->as<float>() + p * block, tmp->as<float>() + order[p] * block, block * sizeof(float));
+        }
+      } else {  // reduce-scatter of a complete grad into shard i of k
+        if (in->id.kind != TensorKind::WeightGrad) throw std::runtime_error("only weight grads can be reduce-scattered");
+        const long c = shard_chunk(P, k);
+        if (out_n != c) throw std::runtime_error("the reduce-scatter's result is not one shard of the group");
+        const float* src = in->buffer->as<float>();
+        BufferPtr staged;
+        if (in_n != k * c) {  // pad to k·c elements, as NCCL's reduce-scatter takes k equal pieces
+          staged = dev.memory().allocate(static_cast<std::size_t>(k * c) * sizeof(float));
+          s.zero(staged->data(), staged->bytes());
+          s.copy(staged->data(), src, static_cast<std::size_t>(std::min(in_n, P)) * sizeof(float));
+          src = staged->as<float>();
+        }
+        comm.reduce_scatter(s, src, out->buffer->as<float>(), c, group);
+      }
+    });
+  }
+
+  // ---- the step ----
+  StepOutput run(int step_index, RankState& st) {
+    step = step_index;
+    state = &st;
+    held.clear(), last_forward.clear(), last_backward_input.clear(), losses.clear(), norm.reset();
+    const auto& ops = ctx.schedule->ranks[rank];
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      const Op& op = ops[i];
+      if (ctx.plan->clip && i == plan.first_update) gradient_norm(op, i);
+      switch (op.kind) {
+        case OpKind::Load: load(op, i); break;
+        case OpKind::Free:
+          for (const Tensor& t : op.reads) drop(op, t);
+          break;
+        case OpKind::Forward: forward(op, i); break;
+        case OpKind::Backward:
+        case OpKind::BackwardInput:
+        case OpKind::BackwardWeight: backward(op, i); break;
+        case OpKind::Loss: loss(op, i); break;
+        case OpKind::Update: update(op, i); break;
+        case OpKind::Accumulate: accumulate(op, i); break;
+        case OpKind::Send: send(op, i); break;
+        case OpKind::Recv: recv(op, i); break;
+        case OpKind::AllGather:
+        case OpKind::ReduceScatter:
+        case OpKind::AllReduce:
+        case OpKind::Barrier: collective(op, i); break;
+      }
+    }
+    dev.synchronize();
+    StepOutput out;
+    out.loss_sums.assign(ctx.schedule->header.microbatches, std::numeric_limits<double>::quiet_NaN());
+    for (const auto& rec : losses) {
+      std::vector<double> sums(rec->batches.size());
+      dev.download(sums.data(), rec->sums->data(), sums.size() * sizeof(double));
+      for (std::size_t i = 0; i < rec->batches.size(); ++i)
+        if (rec->reported.contains(rec->batches[i])) out.loss_sums[rec->batches[i]] = sums[i];
+    }
+    out.timings = dev.take_timings();
+    st = next_state();
+    held.clear(), losses.clear(), norm.reset(), last_forward.clear(), last_backward_input.clear();
+    return out;
+  }
+
+  // The plan's state tensors, from what the rank holds at the end of the step (updated copies, step 1).
+  RankState next_state() {
+    RankState next;
+    next.initialized = true;
+    for (const Tensor& t : plan.state) {
+      SlotPtr best;
+      for (const auto& [u, slots] : held) {
+        if (u.kind != t.kind || u.layer != t.layer || u.step != 1 || slots.empty()) continue;
+        if (u.num_shards == t.num_shards && u.shards == t.shards) {
+          best = slots.front();
+          break;
+        }
+        if ((t.kind == TensorKind::Weight && u.complete()) || (u.num_shards == t.num_shards && u.shards.contains(t.shards)))
+          best = best ? best : slots.front();
+      }
+      if (!best) continue;  // the plan said so (not repeatable); a later load reports it
+      if (best->id.num_shards == t.num_shards && best->id.shards == t.shards) {
+        next.tensors[t] = best->buffer;
+        continue;
+      }
+      // Cut t's shards out of a complete weight or a superset of shards.
+      BufferPtr buf = dev.memory().allocate(ctx.shapes->bytes(t));
+      const long P = ctx.shapes->parameters(t.layer);
+      const long c = shard_chunk(P, t.num_shards);
+      const int fpe = floats_per_element(t.kind);
+      const Tensor src_id = best->id;
+      BufferPtr src = best->buffer;
+      dev.submit(0, {}, [=](StreamContext& s) {
+        s.zero(buf->data(), buf->bytes());
+        long pos = 0;
+        for (int j : t.shards.ids()) {
+          if (t.kind == TensorKind::Weight) {  // from a complete weight (flat) or a superset of the same shards
+            const long real = std::max(0L, std::min(c, P - j * c));
+            s.copy(buf->as<float>() + pos * c, src->as<float>() + shard_offset(src_id, P, j * c),
+                   static_cast<std::size_t>(real) * sizeof(float));
+          } else {  // optimizer state, same shard count: the block of shard j
+            long idx = 0;
+            for (int x : src_id.shards.ids()) {
+              if (x == j) break;
+              ++idx;
+            }
+            s.copy(buf->as<float>() + pos * c * fpe, src->as<float>() + idx * c * fpe,
+                   static_cast<std::size_t>(c * fpe) * sizeof(float));
+          }
+          ++pos;
+        }
+      }, -1);
+      next.tensors[t] = buf;
+    }
+    dev.synchronize();
+    dev.take_timings();
+    return next;
+  }
+};
+
+RankExecutor::RankExecutor(const ReplayContext& ctx, int rank, Device& device, Communicator& comm)
+    : impl_(std::make_unique<Impl>(ctx, rank, device, comm)) {}
+
+RankExecutor::~RankExecutor() = default;
+
+StepOutput RankExecutor::run_step(int step, RankState& state) { return impl_->run(step, state); }
+
+}  // namespace trainsim::exec

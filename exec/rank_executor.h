@@ -1,0 +1,62 @@
+// One rank of a replay (DESIGN §5): runs the rank's op list for one training step with real tensors. Each
+// op is issued in program order and submitted to the stream the schedule names, to run after the ops that
+// wrote what it reads (and, for a backward, after the forward that saved its activations); the tensor
+// identities of the schedule name real buffers (exec/shapes.h). The loop knows nothing of the backend: it
+// talks to a Device and a Communicator.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "exec/comm.h"
+#include "exec/data.h"
+#include "exec/device.h"
+#include "exec/model.h"
+#include "exec/optimizer.h"
+#include "exec/plan.h"
+
+namespace trainsim::exec {
+
+/// What every rank of a replay shares, read-only.
+struct ReplayContext {
+  const Schedule* schedule = nullptr;
+  const ReplayPlan* plan = nullptr;
+  const ModelShapes* shapes = nullptr;
+  const TokenData* data = nullptr;
+  OptimizerConfig optimizer;
+  int total_steps = 1;     ///< the length of the learning-rate schedule
+  std::uint64_t seed = 0;  ///< initialisation seed
+};
+
+/// The weights and optimizer state one rank carries from a step to the next: its plan's `state` tensors
+/// (step-0 identities), in backend memory.
+struct RankState {
+  bool initialized = false;  ///< false: the next step loads them from the seed (fresh weights, zero moments)
+  std::map<Tensor, BufferPtr> tensors;
+};
+
+/// What one rank reports after a step.
+struct StepOutput {
+  std::vector<double> loss_sums;   ///< per microbatch: the summed loss over its tokens, NaN where another rank reports it
+  std::vector<WorkTiming> timings; ///< host-clock timing of each op's work (tag = op index; -1 = the gradient norm)
+};
+
+/// Replays one rank's ops, step after step.
+class RankExecutor {
+ public:
+  /// Uploads the rotary tables. `ctx`, `device` and `comm` must outlive the executor.
+  RankExecutor(const ReplayContext& ctx, int rank, Device& device, Communicator& comm);
+  ~RankExecutor();
+
+  /// Runs 0-based training step `step` and replaces `state` with the state for the next one. Throws the first
+  /// error of the step, naming the rank, the op and its file:line (CommError when another rank failed).
+  StepOutput run_step(int step, RankState& state);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainsim::exec

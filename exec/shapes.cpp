@@ -1,0 +1,54 @@
+#include "exec/shapes.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "exec/model.h"
+
+namespace trainsim::exec {
+
+ModelShapes::ModelShapes(const ModelConfig& m, int layers) : model(m) {
+  for (const LayerSpec& s : partition(m, layers)) layouts.emplace_back(m, s);
+}
+
+long ModelShapes::elements(const Tensor& t) const {
+  const int L = layers();
+  const int max_layer = (t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) ? L : L - 1;
+  if (t.layer < 0 || t.layer > max_layer)
+    throw std::invalid_argument(fmt::format("{} names layer {}, but the model has {} layers", t.str(), t.layer, L));
+  const int sequences = t.batches.size() * model.microbatch_size;
+  switch (t.kind) {
+    case TensorKind::Weight:
+    case TensorKind::WeightGrad:
+    case TensorKind::OptState: {
+      const long P = parameters(t.layer);
+      const long c = shard_chunk(P, t.num_shards);
+      const long n = t.num_shards == 1 ? P : static_cast<long>(t.shards.size()) * c;
+      return n * floats_per_element(t.kind);
+    }
+    case TensorKind::Activation: return activation_elements(model, t.layer, L, sequences);
+    case TensorKind::ActivationGrad: return activation_grad_elements(model, t.layer, L, sequences);
+  }
+  return 0;
+}
+
+const Tensor& tensor_of(const std::vector<Tensor>& ts, TensorKind k) {
+  for (const Tensor& t : ts)
+    if (t.kind == k) return t;
+  throw std::invalid_argument(fmt::format("no {} among the op's tensors", long_name(k)));
+}
+
+long shard_offset(const Tensor& t, long P, long e) {
+  if (t.complete() || t.num_shards == 1) return e;
+  const long c = shard_chunk(P, t.num_shards);
+  const int j = static_cast<int>(e / c);
+  int index = 0;
+  for (const auto& [lo, hi] : t.shards.runs()) {
+    if (j >= lo && j < hi) return (index + (j - lo)) * c + e % c;
+    index += hi - lo;
+  }
+  return -1;
+}
+
+}  // namespace trainsim::exec

@@ -1,0 +1,336 @@
+#include "exec/training.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "exec/backend.h"
+#include "exec/checkpoint.h"
+#include "exec/reference.h"
+#include "exec/rank_executor.h"
+#include "schedules/replay.h"
+#include "schedules/text_format.h"
+
+namespace trainsim::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+CheckpointInfo describe_run(const Schedule& s, const ReplayOptions& o, const TokenData& data) {
+  CheckpointInfo info;
+  info.total_steps = o.steps;
+  info.schedule_hash = fnv1a_hex(print_schedule(s));
+  info.schedule_name = o.schedule_name;
+  info.world_size = s.header.world_size;
+  info.model = to_json(o.model);
+  info.optimizer = to_json(o.optimizer);
+  info.data = nlohmann::json{{"files", data.files()}, {"bytes", data.size()}};
+  info.seed = o.seed;
+  return info;
+}
+
+// The measured timeline of one step: each rank's timed ops in program order, time zero at the step's start.
+Trace measured_trace(const Schedule& s, const std::vector<std::vector<WorkTiming>>& timings, const std::string& backend) {
+  Trace t;
+  t.world_size = s.header.world_size;
+  t.layers = s.header.layers;
+  t.batches = s.header.microbatches;
+  t.cost_model = "measured (" + backend + ")";
+  t.memory_unit = "bytes";
+  std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
+  for (const auto& rank : timings)
+    for (const WorkTiming& w : rank) t0 = std::min(t0, w.start_ns);
+  t.ranks.resize(s.ranks.size());
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    std::vector<WorkTiming> ws = timings[r];
+    std::sort(ws.begin(), ws.end(), [](const WorkTiming& a, const WorkTiming& b) {
+      return a.tag != b.tag ? a.tag < b.tag : a.start_ns < b.start_ns;
+    });
+    for (const WorkTiming& w : ws) {
+      if (w.tag < 0 || w.tag >= static_cast<int>(s.ranks[r].size())) continue;
+      const Op& op = s.ranks[r][w.tag];
+      if (!is_timed(op.kind)) continue;
+      t.ranks[r].push_back(OpRun{op, w.start_ns - t0, w.end_ns - t0, static_cast<double>(w.bytes_at_start)});
+    }
+  }
+  return t;
+}
+
+// Puts every rank's updated weights together per parameter; notes replicas that differ.
+std::map<std::string, std::vector<float>> assemble(const ModelShapes& shapes, const std::vector<HostState>& ranks,
+                                                   bool& replicas_identical) {
+  std::map<std::string, std::vector<float>> out;
+  for (int l = 0; l < shapes.layers(); ++l) {
+    const LayerLayout& lay = shapes.layouts[l];
+    const long P = lay.size();
+    std::vector<float> flat(P, 0.0f);
+    std::vector<char> have(P, 0);
+    for (const HostState& st : ranks)
+      for (const auto& [t, v] : st) {
+        if (t.kind != TensorKind::Weight || t.layer != l) continue;
+        const long c = t.num_shards == 1 || t.complete() ? P : shard_chunk(P, t.num_shards);
+        long pos = 0;
+        for (int j : (t.num_shards == 1 || t.complete()) ? std::vector<int>{0} : t.shards.ids()) {
+          for (long e = j * c; e < std::min(P, (j + 1) * c); ++e) {
+            float x = v[pos * c + (e - j * c)];
+            if (have[e] && std::memcmp(&flat[e], &x, sizeof(float)) != 0) replicas_identical = false;
+            flat[e] = x, have[e] = 1;
+          }
+          ++pos;
+        }
+      }
+    for (long e = 0; e < P; ++e)
+      if (!have[e])
+        throw std::runtime_error(fmt::format("no rank holds element {} of layer {}'s updated weights at the end", e, l));
+    for (const ParamSpec& p : lay.params()) out[p.name].assign(flat.begin() + p.offset, flat.begin() + p.offset + p.size());
+  }
+  return out;
+}
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    double d = static_cast<double>(a[i]) - b[i];
+    num += d * d, den += static_cast<double>(b[i]) * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+struct Job {
+  const Schedule& s;
+  const ReplayOptions& o;
+  const ReplayContext& ctx;
+  LocalBackend& backend;
+  int world;
+  std::unique_ptr<CommHub> hub;
+  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<RankState> states;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool failed = false;
+  std::string error;
+  std::vector<std::vector<std::optional<StepOutput>>> outputs;  // [step - first][rank]
+
+  Job(const Schedule& sched, const ReplayOptions& opts, const ReplayContext& c, LocalBackend& b)
+      : s(sched), o(opts), ctx(c), backend(b), world(sched.header.world_size) {
+    auto epoch = Clock::now();
+    hub = backend.make_hub(world, ctx.plan->groups, o.timeout_seconds);
+    for (int r = 0; r < world; ++r) {
+      devices.push_back(backend.make_device(r, epoch));
+      comms.push_back(hub->communicator(r));
+      devices.back()->set_error_handler([this](const std::string& e) { fail(e); });
+    }
+    states.resize(world);
+  }
+
+  ~Job() {
+    // Devices first (their workers may sit in a communication call: the hub was aborted on any failure).
+    hub->abort("the job ended");
+    devices.clear();
+  }
+
+  void fail(const std::string& what) {
+    {
+      std::lock_guard lock(mu);
+      if (failed) return;
+      failed = true;
+      error = what;
+    }
+    const std::string why = "stopped because " + what;
+    hub->abort(why);
+    for (auto& d : devices) d->abort(why);
+    cv.notify_all();
+  }
+
+  void load_state(const std::vector<HostState>& saved) {
+    for (int r = 0; r < world; ++r) {
+      RankState& st = states[r];
+      st.initialized = true;
+      for (const Tensor& t : ctx.plan->ranks[r].state) {
+        auto it = saved[r].find(t);
+        if (it == saved[r].end())
+          throw CheckpointError(fmt::format("the checkpoint's rank {} has no {}", r, t.str()));
+        if (it->second.size() * sizeof(float) != ctx.shapes->bytes(t))
+          throw CheckpointError(fmt::format("the checkpoint's {} on rank {} has the wrong size", t.str(), r));
+        BufferPtr b = devices[r]->memory().allocate(ctx.shapes->bytes(t));
+        const std::vector<float>* host = &it->second;
+        devices[r]->submit(0, {}, [b, host](StreamContext& sc) { sc.upload(b->data(), host->data(), b->bytes()); }, -1);
+        st.tensors[t] = b;
+      }
+      devices[r]->synchronize();
+      devices[r]->take_timings();
+    }
+  }
+
+  std::vector<HostState> host_states() {
+    std::vector<HostState> out(world);
+    for (int r = 0; r < world; ++r)
+      for (const auto& [t, b] : states[r].tensors) {
+        std::vector<float> v(b->bytes() / sizeof(float));
+        devices[r]->download(v.data(), b->data(), b->bytes());
+        out[r][t] = std::move(v);
+      }
+    return out;
+  }
+
+  // Runs steps [first, last); fills the result's losses and timings. Returns false on failure.
+  bool run(int first, int last, ReplayResult& res, const std::function<void(const StepReport&)>& progress) {
+    outputs.assign(last - first, std::vector<std::optional<StepOutput>>(world));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back([this, r, first, last] {
+        try {
+          RankExecutor ex(ctx, r, *devices[r], *comms[r]);
+          for (int step = first; step < last; ++step) {
+            StepOutput out = ex.run_step(step, states[r]);
+            std::lock_guard lock(mu);
+            outputs[step - first][r] = std::move(out);
+            cv.notify_all();
+          }
+        } catch (const std::exception& e) {
+          fail(e.what());
+        }
+      });
+    const double tokens = static_cast<double>(s.header.microbatches) * ctx.shapes->model.tokens_per_microbatch();
+    auto start = Clock::now(), prev = start;
+    for (int step = first; step < last; ++step) {
+      std::unique_lock lock(mu);
+      auto& row = outputs[step - first];
+      cv.wait(lock, [&] { return failed || std::all_of(row.begin(), row.end(), [](auto& x) { return x.has_value(); }); });
+      if (failed) break;
+      lock.unlock();
+      double sum = 0;
+      for (int b = 0; b < s.header.microbatches; ++b) {
+        double v = std::numeric_limits<double>::quiet_NaN();
+        for (int r = 0; r < world; ++r)
+          if (!std::isnan(row[r]->loss_sums[b])) v = row[r]->loss_sums[b];
+        if (std::isnan(v)) {
+          fail(fmt::format("no rank computed the loss of microbatch {} in step {}", b, step));
+          break;
+        }
+        sum += v;
+      }
+      auto now = Clock::now();
+      StepReport rep;
+      rep.step = step, rep.steps = o.steps, rep.loss = sum / tokens;
+      rep.seconds = std::chrono::duration<double>(now - prev).count();
+      rep.tokens_per_s = tokens / std::max(rep.seconds, 1e-9);
+      prev = now;
+      res.losses.push_back(rep.loss);
+      if (progress) progress(rep);
+    }
+    for (auto& t : threads) t.join();
+    res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (failed) return false;
+    res.tokens_per_s = tokens * (last - first) / std::max(res.seconds, 1e-9);
+    std::vector<std::vector<WorkTiming>> timings;
+    for (int r = 0; r < world; ++r) timings.push_back(outputs.back()[r]->timings);
+    res.trace = measured_trace(s, timings, backend.name());
+    for (auto& d : devices) res.peak_bytes.push_back(d->memory().peak_bytes());
+    return true;
+  }
+};
+
+void compare(const ReplayContext& ctx, const ReplayOptions& o, int first, int last, const std::vector<HostState>& finals,
+             ReplayResult& res) {
+  res.checked = true;
+  ReferenceTrainer ref(ctx.shapes->model, o.optimizer, o.steps, o.seed, *ctx.data, ctx.schedule->header.microbatches,
+                       ctx.plan->clip);
+  for (int step = 0; step < last; ++step) {
+    double l = ref.step(step);
+    if (step >= first) res.reference_losses.push_back(l);
+  }
+  for (std::size_t i = 0; i < res.losses.size(); ++i)
+    res.max_rel_diff_loss =
+        std::max(res.max_rel_diff_loss, std::abs(res.losses[i] - res.reference_losses[i]) / std::abs(res.reference_losses[i]));
+  auto mine = assemble(*ctx.shapes, finals, res.replicas_identical);
+  for (const auto& [name, want] : ref.parameters()) {
+    double d = rel_diff(mine.at(name), want);
+    if (d > res.max_rel_diff_weights || res.worst_parameter.empty()) {
+      res.max_rel_diff_weights = std::max(res.max_rel_diff_weights, d);
+      if (d >= res.max_rel_diff_weights) res.worst_parameter = name;
+    }
+  }
+}
+
+}  // namespace
+
+ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std::function<void(const StepReport&)>& progress) {
+  ReplayResult res;
+  try {
+    SimResult sim = simulate(schedule);
+    if (!sim.ok) {
+      res.error = "the schedule does not validate: " + sim.error;
+      return res;
+    }
+    o.model.validate();
+    o.optimizer.validate();
+    if (o.steps < 1) throw std::invalid_argument(fmt::format("--steps must be at least 1, got {}", o.steps));
+    ModelShapes shapes(o.model, schedule.header.layers);
+    TokenData data(o.data_files.empty() ? TokenData::default_files() : o.data_files);
+    data.check_fits(o.model);
+    res.model_description = o.model.describe();
+    res.data_description = data.describe();
+    res.tokens_per_step = static_cast<long>(schedule.header.microbatches) * o.model.tokens_per_microbatch();
+    ReplayPlan plan = make_plan(schedule, shapes, o.optimizer.grad_clip, o.clip_required);
+    res.clip = plan.clip;
+    res.clip_note = plan.clip_note;
+    for (const RankPlan& rp : plan.ranks) res.predicted_peak_bytes.push_back(rp.peak_bytes);
+
+    int first = 0, last = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
+    CheckpointInfo info = describe_run(schedule, o, data);
+    std::vector<HostState> saved;
+    if (!o.resume_dir.empty()) {
+      CheckpointInfo was = read_checkpoint_info(o.resume_dir);
+      if (std::string why = checkpoint_mismatch(was, info); !why.empty())
+        throw CheckpointError(fmt::format("cannot resume from '{}': {}", o.resume_dir, why));
+      first = was.step;
+      saved = read_checkpoint_states(o.resume_dir, schedule.header.world_size);
+    }
+    res.first_step = first;
+    if (last <= first)
+      throw std::invalid_argument(fmt::format("nothing to run: the run would stop at step {} and starts at step {}", last, first));
+    if (!plan.repeatable && (last - first > 1 || first > 0 || !o.save_dir.empty()))
+      throw PlanError(plan.repeat_note + " (replay it with --steps 1)");
+
+    ReplayContext ctx{&schedule, &plan, &shapes, &data, o.optimizer, o.steps, o.seed};
+    auto backend = make_backend(o.backend);
+    Job job(schedule, o, ctx, *backend);
+    if (!saved.empty()) job.load_state(saved);
+    if (!job.run(first, last, res, progress)) {
+      res.error = job.error;
+      return res;
+    }
+    std::vector<HostState> finals = job.host_states();
+    if (!o.save_dir.empty()) {
+      info.step = last;
+      save_checkpoint(o.save_dir, info, finals);
+    }
+    if (o.check) {
+      compare(ctx, o, first, last, finals, res);
+      if (res.max_rel_diff_loss > o.tolerance || res.max_rel_diff_weights > o.tolerance) {
+        res.error = fmt::format(
+            "the replay differs from single-device training: largest relative difference {:.3g} in the losses, {:.3g} "
+            "in the weights ({}); the tolerance is {:g}",
+            res.max_rel_diff_loss, res.max_rel_diff_weights, res.worst_parameter, o.tolerance);
+        return res;
+      }
+    }
+    res.ok = true;
+  } catch (const std::exception& e) {
+    res.error = e.what();
+  }
+  return res;
+}
+
+}  // namespace trainsim::exec

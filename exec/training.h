@@ -1,0 +1,75 @@
+// A whole replay job (DESIGN §5): checks the schedule in the simulator, plans it, trains the model for the
+// requested steps with one thread per rank on a local backend, reports the loss of every step with the
+// measured timeline and memory, optionally saves or resumes a checkpoint, and with `check` trains the
+// single-device reference (exec/reference.h) and compares losses and final weights.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "exec/model_config.h"
+#include "exec/optimizer.h"
+#include "schedules/schedule.h"
+#include "sim/trace.h"
+
+namespace trainsim::exec {
+
+/// Settings of a replay.
+struct ReplayOptions {
+  std::string backend = "cpu";
+  ModelConfig model;
+  OptimizerConfig optimizer;
+  bool clip_required = false;  ///< the user asked for clipping: a schedule that cannot clip is an error
+  int steps = 20;              ///< training steps; the learning-rate schedule's length
+  int stop_after = 0;          ///< stop after this many steps in all (0: run to `steps`), e.g. to save half-way
+  std::uint64_t seed = 1;      ///< initialisation seed
+  std::vector<std::string> data_files;  ///< the corpus; empty: the default (exec/data.h)
+  bool check = false;          ///< also train the single-device reference and compare
+  double tolerance = 1e-5;     ///< largest accepted relative difference of losses and weights (fp32)
+  std::string save_dir;        ///< write a checkpoint here at the end
+  std::string resume_dir;      ///< continue from this checkpoint
+  double timeout_seconds = 300;  ///< longest wait of any communication before the job fails
+  std::string schedule_name;   ///< where the schedule came from (messages, checkpoint manifest)
+};
+
+/// Progress after each step.
+struct StepReport {
+  int step = 0;             ///< 0-based
+  int steps = 0;            ///< of this many
+  double loss = 0;          ///< mean over the step's tokens
+  double seconds = 0;       ///< wall time of the step
+  double tokens_per_s = 0;  ///< of the step
+};
+
+/// Outcome of a replay. `ok` is false when anything failed: the error says what, naming the rank and op.
+struct ReplayResult {
+  bool ok = false;
+  std::string error;
+  int first_step = 0;                   ///< 0, or the checkpoint's step when resuming
+  std::vector<double> losses;           ///< one per step run
+  double tokens_per_s = 0;              ///< over the whole run
+  double seconds = 0;                   ///< wall time of the steps
+  long tokens_per_step = 0;
+  std::vector<std::size_t> peak_bytes;  ///< per rank: the most bytes the rank's device had allocated
+  std::vector<std::size_t> predicted_peak_bytes;  ///< per rank: the most bytes the schedule's tensors hold at once
+  bool clip = false;                    ///< clipping by the global norm ran
+  std::string clip_note;                ///< why not, when it did not
+  Trace trace;                          ///< the last step as measured (host clock, bytes)
+  std::string model_description, data_description;
+  // With check:
+  bool checked = false;
+  std::vector<double> reference_losses;  ///< the reference's losses of the same steps
+  double max_rel_diff_loss = 0;          ///< max over steps of |loss − ref| / |ref|
+  double max_rel_diff_weights = 0;       ///< max over parameters of ‖w − ref‖₂ / ‖ref‖₂
+  std::string worst_parameter;           ///< the parameter with that difference
+  bool replicas_identical = true;        ///< ranks holding copies of the same weights hold the same bits
+};
+
+/// Runs the replay. Never throws for a bad schedule, model, corpus or checkpoint: the problem goes into
+/// the result. `progress` (may be empty) is called after every step.
+ReplayResult replay(const Schedule& schedule, const ReplayOptions& options,
+                    const std::function<void(const StepReport&)>& progress = {});
+
+}  // namespace trainsim::exec
