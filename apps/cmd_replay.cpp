@@ -68,6 +68,7 @@ nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult
     j["max_rel_diff_loss"] = r.max_rel_diff_loss;
     j["max_rel_diff_weights"] = r.max_rel_diff_weights;
     j["worst_parameter"] = r.worst_parameter;
+    j["worst_parameter_rel_diff"] = r.worst_parameter_rel_diff;
     j["replicas_identical"] = r.replicas_identical;
   }
   return j;
@@ -199,8 +200,9 @@ int run(const ReplayArgs& a) {
     }
     if (r.checked)
       fmt::print("check against single-device training: largest relative difference {:.3g} in the losses, {:.3g} in the "
-                 "weights ({}); replicas {}identical\n",
-                 r.max_rel_diff_loss, r.max_rel_diff_weights, r.worst_parameter, r.replicas_identical ? "" : "not ");
+                 "weights (the most in {}: {:.3g}); replicas {}identical\n",
+                 r.max_rel_diff_loss, r.max_rel_diff_weights, r.worst_parameter, r.worst_parameter_rel_diff,
+                 r.replicas_identical ? "" : "not ");
     if (!o.save_dir.empty() && r.ok) fmt::print("saved a checkpoint in {}\n", o.save_dir);
     if (!r.ok) fmt::print(stderr, "{}: {}\n", kCmd, r.error);
   }

@@ -66,6 +66,9 @@ class Device {
   /// Stops the device: work not yet started is skipped, waits end; synchronize() then throws. Thread-safe;
   /// idempotent.
   virtual void abort(const std::string& why) = 0;
+  /// Waits until no submitted work is running or queued (work of an aborted device is skipped), without
+  /// throwing: after it, nothing the work captured is touched any more.
+  virtual void drain() noexcept = 0;
   /// Copies backend memory to the host (after synchronize()).
   virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
   /// The timings of the work run since the last call, in completion order per stream.

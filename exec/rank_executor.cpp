@@ -1,5 +1,6 @@
 #include "exec/rank_executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -94,8 +95,10 @@ struct RankExecutor::Impl {
   // Submits `work` for op `index` on its stream after `after`; errors name the op.
   EventPtr submit(const Op& op, int index, std::vector<EventPtr> after, std::function<void(StreamContext&)> work) {
     std::string label = where(op);
-    return dev.submit(op.stream, after, [work = std::move(work), label](StreamContext& s) {
+    const bool inject = ctx.fault.throw_rank == rank && ctx.fault.throw_op == index;
+    return dev.submit(op.stream, after, [work = std::move(work), label, inject](StreamContext& s) {
       try {
+        if (inject) throw std::runtime_error("injected fault");
         work(s);
       } catch (const CommError&) {
         throw;
@@ -419,7 +422,13 @@ struct RankExecutor::Impl {
           s.copy(staged->data(), src, static_cast<std::size_t>(std::min(in_n, P)) * sizeof(float));
           src = staged->as<float>();
         }
-        comm.reduce_scatter(s, src, out->buffer->as<float>(), c, group);
+        if (ctx.fault.local_reduce_scatter) {
+          const auto& m = ctx.plan->groups.at(group);
+          const long me = std::find(m.begin(), m.end(), rank) - m.begin();
+          s.copy(out->buffer->data(), src + me * c, static_cast<std::size_t>(c) * sizeof(float));
+        } else {
+          comm.reduce_scatter(s, src, out->buffer->as<float>(), c, group);
+        }
       }
     });
   }
@@ -526,7 +535,9 @@ struct RankExecutor::Impl {
 RankExecutor::RankExecutor(const ReplayContext& ctx, int rank, Device& device, Communicator& comm)
     : impl_(std::make_unique<Impl>(ctx, rank, device, comm)) {}
 
-RankExecutor::~RankExecutor() = default;
+RankExecutor::~RankExecutor() {
+  if (impl_) impl_->dev.drain();  // the work in flight uses the executor's state
+}
 
 StepOutput RankExecutor::run_step(int step, RankState& state) { return impl_->run(step, state); }
 

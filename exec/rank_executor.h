@@ -19,6 +19,14 @@
 
 namespace trainsim::exec {
 
+/// Faults a test can inject, to prove that a failing rank stops every rank and that the comparison with the
+/// single-device reference can fail. Off by default; the command line never sets them.
+struct FaultInjection {
+  int throw_rank = -1;  ///< with throw_op: this rank's op number `throw_op` (0-based) throws
+  int throw_op = -1;
+  bool local_reduce_scatter = false;  ///< reduce-scatters keep the rank's own shard of its local grad, unsummed
+};
+
 /// What every rank of a replay shares, read-only.
 struct ReplayContext {
   const Schedule* schedule = nullptr;
@@ -28,6 +36,7 @@ struct ReplayContext {
   OptimizerConfig optimizer;
   int total_steps = 1;     ///< the length of the learning-rate schedule
   std::uint64_t seed = 0;  ///< initialisation seed
+  FaultInjection fault;
 };
 
 /// The weights and optimizer state one rank carries from a step to the next: its plan's `state` tensors
@@ -48,6 +57,8 @@ class RankExecutor {
  public:
   /// Uploads the rotary tables. `ctx`, `device` and `comm` must outlive the executor.
   RankExecutor(const ReplayContext& ctx, int rank, Device& device, Communicator& comm);
+  /// Waits for the device's work in flight (Device::drain): after a failure, abort the device and the
+  /// communicator first, so that nothing waits for other ranks.
   ~RankExecutor();
 
   /// Runs 0-based training step `step` and replaces `state` with the state for the next one. Throws the first

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/model_config.h"
+#include "exec/rank_executor.h"
 #include "exec/optimizer.h"
 #include "schedules/schedule.h"
 #include "sim/trace.h"
@@ -32,6 +33,7 @@ struct ReplayOptions {
   std::string resume_dir;      ///< continue from this checkpoint
   double timeout_seconds = 300;  ///< longest wait of any communication before the job fails
   std::string schedule_name;   ///< where the schedule came from (messages, checkpoint manifest)
+  FaultInjection fault;        ///< tests only
 };
 
 /// Progress after each step.
@@ -62,8 +64,9 @@ struct ReplayResult {
   bool checked = false;
   std::vector<double> reference_losses;  ///< the reference's losses of the same steps
   double max_rel_diff_loss = 0;          ///< max over steps of |loss − ref| / |ref|
-  double max_rel_diff_weights = 0;       ///< max over parameters of ‖w − ref‖₂ / ‖ref‖₂
-  std::string worst_parameter;           ///< the parameter with that difference
+  double max_rel_diff_weights = 0;       ///< ‖w − ref‖₂ / ‖ref‖₂ over all the model's parameters
+  std::string worst_parameter;           ///< the parameter tensor with the largest relative difference
+  double worst_parameter_rel_diff = 0;   ///< its ‖w − ref‖₂ / ‖ref‖₂ (reported, not a criterion: see compare())
   bool replicas_identical = true;        ///< ranks holding copies of the same weights hold the same bits
 };
 

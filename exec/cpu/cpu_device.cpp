@@ -118,6 +118,11 @@ void CpuDevice::synchronize() {
   if (aborted_) throw CommError(abort_reason_);
 }
 
+void CpuDevice::drain() noexcept {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return pending_ == 0; });
+}
+
 void CpuDevice::abort(const std::string& why) {
   {
     std::lock_guard lock(mu_);

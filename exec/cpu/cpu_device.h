@@ -26,6 +26,7 @@ class CpuDevice final : public Device {
                   int tag) override;
   void synchronize() override;
   void abort(const std::string& why) override;
+  void drain() noexcept override;
   void download(void* dst, const void* src, std::size_t bytes) override;
   std::vector<WorkTiming> take_timings() override;
   void set_error_handler(std::function<void(const std::string&)> on_error) override;

@@ -8,7 +8,7 @@
 namespace trainsim::exec {
 
 template <typename T>
-class CpuKernels final : public Kernels<T> {
+class CpuKernels : public Kernels<T> {
  public:
   /// Sets OpenBLAS to one thread (process-wide) the first time a CpuKernels is made.
   CpuKernels();

@@ -1,0 +1,229 @@
+// Benchmark of the executor's CPU backend (issue: "Speed", bench/README.md): the training step's tokens/s and
+// achieved GFLOP/s (6·N per token plus attention, exec/model_config.h) against OpenBLAS's sgemm peak measured
+// at the model's own GEMM shapes, the replay's overhead (time outside the ops' work, from the measured
+// timeline), and where the time goes inside one microbatch's forward and backward, kernel by kernel.
+//
+//   trainsim_bench_exec [--model small] [--steps 4] [--microbatches 4] [--ranks 1]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include "exec/cpu/cpu_kernels.h"
+#include "exec/layout.h"
+#include "exec/model.h"
+#include "exec/training.h"
+#include "schedules/generators.h"
+
+using namespace trainsim;
+using namespace trainsim::exec;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// GFLOP/s of one sgemm shape (C[M×N] = A[M×K]·B^T, as the linears run), best of 5 after a warm-up.
+double sgemm_gflops(int M, int N, int K, bool tb = true) {
+  std::vector<float> A(static_cast<std::size_t>(M) * K, 0.5f), B(static_cast<std::size_t>(N) * K, 0.25f),
+      C(static_cast<std::size_t>(M) * N);
+  for (std::size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(i % 7) * 0.1f;
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A.data(), K, B.data(),
+                tb ? K : N, 0.0f, C.data(), N);
+  };
+  run();
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t = Clock::now();
+    int n = 0;
+    do run(), ++n;
+    while (seconds_since(t) < 0.05);
+    best = std::min(best, seconds_since(t) / n);
+  }
+  return 2.0 * M * N * K / best / 1e9;
+}
+
+// Kernels that add the time of every call to a per-kernel total.
+struct TimedKernels : CpuKernels<float> {
+  std::map<std::string, double> seconds;
+  template <typename F>
+  void timed(const char* name, F f) {
+    auto t = Clock::now();
+    f();
+    seconds[name] += seconds_since(t);
+  }
+#define TIMED(name, call) timed(name, [&] { CpuKernels<float>::call; })
+  void gemm(bool ta, bool tb, int M, int N, int K, float a, const float* A, int lda, const float* B, int ldb, float b,
+            float* C, int ldc) override {
+    TIMED("gemm (linear layers)", gemm(ta, tb, M, N, K, a, A, lda, B, ldb, b, C, ldc));
+  }
+  void gemm_batched(bool ta, bool tb, int M, int N, int K, float a, const float* A, int lda, long sa, const float* B,
+                    int ldb, long sb, float b, float* C, int ldc, long sc, int batch) override {
+    TIMED("gemm (attention)", gemm_batched(ta, tb, M, N, K, a, A, lda, sa, B, ldb, sb, b, C, ldc, sc, batch));
+  }
+  void embedding_forward(const int* t, const float* w, float* o, long n, int d) override {
+    TIMED("embedding", embedding_forward(t, w, o, n, d));
+  }
+  void embedding_backward(const int* t, const float* g, float* w, long n, int d) override {
+    TIMED("embedding", embedding_backward(t, g, w, n, d));
+  }
+  void rmsnorm_forward(const float* x, const float* g, float* y, float* r, long n, int d, float e) override {
+    TIMED("rmsnorm", rmsnorm_forward(x, g, y, r, n, d, e));
+  }
+  void rmsnorm_backward_input(const float* dy, const float* x, const float* g, const float* r, float* dx, long n,
+                              int d) override {
+    TIMED("rmsnorm", rmsnorm_backward_input(dy, x, g, r, dx, n, d));
+  }
+  void rmsnorm_backward_weight(const float* dy, const float* x, const float* r, float* dg, long n, int d) override {
+    TIMED("rmsnorm", rmsnorm_backward_weight(dy, x, r, dg, n, d));
+  }
+  void split_heads_rope(const float* qkv, float* q, float* k, float* v, int B, int T, int H, int hd, const float* c,
+                        const float* s) override {
+    TIMED("rope + head split/merge", split_heads_rope(qkv, q, k, v, B, T, H, hd, c, s));
+  }
+  void merge_heads_rope_backward(const float* dq, const float* dk, const float* dv, float* dqkv, int B, int T, int H,
+                                 int hd, const float* c, const float* s) override {
+    TIMED("rope + head split/merge", merge_heads_rope_backward(dq, dk, dv, dqkv, B, T, H, hd, c, s));
+  }
+  void merge_heads(const float* o, float* out, int B, int T, int H, int hd) override {
+    TIMED("rope + head split/merge", merge_heads(o, out, B, T, H, hd));
+  }
+  void split_heads(const float* x, float* o, int B, int T, int H, int hd) override {
+    TIMED("rope + head split/merge", split_heads(x, o, B, T, H, hd));
+  }
+  void causal_softmax_forward(float* s, int count, int T, float scale) override {
+    TIMED("causal softmax", causal_softmax_forward(s, count, T, scale));
+  }
+  void causal_softmax_backward(const float* p, float* dp, int count, int T, float scale) override {
+    TIMED("causal softmax", causal_softmax_backward(p, dp, count, T, scale));
+  }
+  void swiglu_forward(const float* gu, float* h, long n, int f) override { TIMED("swiglu", swiglu_forward(gu, h, n, f)); }
+  void swiglu_backward(const float* gu, const float* dh, float* dgu, long n, int f) override {
+    TIMED("swiglu", swiglu_backward(gu, dh, dgu, n, f));
+  }
+  void add(const float* a, const float* b, float* o, long n) override { TIMED("add/copy/fill", add(a, b, o, n)); }
+  void copy(const float* s, float* d, long n) override { TIMED("add/copy/fill", copy(s, d, n)); }
+  void fill(float* x, float v, long n) override { TIMED("add/copy/fill", fill(x, v, n)); }
+  void cross_entropy(const float* l, const int* t, float* d, double* s, long n, int V, long r, float sc) override {
+    TIMED("cross-entropy", cross_entropy(l, t, d, s, n, V, r, sc));
+  }
+#undef TIMED
+};
+
+int arg(int argc, char** argv, const char* name, int fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
+  return fallback;
+}
+std::string sarg(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string preset_name = sarg(argc, argv, "--model", "small");
+  const int steps = arg(argc, argv, "--steps", 4), microbatches = arg(argc, argv, "--microbatches", 4),
+            ranks = arg(argc, argv, "--ranks", 1);
+  ModelConfig m = preset(preset_name);
+  CpuKernels<float> init;  // sets OpenBLAS to one thread
+  const int n = static_cast<int>(m.tokens_per_microbatch()), d = m.dim, f = m.ffn, V = m.vocab;
+  fmt::print("model {}\n", m.describe());
+
+  // 1. sgemm peak at the linears' shapes (forward NT; the backward's NN and TN shapes run at similar rates).
+  struct Shape {
+    const char* name;
+    int M, N, K;
+  };
+  std::vector<Shape> shapes = {{"qkv", n, 3 * d, d}, {"wo", n, d, d}, {"gate/up", n, 2 * f, d}, {"down", n, d, f},
+                               {"head", n, V, d}};
+  double flops = 0, secs = 0;
+  fmt::print("\nsgemm, one thread, at the model's shapes (M x N x K):\n");
+  for (const Shape& s : shapes) {
+    double g = sgemm_gflops(s.M, s.N, s.K);
+    double fl = 2.0 * s.M * s.N * s.K;
+    flops += fl, secs += fl / (g * 1e9);
+    fmt::print("  {:8} {:5} x {:5} x {:5}  {:6.1f} GFLOP/s\n", s.name, s.M, s.N, s.K, g);
+  }
+  const double peak = flops / secs / 1e9;
+  fmt::print("  FLOP-weighted peak: {:.1f} GFLOP/s\n", peak);
+
+  // 2. Kernel breakdown of one microbatch's forward + backward (one layer with every block).
+  {
+    LayerLayout lay(m, partition(m, 1).front());
+    std::vector<float> w(lay.size()), logits(static_cast<std::size_t>(n) * V), dw(lay.size());
+    init_parameters(lay, 1, 0, lay.size(), w.data());
+    std::vector<int> tokens(n), targets(n);
+    for (int i = 0; i < n; ++i) tokens[i] = (i * 31) % V, targets[i] = (i * 17 + 3) % V;
+    std::vector<float> cos, sin;
+    rope_tables(m, cos, sin);
+    HostAllocator alloc;
+    TimedKernels k;
+    ModelContext<float> c{&k, &alloc, cos.data(), sin.data()};
+    auto once = [&] {
+      LayerStash st;
+      double sum = 0;
+      layer_forward(c, lay, w.data(), tokens.data(), m.microbatch_size, logits.data(), &st);
+      loss_forward_backward(c, m, logits.data(), targets.data(), m.microbatch_size, 1.0f / n, logits.data(), &sum);
+      layer_backward_input(c, lay, w.data(), tokens.data(), logits.data(), static_cast<float*>(nullptr), st);
+      layer_backward_weight(c, lay, tokens.data(), logits.data(), dw.data(), st);
+    };
+    once();
+    k.seconds.clear();
+    auto t = Clock::now();
+    const int reps = 3;
+    for (int i = 0; i < reps; ++i) once();
+    double total = seconds_since(t) / reps, in_kernels = 0;
+    fmt::print("\none microbatch ({} tokens), forward + backward: {:.1f} ms, {:.1f} GFLOP/s\n", n, total * 1e3,
+               m.flops_per_token() * n / total / 1e9);
+    std::vector<std::pair<double, std::string>> rows;
+    for (auto& [name, s] : k.seconds) rows.push_back({s / reps, name}), in_kernels += s / reps;
+    std::sort(rows.rbegin(), rows.rend());
+    for (auto& [s, name] : rows) fmt::print("  {:26} {:7.2f} ms  {:5.1f}%\n", name, s * 1e3, 100 * s / total);
+    fmt::print("  {:26} {:7.2f} ms  {:5.1f}%\n", "(outside kernels)", (total - in_kernels) * 1e3,
+               100 * (total - in_kernels) / total);
+  }
+
+  // 3. The replay: a schedule of `ranks` data-parallel ranks (one rank: plain training through the replay).
+  GenOptions g;
+  g.dp = ranks, g.layers = 1, g.microbatches = microbatches;
+  Schedule s = generate("ddp", g);
+  ReplayOptions o;
+  o.model = m;
+  o.model.blocks = m.blocks;
+  o.steps = steps;
+  ReplayResult r = replay(s, o);
+  if (!r.ok) {
+    fmt::print(stderr, "replay failed: {}\n", r.error);
+    return 1;
+  }
+  // Skip the first step (it initialises the weights from the seed) when there are several.
+  const double tokens = static_cast<double>(r.tokens_per_step);
+  double achieved = r.tokens_per_s * m.flops_per_token() / 1e9;
+  fmt::print("\nreplay: ddp over {} rank{}, {} microbatches x {} tokens per step, {} steps\n", ranks, ranks == 1 ? "" : "s",
+             microbatches * ranks, n, steps);
+  fmt::print("  {:.0f} tokens/s, {:.1f} GFLOP/s = {:.0f}% of the sgemm peak{}\n", r.tokens_per_s, achieved,
+             100 * achieved / (peak * std::min(ranks, 2)), ranks > 1 ? " (x2 cores)" : "");
+  // Overhead: per rank, the step's span minus the time its ops' work ran (one stream: they do not overlap).
+  double worst = 0;
+  for (const auto& rank : r.trace.ranks) {
+    if (rank.empty()) continue;
+    double busy = 0;
+    for (const OpRun& run : rank) busy += to_seconds(run.end - run.start);
+    double span = to_seconds(rank.back().end - rank.front().start);
+    worst = std::max(worst, 1 - busy / span);
+  }
+  fmt::print("  replay overhead (time between the ops' work, last step): {:.2f}% of the step\n", 100 * worst);
+  (void)tokens;
+  return 0;
+}
