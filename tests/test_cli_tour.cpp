@@ -28,3 +28,26 @@ TEST_CASE("the README tour runs as written") {
   CHECK(run_trainsim("convert " + at("back.sched") + " " + at("again.csv")).exit_code == 0);
   CHECK(slurp(dir / "again.csv") == csv);
 }
+
+TEST_CASE("the README's replay section runs as written, and the default model learns") {
+  auto dir = fresh_dir("tour-replay");
+  auto at = [&](const char* name) { return (dir / name).string(); };
+  CHECK(run_trainsim("gen 1f1b --stages 4 --microbatches 8 -o " + at("1f1b.sched")).exit_code == 0);
+  // The default model and corpus (the fortunes package), 20 steps, checked against one device.
+  CommandResult r = run_trainsim("replay " + at("1f1b.sched") + " --check --svg " + at("1f1b-measured.svg") +
+                                 " --trace " + at("1f1b-measured.json"), true);
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("check against single-device training") != std::string::npos);
+  auto loss_of = [&](const std::string& step) {
+    std::size_t at_step = r.out.find("step " + step + "  loss ");
+    REQUIRE(at_step != std::string::npos);
+    return std::stod(r.out.substr(at_step + step.size() + 12));
+  };
+  double first = loss_of("    1/20"), last = loss_of("   20/20");
+  CHECK(first > 5.0);          // about ln(256) = 5.55 at initialisation
+  CHECK(last < first - 1.0);   // it learns: about 3.1 after 20 steps
+  CHECK(slurp(dir / "1f1b-measured.svg").find("<svg") != std::string::npos);
+  CHECK(nlohmann::json::parse(slurp(dir / "1f1b-measured.json"))["traceEvents"].size() > 0);
+  CHECK(run_trainsim("sim " + at("1f1b.sched") + " --svg " + at("1f1b-simulated.svg")).exit_code == 0);
+}
