@@ -20,6 +20,13 @@ namespace {
 
 using namespace csv;
 
+// Streams of the imported communication (DESIGN §2: 0 = compute). PyTorch's runtime posts each receive as
+// an irecv on the pair's own NCCL communicator and the compute waits for its work: receives from rank p go
+// on their own stream, 2 + p, so a posted receive waits for its message without holding the compute or the
+// receives from other ranks; sends (eager, as isend) on stream 1.
+constexpr int kSendStream = 1;
+int recv_stream(int src) { return 2 + src; }
+
 /// A receive the compute-only import places: before the receiver's compute number `before` (in its row).
 struct PlannedRecv {
   int before = 0;
@@ -371,17 +378,12 @@ class Importer {
     return d;
   }
 
-  // Compute-only: where each rank receives what other ranks send it.
-  //
-  // The channels are NCCL's: in order per (sender, receiver) pair, and (in the simulator) one message deep, so a
-  // sender waits until its previous message on the pair was received. Receiving every message right before the
-  // compute that reads it can then deadlock schedules that run with PyTorch's asynchronous sends (a rank blocked
-  // in its second send while the peer is blocked sending back). So: run the compute actions in unit steps, each
-  // rank taking its next action once its inputs exist (this also finds schedules that cannot run at all), and
-  // place the receive of message k of a pair right before the compute that reads it, or earlier when needed:
-  // before the receiver's first compute in (or after) the step that makes the pair's message k+1. Executing
-  // the ranks step by step (receives, computes, then sends) then never blocks a send or a receive; the ranks
-  // only talk through in-order channels, so no other order of execution can deadlock either.
+  // Compute-only: where each rank receives what other ranks send it. First the compute actions run in unit
+  // steps, each rank taking its next action once its inputs exist: a schedule that cannot run at all is
+  // refused here with its rows and columns. Then the receive of message k of a (sender, receiver) pair goes
+  // right before the compute that reads it, or earlier where a later message of the pair is read first
+  // (NCCL matches a pair's messages in order). A receive only posts on its own stream (recv_stream), and
+  // sends never wait, so no placement of receives can block a rank.
   void plan_receives() {
     std::vector<std::vector<const Action*>> comp(world_);
     std::map<const Action*, int> index_in_row;
@@ -435,17 +437,8 @@ class Importer {
       }
     for (auto& [pair, msgs] : channels) {
       const auto& [src, dst] = pair;
-      const std::vector<int>& dst_steps = steps[dst];
       std::vector<int> pos(msgs.size());
-      for (std::size_t k = 0; k < msgs.size(); ++k) {
-        pos[k] = msgs[k].consumer;
-        if (k + 1 < msgs.size()) {
-          // Computes of the receiver in the steps before the one that makes the pair's next message.
-          int done = static_cast<int>(std::lower_bound(dst_steps.begin(), dst_steps.end(), msgs[k + 1].send_step) -
-                                      dst_steps.begin());
-          pos[k] = std::min(pos[k], done);
-        }
-      }
+      for (std::size_t k = 0; k < msgs.size(); ++k) pos[k] = msgs[k].consumer;
       for (std::size_t k = msgs.size(); k-- > 1;) pos[k - 1] = std::min(pos[k - 1], pos[k]);  // in channel order
       for (std::size_t k = 0; k < msgs.size(); ++k)
         receives_[dst].push_back({pos[k], msgs[k].send_step, src, static_cast<int>(k), msgs[k].tensor, msgs[k].where});
@@ -484,6 +477,7 @@ class Importer {
       Op op;
       op.kind = OpKind::Send;
       op.peer = dst;
+      op.stream = kSendStream;
       op.reads = {t};
       push(std::move(op), at);
     };
@@ -491,6 +485,7 @@ class Importer {
       Op op;
       op.kind = OpKind::Recv;
       op.peer = src;
+      op.stream = recv_stream(src);
       op.writes = {t};
       push(std::move(op), at);
     };

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "sim/algebra.h"
+#include "schedules/stream_sim.h"
 #include "sim/rank.h"
 
 namespace trainsim {
@@ -112,6 +113,19 @@ void check_updates(const Schedule& s) {
 }  // namespace
 
 SimResult simulate(const Schedule& schedule, const SimOptions& options) {
+  if (schedule.header.cost_model != "puzzle") {
+    // Stream semantics (schedules/stream_sim.h); the puzzles keep their blocking rules below.
+    SimResult result = simulate_streams(schedule, options);
+    if (result.ok) {
+      try {
+        check_updates(schedule);
+      } catch (const std::exception& e) {
+        result.ok = false;
+        result.error = e.what();
+      }
+    }
+    return result;
+  }
   auto cost = make_cost_model(schedule.header.cost_model);
   const ScheduleHeader& h = schedule.header;
   SimResult result;

@@ -164,13 +164,13 @@ TEST_CASE("pytorch csv: hand-written 1F1B (4 stages, 8 microbatches) imports int
   CHECK(l1.front() == "load -> W1 O1");
   int f3 = index_of(s, 1, "forward L1 {3}");
   REQUIRE(f3 > 0);
-  CHECK(l1[f3 - 1] == "recv from 0 -> A1{3}");
-  CHECK(l1[f3 + 1] == "send to 2 : A2{3}");
+  CHECK(l1[f3 - 1] == "recv from 0 stream 2 -> A1{3}");
+  CHECK(l1[f3 + 1] == "send to 2 stream 1 : A2{3}");
   CHECK(l1[f3 + 2] == "free : A2{3}");
   int b0 = index_of(s, 1, "backward L1 {0}");
-  CHECK(l1[b0 - 1] == "recv from 2 -> dA2{0}");
+  CHECK(l1[b0 - 1] == "recv from 2 stream 4 -> dA2{0}");
   CHECK(l1[b0 + 1] == "free : A1{0} dA2{0}");
-  CHECK(l1[b0 + 2] == "send to 0 : dA1{0}");
+  CHECK(l1[b0 + 2] == "send to 0 stream 1 : dA1{0}");
   CHECK(l1[b0 + 3] == "free : dA1{0}");
   CHECK(l1.back() == "free : dW1{0-7}");
   CHECK(l1[l1.size() - 2] == "update L1");
@@ -310,16 +310,16 @@ TEST_CASE("pytorch csv: compute+comms import keeps the sends and receives, maps 
                   "all-gather L0 group 1 : W0 -> W0",
                   "load -> A0{0}",
                   "forward L0 {0}",
-                  "send to 1 : A1{0}",
+                  "send to 1 stream 1 : A1{0}",
                   "free : A1{0}",
                   "load -> A0{1}",
                   "forward L0 {1}",
-                  "send to 1 : A1{1}",
+                  "send to 1 stream 1 : A1{1}",
                   "free : A1{1}",
-                  "recv from 1 -> dA1{0}",
+                  "recv from 1 stream 3 -> dA1{0}",
                   "backward L0 {0}",
                   "free : A0{0} dA1{0} dA0{0}",
-                  "recv from 1 -> dA1{1}",
+                  "recv from 1 stream 3 -> dA1{1}",
                   "backward L0 {1}",
                   "free : A0{1} dA1{1} dA0{1}",
                   "accumulate : dW0{0} dW0{1} -> dW0{0-1}",
@@ -330,7 +330,7 @@ TEST_CASE("pytorch csv: compute+comms import keeps the sends and receives, maps 
                   "free : dW0{0-1} dW0{0-1}",
               });
   // Sends and receives stay where the CSV has them.
-  CHECK(lines(s, 1)[index_of(s, 1, "forward L1 {1}") - 1] == "recv from 0 -> A1{1}");
+  CHECK(lines(s, 1)[index_of(s, 1, "forward L1 {1}") - 1] == "recv from 0 stream 2 -> A1{1}");
   CHECK(s.ranks[1][index_of(s, 1, "forward L1 {1}") - 1].where == "comms.csv:2:6");
 }
 

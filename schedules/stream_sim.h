@@ -1,0 +1,36 @@
+// The stream engine: simulates a schedule with GPU stream semantics (DESIGN §2), for every cost model but
+// `puzzle` (whose blocking rules stay in the coroutine World, sim/world.h).
+//
+// A rank issues its ops in program order and never blocks on another rank. Each op runs on its stream
+// (0 = compute, 1.. = communication), first in first out, and starts when its stream is free and the ops
+// it depends on have ended:
+// - the op that wrote each tensor it reads (on its rank);
+// - for a free, every earlier op that used the tensor (memory is released when its last user ends);
+// - for a recv, the matched send (the k-th send from `src` to `dst` is the k-th recv from `src` on `dst`, as
+//   NCCL matches; a `recv from any` is matched to the one rank that sends that tensor): a send is eager (as
+//   NCCL isend with a buffer: it never waits for the receiver) and the recv starts once the send has ended;
+// - for a collective, every member's call at the same position of the group's sequence: it starts when the
+//   last member is ready and ends at the same time on every member.
+// So a `recv` only posts the receive: the compute that reads the message waits for it, and ops on other
+// streams go on meanwhile. Compute and communication overlap only across streams.
+//
+// Times are a longest path over that dependency graph. A dependency that can never be met (a cycle of
+// waits, a recv without a send, a collective a member never calls) is a deadlock, reported with each blocked
+// rank's first unfinished op, what it waits for, and the wait-for cycle between ranks.
+//
+// Memory: a tensor is resident from the start of the op that writes it (loads: when the stream reaches them)
+// until its free takes effect; an op's memory sample counts what is resident on its rank just before it
+// starts (events at the same time count when they come earlier in program order).
+#pragma once
+
+#include "schedules/replay.h"
+
+namespace trainsim {
+
+/// Simulates `schedule` with stream semantics and its header's cost model (not `puzzle`): validates the op
+/// algebra and residency in program order, matches sends with receives and collective calls, times every op
+/// and samples memory. Never throws for a bad schedule: the first problem goes into the result, naming the
+/// rank, the op and its file:line. Throws std::invalid_argument for an unknown cost model.
+SimResult simulate_streams(const Schedule& schedule, const SimOptions& options = {});
+
+}  // namespace trainsim

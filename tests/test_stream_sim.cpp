@@ -1,0 +1,139 @@
+// Stream semantics (DESIGN §2, schedules/stream_sim.h): a rank issues its ops without blocking on other
+// ranks, each op runs in order on its stream, a recv only posts its receive and the op that reads the
+// message waits for it. Compared on the same schedules with the receives moved between streams, and on
+// PyTorch CSVs whose RECV cells come early.
+#include <doctest/doctest.h>
+
+#include "schedules/generators.h"
+#include "schedules/pytorch_csv.h"
+#include "schedules/pytorch_csv_cells.h"
+#include "schedules/replay.h"
+#include "schedules/text_format.h"
+
+using namespace trainsim;
+
+namespace {
+
+Schedule gen(const std::string& kind, int stages, int microbatches, int chunks = 1) {
+  GenOptions g;
+  g.stages = stages, g.microbatches = microbatches, g.chunks = chunks;
+  return generate(kind, g);
+}
+
+// Moves every recv of every rank to the start of its op list (keeping their order), on `stream`.
+Schedule hoist_receives(const Schedule& s, int stream) {
+  Schedule out = s;
+  for (auto& ops : out.ranks) {
+    std::vector<Op> recvs, rest;
+    for (Op op : ops) {
+      if (op.kind == OpKind::Recv) {
+        op.stream = stream;
+        recvs.push_back(std::move(op));
+      } else {
+        rest.push_back(std::move(op));
+      }
+    }
+    ops = recvs;
+    ops.insert(ops.end(), rest.begin(), rest.end());
+  }
+  return out;
+}
+
+// The CSV with every RECV cell of a row moved to the row's start, in order (as early as it can be posted).
+std::string early_recv_cells(const std::string& csv) {
+  std::string out;
+  for (const std::string& row : csv::split_rows(csv)) {
+    std::vector<std::string> recvs, rest;
+    for (const std::string& cell : csv::split_cells(row))
+      (cell.find("RECV") != std::string::npos ? recvs : rest).push_back(cell);
+    recvs.insert(recvs.end(), rest.begin(), rest.end());
+    for (std::size_t i = 0; i < recvs.size(); ++i) out += (i ? "," : "") + recvs[i];
+    out += "\n";
+  }
+  return out;
+}
+
+SimResult sim(const Schedule& s) {
+  SimResult r = simulate(s);
+  INFO(r.error);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("stream semantics: a receive on its own stream only posts; on the compute stream it blocks") {
+  Schedule s = gen("gpipe", 3, 4);
+  SimResult base = sim(s);
+  REQUIRE(base.ok);
+  // Posted at the start on a communication stream: nothing changes, each forward still waits for its input.
+  SimResult posted = sim(hoist_receives(s, 1));
+  REQUIRE(posted.ok);
+  CHECK(posted.trace.makespan() == base.trace.makespan());
+  // At the start of the compute stream: a rank computes nothing until every message has come.
+  SimResult blocking = sim(hoist_receives(s, 0));
+  CHECK(!blocking.ok);  // the last stage's backward messages come after its forwards: a cycle of waits
+  CHECK(blocking.error.find("deadlock") != std::string::npos);
+  CHECK(blocking.error.find("wait-for cycle") != std::string::npos);
+}
+
+TEST_CASE("stream semantics: ops start when their stream is free and their inputs exist, not in program order") {
+  // gpipe on 2 stages with the second stage's receives posted on stream 1: its forward of microbatch b starts
+  // when A1{b} arrives (the end of the first stage's forward b), as in the one-stream schedule.
+  Schedule s = hoist_receives(gen("gpipe", 2, 3), 1);
+  SimResult r = sim(s);
+  REQUIRE(r.ok);
+  std::vector<Time> forward_ends0, forward_starts1;
+  for (const OpRun& run : r.trace.ranks[0])
+    if (run.op.kind == OpKind::Forward) forward_ends0.push_back(run.end);
+  for (const OpRun& run : r.trace.ranks[1])
+    if (run.op.kind == OpKind::Forward) forward_starts1.push_back(run.start);
+  REQUIRE(forward_ends0.size() == 3);
+  REQUIRE(forward_starts1.size() == 3);
+  for (int b = 0; b < 3; ++b) CHECK(forward_starts1[b] == std::max(forward_ends0[b], b ? forward_starts1[b - 1] + seconds(1) : 0));
+  // The receives ran at their messages' times, not at program position 0.
+  std::vector<Time> recv_starts;
+  for (const OpRun& run : r.trace.ranks[1])
+    if (run.op.kind == OpKind::Recv) recv_starts.push_back(run.start);
+  REQUIRE(recv_starts.size() == 3 + 0);
+  CHECK(recv_starts[1] > recv_starts[0]);
+}
+
+TEST_CASE("stream semantics: an exchange that deadlocks on one stream runs with receives on another") {
+  const std::string head = "trainsim-schedule 1\nworld_size 2\nlayers 1\nmicrobatches 2\ncost_model unit\np2p per-pair\n";
+  auto rank = [](int r, const std::string& recv_stream) {
+    std::string me = std::to_string(r), other = std::to_string(1 - r);
+    return "rank " + me + "\n  load -> A0{" + me + "}\n  recv from " + other + recv_stream + " -> A0{" + other +
+           "}\n  send to " + other + " : A0{" + me + "}\n";
+  };
+  SimResult blocked = simulate(parse_schedule(head + rank(0, "") + rank(1, ""), "x.sched"));
+  CHECK(!blocked.ok);
+  CHECK(blocked.error.find("wait-for cycle: rank 0 -> rank 1 -> rank 0") != std::string::npos);
+  SimResult posted = simulate(parse_schedule(head + rank(0, " stream 1") + rank(1, " stream 1"), "x.sched"));
+  // Both exchanges complete; the run then fails only because no layer is updated (this is no training step).
+  CHECK(posted.error == "layer 0 is never updated");
+}
+
+TEST_CASE("PyTorch CSV: early RECV cells post; the makespan is the runtime's, as with compute-only rows") {
+  for (auto [p, m, v] : {std::tuple{4, 8, 2}, std::tuple{8, 16, 2}, std::tuple{4, 8, 1}}) {
+    CAPTURE(p);
+    CAPTURE(m);
+    CAPTURE(v);
+    Schedule s = v > 1 ? gen("interleaved-1f1b", p, m, v) : gen("1f1b", p, m);
+    Schedule compute_only = import_pytorch_csv(export_pytorch_csv(s, CsvForm::ComputeOnly), m);
+    std::string comms = export_pytorch_csv(s, CsvForm::ComputeComms);
+    std::string early = early_recv_cells(comms);
+    REQUIRE(early != comms);
+    Schedule imported = import_pytorch_csv(early, m);
+    SimResult a = sim(compute_only), b = sim(imported), c = sim(import_pytorch_csv(comms, m));
+    REQUIRE(a.ok);
+    REQUIRE(b.ok);
+    REQUIRE(c.ok);
+    CHECK(b.trace.makespan() == a.trace.makespan());
+    CHECK(c.trace.makespan() == a.trace.makespan());
+    // The generator's own schedule (receives right before use, one stream) takes as long.
+    CHECK(sim(s).trace.makespan() == a.trace.makespan());
+    // With blocking receives (all on the compute stream) the early cells cost time or deadlock.
+    SimResult blocking = sim(hoist_receives(imported, 0));
+    CHECK((!blocking.ok || blocking.trace.makespan() > a.trace.makespan()));
+  }
+}
