@@ -129,4 +129,27 @@ Action parse_cell(const std::string& source, const std::string& cell, int row, i
   return a;
 }
 
+std::vector<Action> parse_cell_actions(const std::string& source, const std::string& cell, int row, int col) {
+  static const std::string kOverlap = ")OVERLAP_F_B";
+  if (cell.empty() || cell.front() != '(') return {parse_cell(source, cell, row, col)};
+  if (cell.size() <= kOverlap.size() + 1 || cell.compare(cell.size() - kOverlap.size(), kOverlap.size(), kOverlap) != 0)
+    fail_cell(source, row, col, cell, "expected an overlapped pair like (0F3;5B1)OVERLAP_F_B");
+  const std::string inner = cell.substr(1, cell.size() - kOverlap.size() - 1);
+  std::vector<Action> out;
+  std::size_t from = 0;
+  while (true) {
+    std::size_t semi = inner.find(';', from);
+    std::string part = trim(inner.substr(from, semi == std::string::npos ? std::string::npos : semi - from));
+    if (part.empty()) fail_cell(source, row, col, cell, "an empty action inside OVERLAP_F_B");
+    Action a = parse_cell(source, part, row, col);
+    if (!is_compute_act(a.act))
+      fail_cell(source, row, col, cell, fmt::format("OVERLAP_F_B pairs compute actions (F, B, I, W), not '{}'", part));
+    out.push_back(std::move(a));
+    if (semi == std::string::npos) break;
+    from = semi + 1;
+  }
+  if (out.size() < 2) fail_cell(source, row, col, cell, "OVERLAP_F_B needs two actions, like (0F3;5B1)OVERLAP_F_B");
+  return out;
+}
+
 }  // namespace trainsim::csv

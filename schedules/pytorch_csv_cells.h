@@ -55,5 +55,9 @@ std::vector<std::string> split_cells(const std::string& row);
 bool digits(const std::string& s);
 /// Parses one non-empty cell. Throws std::invalid_argument (via fail_cell).
 Action parse_cell(const std::string& source, const std::string& cell, int row, int col);
+/// Parses one non-empty cell into its actions: one, or for PyTorch's `(0F3;5B1)OVERLAP_F_B` (DualPipeV's
+/// overlapped forward and backward, `_Action.__repr__` with sub-actions) its compute sub-actions in order.
+/// Throws std::invalid_argument (via fail_cell) for a bad cell or a sub-action that is not F, B, I or W.
+std::vector<Action> parse_cell_actions(const std::string& source, const std::string& cell, int row, int col);
 
 }  // namespace trainsim::csv

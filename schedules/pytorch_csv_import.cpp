@@ -49,7 +49,8 @@ class Importer {
       std::vector<std::string> cells = split_cells(lines[r]);
       for (std::size_t c = 0; c < cells.size(); ++c)
         if (!cells[c].empty())
-          rows_[r].push_back(parse_cell(source_, cells[c], static_cast<int>(r), static_cast<int>(c)));
+          for (Action& a : parse_cell_actions(source_, cells[c], static_cast<int>(r), static_cast<int>(c)))
+            rows_[r].push_back(std::move(a));
     }
     world_ = static_cast<int>(rows_.size());
   }
@@ -251,6 +252,10 @@ class Importer {
         case Act::W: {
           const Action* in = find(Act::I, s, b);
           need_before(a, did(Act::I, s, b), fmt::format("its backward input '{}' (column {}) is not before it", in->cell, in->col + 1));
+          if (fsdp_stages_.count(s) && !unsharded[s])  // PyTorch's runtime runs W only on an unsharded stage
+            fail_at(source_, a, fmt::format("stage {} is resharded here: PyTorch's runtime needs the stage unsharded "
+                                            "for a backward weight too (move '{}' after it)",
+                                            s, cell_text(s, Act::Reshard, -1)));
           break;
         }
         case Act::SendF:  // (where it may go was checked by check_matching)

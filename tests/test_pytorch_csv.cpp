@@ -477,3 +477,44 @@ TEST_CASE("trainsim convert: csv <-> sched, options, errors and --help") {
   CHECK(help.out.find("--form") != std::string::npos);
   CHECK(help.out.find("--microbatches") != std::string::npos);
 }
+
+TEST_CASE("pytorch csv: an OVERLAP_F_B cell imports as its two actions, in order") {
+  // 1F1B on 2 stages, compute-only; on the last stage, B0 then F1 become one overlapped cell F1 + B0.
+  const std::string plain = "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1F1,1B0,1F2,1B1,1B2\n";
+  const std::string overlapped = "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,(1F1;1B0)OVERLAP_F_B,1F2,1B1,1B2\n";
+  Schedule a = import_pytorch_csv(plain, 3), b = import_pytorch_csv(overlapped, 3);
+  REQUIRE(a.ranks.size() == b.ranks.size());
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+    REQUIRE(a.ranks[r].size() == b.ranks[r].size());
+    for (std::size_t i = 0; i < a.ranks[r].size(); ++i) {
+      CHECK(a.ranks[r][i].kind == b.ranks[r][i].kind);
+      CHECK(a.ranks[r][i].layer == b.ranks[r][i].layer);
+      CHECK(a.ranks[r][i].batches == b.ranks[r][i].batches);
+    }
+  }
+  CHECK(simulate(b).ok);
+  // Errors name the cell.
+  auto error = [](const std::string& csv) {
+    try {
+      import_pytorch_csv(csv, 2, {}, "o.csv");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error("0F0,(0F1;0SEND_F0)OVERLAP_F_B\n").find("OVERLAP_F_B pairs compute actions (F, B, I, W), not '0SEND_F0'") !=
+        std::string::npos);
+  CHECK(error("0F0,(0F1)OVERLAP_F_B\n").find("OVERLAP_F_B needs two actions") != std::string::npos);
+  CHECK(error("0F0,(0F1;0B0)OVERLAP\n").find("column 2, cell '(0F1;0B0)OVERLAP'") != std::string::npos);
+}
+
+TEST_CASE("pytorch csv: a backward weight after RESHARD is refused (PyTorch needs the stage unsharded)") {
+  std::string e;
+  try {
+    import_pytorch_csv("0UNSHARD,0F0,0I0,0RESHARD,0W0,0REDUCE_GRAD\n", 1, {}, "w.csv");
+  } catch (const std::invalid_argument& x) {
+    e = x.what();
+  }
+  CHECK(e.find("w.csv: row 1 (rank 0), column 5, cell '0W0': stage 0 is resharded here") != std::string::npos);
+  CHECK(import_pytorch_csv("0UNSHARD,0F0,0I0,0W0,0RESHARD,0REDUCE_GRAD\n", 1).ranks.size() == 1);
+}
