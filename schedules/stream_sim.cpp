@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -32,6 +33,48 @@ std::string rank_list(const std::vector<int>& ranks, std::size_t limit = kReport
   return s;
 }
 
+// Hash of a tensor's identity, for interning tensors to small ids per rank.
+struct TensorHash {
+  std::size_t operator()(const Tensor& t) const noexcept {
+    std::size_t h = static_cast<std::size_t>(t.kind) * 0x9E3779B97F4A7C15ull;
+    auto mix = [&h](long v) { h = (h ^ static_cast<std::size_t>(v)) * 0x100000001B3ull + (h >> 29); };
+    mix(t.layer), mix(t.step), mix(t.num_shards);
+    for (const auto& [lo, hi] : t.batches.runs()) mix(lo), mix(hi);
+    mix(-1);
+    for (const auto& [lo, hi] : t.shards.runs()) mix(lo), mix(hi);
+    return h;
+  }
+};
+
+// One rank's tensors, interned: id -> tensor, its memory, how many instances are resident (at issue), the
+// last op that wrote it and the ops that used it since.
+struct RankTensors {
+  std::unordered_map<Tensor, int, TensorHash> ids;
+  std::vector<const Tensor*> tensor;
+  std::vector<double> bytes;
+  std::vector<int> count, writer;
+  std::vector<std::vector<int>> users;
+  std::vector<int> memory_ids;    // per op: the ids it allocates (writes) or releases (a free's reads)
+  std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
+
+  int intern(const Tensor& t, const CostModel& cost) {
+    auto [it, fresh] = ids.try_emplace(t, static_cast<int>(tensor.size()));
+    if (fresh) {
+      tensor.push_back(&it->first);
+      bytes.push_back(cost.memory(t));
+      count.push_back(0), writer.push_back(-1), users.emplace_back();
+    }
+    return it->second;
+  }
+  // The resident tensors as the ledger prints them ("W0, O0, A0{0}").
+  std::string summary(const CostModel& cost) const {
+    MemoryLedger ledger(cost);
+    for (std::size_t id = 0; id < tensor.size(); ++id)
+      for (int k = 0; k < count[id]; ++k) ledger.add(*tensor[id]);
+    return ledger.summary();
+  }
+};
+
 // One op of the schedule as a node of the dependency graph. Node ids number every rank's ops in order.
 struct Node {
   int rank = 0, index = 0;
@@ -40,7 +83,6 @@ struct Node {
   Time start = 0, end = 0;
   bool done = false;
   int call = -1;              // collectives: the call it belongs to
-  std::vector<int> next;      // nodes that depend on this one
 };
 
 // One collective call: the k-th call of a group, one op per member.
@@ -73,6 +115,7 @@ class StreamSim {
     trace_.cost_model = cost_->name();
     trace_.memory_unit = cost_->memory_unit();
     trace_.ranks.resize(world);
+    tensors_.resize(world);
   }
 
   void run() {
@@ -80,6 +123,7 @@ class StreamSim {
     for (int r = 0; r < s_.header.world_size; ++r) issue(r);
     match_p2p();
     form_calls();
+    index_edges();
     time();
     if (int blocked = count_unfinished(); blocked > 0) throw DeadlockError(deadlock_report());
     for (int id : unmatched_sends_) {
@@ -102,8 +146,20 @@ class StreamSim {
 
   void depend(int node, int on) {
     if (on < 0 || on == node) return;
-    nodes_[on].next.push_back(node);
+    edges_.push_back({on, node});
     ++nodes_[node].pending;
+  }
+
+  // The dependency edges as adjacency lists in one array (next_of(id) = the nodes that wait for id).
+  void index_edges() {
+    next_begin_.assign(nodes_.size() + 1, 0);
+    for (const auto& [from, to] : edges_) ++next_begin_[from + 1];
+    for (std::size_t i = 0; i < nodes_.size(); ++i) next_begin_[i + 1] += next_begin_[i];
+    next_.resize(edges_.size());
+    std::vector<int> at(next_begin_.begin(), next_begin_.end() - 1);
+    for (const auto& [from, to] : edges_) next_[at[from]++] = to;
+    edges_.clear();
+    edges_.shrink_to_fit();
   }
 
   void check_groups() const {
@@ -125,19 +181,22 @@ class StreamSim {
   // the dependencies on the same rank (stream order, writers of what it reads, users of what it frees).
   void issue(int rank) {
     const ScheduleHeader& h = s_.header;
-    MemoryLedger ledger(*cost_);
-    std::map<Tensor, int> writer;                 // the last op that wrote each tensor
-    std::map<Tensor, std::vector<int>> users;     // ops that used it since
-    std::map<int, int> stream_tail;               // the last op issued on each stream
+    RankTensors& ts = tensors_[rank];
+    std::map<int, int> stream_tail;  // the last op issued on each stream
     const auto& ops = s_.ranks[rank];
+    ts.memory_begin.assign(1, 0);
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
       const int id = id_of(rank, i);
       if (std::string p = algebra_problem(op, h.layers, h.microbatches); !p.empty()) throw op_error(op, p);
-      for (const Tensor& t : op.reads)
-        if (ledger.count(t) == 0)
+      read_ids_.clear();
+      for (const Tensor& t : op.reads) {
+        const int tid = ts.intern(t, *cost_);
+        if (ts.count[tid] == 0)
           throw op_error(op, fmt::format("it reads {} ({}), which is not resident; resident: {}", t.str(),
-                                         long_name(t.kind), ledger.summary()));
+                                         long_name(t.kind), ts.summary(*cost_)));
+        read_ids_.push_back(tid);
+      }
       if (op.kind == OpKind::Send && op.reads.size() != 1) throw op_error(op, "a send carries exactly one tensor");
       if (op.kind == OpKind::Recv && op.writes.size() != 1) throw op_error(op, "a recv receives exactly one tensor");
       if (op.kind == OpKind::Send) {
@@ -157,26 +216,30 @@ class StreamSim {
       auto [tail, fresh] = stream_tail.try_emplace(op.stream, -1);
       depend(id, tail->second);
       tail->second = id;
-      for (const Tensor& t : op.reads) {
-        if (auto w = writer.find(t); w != writer.end()) depend(id, w->second);
+      for (int tid : read_ids_) {
+        depend(id, ts.writer[tid]);
         if (op.kind == OpKind::Free) {
-          for (int u : users[t]) depend(id, u);
+          for (int u : ts.users[tid]) depend(id, u);
         } else {
-          users[t].push_back(id);
+          ts.users[tid].push_back(id);
         }
       }
       if (op.kind == OpKind::Free) {
-        for (const Tensor& t : op.reads) {
-          ledger.remove(t);
-          if (ledger.count(t) == 0) writer.erase(t), users.erase(t);
+        for (int tid : read_ids_) {
+          --ts.count[tid];
+          ts.memory_ids.push_back(tid);
+          if (ts.count[tid] == 0) ts.writer[tid] = -1, ts.users[tid].clear();
         }
       } else {
         for (const Tensor& t : op.writes) {
-          ledger.add(t);
-          writer[t] = id;
-          users[t].clear();
+          const int tid = ts.intern(t, *cost_);
+          ++ts.count[tid];
+          ts.writer[tid] = id;
+          ts.users[tid].clear();
+          ts.memory_ids.push_back(tid);
         }
       }
+      ts.memory_begin.push_back(static_cast<int>(ts.memory_ids.size()));
       if (op.kind == OpKind::Send) channels_[{rank, op.peer}].sends.push_back(id);
       if (op.kind == OpKind::Recv) {
         if (op.peer >= 0) channels_[{op.peer, rank}].recvs.push_back(id);
@@ -340,7 +403,8 @@ class StreamSim {
     n.end = start + duration;
     n.done = true;
     last_time_ = std::max(last_time_, n.end);
-    for (int next : n.next) {
+    for (int k = next_begin_[id]; k < next_begin_[id + 1]; ++k) {
+      const int next = next_[k];
       Node& m = nodes_[next];
       m.ready = std::max(m.ready, n.end);
       if (--m.pending == 0) work.push_back(next);
@@ -443,48 +507,56 @@ class StreamSim {
     struct Event {
       Time time;
       int index;
-      bool add;
-      Tensor t;
+      int id;  // interned tensor; negative (-1 - id) for a release
     };
-    std::vector<Event> events;
+    const RankTensors& ts = tensors_[r];
     const auto& ops = s_.ranks[r];
+    std::vector<Event> events;
+    events.reserve(ts.memory_ids.size());
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
-      const Op& op = ops[i];
-      const Node& n = nodes_[id_of(r, i)];
-      if (op.kind == OpKind::Free) {
-        for (const Tensor& t : op.reads) events.push_back({n.start, i, false, t});
-      } else {
-        for (const Tensor& t : op.writes) events.push_back({n.start, i, true, t});
-      }
+      const Time start = nodes_[id_of(r, i)].start;
+      const bool release = ops[i].kind == OpKind::Free;
+      for (int k = ts.memory_begin[i]; k < ts.memory_begin[i + 1]; ++k)
+        events.push_back({start, i, release ? -1 - ts.memory_ids[k] : ts.memory_ids[k]});
     }
-    std::stable_sort(events.begin(), events.end(),
-                     [](const Event& a, const Event& b) { return a.time != b.time ? a.time < b.time : a.index < b.index; });
+    auto by_time = [](const auto& a, const auto& b) { return a.time != b.time ? a.time < b.time : a.index < b.index; };
+    std::stable_sort(events.begin(), events.end(), by_time);
     // Timed ops by (start, program order), each sampled after the events before it.
-    std::vector<int> timed;
+    struct Sample {
+      Time time;
+      int index;
+    };
+    std::vector<Sample> order;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i)
-      if (is_timed(ops[i].kind)) timed.push_back(i);
-    std::vector<std::pair<Time, int>> order;
-    for (int i : timed) order.push_back({nodes_[id_of(r, i)].start, i});
-    std::sort(order.begin(), order.end());
-    MemoryLedger ledger(*cost_);
-    std::map<int, double> sample;
+      if (is_timed(ops[i].kind)) order.push_back({nodes_[id_of(r, i)].start, i});
+    std::sort(order.begin(), order.end(), by_time);
+    std::vector<double> sample(ops.size(), 0.0);
+    double total = 0;
     std::size_t e = 0;
     for (auto [start, i] : order) {
       for (; e < events.size() && (events[e].time < start || (events[e].time == start && events[e].index < i)); ++e)
-        events[e].add ? ledger.add(events[e].t) : static_cast<void>(ledger.remove(events[e].t));
-      sample[i] = ledger.total();
-      if (o_.memory_limit && ledger.total() > *o_.memory_limit) {
+        total += events[e].id >= 0 ? ts.bytes[events[e].id] : -ts.bytes[-1 - events[e].id];
+      sample[i] = total;
+      if (o_.memory_limit && total > *o_.memory_limit) {
+        MemoryLedger resident(*cost_);  // what is resident now, for the message
+        for (std::size_t k = 0; k < e; ++k)
+          events[k].id >= 0 ? resident.add(*ts.tensor[events[k].id])
+                            : static_cast<void>(resident.remove(*ts.tensor[-1 - events[k].id]));
         const Op& op = ops[i];
         limit_errors_.push_back({start, r, fmt::format(
             "rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}", r,
-            format_time(start), op.describe(), where_suffix(op), format_memory(ledger.total()), cost_->memory_unit(),
-            format_memory(*o_.memory_limit), ledger.summary())});
+            format_time(start), op.describe(), where_suffix(op), format_memory(total), cost_->memory_unit(),
+            format_memory(*o_.memory_limit), resident.summary())});
         break;
       }
     }
-    for (int i : timed) {
+    std::vector<OpRun>& runs = trace_.ranks[r];
+    runs.reserve(order.size());
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      if (!is_timed(ops[i].kind)) continue;
       const Node& n = nodes_[id_of(r, i)];
-      Op op = ops[i];
+      runs.push_back(OpRun{ops[i], n.start, n.end, sample[i]});
+      Op& op = runs.back().op;
       if (op.kind == OpKind::Recv) op.peer = matched_src_[id_of(r, i)];
       if (n.call >= 0) {
         const Call& c = calls_[n.call];
@@ -492,8 +564,6 @@ class StreamSim {
         auto m = std::find(members.begin(), members.end(), r) - members.begin();
         if (!c.results.empty()) op.writes = {c.results[m]};
       }
-      auto it = sample.find(i);
-      trace_.ranks[r].push_back(OpRun{std::move(op), n.start, n.end, it == sample.end() ? 0.0 : it->second});
     }
   }
 
@@ -533,6 +603,10 @@ class StreamSim {
   std::map<std::pair<int, int>, std::vector<int>> calls_of_;  // (group, rank) -> its collectives in order
   std::vector<Call> calls_;
   std::vector<LimitError> limit_errors_;
+  std::vector<RankTensors> tensors_;  // per rank
+  std::vector<int> read_ids_;         // scratch: the interned reads of the op being issued
+  std::vector<std::pair<int, int>> edges_;  // (from, to) while the graph is built
+  std::vector<int> next_begin_, next_;      // then as adjacency lists (index_edges)
   Time last_time_ = 0;
   Trace trace_;
 };
