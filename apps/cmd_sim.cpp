@@ -96,7 +96,14 @@ int run(const SimArgs& a, bool outputs) {
     if (!a.trace.empty()) wrote = write_file(a.trace, visualize::perfetto_trace_json(r.trace)) && wrote;
     if (!a.dot.empty()) {
       std::string dot = visualize::dependency_dot(s);
-      if (std::filesystem::path(a.dot).extension() == ".svg") {
+      if (std::filesystem::path(a.dot).extension() == ".svg" && s.op_count() > visualize::kMaxRenderedOps) {
+        fmt::print(stderr,
+                   "trainsim: not rendering {}: the schedule has {} ops and Graphviz lays out at most {} in seconds; "
+                   "write the DOT text with --dot {} and render a part of it, or simulate a smaller schedule\n",
+                   a.dot, s.op_count(), visualize::kMaxRenderedOps,
+                   std::filesystem::path(a.dot).replace_extension(".dot").string());
+        wrote = false;
+      } else if (std::filesystem::path(a.dot).extension() == ".svg") {
         try {
           wrote = write_file(a.dot, visualize::render_dot_svg(dot)) && wrote;
         } catch (const std::exception& e) {

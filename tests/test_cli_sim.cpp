@@ -81,3 +81,17 @@ TEST_CASE("trainsim sim writes the timeline, the trace and the graph, and prints
   CHECK(limited.exit_code == 1);
   CHECK(limited.out.find("memory limit exceeded") != std::string::npos);
 }
+
+TEST_CASE("trainsim sim --dot F.svg refuses a graph too large to lay out in seconds, and says what to do") {
+  auto dir = fresh_dir("sim-dot");
+  const std::string f = (dir / "big.sched").string();
+  REQUIRE(run_trainsim("gen 1f1b --stages 8 --microbatches 16 -o " + f).exit_code == 0);  // 1,256 ops
+  CommandResult r = run_trainsim("sim " + f + " --dot " + (dir / "g.svg").string(), true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("the schedule has 1256 ops and Graphviz lays out at most 600") != std::string::npos);
+  CHECK(r.out.find("--dot " + (dir / "g.dot").string()) != std::string::npos);
+  CHECK(!std::filesystem::exists(dir / "g.svg"));
+  // The DOT text is written at any size.
+  CHECK(run_trainsim("sim " + f + " --dot " + (dir / "g.dot").string()).exit_code == 0);
+  CHECK(slurp(dir / "g.dot").find("digraph") != std::string::npos);
+}

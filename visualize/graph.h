@@ -2,11 +2,17 @@
 // reads what an earlier op on its rank wrote) and message edges (send to receive, collective members).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "schedules/schedule.h"
 
 namespace trainsim::visualize {
+
+/// The most ops `trainsim sim --dot F.svg` lays out with Graphviz: the "dot" layout grows faster than
+/// linearly (on the 2-core development machine, 308 ops took 2 s and 1,256 ops 75 s), so larger schedules
+/// get the DOT text only (bench/README.md).
+inline constexpr std::size_t kMaxRenderedOps = 600;
 
 /// DOT text of the op dependency graph.
 std::string dependency_dot(const Schedule& schedule);
