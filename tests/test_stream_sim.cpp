@@ -137,3 +137,21 @@ TEST_CASE("PyTorch CSV: early RECV cells post; the makespan is the runtime's, as
     CHECK((!blocking.ok || blocking.trace.makespan() > a.trace.makespan()));
   }
 }
+
+TEST_CASE("stream semantics: a deadlock over many ranks is reported in bounded size, with the cycle") {
+  const int n = 5000;
+  std::string text = "trainsim-schedule 1\nworld_size " + std::to_string(n) +
+                     "\nlayers 1\nmicrobatches " + std::to_string(n) + "\ncost_model unit\np2p per-pair\n";
+  for (int r = 0; r < n; ++r)  // each rank waits for the next one's message before sending its own
+    text += "rank " + std::to_string(r) + "\n  load -> A0{" + std::to_string(r) + "}\n  recv from " +
+            std::to_string((r + 1) % n) + " -> A0{" + std::to_string((r + 1) % n) + "}\n  send to " +
+            std::to_string((r + n - 1) % n) + " : A0{" + std::to_string(r) + "}\n";
+  SimResult r = simulate(parse_schedule(text, "ring.sched"));
+  REQUIRE(!r.ok);
+  CHECK(r.error.find("deadlock: no event is left at t=0 and ranks 0, 1, 2") != std::string::npos);
+  CHECK(r.error.find("and 4984 more are blocked") != std::string::npos);
+  CHECK(r.error.find("... and 4984 more blocked ranks") != std::string::npos);
+  CHECK(r.error.find("wait-for cycle: rank 0 -> rank 1 -> rank 2") != std::string::npos);
+  CHECK(r.error.find("more ranks) -> rank 0") != std::string::npos);
+  CHECK(r.error.size() < 4000);
+}
