@@ -11,6 +11,7 @@
 #include "puzzles/runner.h"
 #include "schedules/generators.h"
 #include "schedules/pytorch_csv.h"
+#include "schedules/pytorch_csv_cells.h"
 #include "schedules/text_format.h"
 
 using namespace trainsim;
@@ -85,6 +86,18 @@ TEST_CASE("exec replay: an imported PyTorch CSV equals one device") {
   check_equivalence(import_pytorch_csv(csv, 8), "1f1b via compute-only CSV");
   std::string comms = export_pytorch_csv(gen("interleaved-1f1b", 2, 4, 2), CsvForm::ComputeComms);
   check_equivalence(import_pytorch_csv(comms, 4), "interleaved-1f1b via compute+comms CSV");
+  // Every RECV cell moved to the start of its row, as early as it can be posted: each receive waits on its
+  // own stream (one per source rank) and the compute that reads it waits for it.
+  std::string early;
+  for (const std::string& row : csv::split_rows(comms)) {
+    std::vector<std::string> recvs, rest;
+    for (const std::string& cell : csv::split_cells(row))
+      (cell.find("RECV") != std::string::npos ? recvs : rest).push_back(cell);
+    recvs.insert(recvs.end(), rest.begin(), rest.end());
+    for (std::size_t i = 0; i < recvs.size(); ++i) early += (i ? "," : "") + recvs[i];
+    early += "\n";
+  }
+  check_equivalence(import_pytorch_csv(early, 4), "interleaved-1f1b via a CSV with early RECV cells");
 }
 
 TEST_CASE("exec replay: a reduce-scatter that skips the sum still trains, and --check catches it") {
