@@ -336,7 +336,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
 
   // ---- What the trace holds.
   std::size_t timed = 0;
-  int max_layer = -1, max_stream = 0;
+  int max_layer = -1;
   double mem_max = 0;
   bool has_bi = false, has_bw = false;
   for (const auto& runs : trace.ranks)
@@ -344,7 +344,6 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       if (!is_timed(r.op.kind)) continue;
       ++timed;
       max_layer = std::max(max_layer, r.op.layer);
-      max_stream = std::max(max_stream, r.op.stream);
       mem_max = std::max(mem_max, r.memory);
       has_bi |= r.op.kind == OpKind::BackwardInput;
       has_bw |= r.op.kind == OpKind::BackwardWeight;
@@ -383,7 +382,25 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double lane_h = nrows <= 2 ? 72 : nrows <= 4 ? 56 : nrows <= 8 ? 42 : nrows <= 16 ? 30 : nrows <= 32 ? 20 : 15;
   const double lane_gap = nrows <= 16 ? 4 : 2;
   const double row_font = nrows <= 32 ? 12 : 10;
-  const int nstreams = detailed ? std::min(max_stream + 1, 4) : 1;
+  // Each rank draws the streams it uses as sub-rows, compute first, in stream order (so a rank receiving on
+  // streams 3 and 5 draws them as sub-rows 1 and 2); at most 4 sub-rows, later streams share the last.
+  std::vector<std::vector<int>> rank_streams(trace.ranks.size());
+  std::size_t most_streams = 1;
+  for (std::size_t rank = 0; rank < trace.ranks.size(); ++rank) {
+    auto& used = rank_streams[rank];
+    used.push_back(0);
+    for (const auto& r : trace.ranks[rank])
+      if (is_timed(r.op.kind)) used.push_back(r.op.stream);
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    most_streams = std::max(most_streams, used.size());
+  }
+  const int nstreams = detailed ? static_cast<int>(std::min<std::size_t>(most_streams, 4)) : 1;
+  auto lane_of = [&](int rank, int stream) {
+    const auto& used = rank_streams[rank];
+    const int at = static_cast<int>(std::lower_bound(used.begin(), used.end(), stream) - used.begin());
+    return std::min(at, nstreams - 1);
+  };
   const double box_font = row_h >= 28 ? 11 : row_h >= 22 ? 10 : row_h >= 16 ? 9 : 8;
 
   // ---- Text of the heading.
@@ -598,7 +615,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     for (int rank = 0; rank < nranks; ++rank) {
       for (auto& l : lanes) l.clear();
       for (const auto& r : trace.ranks[rank])
-        if (is_timed(r.op.kind)) lanes[std::clamp(r.op.stream, 0, nstreams - 1)].push_back(&r);
+        if (is_timed(r.op.kind)) lanes[lane_of(rank, r.op.stream)].push_back(&r);
       for (int s = 0; s < nstreams; ++s) {
         auto& ops = lanes[s];
         std::stable_sort(ops.begin(), ops.end(), [](const OpRun* a, const OpRun* b) { return a->start < b->start; });
