@@ -11,6 +11,7 @@
 #include "apps/commands.h"
 #include "apps/schedule_input.h"
 #include "apps/text_file.h"
+#include "schedules/input.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
@@ -67,7 +68,11 @@ int to_sched(const ConvertArgs& a) {
   if (a.microbatches_opt && a.microbatches_opt->count() > 0 && a.microbatches < 1)
     return fail(fmt::format("--microbatches must be at least 1, got {}", a.microbatches));
   std::string csv;
-  if (!read_text_file(a.in, csv)) return fail(fmt::format("cannot read '{}'", a.in));
+  try {
+    csv = read_input_file(a.in);
+  } catch (const std::invalid_argument& e) {
+    return fail(fmt::format("cannot read {}", e.what()));
+  }
   Schedule s;
   try {
     std::vector<int> map;

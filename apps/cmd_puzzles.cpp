@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/json_text.h"
 #include "apps/text_file.h"
 #include "puzzles/runner.h"
 #include "schedules/text_format.h"
@@ -127,7 +128,7 @@ int run(const PuzzlesArgs& args) {
   if (args.json) {
     nlohmann::ordered_json arr = nlohmann::ordered_json::array();
     for (const auto& r : results) arr.push_back(to_json(r));
-    std::cout << arr.dump(2) << "\n";
+    std::cout << json_text(arr) << "\n";
   } else {
     print_table(results);
   }

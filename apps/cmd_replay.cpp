@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/json_text.h"
 #include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "exec/backend.h"
@@ -140,7 +141,7 @@ int run(const ReplayArgs& a) {
     if (a.json) {
       exec::ReplayResult r;
       r.error = e.what();
-      std::cout << result_json(a, r).dump(2) << "\n";
+      std::cout << json_text(result_json(a, r)) << "\n";
     } else {
       fmt::print(stderr, "{}: {}\n", kCmd, e.what());
     }
@@ -184,7 +185,7 @@ int run(const ReplayArgs& a) {
     }
   }
   if (a.json) {
-    std::cout << result_json(a, r).dump(2) << "\n";
+    std::cout << json_text(result_json(a, r)) << "\n";
   } else {
     if (!r.model_description.empty())
       fmt::print("model {}\ndata {}; {} tokens per step; gradient clipping {}\n", r.model_description,

@@ -1,4 +1,5 @@
 // `trainsim validate FILE` and `trainsim sim FILE`: check a schedule and time it; draw it.
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/json_text.h"
 #include "apps/text_file.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
@@ -65,7 +67,7 @@ int run(const SimArgs& a, bool outputs) {
   try {
     s = read_schedule_file(a.file);
   } catch (const ParseError& e) {
-    if (a.json) std::cout << summary_json(a.file, nullptr, nullptr, e.what()).dump(2) << "\n";
+    if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, e.what())) << "\n";
     else fmt::print(stderr, "{}\n", e.what());
     return 1;
   }
@@ -73,7 +75,7 @@ int run(const SimArgs& a, bool outputs) {
   opts.memory_limit = a.memory_limit;
   SimResult r = simulate(s, opts);
   if (a.json) {
-    std::cout << summary_json(a.file, &s, &r, r.error).dump(2) << "\n";
+    std::cout << json_text(summary_json(a.file, &s, &r, r.error)) << "\n";
   } else if (r.ok) {
     MemoryPeak p = r.trace.peak();
     fmt::print("{}: valid: {} ops on {} rank{}, {} layers, {} microbatches ({} cost model)\n", a.file, s.op_count(),
@@ -119,6 +121,24 @@ int run(const SimArgs& a, bool outputs) {
   return r.ok ? 0 : 1;
 }
 
+// --memory-limit: a finite number of at least 0 (NaN, inf or a negative limit would turn the check off or
+// fail every op without saying why).
+const CLI::Validator kMemoryLimit(
+    [](std::string& value) -> std::string {
+      double v = 0;
+      std::size_t used = 0;
+      try {
+        v = std::stod(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != value.size() || value.empty() || !std::isfinite(v) || v < 0)
+        return fmt::format("expected a finite number of at least 0 (in the cost model's unit), got '{}'",
+                           value);
+      return {};
+    },
+    "LIMIT>=0");
+
 }  // namespace
 
 void add_sim_commands(CLI::App& app, int* exit_code) {
@@ -128,7 +148,7 @@ void add_sim_commands(CLI::App& app, int* exit_code) {
       "Check a .sched schedule: syntax, the tensor algebra of every op, send/receive matching, collective order, "
       "deadlock, memory limit, every layer updated exactly once. Exits 0 when valid, 1 when not.");
   v->add_option("file", va->file, "Schedule file (.sched)")->required()->check(CLI::ExistingFile);
-  v->add_option("--memory-limit", va->memory_limit, "Per-rank memory limit, in the cost model's unit");
+  v->add_option("--memory-limit", va->memory_limit, "Per-rank memory limit, in the cost model's unit")->check(kMemoryLimit);
   v->add_flag("--json", va->json, "Print the result as JSON");
   v->callback([va, exit_code] { *exit_code = run(*va, false); });
 
@@ -138,7 +158,7 @@ void add_sim_commands(CLI::App& app, int* exit_code) {
       "Simulate a .sched schedule: validate it, time it with its cost model, and optionally write its timeline "
       "(SVG), Chrome/Perfetto trace (JSON) and dependency graph (DOT, or SVG when the name ends in .svg).");
   s->add_option("file", sa->file, "Schedule file (.sched)")->required()->check(CLI::ExistingFile);
-  s->add_option("--memory-limit", sa->memory_limit, "Per-rank memory limit, in the cost model's unit");
+  s->add_option("--memory-limit", sa->memory_limit, "Per-rank memory limit, in the cost model's unit")->check(kMemoryLimit);
   s->add_option("--svg", sa->svg, "Write the timeline SVG here");
   s->add_option("--trace", sa->trace, "Write the Chrome/Perfetto trace JSON here");
   s->add_option("--dot", sa->dot, "Write the op dependency graph here (.dot text, or .svg rendered by Graphviz)");

@@ -2,15 +2,19 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <string_view>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "apps/text_file.h"
 #include "puzzles/runner.h"
+#include "schedules/input.h"
+#include "schedules/limits.h"
 #include "schedules/pytorch_csv.h"
+#include "schedules/pytorch_csv_cells.h"
 #include "schedules/text_format.h"
 
 namespace trainsim::apps {
@@ -51,33 +55,38 @@ std::vector<int> parse_stage_map(const std::string& spec, int world, int stages)
 }
 
 void csv_shape(const std::string& csv, int& world, int& stages) {
-  std::vector<std::string> rows;
-  std::string cur;
-  for (char c : csv) {
-    if (c == '\n') rows.push_back(cur), cur.clear();
-    else cur += c;
-  }
-  if (!cur.empty()) rows.push_back(cur);
-  world = static_cast<int>(rows.size());
+  // Row by row over the text, keeping nothing per row: the import that follows checks the limits and the cells.
+  const std::size_t end = csv::content_size(csv);
+  world = 0;
   stages = 0;
-  for (const auto& row : rows) {
-    std::stringstream ss(row);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) {
-      std::size_t i = cell.find_first_not_of(" \t\"");
+  std::size_t start = 0;
+  while (start < end) {
+    std::size_t nl = std::min(csv.find('\n', start), end);
+    if (world < kMaxWorldSize) ++world;
+    std::string_view row(csv.data() + start, nl - start);
+    std::size_t cell = 0;
+    while (cell <= row.size()) {
+      std::size_t comma = std::min(row.find(',', cell), row.size());
+      std::string_view c = row.substr(cell, comma - cell);
+      std::size_t i = c.find_first_not_of(" \t\"");
       std::size_t j = i;
-      while (j < cell.size() && std::isdigit(static_cast<unsigned char>(cell[j]))) ++j;
-      if (i != std::string::npos && j > i && j - i <= 9) stages = std::max(stages, std::stoi(cell.substr(i, j - i)) + 1);
+      while (i != std::string_view::npos && j < c.size() && std::isdigit(static_cast<unsigned char>(c[j]))) ++j;
+      int stage = 0;
+      if (i != std::string_view::npos && j > i && j - i <= 9 &&
+          std::from_chars(c.data() + i, c.data() + j, stage).ec == std::errc() && stage < kMaxCount)
+        stages = std::max(stages, stage + 1);
+      cell = comma + 1;
     }
+    start = nl + 1;
   }
 }
 
 Schedule load_schedule_input(const std::string& what, const ScheduleInputOptions& o) {
   std::error_code ec;
-  if (std::filesystem::is_regular_file(what, ec)) {
+  // A file of any kind but a directory: a pipe or process substitution is read as a .sched file.
+  if (std::filesystem::exists(what, ec) && !std::filesystem::is_directory(what, ec)) {
     if (extension(what) != ".csv") return read_schedule_file(what);
-    std::string csv;
-    if (!read_text_file(what, csv)) throw std::invalid_argument(fmt::format("cannot read '{}'", what));
+    std::string csv = read_input_file(what);
     std::vector<int> map;
     if (!o.stage_map.empty()) {
       int world = 0, stages = 0;

@@ -16,7 +16,8 @@ std::string extension(const std::string& path);
 /// std::invalid_argument.
 std::vector<int> parse_stage_map(const std::string& spec, int world, int stages);
 
-/// Ranks (rows) and stages (1 + the largest leading stage number of any cell) of a CSV, for --stage-map loop|v.
+/// Ranks (rows, blank lines at the end left out, at most kMaxWorldSize) and stages (1 + the largest leading stage
+/// number below kMaxCount of any cell) of a CSV, for --stage-map loop|v. Linear in the text, no allocation.
 void csv_shape(const std::string& csv, int& world, int& stages);
 
 /// How to read a CSV.
@@ -25,9 +26,10 @@ struct ScheduleInputOptions {
   std::string stage_map;  ///< "": inferred (parse_stage_map's forms otherwise)
 };
 
-/// The schedule `what` names: a .sched file, a .csv file, or a puzzle name ("gpipe"). Throws ParseError for a
-/// bad .sched file and std::invalid_argument for a bad CSV, an unreadable file, a failing puzzle or a name
-/// that is none of these (listing the puzzles).
+/// The schedule `what` names: a .sched file, a .csv file (any readable file but a directory: a pipe too),
+/// or a puzzle name ("gpipe"). Throws ParseError for a bad .sched file and std::invalid_argument for a bad
+/// CSV, an unreadable file or one larger than kMaxInputBytes, a failing puzzle or a name that is none of
+/// these (listing the puzzles).
 Schedule load_schedule_input(const std::string& what, const ScheduleInputOptions& options = {});
 
 }  // namespace trainsim::apps

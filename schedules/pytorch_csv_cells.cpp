@@ -7,6 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "schedules/input.h"
+#include "schedules/limits.h"
+
 namespace trainsim::csv {
 
 
@@ -37,20 +40,26 @@ std::string type_list() {
 }
 
 
-std::vector<std::string> split_rows(const std::string& text) {
+std::size_t content_size(const std::string& text) {
+  std::size_t end = text.find_last_not_of(" \t\r\n");
+  return end == std::string::npos ? 0 : end + 1;
+}
+
+std::vector<std::string> split_rows(const std::string& text, const std::string& source) {
+  const std::size_t end = content_size(text);  // blank lines at the end are no ranks
   std::vector<std::string> rows;
-  std::string cur;
-  for (char c : text) {
-    if (c == '\n') {
-      rows.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
+  std::size_t start = 0;
+  while (start < end) {
+    if (rows.size() == static_cast<std::size_t>(kMaxWorldSize))
+      throw std::invalid_argument(fmt::format("{}: the CSV has more than {} rows (ranks), the limit "
+                                              "(docs/pytorch-csv.md)",
+                                              source, kMaxWorldSize));
+    std::size_t nl = text.find('\n', start);
+    if (nl == std::string::npos || nl > end) nl = end;
+    rows.push_back(text.substr(start, nl - start));
+    if (!rows.back().empty() && rows.back().back() == '\r') rows.back().pop_back();
+    start = nl + 1;
   }
-  if (!cur.empty()) rows.push_back(cur);  // no newline after the last row
-  for (auto& r : rows)
-    if (!r.empty() && r.back() == '\r') r.pop_back();
   return rows;
 }
 
@@ -80,7 +89,7 @@ std::vector<std::string> split_cells(const std::string& row) {
 
 [[noreturn]] void fail_cell(const std::string& source, int row, int col, const std::string& cell, const std::string& what) {
   throw std::invalid_argument(
-      fmt::format("{}: row {} (rank {}), column {}, cell '{}': {}", source, row + 1, row, col + 1, cell, what));
+      fmt::format("{}: row {} (rank {}), column {}, cell '{}': {}", source, row + 1, row, col + 1, shown(cell), what));
 }
 
 [[noreturn]] void fail_at(const std::string& source, const Action& a, const std::string& what) {
@@ -105,18 +114,20 @@ Action parse_cell(const std::string& source, const std::string& cell, int row, i
   if (i == 0)
     fail_cell(source, row, col, cell,
               "expected an action: a stage number, an action type and a microbatch number, like 0F1 or 1SEND_B0");
-  if (i > 9) fail_cell(source, row, col, cell, "the stage number is too large");
+  if (i > 9 || std::stoi(cell.substr(0, i)) >= kMaxCount)
+    fail_cell(source, row, col, cell, fmt::format("the stage number is too large (stages are 0 to {})", kMaxCount - 1));
   std::size_t j = i;
   while (j < cell.size() && (std::isalpha(static_cast<unsigned char>(cell[j])) || cell[j] == '_')) ++j;
   std::string type = cell.substr(i, j - i), rest = cell.substr(j);
   if (type.empty()) fail_cell(source, row, col, cell, fmt::format("no action type after the stage number (expected one of {})", type_list()));
   if (!rest.empty() && !digits(rest))
-    fail_cell(source, row, col, cell, fmt::format("unexpected '{}' after the action type", rest));
-  if (rest.size() > 9) fail_cell(source, row, col, cell, "the microbatch number is too large");
+    fail_cell(source, row, col, cell, fmt::format("unexpected '{}' after the action type", shown(rest)));
+  if (rest.size() > 9 || (!rest.empty() && std::stoi(rest) >= kMaxCount))
+    fail_cell(source, row, col, cell, fmt::format("the microbatch number is too large (microbatches are 0 to {})", kMaxCount - 1));
   const ActInfo* found = nullptr;
   for (const auto& k : kActs)
     if (type == k.name) found = &k;
-  if (!found) fail_cell(source, row, col, cell, fmt::format("unknown action type '{}' (expected one of {})", type, type_list()));
+  if (!found) fail_cell(source, row, col, cell, fmt::format("unknown action type '{}' (expected one of {})", shown(type), type_list()));
   a.act = found->act;
   a.stage = std::stoi(cell.substr(0, i));
   if (found->microbatch) {

@@ -41,8 +41,11 @@ struct Action {
 using Key = std::tuple<Act, int, int>;  // (type, stage, microbatch)
 inline Key key_of(const Action& a) { return {a.act, a.stage, a.mb}; }
 
-/// The CSV's lines (rows), without line terminators.
-std::vector<std::string> split_rows(const std::string& text);
+/// Bytes of `text` up to its last character that is not a blank or a line break.
+std::size_t content_size(const std::string& text);
+/// The CSV's lines (rows), without line terminators; blank lines at the end are left out. Throws
+/// std::invalid_argument naming `source` when there are more than kMaxWorldSize rows.
+std::vector<std::string> split_rows(const std::string& text, const std::string& source);
 /// `s` without surrounding blanks.
 std::string trim(const std::string& s);
 /// One row's cells, trimmed (quotes removed).
@@ -53,7 +56,8 @@ std::vector<std::string> split_cells(const std::string& row);
 [[noreturn]] void fail_row(const std::string& source, int row, const std::string& what);
 /// True for a non-empty string of decimal digits.
 bool digits(const std::string& s);
-/// Parses one non-empty cell. Throws std::invalid_argument (via fail_cell).
+/// Parses one non-empty cell. Throws std::invalid_argument (via fail_cell), also for a stage or microbatch
+/// number of kMaxCount or more.
 Action parse_cell(const std::string& source, const std::string& cell, int row, int col);
 /// Parses one non-empty cell into its actions: one, or for PyTorch's `(0F3;5B1)OVERLAP_F_B` (DualPipeV's
 /// overlapped forward and backward, `_Action.__repr__` with sub-actions) its compute sub-actions in order.

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "schedules/defaults.h"
+#include "schedules/limits.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/pytorch_csv_cells.h"
 
@@ -42,7 +43,7 @@ class Importer {
  public:
   Importer(const std::string& csv, int microbatches, std::vector<int> stage_map, std::string source)
       : source_(std::move(source)), given_m_(microbatches), map_(std::move(stage_map)) {
-    std::vector<std::string> lines = split_rows(csv);
+    std::vector<std::string> lines = split_rows(csv, source_);
     if (lines.empty()) throw std::invalid_argument(fmt::format("{}: the CSV has no rows (one row per rank)", source_));
     rows_.resize(lines.size());
     for (std::size_t r = 0; r < lines.size(); ++r) {
@@ -57,6 +58,8 @@ class Importer {
 
   Schedule run() {
     if (given_m_ < 0) throw std::invalid_argument(fmt::format("{}: microbatches must be at least 1, got {}", source_, given_m_));
+    if (given_m_ > kMaxCount)
+      throw std::invalid_argument(fmt::format("{}: {} microbatches is above the limit of {}", source_, given_m_, kMaxCount));
     bool any = false;
     for (const auto& row : rows_)
       for (const Action& a : row) {

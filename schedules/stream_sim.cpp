@@ -398,6 +398,13 @@ class StreamSim {
   }
 
   void finish(int id, Time start, Time duration, std::vector<int>& work) {
+    if (duration < 0 || duration > kMaxTime - start) {
+      const Op& op = op_of(id);
+      throw SimError(fmt::format("rank {}: {}{} starts at t={} and takes {} s: simulated time would pass its limit of "
+                                 "{} s (2^63 ns, about 292 years)",
+                                 op.rank, op.describe(), where_suffix(op), format_time(start), format_time(duration),
+                                 format_time(kMaxTime)));
+    }
     Node& n = nodes_[id];
     n.start = start;
     n.end = start + duration;

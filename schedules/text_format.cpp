@@ -1,13 +1,16 @@
 #include "schedules/text_format.h"
 
 #include <cctype>
-#include <fstream>
+#include <charconv>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include "schedules/defaults.h"
+#include "schedules/input.h"
+#include "schedules/limits.h"
 
 namespace trainsim {
 
@@ -29,32 +32,46 @@ struct Token {
   int col = 0;  // 1-based
 };
 
-// Reads "0-3,5" into an IdSet; throws std::invalid_argument.
-IdSet parse_idset(const std::string& s) {
-  IdSet out;
-  if (s.empty()) return out;
-  std::stringstream ss(s);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    auto dash = part.find('-');
-    auto num = [&](const std::string& n) {
-      if (n.empty() || !std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isdigit(c); }))
-        throw std::invalid_argument(fmt::format("'{}' is not a set of ids like 0-3,5", s));
-      return std::stoi(n);
-    };
-    if (dash == std::string::npos) {
-      out.insert(num(part));
-    } else {
-      int lo = num(part.substr(0, dash)), hi = num(part.substr(dash + 1));
-      if (hi < lo) throw std::invalid_argument(fmt::format("range {} runs backwards", part));
-      out = out | IdSet::range(lo, hi + 1);
-    }
-  }
-  return out;
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+// The number `digits` (all decimal digits), or -1 when it is above `max` (however many digits it has).
+long long bounded_number(std::string_view digits, long long max) {
+  long long v = 0;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || p != digits.data() + digits.size() || v > max) return -1;
+  return v;
+}
+
+// Reads "0-3,5" into an IdSet of ids up to `max_id` (`noun` names an id in errors: "batch"); throws
+// std::invalid_argument. Sorts the runs once: a
+// line of a hundred thousand ids costs O(n log n).
+IdSet parse_idset(std::string_view s, int max_id, std::string_view noun) {
+  std::vector<std::pair<int, int>> runs;
+  std::size_t start = 0;
+  while (!s.empty()) {
+    std::size_t comma = s.find(',', start);
+    std::string_view part = s.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    auto dash = part.find('-');
+    auto num = [&](std::string_view n) {
+      if (!all_digits(n)) throw std::invalid_argument(fmt::format("'{}' is not a set of ids like 0-3,5", shown(s)));
+      long long v = bounded_number(n, max_id);
+      if (v < 0) throw std::invalid_argument(fmt::format("{} {} is too large (at most {})", noun, shown(n), max_id));
+      return static_cast<int>(v);
+    };
+    if (dash == std::string_view::npos) {
+      int id = num(part);
+      runs.emplace_back(id, id + 1);
+    } else {
+      int lo = num(part.substr(0, dash)), hi = num(part.substr(dash + 1));
+      if (hi < lo) throw std::invalid_argument(fmt::format("range {} runs backwards", shown(part)));
+      runs.emplace_back(lo, hi + 1);
+    }
+    if (comma == std::string_view::npos || comma + 1 == s.size()) break;  // (a trailing comma is allowed)
+    start = comma + 1;
+  }
+  return IdSet::from_runs(std::move(runs));
 }
 
 class Parser {
@@ -76,7 +93,7 @@ class Parser {
       const std::string& key = toks[0].text;
       if (seen.empty()) {
         if (key != "trainsim-schedule")
-          fail(toks[0], fmt::format("expected the format line 'trainsim-schedule 1', got '{}'", key));
+          fail(toks[0], fmt::format("expected the format line 'trainsim-schedule 1', got '{}'", shown(key)));
         expect_count(toks, 2);
         int v = integer(toks[1], "a format version");
         if (v != 1) fail(toks[1], fmt::format("unsupported format version {} (this trainsim reads version 1)", v));
@@ -98,6 +115,7 @@ class Parser {
         if (r >= s.header.world_size)
           fail(toks[1], fmt::format("rank {} is out of range: world_size is {}", r, s.header.world_size));
         current_rank = r;
+        s.ranks.emplace_back();  // allocated as listed: a header's world_size alone costs nothing
         continue;
       }
       if (!header_done) {
@@ -105,7 +123,7 @@ class Parser {
         continue;
       }
       if (current_rank < 0) fail(toks[0], "expected 'rank N' before the ops");
-      s.ranks[current_rank].push_back(op_line(s.header, current_rank, toks));
+      s.ranks.back().push_back(op_line(s.header, current_rank, toks));
     }
     if (seen.empty()) throw ParseError(fmt::format("{}:1:1: empty schedule: expected 'trainsim-schedule 1'", source_));
     if (!header_done) {
@@ -142,13 +160,21 @@ class Parser {
   }
 
   void expect_count(const std::vector<Token>& toks, std::size_t n) const {
-    if (toks.size() < n) fail(toks.back(), fmt::format("'{}' needs {} value{}", toks[0].text, n - 1, n == 2 ? "" : "s"));
-    if (toks.size() > n) fail(toks[n], fmt::format("unexpected '{}' after '{}'", toks[n].text, toks[0].text));
+    if (toks.size() < n) fail(toks.back(), fmt::format("'{}' needs {} value{}", shown(toks[0].text), n - 1, n == 2 ? "" : "s"));
+    if (toks.size() > n) fail(toks[n], fmt::format("unexpected '{}' after '{}'", shown(toks[n].text), shown(toks[0].text)));
   }
 
-  int integer(const Token& t, const char* what) const {
-    if (!all_digits(t.text) || t.text.size() > 9) fail(t, fmt::format("expected {} (a non-negative integer), got '{}'", what, t.text));
-    return std::stoi(t.text);
+  // A non-negative integer up to `max` (docs/schedule-format.md, Limits); `what` names it in errors.
+  int integer(const Token& t, std::string_view what, int max = kMaxNumber) const {
+    return number(t, t.text, what, max);
+  }
+
+  // The integer `digits`, part of token `t`.
+  int number(const Token& t, std::string_view digits, std::string_view what, int max) const {
+    if (!all_digits(digits)) fail(t, fmt::format("expected {} (a non-negative integer), got '{}'", what, shown(digits)));
+    long long v = bounded_number(digits, max);
+    if (v < 0) fail(t, fmt::format("{} {} is too large (at most {})", what, shown(digits), max));
+    return static_cast<int>(v);
   }
 
   void header_line(Schedule& s, std::set<std::string>& seen, const std::vector<Token>& toks) {
@@ -157,19 +183,19 @@ class Parser {
     if (key != "group" && seen.count(key)) fail(toks[0], fmt::format("'{}' is given twice", key));
     if (key == "world_size" || key == "layers" || key == "microbatches") {
       expect_count(toks, 2);
-      int v = integer(toks[1], key.c_str());
+      int v = integer(toks[1], key, key == "world_size" ? kMaxWorldSize : kMaxCount);
       if (v < 1) fail(toks[1], fmt::format("{} must be at least 1", key));
       (key == "world_size" ? h.world_size : key == "layers" ? h.layers : h.microbatches) = v;
     } else if (key == "cost_model") {
       expect_count(toks, 2);
       if (toks[1].text != "puzzle" && toks[1].text != "unit")
-        fail(toks[1], fmt::format("unknown cost model '{}' (expected puzzle or unit)", toks[1].text));
+        fail(toks[1], fmt::format("unknown cost model '{}' (expected puzzle or unit)", shown(toks[1].text)));
       h.cost_model = toks[1].text;
     } else if (key == "p2p") {
       expect_count(toks, 2);
       if (toks[1].text == "one-slot") h.p2p = P2PMode::OneSlotPerDestination;
       else if (toks[1].text == "per-pair") h.p2p = P2PMode::PerPairChannel;
-      else fail(toks[1], fmt::format("expected one-slot or per-pair, got '{}'", toks[1].text));
+      else fail(toks[1], fmt::format("expected one-slot or per-pair, got '{}'", shown(toks[1].text)));
     } else if (key == "stage_map") {
       need(seen, {"world_size", "layers"}, toks[0]);
       if (static_cast<int>(toks.size()) - 1 != h.layers)
@@ -192,7 +218,7 @@ class Parser {
     } else {
       fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
                                 "p2p, stage_map, group or rank)",
-                                key));
+                                shown(key)));
     }
     seen.insert(key);
   }
@@ -205,7 +231,7 @@ class Parser {
   void check_header(Schedule& s, const std::set<std::string>& seen, const Token& at) const {
     for (const char* k : {"world_size", "layers", "microbatches"})
       if (!seen.count(k)) fail(at, fmt::format("the header has no '{}' line", k));
-    s.ranks.assign(s.header.world_size, {});
+    s.ranks.clear();  // filled rank by rank as the file lists them
   }
 
   int rank_value(const Token& t, const ScheduleHeader& h) const {
@@ -223,9 +249,9 @@ class Parser {
     }
     bool per_layer = x.kind == TensorKind::Weight || x.kind == TensorKind::OptState || x.kind == TensorKind::WeightGrad;
     int max_layer = per_layer ? h.layers - 1 : h.layers;
-    if (x.layer > max_layer) fail(t, fmt::format("{}: layer {} is out of range 0..{}", t.text, x.layer, max_layer));
+    if (x.layer > max_layer) fail(t, fmt::format("{}: layer {} is out of range 0..{}", shown(t.text), x.layer, max_layer));
     if (!x.batches.empty() && x.batches.runs().back().second > h.microbatches)
-      fail(t, fmt::format("{}: batch {} is out of range 0..{}", t.text, x.batches.runs().back().second - 1, h.microbatches - 1));
+      fail(t, fmt::format("{}: batch {} is out of range 0..{}", shown(t.text), x.batches.runs().back().second - 1, h.microbatches - 1));
     return x;
   }
 
@@ -234,7 +260,7 @@ class Parser {
     op.rank = rank;
     op.where = fmt::format("{}:{}", source_, line_no_);
     auto kind = op_kind_from_name(toks[0].text);
-    if (!kind) fail(toks[0], fmt::format("unknown op '{}' (expected one of: {})", toks[0].text, kind_list()));
+    if (!kind) fail(toks[0], fmt::format("unknown op '{}' (expected one of: {})", shown(toks[0].text), kind_list()));
     op.kind = *kind;
     if (op.kind == OpKind::Loss) op.layer = h.layers;
     if (op.kind == OpKind::Recv) op.peer = -2;  // must be given
@@ -258,15 +284,16 @@ class Parser {
         (part == Reads ? op.reads : op.writes).push_back(tensor(t, h));
         continue;
       }
-      if (t.text.size() > 1 && t.text[0] == 'L' && all_digits(t.text.substr(1))) {
-        op.layer = std::stoi(t.text.substr(1));
+      if (t.text.size() > 1 && t.text[0] == 'L' && all_digits(std::string_view(t.text).substr(1))) {
+        op.layer = number(t, std::string_view(t.text).substr(1), "layer", kMaxCount);
         if (op.kind == OpKind::Loss ? op.layer != h.layers : op.layer >= h.layers)
           fail(t, op.kind == OpKind::Loss ? fmt::format("the loss is at layer {} (the last), not {}", h.layers, op.layer)
                                           : fmt::format("layer {} is out of range 0..{}", op.layer, h.layers - 1));
       } else if (t.text.front() == '{') {
-        if (t.text.back() != '}') fail(t, fmt::format("expected a batch set like {{0-3}}, got '{}'", t.text));
+        if (t.text.size() < 2 || t.text.back() != '}')
+          fail(t, fmt::format("expected a batch set like {{0-3}}, got '{}'", shown(t.text)));
         try {
-          op.batches = parse_idset(t.text.substr(1, t.text.size() - 2));
+          op.batches = parse_idset(std::string_view(t.text).substr(1, t.text.size() - 2), kMaxCount - 1, "batch");
         } catch (const std::invalid_argument& e) {
           fail(t, e.what());
         }
@@ -290,7 +317,8 @@ class Parser {
           op.stream = integer(v, "a stream");
         }
       } else {
-        fail(t, fmt::format("unexpected '{}' (expected L<layer>, {{batches}}, to, from, group, stream, ':' or '->')", t.text));
+        fail(t, fmt::format("unexpected '{}' (expected L<layer>, {{batches}}, to, from, group, stream, ':' or '->')",
+                            shown(t.text)));
       }
     }
     if (op.kind == OpKind::Send && op.peer < 0) fail(toks[0], "send needs 'to RANK'");
@@ -338,52 +366,63 @@ Tensor parse_tensor(const std::string& text) {
   else if (starts("W")) t.kind = TensorKind::Weight, i = 1;
   else if (starts("O")) t.kind = TensorKind::OptState, i = 1;
   else if (starts("A")) t.kind = TensorKind::Activation, i = 1;
-  else throw std::invalid_argument(fmt::format("expected a tensor (W, O, A, dA or dW then a layer), got '{}'", text));
+  else throw std::invalid_argument(fmt::format("expected a tensor (W, O, A, dA or dW then a layer), got '{}'", shown(text)));
   std::size_t j = i;
   while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-  if (j == i || j - i > 9) throw std::invalid_argument(fmt::format("expected a layer number after '{}' in '{}'", text.substr(0, i), text));
-  t.layer = std::stoi(text.substr(i, j - i));
+  if (j == i) throw std::invalid_argument(fmt::format("expected a layer number after '{}' in '{}'", text.substr(0, i), shown(text)));
+  long long layer = bounded_number(std::string_view(text).substr(i, j - i), kMaxCount);
+  if (layer < 0)
+    throw std::invalid_argument(fmt::format("layer {} is too large (at most {}) in '{}'", shown(text.substr(i, j - i)),
+                                            kMaxCount, shown(text)));
+  t.layer = static_cast<int>(layer);
   i = j;
   bool batched = t.kind != TensorKind::Weight && t.kind != TensorKind::OptState;
   if (batched) {
     if (i >= text.size() || text[i] != '{')
-      throw std::invalid_argument(fmt::format("{} needs a batch set, like {}{}{{0-3}}", text, short_name(t.kind), t.layer));
+      throw std::invalid_argument(fmt::format("{} needs a batch set, like {}{}{{0-3}}", shown(text), short_name(t.kind), t.layer));
     auto close = text.find('}', i);
-    if (close == std::string::npos) throw std::invalid_argument(fmt::format("unclosed '{{' in '{}'", text));
-    t.batches = parse_idset(text.substr(i + 1, close - i - 1));
+    if (close == std::string::npos) throw std::invalid_argument(fmt::format("unclosed '{{' in '{}'", shown(text)));
+    t.batches = parse_idset(std::string_view(text).substr(i + 1, close - i - 1), kMaxCount - 1, "batch");
     i = close + 1;
   }
   if (i < text.size() && text[i] == '[') {
     auto close = text.find(']', i);
     auto slash = text.find('/', i);
     if (close == std::string::npos || slash == std::string::npos || slash > close)
-      throw std::invalid_argument(fmt::format("expected shards like [0/4] in '{}'", text));
-    t.shards = parse_idset(text.substr(i + 1, slash - i - 1));
+      throw std::invalid_argument(fmt::format("expected shards like [0/4] in '{}'", shown(text)));
+    t.shards = parse_idset(std::string_view(text).substr(i + 1, slash - i - 1), kMaxCount - 1, "shard");
     std::string n = text.substr(slash + 1, close - slash - 1);
-    if (!all_digits(n) || n.size() > 9) throw std::invalid_argument(fmt::format("expected a shard count in '{}'", text));
-    t.num_shards = std::stoi(n);
+    if (!all_digits(n)) throw std::invalid_argument(fmt::format("expected a shard count in '{}'", shown(text)));
+    long long count = bounded_number(n, kMaxCount);
+    if (count < 0)
+      throw std::invalid_argument(fmt::format("shard count {} is too large (at most {}) in '{}'", shown(n), kMaxCount, shown(text)));
+    t.num_shards = static_cast<int>(count);
     if (t.num_shards < 1 || t.shards.empty() || t.shards.runs().back().second > t.num_shards)
-      throw std::invalid_argument(fmt::format("shards {} are out of range for {} shards in '{}'", t.shards.str(), t.num_shards, text));
+      throw std::invalid_argument(fmt::format("shards {} are out of range for {} shards in '{}'", shown(t.shards.str()), t.num_shards, shown(text)));
     i = close + 1;
   }
   if (i < text.size() && text[i] == '@') {
     std::string n = text.substr(i + 1);
-    if (!all_digits(n) || n.size() > 9) throw std::invalid_argument(fmt::format("expected a step after '@' in '{}'", text));
-    t.step = std::stoi(n);
+    long long step = all_digits(n) ? bounded_number(n, kMaxNumber) : -1;
+    if (step < 0) throw std::invalid_argument(fmt::format("expected a step (0 to {}) after '@' in '{}'", kMaxNumber, shown(text)));
+    t.step = static_cast<int>(step);
     i = text.size();
   }
-  if (i != text.size()) throw std::invalid_argument(fmt::format("unexpected '{}' at the end of '{}'", text.substr(i), text));
+  if (i != text.size())
+    throw std::invalid_argument(fmt::format("unexpected '{}' at the end of '{}'", shown(text.substr(i)), shown(text)));
   return t;
 }
 
 Schedule parse_schedule(const std::string& text, const std::string& source) { return Parser(text, source).parse(); }
 
 Schedule read_schedule_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ParseError(fmt::format("{}: cannot open the file", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_schedule(ss.str(), path);
+  std::string text;
+  try {
+    text = read_input_file(path);
+  } catch (const std::invalid_argument& e) {
+    throw ParseError(e.what());
+  }
+  return parse_schedule(text, path);
 }
 
 std::string print_op(const Op& op, const ScheduleHeader& h) {

@@ -113,9 +113,7 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (o.layer != l) return fmt::format("the optimizer state is {}, not layer {}'s", o.str(), l);
       IdSet all = IdSet::range(0, microbatches);
       if (dw.batches != all) {
-        IdSet missing;
-        for (int b = 0; b < microbatches; ++b)
-          if (!dw.batches.contains(b)) missing.insert(b);
+        IdSet missing = all - dw.batches;
         return fmt::format("the weight grad {} is missing batches {{{}}}; an update needs the grad of every batch",
                            dw.str(), missing.str());
       }

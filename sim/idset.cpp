@@ -18,6 +18,20 @@ IdSet IdSet::range(int lo, int hi) {
   return s;
 }
 
+IdSet IdSet::from_runs(std::vector<std::pair<int, int>> runs) {
+  std::sort(runs.begin(), runs.end());
+  IdSet out;
+  for (auto r : runs) {
+    if (r.first < 0) throw std::invalid_argument(fmt::format("ids are non-negative, got {}", r.first));
+    if (r.second <= r.first) continue;
+    if (!out.runs_.empty() && r.first <= out.runs_.back().second)
+      out.runs_.back().second = std::max(out.runs_.back().second, r.second);
+    else
+      out.runs_.push_back(r);
+  }
+  return out;
+}
+
 void IdSet::insert(int id) {
   if (id < 0) throw std::invalid_argument(fmt::format("ids are non-negative, got {}", id));
   *this = *this | IdSet::range(id, id + 1);
@@ -62,6 +76,22 @@ IdSet IdSet::operator&(const IdSet& other) const {
     int hi = std::min(runs_[i].second, other.runs_[j].second);
     if (lo < hi) out.runs_.emplace_back(lo, hi);
     if (runs_[i].second < other.runs_[j].second) ++i; else ++j;
+  }
+  return out;
+}
+
+IdSet IdSet::operator-(const IdSet& other) const {
+  IdSet out;
+  std::size_t j = 0;
+  for (auto [lo, hi] : runs_) {
+    while (j < other.runs_.size() && other.runs_[j].second <= lo) ++j;
+    std::size_t k = j;
+    int from = lo;
+    for (; k < other.runs_.size() && other.runs_[k].first < hi; ++k) {
+      if (other.runs_[k].first > from) out.runs_.emplace_back(from, other.runs_[k].first);
+      from = std::max(from, other.runs_[k].second);
+    }
+    if (from < hi) out.runs_.emplace_back(from, hi);
   }
   return out;
 }

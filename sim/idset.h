@@ -20,13 +20,16 @@ class IdSet {
   IdSet(std::initializer_list<int> ids);
   /// The ids in [lo, hi). Empty when hi <= lo.
   static IdSet range(int lo, int hi);
-  /// A set from any sequence of ids.
+  /// A set from any sequence of ids (sorted once: O(n log n)). Throws std::invalid_argument for a negative id.
   template <typename Range>
   static IdSet of(const Range& ids) {
-    IdSet s;
-    for (int id : ids) s.insert(id);
-    return s;
+    std::vector<std::pair<int, int>> runs;
+    for (int id : ids) runs.emplace_back(id, id + 1);
+    return from_runs(std::move(runs));
   }
+  /// The union of half-open runs [lo, hi) given in any order, overlapping or not (empty runs are skipped):
+  /// O(n log n) for n runs. Throws std::invalid_argument for a negative lo.
+  static IdSet from_runs(std::vector<std::pair<int, int>> runs);
 
   /// Adds one id. Throws std::invalid_argument for a negative id.
   void insert(int id);
@@ -41,6 +44,8 @@ class IdSet {
   IdSet operator|(const IdSet& other) const;
   /// Intersection.
   IdSet operator&(const IdSet& other) const;
+  /// Difference: the ids of this set that are not in `other` (linear in the number of runs).
+  IdSet operator-(const IdSet& other) const;
   /// The ids in increasing order.
   std::vector<int> ids() const;
   /// Smallest id; -1 when empty.

@@ -7,11 +7,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace trainsim {
 
 /// Virtual time or duration in nanoseconds.
 using Time = std::int64_t;
+
+/// The latest virtual time (2^63 - 1 ns, about 292 years); the simulator stops with an error rather than pass it.
+inline constexpr Time kMaxTime = std::numeric_limits<Time>::max();
 
 /// Nanoseconds in one simulated second (one puzzle step).
 inline constexpr Time kTicksPerSecond = 1'000'000'000;

@@ -31,11 +31,16 @@ MemoryPeak Trace::peak() const {
 double Trace::bubble_fraction() const {
   Time span = makespan();
   if (span == 0 || ranks.empty()) return 0;
-  Time busy = 0;
-  for (const auto& runs : ranks)
+  // Summed per rank in Time (a rank's busy time is at most its clock), then over ranks in double: the
+  // total over many ranks can pass the range of Time.
+  double busy = 0;
+  for (const auto& runs : ranks) {
+    Time rank_busy = 0;
     for (const auto& r : runs)
-      if (is_compute(r.op.kind)) busy += r.end - r.start;
-  return 1.0 - static_cast<double>(busy) / (static_cast<double>(span) * static_cast<double>(ranks.size()));
+      if (is_compute(r.op.kind)) rank_busy += r.end - r.start;
+    busy += static_cast<double>(rank_busy);
+  }
+  return 1.0 - busy / (static_cast<double>(span) * static_cast<double>(ranks.size()));
 }
 
 std::size_t Trace::op_count() const {

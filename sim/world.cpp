@@ -1,6 +1,7 @@
 #include "sim/world.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <set>
 #include <stdexcept>
@@ -10,7 +11,9 @@
 namespace trainsim {
 
 std::string format_time(Time t) {
-  std::string s = fmt::format("{:.9f}", to_seconds(t));
+  // Exact, in integers: a double has too few digits for times near kMaxTime.
+  const Time whole = t / kTicksPerSecond, frac = t % kTicksPerSecond;
+  std::string s = fmt::format("{}{}.{:09d}", t < 0 && whole == 0 ? "-" : "", whole, frac < 0 ? -frac : frac);
   while (s.back() == '0') s.pop_back();
   if (s.back() == '.') s.pop_back();
   return s;
@@ -24,9 +27,15 @@ std::string format_memory(double m) {
 namespace {
 std::string where_suffix(const Op& op) { return op.where.empty() ? std::string() : fmt::format(" ({})", op.where); }
 
+// Ranks and lines a deadlock report lists before it gives a count of the rest: a report stays readable,
+// and its size linear in the world size however many ranks wait for how many others.
+constexpr std::size_t kListed = 16;
+
+// "0, 1, 2" (the first kListed, then "... and N more").
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + fmt::format("{}", ranks[i]);
+  for (std::size_t i = 0; i < ranks.size() && i < kListed; ++i) s += (i ? ", " : "") + fmt::format("{}", ranks[i]);
+  if (ranks.size() > kListed) s += fmt::format(", ... and {} more", ranks.size() - kListed);
   return s;
 }
 }  // namespace
@@ -34,6 +43,9 @@ std::string rank_list(const std::vector<int>& ranks) {
 World::World(WorldOptions options, const CostModel& cost) : options_(options), cost_(&cost) {
   if (options_.world_size < 1)
     throw std::invalid_argument(fmt::format("world size must be at least 1, got {}", options_.world_size));
+  if (options_.memory_limit && !(std::isfinite(*options_.memory_limit) && *options_.memory_limit >= 0))
+    throw std::invalid_argument(
+        fmt::format("the memory limit must be a finite number of at least 0, got {}", *options_.memory_limit));
   for (int r = 0; r < options_.world_size; ++r) ranks_.emplace_back(cost);
   mailboxes_.resize(options_.world_size);
   std::vector<int> all(options_.world_size);
@@ -91,6 +103,11 @@ void World::record(int rank, Op op, int group_size) {
         format_time(rs.clock), op.describe(), where_suffix(op), format_memory(mem), cost_->memory_unit(),
         format_memory(*options_.memory_limit), rs.ledger.summary()));
   Time d = cost_->duration(op, group_size);
+  if (d < 0 || d > kMaxTime - rs.clock)
+    throw SimError(fmt::format("rank {}: {}{} starts at t={} and takes {} s: simulated time would pass its limit of "
+                               "{} s (2^63 ns, about 292 years)",
+                               rank, op.describe(), where_suffix(op), format_time(rs.clock), format_time(d),
+                               format_time(kMaxTime)));
   op.rank = rank;
   trace_.ranks[rank].push_back(OpRun{std::move(op), rs.clock, rs.clock + d, mem});
   rs.clock += d;
@@ -161,16 +178,14 @@ asio::awaitable<Message> World::recv(Op op) {
       record(rank, std::move(op), 1);
       co_return m;
     }
-    std::vector<int> from;
+    std::vector<int> from;  // empty for any source: every other rank, worked out only if a report needs it
     if (src >= 0) from.push_back(src);
-    else
-      for (int r = 0; r < options_.world_size; ++r)
-        if (r != rank) from.push_back(r);
     box.receiver_waiting = true;
     std::string detail = src >= 0 ? fmt::format("waiting for a message from rank {}", src)
                                   : std::string("waiting for a message from any rank");
     if (!box.messages.empty()) detail += fmt::format(" (its slot holds one from rank {})", box.messages.front().src);
     Blocked why{op, 0, std::move(from), std::move(detail)};
+    why.any_source = src < 0;
     co_await block(rank, std::move(why));
   }
 }
@@ -290,15 +305,88 @@ void World::run() {
                                  m.where.empty() ? std::string() : fmt::format(" ({})", m.where)));
 }
 
-std::pair<std::vector<int>, std::string> World::waiting_on(const Blocked& b) const {
-  if (b.group < 0) return {b.waits_for, b.detail};
+std::vector<int> World::missing_members(const Blocked& b) const {
   const Group& g = groups_[b.group];
   std::vector<int> missing;
   auto it = g.calls.find(b.seq);
   for (std::size_t i = 0; i < g.members.size(); ++i)
     if (it == g.calls.end() || !it->second.arrivals[i]) missing.push_back(g.members[i]);
-  return {missing, fmt::format("collective #{} of group {}, waiting for rank{} {}", b.seq, b.group,
-                               missing.size() == 1 ? "" : "s", rank_list(missing))};
+  return missing;
+}
+
+std::vector<int> World::wait_for_cycle(const std::vector<int>& blocked) const {
+  // Wait-for graph: ranks are nodes 0..N-1, and each collective call that blocked ranks wait in is one more
+  // node (edges rank -> call -> its missing members), so that the graph stays as large as the groups rather
+  // than (blocked members) x (missing members). A receive from any source waits for every unfinished rank.
+  // Depth-first from the lowest blocked rank, with an explicit stack (a cycle may run over every rank).
+  const int n = options_.world_size;
+  std::map<std::pair<int, std::uint64_t>, int> call_node;
+  std::vector<std::vector<int>> call_edges;  // node n + i -> the unfinished members it waits for
+  for (int r : blocked) {
+    const auto& b = ranks_[r].blocked;
+    if (!b || b->group < 0) continue;
+    auto [it, fresh] = call_node.try_emplace({b->group, b->seq}, n + static_cast<int>(call_edges.size()));
+    if (!fresh) continue;
+    std::vector<int> edges;
+    for (int w : missing_members(*b))
+      if (!ranks_[w].finished) edges.push_back(w);
+    call_edges.push_back(std::move(edges));
+  }
+  std::vector<int> unfinished;
+  for (int r = 0; r < n; ++r)
+    if (!ranks_[r].finished) unfinished.push_back(r);
+  std::vector<char> state(n + call_edges.size(), 0);  // 0 new, 1 on the stack, 2 done
+  struct Frame {
+    int node;
+    std::size_t next = 0;  // next edge to follow
+  };
+  std::vector<Frame> stack;
+  // The node's edge number `i`, or -1 past the last.
+  auto edge = [&](const Frame& f) -> int {
+    if (f.node >= n) {
+      const auto& e = call_edges[f.node - n];
+      return f.next < e.size() ? e[f.next] : -1;
+    }
+    const auto& b = ranks_[f.node].blocked;
+    if (!b) return -1;
+    if (b->group >= 0) return f.next == 0 ? call_node.at({b->group, b->seq}) : -1;
+    if (!b->any_source) {
+      const auto& w = b->waits_for;
+      return f.next < w.size() && !ranks_[w[f.next]].finished ? w[f.next] : (f.next < w.size() ? -2 : -1);
+    }
+    // Any source: the nearest rank below on the stack waits for this one, which waits for it: a cycle.
+    for (std::size_t i = stack.size() - 1; i-- > 0;)
+      if (stack[i].node < n) return f.next == 0 ? stack[i].node : -1;
+    if (f.next >= unfinished.size()) return -1;
+    return unfinished[f.next] == f.node ? -2 : unfinished[f.next];
+  };
+  for (int root : blocked) {
+    if (state[root] != 0) continue;
+    stack.push_back(Frame{root});
+    state[root] = 1;
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      int w = edge(f);
+      if (w == -1) {
+        state[f.node] = 2;
+        stack.pop_back();
+        continue;
+      }
+      ++f.next;
+      if (w == -2 || state[w] == 2) continue;  // (-2: an edge to skip: a finished rank, or itself)
+      if (state[w] == 1) {
+        std::vector<int> cycle;
+        auto it = std::find_if(stack.begin(), stack.end(), [&](const Frame& x) { return x.node == w; });
+        for (; it != stack.end(); ++it)
+          if (it->node < n) cycle.push_back(it->node);
+        cycle.push_back(w);
+        return cycle;
+      }
+      state[w] = 1;
+      stack.push_back(Frame{w});
+    }
+  }
+  return {};
 }
 
 std::string World::deadlock_report() const {
@@ -308,14 +396,24 @@ std::string World::deadlock_report() const {
   std::string s = fmt::format("deadlock: no event is left at t={} and rank{} {} {} blocked",
                               format_time(kernel_->now()), blocked.size() == 1 ? "" : "s", rank_list(blocked),
                               blocked.size() == 1 ? "is" : "are");
-  for (int r : blocked) {
+  for (std::size_t i = 0; i < blocked.size() && i < kListed; ++i) {
+    int r = blocked[i];
     const RankState& rs = ranks_[r];
     if (!rs.blocked) {
       s += fmt::format("\n  rank {}: suspended outside the simulator's primitives", r);
       continue;
     }
     const Blocked& b = *rs.blocked;
-    auto [waits_for, detail] = waiting_on(b);
+    std::vector<int> waits_for = b.waits_for;
+    std::string detail = b.detail;
+    if (b.group >= 0) {
+      waits_for = missing_members(b);
+      detail = fmt::format("collective #{} of group {}, waiting for rank{} {}", b.seq, b.group,
+                           waits_for.size() == 1 ? "" : "s", rank_list(waits_for));
+    } else if (b.any_source) {
+      for (int w = 0; w < options_.world_size; ++w)
+        if (w != r) waits_for.push_back(w);
+    }
     std::vector<int> finished;
     for (int w : waits_for)
       if (ranks_[w].finished) finished.push_back(w);
@@ -324,33 +422,15 @@ std::string World::deadlock_report() const {
     if (!finished.empty())
       s += fmt::format(" (rank{} {} finished without it)", finished.size() == 1 ? "" : "s", rank_list(finished));
   }
-  // Wait-for cycle: follow edges between blocked ranks from the lowest blocked rank.
-  std::vector<int> state(options_.world_size, 0);  // 0 new, 1 on stack, 2 done
-  std::vector<int> stack;
-  std::vector<int> cycle;
-  std::function<bool(int)> dfs = [&](int r) {
-    state[r] = 1;
-    stack.push_back(r);
-    if (ranks_[r].blocked)
-      for (int w : waiting_on(*ranks_[r].blocked).first) {
-        if (ranks_[w].finished) continue;
-        if (state[w] == 1) {
-          auto it = std::find(stack.begin(), stack.end(), w);
-          cycle.assign(it, stack.end());
-          cycle.push_back(w);
-          return true;
-        }
-        if (state[w] == 0 && dfs(w)) return true;
-      }
-    stack.pop_back();
-    state[r] = 2;
-    return false;
-  };
-  for (int r : blocked)
-    if (state[r] == 0 && dfs(r)) break;
+  if (blocked.size() > kListed) s += fmt::format("\n  ... and {} more blocked ranks", blocked.size() - kListed);
+  std::vector<int> cycle = wait_for_cycle(blocked);
   if (!cycle.empty()) {
     s += "\n  wait-for cycle: ";
-    for (std::size_t i = 0; i < cycle.size(); ++i) s += fmt::format("{}rank {}", i ? " -> " : "", cycle[i]);
+    // The first ranks of a long cycle, then how many more, then the rank it closes on.
+    for (std::size_t i = 0; i + 1 < cycle.size() && i < kListed; ++i) s += fmt::format("{}rank {}", i ? " -> " : "", cycle[i]);
+    if (cycle.size() - 1 > kListed) s += fmt::format(" -> ... ({} more ranks)", cycle.size() - 1 - kListed);
+    s += fmt::format(" -> rank {}", cycle.back());
+    if (cycle.size() - 1 > kListed) s += fmt::format(" ({} ranks in the cycle)", cycle.size() - 1);
   } else {
     s += "\n  no wait-for cycle: the blocked ranks wait for ranks that finished";
   }

@@ -49,7 +49,7 @@ struct WorldOptions {
 /// Simulated cluster. Single-threaded; not copyable.
 class World {
  public:
-  /// Throws std::invalid_argument when world_size < 1.
+  /// Throws std::invalid_argument when world_size < 1 or the memory limit is negative or not finite.
   World(WorldOptions options, const CostModel& cost);
   World(const World&) = delete;
   World& operator=(const World&) = delete;
@@ -71,7 +71,7 @@ class World {
   MemoryLedger& ledger(int rank) { return ranks_.at(rank).ledger; }
 
   /// Runs a timed local op now on its rank: samples memory, records it, advances the rank's clock.
-  /// Throws MemoryLimitError over the limit.
+  /// Throws MemoryLimitError over the limit, SimError when the clock would pass kMaxTime.
   void execute(Op op);
   /// Point-to-point send of `payload` (puzzle `pass_to`). Records the Send at the rank's clock, then
   /// waits while the destination's slot is full. Throws SimError for a bad destination.
@@ -102,6 +102,7 @@ class World {
     std::string detail;
     int group = -1;              // collective: its group and call number
     std::uint64_t seq = 0;
+    bool any_source = false;     // a receive from any source: waits for every other rank (waits_for empty)
   };
   struct RankState {
     explicit RankState(const CostModel& c) : ledger(c) {}
@@ -139,9 +140,13 @@ class World {
   asio::awaitable<void> block(int rank, Blocked b);
   void record(int rank, Op op, int group_size);
   void complete(Group& g, std::uint64_t seq, Call& call);
+  // The deadlock message: the blocked ranks (the first few in detail, then a count) and a wait-for cycle.
   std::string deadlock_report() const;
-  // Who a blocked rank waits for, and why (for collectives, the members that have not arrived).
-  std::pair<std::vector<int>, std::string> waiting_on(const Blocked& b) const;
+  // The members of a blocked collective's group that have not arrived at its call.
+  std::vector<int> missing_members(const Blocked& b) const;
+  // A cycle of waits among the blocked ranks, first rank repeated at the end; empty when there is none.
+  // Iterative, linear in the ranks and group members.
+  std::vector<int> wait_for_cycle(const std::vector<int>& blocked) const;
   void check_rank(int rank, const char* what) const;
 
   WorldOptions options_;

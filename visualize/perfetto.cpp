@@ -134,7 +134,7 @@ std::string perfetto_trace_json(const Trace& trace) {
   auto emit = [&](const Json& e) {
     if (!first) out += ",\n";
     first = false;
-    out += e.dump();
+    out += e.dump(-1, ' ', false, Json::error_handler_t::replace);  // (file names need not be UTF-8)
   };
 
   for (int rank = 0; rank < nranks; ++rank) {
@@ -196,7 +196,7 @@ std::string perfetto_trace_json(const Trace& trace) {
   other["makespan_us"] = micros(trace.makespan());
   other["timesteps_us"] = micros(trace.timesteps());
   out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":";
-  out += other.dump();
+  out += other.dump(-1, ' ', false, Json::error_handler_t::replace);
   out += "}\n";
   return out;
 }

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -128,40 +129,45 @@ struct Look {
   bool dashed = false;  // dashed outline (backward-weight)
 };
 
-/// Fill colours per layer, computed once.
+/// Fill colours per layer, computed when a layer is first drawn: a schedule may declare a million layers and
+/// use a few.
 class Colours {
  public:
-  explicit Colours(int layers) : layers_(std::max(layers, 1)) {
-    for (int l = 0; l < layers_; ++l) {
-      fwd_.push_back(layer_colour(l, layers_));
-      bwd_.push_back(backward_colour(l, layers_));
-      bi_.push_back(backward_input_colour(l, layers_));
-      bw_.push_back(backward_weight_colour(l, layers_));
-    }
-  }
+  explicit Colours(int layers) : layers_(std::max(layers, 1)) {}
   int layers() const { return layers_; }
-  const std::string& forward(int l) const { return fwd_[idx(l)]; }
-  const std::string& backward(int l) const { return bwd_[idx(l)]; }
+  const std::string& forward(int l) const { return of(l).fwd; }
+  const std::string& backward(int l) const { return of(l).bwd; }
 
   Look look(const Op& op) const {
-    int l = idx(op.layer);
     switch (op.kind) {
-      case OpKind::Forward: return {&fwd_[l]};
-      case OpKind::Backward: return {&bwd_[l]};
-      case OpKind::BackwardInput: return {&bi_[l]};
-      case OpKind::BackwardWeight: return {&bw_[l], false, true};
+      case OpKind::Forward: return {&of(op.layer).fwd};
+      case OpKind::Backward: return {&of(op.layer).bwd};
+      case OpKind::BackwardInput: return {&of(op.layer).bi};
+      case OpKind::BackwardWeight: return {&of(op.layer).bw, false, true};
       case OpKind::Update: return {&update_};
       case OpKind::Send:
       case OpKind::Recv: return {&pass_};
       case OpKind::Loss: return {&loss_};
-      default: return {op.layer < 0 ? &nolayer_ : &fwd_[l], true};
+      default: return {op.layer < 0 ? &nolayer_ : &of(op.layer).fwd, true};
     }
   }
 
  private:
-  int idx(int l) const { return std::clamp(l, 0, layers_ - 1); }
+  struct Set {
+    std::string fwd, bwd, bi, bw;
+  };
+  // (std::map: the strings handed out stay where they are as layers are added.)
+  const Set& of(int layer) const {
+    int l = std::clamp(layer, 0, layers_ - 1);
+    auto it = cache_.find(l);
+    if (it == cache_.end())
+      it = cache_.emplace(l, Set{layer_colour(l, layers_), backward_colour(l, layers_), backward_input_colour(l, layers_),
+                                 backward_weight_colour(l, layers_)})
+               .first;
+    return it->second;
+  }
   int layers_;
-  std::vector<std::string> fwd_, bwd_, bi_, bw_;
+  mutable std::map<int, Set> cache_;
   std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour;
 };
 
