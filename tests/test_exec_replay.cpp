@@ -89,7 +89,7 @@ TEST_CASE("exec replay: an imported PyTorch CSV equals one device") {
   // Every RECV cell moved to the start of its row, as early as it can be posted: each receive waits on its
   // own stream (one per source rank) and the compute that reads it waits for it.
   std::string early;
-  for (const std::string& row : csv::split_rows(comms)) {
+  for (const std::string& row : csv::split_rows(comms, "comms.csv")) {
     std::vector<std::string> recvs, rest;
     for (const std::string& cell : csv::split_cells(row))
       (cell.find("RECV") != std::string::npos ? recvs : rest).push_back(cell);

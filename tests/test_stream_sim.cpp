@@ -42,7 +42,7 @@ Schedule hoist_receives(const Schedule& s, int stream) {
 // The CSV with every RECV cell of a row moved to the row's start, in order (as early as it can be posted).
 std::string early_recv_cells(const std::string& csv) {
   std::string out;
-  for (const std::string& row : csv::split_rows(csv)) {
+  for (const std::string& row : csv::split_rows(csv, "early.csv")) {
     std::vector<std::string> recvs, rest;
     for (const std::string& cell : csv::split_cells(row))
       (cell.find("RECV") != std::string::npos ? recvs : rest).push_back(cell);
