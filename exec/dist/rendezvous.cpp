@@ -52,6 +52,7 @@ void run_until(asio::io_context& io, const bool& done) {
 void flush(asio::io_context& io, const std::vector<std::shared_ptr<Link>>& links) {
   auto until = Clock::now() + std::chrono::seconds(1);
   io.restart();
+  io.poll();  // the sends posted so far join their links' queues
   while (Clock::now() < until &&
          std::any_of(links.begin(), links.end(), [](const auto& l) { return l && !l->ended() && !l->idle(); }))
     io.run_one_for(std::chrono::milliseconds(20));
@@ -64,6 +65,25 @@ tcp::endpoint resolve(asio::io_context& io, const RankEnv& env) {
   if (ec || results.empty())
     throw RendezvousError(fmt::format("cannot resolve MASTER_ADDR '{}': {}", env.master_addr, ec ? ec.message() : "no address"));
   return results.begin()->endpoint();
+}
+
+// What differs between two JSON objects' top-level fields, as "seed 5 against 1, steps 3 against 2" (the
+// whole texts when they are not objects).
+std::string json_diff(const std::string& theirs, const std::string& ours) {
+  try {
+    auto a = nlohmann::json::parse(theirs), b = nlohmann::json::parse(ours);
+    if (!a.is_object() || !b.is_object()) throw std::invalid_argument("");
+    std::string out;
+    for (auto& [k, v] : b.items()) {
+      std::string x = a.contains(k) ? a[k].dump() : "nothing";
+      if (x != v.dump()) out += fmt::format("{}{} {} against {}", out.empty() ? "" : ", ", k, x, v.dump());
+    }
+    for (auto& [k, v] : a.items())
+      if (!b.contains(k)) out += fmt::format("{}{} {} against nothing", out.empty() ? "" : ", ", k, v.dump());
+    return out.empty() ? theirs + " against " + ours : out;
+  } catch (const std::exception&) {
+    return theirs + " against " + ours;
+  }
 }
 
 // ---- rank 0 ----
@@ -148,11 +168,11 @@ std::unique_ptr<ProcessGroup> serve(const RankEnv& env, const JobIdentity& id, c
                                   "rank must replay the same schedule file with the same options",
                                   who, h.value("schedule_hash", std::string()), id.schedule_hash), &l);
     if (h.value("model", std::string()) != id.model)
-      return fail_job(fmt::format("{} has a different model from rank 0 ({} against {})", who,
-                                  h.value("model", std::string()), id.model), &l);
+      return fail_job(fmt::format("{} has a different model from rank 0's: {}", who,
+                                  json_diff(h.value("model", std::string()), id.model)), &l);
     if (h.value("settings", std::string()) != id.settings)
-      return fail_job(fmt::format("{} has different settings from rank 0 ({} against {})", who,
-                                  h.value("settings", std::string()), id.settings), &l);
+      return fail_job(fmt::format("{} has different settings from rank 0's: {}", who,
+                                  json_diff(h.value("settings", std::string()), id.settings)), &l);
     l.rank = r;
     for (auto& c : all)
       if (c.get() == &l) by_rank[r] = c;

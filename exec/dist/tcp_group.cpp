@@ -147,7 +147,7 @@ void TcpGroup::on_end(Link& link, const std::string& why) {
                      "was killed",
                      link.rank, link.peer(), why));
   else
-    local_fail(fmt::format("rank 0 ({}) is gone: the connection to it ended ({}) in the middle of the job; its process "
+    local_fail(fmt::format("{} is gone: the connection to it ended ({}) in the middle of the job; its process "
                            "died or was killed",
                            link.peer(), why));
 }
