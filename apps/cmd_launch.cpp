@@ -237,14 +237,14 @@ void add_launch_command(CLI::App& app, int* exit_code) {
       "launch",
       "Run N local processes of a command as one job, one per rank, with torchrun's variables (RANK, WORLD_SIZE, "
       "LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT = a free port) and a fresh TRAINSIM_TOKEN: "
-      "trainsim launch --nproc 4 -- trainsim replay FILE ... Each output line is prefixed with its rank. When a "
+      "trainsim launch --nproc 4 -- trainsim replay FILE ... (a first word 'trainsim' runs this binary). Each output line is prefixed with its rank. When a "
       "process fails the others are stopped (after --grace seconds) and the launcher exits with its code.");
   cmd->add_option("--nproc", a->nproc, "Processes (ranks) to start")->required();
   cmd->add_option("--master-port", a->master_port, "Rank 0's port on 127.0.0.1 (default: a free one)");
   cmd->add_option("--grace", a->grace, "Seconds the others get to stop on their own after one fails")->capture_default_str();
-  cmd->add_option("command", a->command, "The command and its arguments (a first word 'trainsim' runs this binary)")
-      ->required();
+  // Everything from the first word that is not one of these options is the command, passed on untouched.
   cmd->prefix_command();
+  cmd->allow_extras();
   cmd->callback([a, exit_code, cmd] {
     for (const auto& extra : cmd->remaining()) a->command.push_back(extra);
     *exit_code = run(*a);
