@@ -32,7 +32,7 @@ enum FrameKind : std::uint8_t {
   kGather = 6,     ///< peer -> rank 0: seq, data
   kBroadcast = 7,  ///< rank 0 -> peer: seq, data
   kHeartbeat = 8,
-  kBye = 9,        ///< peer -> rank 0: done; the connection closing next is not a failure
+  kBye = 9,        ///< either way, last: done; the connection closing next is not a failure
 };
 
 class Link : public std::enable_shared_from_this<Link> {

@@ -262,11 +262,11 @@ void TcpGroup::close() {
   closing_ = true;
   for (auto& l : links_) {
     if (!l) continue;
-    if (rank_ != 0) {
-      Frame bye;
-      bye.kind = kBye, bye.src = rank_, bye.dst = 0;
-      l->send(std::move(bye));
-    }
+    // Goodbye first: the peer may not have read everything yet, and the end of the connection that follows
+    // must not look like a death to it.
+    Frame bye;
+    bye.kind = kBye, bye.src = rank_, bye.dst = l->rank;
+    l->send(std::move(bye));
     l->finish_sending();
   }
   // Wait for the peers to close their ends too: closing a socket with unread data resets the connection,
