@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -195,12 +196,32 @@ int run(const LaunchArgs& a) {
         s->fd = -1;
       }
     }
+    // Reap in the order the processes ended, as far as we can tell: one whose output just closed is exiting,
+    // so wait for it briefly (a killed rank's peers fail a few milliseconds after it, and the first failure
+    // is the one that counts). Then whatever else has ended.
+    std::vector<std::pair<pid_t, int>> ended;
+    for (int r = 0; r < a.nproc; ++r) {
+      Child& k = kids[r];
+      if (!k.running || k.out.fd >= 0 || k.err.fd >= 0) continue;
+      int status = 0;
+      for (int i = 0; i < 200; ++i) {
+        if (waitpid(k.pid, &status, WNOHANG) == k.pid) {
+          ended.push_back({k.pid, status});
+          break;
+        }
+        usleep(1000);
+      }
+    }
     int status = 0;
     pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) ended.push_back({pid, status});
+    // Among those reaped together, a process killed by a signal ended first: the others' errors follow from it.
+    std::stable_partition(ended.begin(), ended.end(), [](const auto& e) { return WIFSIGNALED(e.second); });
+    for (auto [pid_ended, st] : ended) {
+      status = st;
       for (int r = 0; r < a.nproc; ++r) {
         Child& k = kids[r];
-        if (k.pid != pid) continue;
+        if (k.pid != pid_ended) continue;
         k.running = false, --running;
         k.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (k.code != 0 && failed_rank < 0) {
