@@ -1,5 +1,7 @@
 // `trainsim replay FILE`: train the executor's model by replaying a schedule with real tensors (exec/).
 #include <cmath>
+#include <cstdio>
+#include <optional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -13,6 +15,8 @@
 #include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "exec/backend.h"
+#include "exec/dist/env.h"
+#include "exec/dist/rendezvous.h"
 #include "exec/training.h"
 #include "schedules/text_format.h"
 #include "visualize/perfetto.h"
@@ -41,6 +45,12 @@ struct ReplayArgs {
   double timeout = 300;
   int microbatches = 0;
   std::string stage_map;
+  // One process per rank (exec/dist/): where rank 0 listens when Slurm or Open MPI started us, how long the
+  // rendezvous may take, and (tests only) a rank that kills itself at an op.
+  std::string master_addr;
+  int master_port = 0;
+  double rendezvous_timeout = 300;
+  std::string test_kill_at;
 };
 
 constexpr const char* kCmd = "trainsim replay";
@@ -130,6 +140,30 @@ int run(const ReplayArgs& a) {
   o.timeout_seconds = a.timeout;
   if (!a.data.empty()) o.data_files = {a.data};
   o.schedule_name = a.file;
+  if (!(a.rendezvous_timeout > 0))
+    return usage(fmt::format("--rendezvous-timeout must be positive, got {}", a.rendezvous_timeout));
+  if (!a.test_kill_at.empty() && std::sscanf(a.test_kill_at.c_str(), "%d:%d", &o.fault.kill_rank, &o.fault.kill_op) != 2)
+    return usage("--test-kill-at takes RANK:OP");
+
+  // One process per rank when a launcher set the rank variables for a world of more than one process.
+  std::optional<exec::dist::RankEnv> env;
+  try {
+    env = exec::dist::read_rank_env(exec::dist::process_env(), {a.master_addr, a.master_port});
+  } catch (const exec::dist::RankEnvError& e) {
+    return usage(e.what());
+  }
+  if (env && env->world_size < 2) env.reset();  // a world of one process runs every rank itself
+  const bool reporter = !env || env->rank == 0;
+  if (env) {
+    exec::dist::RendezvousOptions ro;
+    ro.timeout_seconds = a.rendezvous_timeout;
+    ro.token = exec::dist::process_env()("TRAINSIM_TOKEN").value_or("");
+    ro.log = [](const std::string& m) { fmt::print(stderr, "{}: {}\n", kCmd, m); };
+    if (env->rank == 0 && ro.token.empty())
+      fmt::print(stderr, "{}: TRAINSIM_TOKEN is not set: any process that reaches {}:{} may join this job\n", kCmd,
+                 env->master_addr, env->master_port);
+    o.join = [env = *env, ro](const exec::JobIdentity& id) { return exec::dist::rendezvous(env, id, ro); };
+  }
 
   Schedule s;
   try {
@@ -138,7 +172,7 @@ int run(const ReplayArgs& a) {
     in.stage_map = a.stage_map;
     s = load_schedule_input(a.file, in);
   } catch (const std::exception& e) {
-    if (a.json) {
+    if (a.json && reporter) {
       exec::ReplayResult r;
       r.error = e.what();
       std::cout << json_text(result_json(a, r)) << "\n";
@@ -150,10 +184,13 @@ int run(const ReplayArgs& a) {
   const ScheduleHeader& h = s.header;
   const bool tty = isatty(STDERR_FILENO);
   const int every = std::max(1, a.steps / 20);
-  if (!a.json)
-    fmt::print("replaying {}: {} rank{}, {} layer{}, {} microbatch{} on the {} backend\n", a.file, h.world_size,
+  if (!a.json && reporter)
+    fmt::print("replaying {}: {} rank{}, {} layer{}, {} microbatch{} on the {} backend{}\n", a.file, h.world_size,
                h.world_size == 1 ? "" : "s", h.layers, h.layers == 1 ? "" : "s", h.microbatches,
-               h.microbatches == 1 ? "" : "es", a.backend);
+               h.microbatches == 1 ? "" : "es", a.backend,
+               env ? fmt::format(", one process per rank ({} variables; rank 0 at {}:{})", env->source, env->master_addr,
+                                 env->master_port)
+                   : std::string());
   bool header_printed = false;
   exec::ReplayResult r = exec::replay(s, o, [&](const exec::StepReport& rep) {
     if (a.json) return;
@@ -168,6 +205,10 @@ int run(const ReplayArgs& a) {
     std::fflush(stdout);
   });
   if (tty && !a.json) fmt::print(stderr, "\r\033[K");
+  if (!reporter) {  // another rank of a multi-process job: rank 0 reports; say why this one failed
+    if (!r.ok) fmt::print(stderr, "{}: rank {}: {}\n", kCmd, env->rank, r.error);
+    return r.ok ? 0 : 1;
+  }
 
   bool wrote = true;
   if (!r.trace.ranks.empty()) {
@@ -224,7 +265,10 @@ void add_replay_command(CLI::App& app, int* exit_code) {
       "replay (and the check) passed, 1 when not, 2 on bad options.");
   cmd->add_option("FILE", a->file, "Schedule: .sched, .csv (PyTorch pipelining) or a puzzle name (basic, ddp, ...)")
       ->required();
-  cmd->add_option("--backend", a->backend, "Backend: cpu (ranks are threads, OpenBLAS GEMMs)")->capture_default_str();
+  cmd->add_option("--backend", a->backend,
+                  "Backend: cpu (OpenBLAS GEMMs; ranks are threads, or one process per rank when RANK/WORLD_SIZE, "
+                  "SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE say so, as `trainsim launch` does)")
+      ->capture_default_str();
   cmd->add_option("--model", a->preset, "Model preset: tiny (tests) or small (trains visibly in about a minute)")
       ->capture_default_str();
   cmd->add_option("--blocks", a->blocks, "Transformer blocks (a multiple of the schedule's layers)");
@@ -255,6 +299,15 @@ void add_replay_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--microbatches", a->microbatches, "Reading a CSV: the number of microbatches");
   cmd->add_option("--stage-map", a->stage_map, "Reading a CSV: the rank of each stage (0,1,2,3 | loop | v)");
   cmd->add_flag("--json", a->json, "Print the result as JSON");
+  cmd->add_option("--master-addr", a->master_addr,
+                  "One process per rank under Slurm or mpirun: where rank 0 listens (MASTER_ADDR wins when set)");
+  cmd->add_option("--master-port", a->master_port,
+                  "One process per rank under Slurm or mpirun: rank 0's port (MASTER_PORT wins when set)");
+  cmd->add_option("--rendezvous-timeout", a->rendezvous_timeout,
+                  "One process per rank: seconds for every rank to join rank 0 before the job fails")
+      ->capture_default_str();
+  cmd->add_option("--test-kill-at", a->test_kill_at, "Tests only: RANK:OP kills that rank's process at that op")
+      ->group("");
   cmd->callback([a, exit_code] { *exit_code = run(*a); });
 }
 

@@ -18,5 +18,7 @@ void add_convert_command(CLI::App& app, int* exit_code);
 
 /// `trainsim replay FILE ...`: train the executor's model by replaying a schedule (exec/).
 void add_replay_command(CLI::App& app, int* exit_code);
+/// `trainsim launch --nproc N -- COMMAND ...`: N local processes of a command, one per rank (torchrun's variables).
+void add_launch_command(CLI::App& app, int* exit_code);
 
 }  // namespace trainsim::apps

@@ -1,5 +1,7 @@
 // trainsim: distributed LLM training schedules. Thin front end: parses, calls the libraries.
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -15,8 +17,18 @@ int main(int argc, char** argv) {
   trainsim::apps::add_gen_command(app, &exit_code);
   trainsim::apps::add_convert_command(app, &exit_code);
   trainsim::apps::add_replay_command(app, &exit_code);
+  trainsim::apps::add_launch_command(app, &exit_code);
+  // `trainsim launch [OPTIONS] -- COMMAND ...`: CLI11 hands what follows "--" to positionals, which launch
+  // has none of (its command is everything from the first word that is not an option); drop that "--".
+  std::vector<char*> args(argv, argv + argc);
+  if (argc > 2 && std::string(argv[1]) == "launch")
+    for (std::size_t i = 2; i < args.size(); ++i)
+      if (std::string(args[i]) == "--") {
+        args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);  // prints the help or the error
     return code == 0 ? 0 : 2;

@@ -1,5 +1,7 @@
-// A backend whose ranks run as threads of this process (DESIGN §5): it makes each rank's Device and the
-// job's CommHub. "cpu": host memory, OpenBLAS, an in-process communicator (exec/cpu/).
+// A backend (DESIGN §5): it makes each rank's Device and the job's CommHub, for ranks that run as threads of
+// this process or for one rank per process (exec/process_group.h). "cpu": host memory, OpenBLAS, an
+// in-process communicator between threads (exec/cpu/thread_comm.h) or one over the rendezvous's TCP
+// connections between processes (exec/cpu/tcp_comm.h).
 #pragma once
 
 #include <chrono>
@@ -9,6 +11,7 @@
 
 #include "exec/comm.h"
 #include "exec/device.h"
+#include "exec/process_group.h"
 
 namespace trainsim::exec {
 
@@ -22,6 +25,10 @@ class LocalBackend {
   /// `timeout_seconds`.
   virtual std::unique_ptr<CommHub> make_hub(int world_size, const std::vector<std::vector<int>>& groups,
                                             double timeout_seconds) = 0;
+  /// The communicator of a job with one process per rank: this process's rank over `processes` (its
+  /// transport, or the job id the backend's own library needs). Calls wait at most `timeout_seconds`.
+  virtual std::unique_ptr<CommHub> make_process_hub(ProcessGroup& processes, const std::vector<std::vector<int>>& groups,
+                                                    double timeout_seconds) = 0;
 };
 
 /// The backends built into this binary: "cpu" (and "cuda" where it was built with CUDA).

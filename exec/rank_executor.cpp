@@ -1,5 +1,7 @@
 #include "exec/rank_executor.h"
 
+#include <csignal>
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -96,8 +98,10 @@ struct RankExecutor::Impl {
   EventPtr submit(const Op& op, int index, std::vector<EventPtr> after, std::function<void(StreamContext&)> work) {
     std::string label = where(op);
     const bool inject = ctx.fault.throw_rank == rank && ctx.fault.throw_op == index;
-    return dev.submit(op.stream, after, [work = std::move(work), label, inject](StreamContext& s) {
+    const bool kill = ctx.fault.kill_rank == rank && ctx.fault.kill_op == index;
+    return dev.submit(op.stream, after, [work = std::move(work), label, inject, kill](StreamContext& s) {
       try {
+        if (kill) std::raise(SIGKILL);
         if (inject) throw std::runtime_error("injected fault");
         work(s);
       } catch (const CommError&) {

@@ -24,7 +24,9 @@ namespace trainsim::exec {
 struct FaultInjection {
   int throw_rank = -1;  ///< with throw_op: this rank's op number `throw_op` (0-based) throws
   int throw_op = -1;
-  bool local_reduce_scatter = false;  ///< reduce-scatters keep the rank's own shard of its local grad, unsummed
+  bool local_reduce_scatter = false;
+  int kill_rank = -1;  ///< with kill_op: this rank's op number `kill_op` kills its process (SIGKILL): one process per rank only
+  int kill_op = -1;  ///< reduce-scatters keep the rank's own shard of its local grad, unsummed
 };
 
 /// What every rank of a replay shares, read-only.

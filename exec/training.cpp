@@ -14,6 +14,7 @@
 
 #include "exec/backend.h"
 #include "exec/checkpoint.h"
+#include "exec/job_wire.h"
 #include "exec/reference.h"
 #include "exec/rank_executor.h"
 #include "schedules/replay.h"
@@ -113,9 +114,12 @@ struct Job {
   const ReplayOptions& o;
   const ReplayContext& ctx;
   LocalBackend& backend;
+  ProcessGroup* pg;  // null: every rank runs here
   int world;
+  std::vector<int> local;  // the ranks this process runs
+  bool collects;           // this process sees every rank's output (the threaded form, or rank 0 of many)
   std::unique_ptr<CommHub> hub;
-  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<std::unique_ptr<Device>> devices;  // by rank; null where another process runs it
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<RankState> states;
 
@@ -124,20 +128,34 @@ struct Job {
   bool failed = false;
   std::string error;
   std::vector<std::vector<std::optional<StepOutput>>> outputs;  // [step - first][rank]
+  std::vector<std::size_t> peaks;                               // by rank, from the other processes
 
-  Job(const Schedule& sched, const ReplayOptions& opts, const ReplayContext& c, LocalBackend& b)
-      : s(sched), o(opts), ctx(c), backend(b), world(sched.header.world_size) {
+  Job(const Schedule& sched, const ReplayOptions& opts, const ReplayContext& c, LocalBackend& b, ProcessGroup* processes)
+      : s(sched), o(opts), ctx(c), backend(b), pg(processes), world(sched.header.world_size),
+        collects(!processes || processes->rank() == 0) {
     auto epoch = Clock::now();
-    hub = backend.make_hub(world, ctx.plan->groups, o.timeout_seconds);
-    for (int r = 0; r < world; ++r) {
-      devices.push_back(backend.make_device(r, epoch));
-      comms.push_back(hub->communicator(r));
-      devices.back()->set_error_handler([this](const std::string& e) { fail(e); });
+    if (pg) {
+      local = {pg->rank()};
+      hub = backend.make_process_hub(*pg, ctx.plan->groups, o.timeout_seconds);
+    } else {
+      for (int r = 0; r < world; ++r) local.push_back(r);
+      hub = backend.make_hub(world, ctx.plan->groups, o.timeout_seconds);
+    }
+    devices.resize(world);
+    comms.resize(world);
+    peaks.assign(world, 0);
+    for (int r : local) {
+      devices[r] = backend.make_device(r, epoch);
+      comms[r] = hub->communicator(r);
+      devices[r]->set_error_handler([this](const std::string& e) { fail(e); });
     }
     states.resize(world);
+    // A failure on another process (or its death) stops this one's ranks.
+    if (pg) pg->set_failure_handler([this](const std::string& e) { fail(e); });
   }
 
   ~Job() {
+    if (pg) pg->set_failure_handler(nullptr);
     // The buffers of the carried state belong to the devices' memory: release them first. Then the devices
     // (a worker may sit in a communication call: the hub is aborted so that it returns).
     states.clear();
@@ -155,12 +173,14 @@ struct Job {
     }
     const std::string why = "stopped because " + what;
     hub->abort(why);
-    for (auto& d : devices) d->abort(why);
+    for (auto& d : devices)
+      if (d) d->abort(why);
+    if (pg) pg->fail(what);
     cv.notify_all();
   }
 
   void load_state(const std::vector<HostState>& saved) {
-    for (int r = 0; r < world; ++r) {
+    for (int r : local) {
       RankState& st = states[r];
       st.initialized = true;
       for (const Tensor& t : ctx.plan->ranks[r].state) {
@@ -179,39 +199,56 @@ struct Job {
     }
   }
 
+  // Every rank's carried state, on the process that collects (the others get what they hold themselves).
   std::vector<HostState> host_states() {
     std::vector<HostState> out(world);
-    for (int r = 0; r < world; ++r)
+    for (int r : local)
       for (const auto& [t, b] : states[r].tensors) {
         std::vector<float> v(b->bytes() / sizeof(float));
         devices[r]->download(v.data(), b->data(), b->bytes());
         out[r][t] = std::move(v);
       }
+    if (pg) {
+      auto blobs = pg->gather(encode_state(out[pg->rank()]), o.timeout_seconds);
+      for (std::size_t r = 0; r < blobs.size(); ++r)
+        if (static_cast<int>(r) != pg->rank()) out[r] = decode_state(blobs[r]);
+    }
     return out;
+  }
+
+  // After rank r's step: note its output; with one process per rank, rank 0 collects every rank's.
+  void report(int step_index, int r, StepOutput out) {
+    if (!pg) {
+      std::lock_guard lock(mu);
+      outputs[step_index][r] = std::move(out);
+      cv.notify_all();
+      return;
+    }
+    auto blobs = pg->gather(encode_step(out, devices[r]->memory().peak_bytes()), o.timeout_seconds);
+    std::lock_guard lock(mu);
+    outputs[step_index][r] = std::move(out);
+    for (std::size_t q = 0; q < blobs.size(); ++q)
+      if (static_cast<int>(q) != r) outputs[step_index][q] = decode_step(blobs[q], peaks[q]);
+    cv.notify_all();
   }
 
   // Runs steps [first, last); fills the result's losses and timings. Returns false on failure.
   bool run(int first, int last, ReplayResult& res, const std::function<void(const StepReport&)>& progress) {
     outputs.assign(last - first, std::vector<std::optional<StepOutput>>(world));
     std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r)
+    for (int r : local)
       threads.emplace_back([this, r, first, last] {
         std::unique_ptr<RankExecutor> ex;
         try {
           ex = std::make_unique<RankExecutor>(ctx, r, *devices[r], *comms[r]);
-          for (int step = first; step < last; ++step) {
-            StepOutput out = ex->run_step(step, states[r]);
-            std::lock_guard lock(mu);
-            outputs[step - first][r] = std::move(out);
-            cv.notify_all();
-          }
+          for (int step = first; step < last; ++step) report(step - first, r, ex->run_step(step, states[r]));
         } catch (const std::exception& e) {
           fail(e.what());  // aborts every device and the hub: the executor's work in flight can finish
         }
       });
     const double tokens = static_cast<double>(s.header.microbatches) * ctx.shapes->model.tokens_per_microbatch();
     auto start = Clock::now(), prev = start;
-    for (int step = first; step < last; ++step) {
+    for (int step = first; step < last && collects; ++step) {
       std::unique_lock lock(mu);
       auto& row = outputs[step - first];
       cv.wait(lock, [&] { return failed || std::all_of(row.begin(), row.end(), [](auto& x) { return x.has_value(); }); });
@@ -240,14 +277,24 @@ struct Job {
     for (auto& t : threads) t.join();
     res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (failed) return false;
+    if (!collects) return true;
     res.tokens_per_s = tokens * (last - first) / std::max(res.seconds, 1e-9);
     std::vector<std::vector<WorkTiming>> timings;
     for (int r = 0; r < world; ++r) timings.push_back(outputs.back()[r]->timings);
     res.trace = measured_trace(s, timings, backend.name());
-    for (auto& d : devices) res.peak_bytes.push_back(d->memory().peak_bytes());
+    for (int r = 0; r < world; ++r) res.peak_bytes.push_back(devices[r] ? devices[r]->memory().peak_bytes() : peaks[r]);
     return true;
   }
 };
+
+// What every process of a multi-process job must agree on, beyond the schedule and the model.
+std::string settings_text(const ReplayOptions& o, const CheckpointInfo& info, int first) {
+  nlohmann::json j{{"backend", o.backend},     {"steps", o.steps},          {"stop_after", o.stop_after},
+                   {"seed", o.seed},           {"optimizer", info.optimizer}, {"data", info.data},
+                   {"check", o.check},         {"tolerance", o.tolerance},  {"save", !o.save_dir.empty()},
+                   {"first_step", first},      {"timeout", o.timeout_seconds}, {"clip_required", o.clip_required}};
+  return j.dump();
+}
 
 void compare(const ReplayContext& ctx, const ReplayOptions& o, int first, int last, const std::vector<HostState>& finals,
              ReplayResult& res) {
@@ -277,6 +324,27 @@ void compare(const ReplayContext& ctx, const ReplayOptions& o, int first, int la
       res.worst_parameter = name, res.worst_parameter_rel_diff = rel;
   }
   res.max_rel_diff_weights = relative(num, den);
+}
+
+// After the steps ran: saves the checkpoint and runs the check, on the process that collects. Sets res.error
+// when the check fails; throws for a checkpoint that cannot be written.
+void finish(const ReplayContext& ctx, const ReplayOptions& o, CheckpointInfo info, int first, int last, Job& job,
+            ReplayResult& res) {
+  if (!o.check && o.save_dir.empty()) return;
+  std::vector<HostState> finals = job.host_states();
+  if (!o.save_dir.empty()) {
+    info.step = last;
+    save_checkpoint(o.save_dir, info, finals);
+  }
+  if (o.check) {
+    compare(ctx, o, first, last, finals, res);
+    if (res.max_rel_diff_loss > o.tolerance || res.max_rel_diff_weights > o.tolerance)
+      res.error = fmt::format(
+          "the replay differs from single-device training: largest relative difference {:.3g} in the losses, {:.3g} "
+          "in the weights (the most in {}: {:.3g}); the tolerance is {:g}",
+          res.max_rel_diff_loss, res.max_rel_diff_weights, res.worst_parameter, res.worst_parameter_rel_diff,
+          o.tolerance);
+  }
 }
 
 }  // namespace
@@ -320,30 +388,44 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
       throw PlanError(plan.repeat_note + " (replay it with --steps 1)");
 
     ReplayContext ctx{&schedule, &plan, &shapes, &data, o.optimizer, o.steps, o.seed, o.fault};
+    std::unique_ptr<ProcessGroup> processes;  // outlives the job, whose communicator uses it
+    if (o.join) {
+      processes = o.join(JobIdentity{info.schedule_hash, to_json(o.model).dump(), settings_text(o, info, first)});
+      if (processes->world_size() != schedule.header.world_size)
+        throw std::invalid_argument(fmt::format("the schedule has {} ranks but the job has {} processes (WORLD_SIZE or "
+                                                "its equivalent): start one process per rank",
+                                                schedule.header.world_size, processes->world_size()));
+      res.reporting = processes->rank() == 0;
+    }
     auto backend = make_backend(o.backend);
-    Job job(schedule, o, ctx, *backend);
+    Job job(schedule, o, ctx, *backend, processes.get());
     if (!saved.empty()) job.load_state(saved);
     if (!job.run(first, last, res, progress)) {
       res.error = job.error;
       return res;
     }
-    std::vector<HostState> finals = job.host_states();
-    if (!o.save_dir.empty()) {
-      info.step = last;
-      save_checkpoint(o.save_dir, info, finals);
-    }
-    if (o.check) {
-      compare(ctx, o, first, last, finals, res);
-      if (res.max_rel_diff_loss > o.tolerance || res.max_rel_diff_weights > o.tolerance) {
-        res.error = fmt::format(
-            "the replay differs from single-device training: largest relative difference {:.3g} in the losses, {:.3g} "
-            "in the weights (the most in {}: {:.3g}); the tolerance is {:g}",
-            res.max_rel_diff_loss, res.max_rel_diff_weights, res.worst_parameter, res.worst_parameter_rel_diff,
-            o.tolerance);
-        return res;
+    if (processes) {
+      // Rank 0 decides the job's outcome (the check, the checkpoint) and tells the others, so that every
+      // process ends with the same status.
+      std::string outcome;
+      if (res.reporting) {
+        try {
+          finish(ctx, o, info, first, last, job, res);
+        } catch (const std::exception& e) {
+          res.error = e.what();
+        }
+        outcome = res.error.empty() ? std::string("ok") : "error:" + res.error;
+      } else {
+        if (o.check || !o.save_dir.empty()) job.host_states();
       }
+      outcome = processes->broadcast(outcome, o.timeout_seconds);
+      processes->close();
+      if (!res.reporting) res.error = outcome == "ok" ? "" : outcome.substr(6);
+      res.ok = res.error.empty();
+      return res;
     }
-    res.ok = true;
+    finish(ctx, o, info, first, last, job, res);
+    res.ok = res.error.empty();
   } catch (const std::exception& e) {
     res.error = e.what();
   }

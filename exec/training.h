@@ -1,5 +1,6 @@
 // A whole replay job (DESIGN §5): checks the schedule in the simulator, plans it, trains the model for the
-// requested steps with one thread per rank on a local backend, reports the loss of every step with the
+// requested steps with one thread per rank on a local backend (or this process's rank only, when every rank
+// is its own process: ReplayOptions::join), reports the loss of every step with the
 // measured timeline and memory, optionally saves or resumes a checkpoint, and with `check` trains the
 // single-device reference (exec/reference.h) and compares losses and final weights.
 #pragma once
@@ -12,6 +13,7 @@
 #include "exec/model_config.h"
 #include "exec/rank_executor.h"
 #include "exec/optimizer.h"
+#include "exec/process_group.h"
 #include "schedules/schedule.h"
 #include "sim/trace.h"
 
@@ -34,6 +36,11 @@ struct ReplayOptions {
   double timeout_seconds = 300;  ///< longest wait of any communication before the job fails
   std::string schedule_name;   ///< where the schedule came from (messages, checkpoint manifest)
   FaultInjection fault;        ///< tests only
+  /// Set when every rank is its own process: called once the run is planned, with what every rank must agree
+  /// on, it meets the other processes (exec/dist/rendezvous.h) and returns this process's group; this
+  /// process then runs its rank only, and rank 0 collects the results. May throw (the replay fails with
+  /// its message). Empty: every rank runs in this process.
+  std::function<std::unique_ptr<ProcessGroup>(const JobIdentity&)> join;
 };
 
 /// Progress after each step.
@@ -49,6 +56,9 @@ struct StepReport {
 struct ReplayResult {
   bool ok = false;
   std::string error;
+  /// This process reports the job: always, but on a process other than rank 0 of a multi-process job, whose
+  /// result holds `ok` and `error` only (the job's outcome, as rank 0 decided it).
+  bool reporting = true;
   int first_step = 0;                   ///< 0, or the checkpoint's step when resuming
   std::vector<double> losses;           ///< one per step run
   double tokens_per_s = 0;              ///< over the whole run

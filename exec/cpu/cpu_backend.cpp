@@ -1,10 +1,12 @@
-// The "cpu" backend: CpuDevice per rank and a ThreadHub between them.
+// The "cpu" backend: CpuDevice per rank and a ThreadHub between them (ranks as threads), or a TcpHub (one
+// process per rank).
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "exec/backend.h"
 #include "exec/cpu/cpu_device.h"
+#include "exec/cpu/tcp_comm.h"
 #include "exec/cpu/thread_comm.h"
 
 namespace trainsim::exec {
@@ -20,6 +22,10 @@ class CpuBackend final : public LocalBackend {
   std::unique_ptr<CommHub> make_hub(int world_size, const std::vector<std::vector<int>>& groups,
                                     double timeout_seconds) override {
     return std::make_unique<ThreadHub>(world_size, groups, timeout_seconds);
+  }
+  std::unique_ptr<CommHub> make_process_hub(ProcessGroup& processes, const std::vector<std::vector<int>>& groups,
+                                            double timeout_seconds) override {
+    return std::make_unique<TcpHub>(processes, groups, timeout_seconds);
   }
 };
 

@@ -1,0 +1,241 @@
+#include "exec/cpu/tcp_comm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace trainsim::exec {
+
+namespace {
+
+enum : std::uint8_t { kP2P = Frame::kFirstUserKind, kCollIn, kCollOut };
+
+// out = Σ_j inputs[j][offset, offset + count) in member order, as ThreadHub's sum_into.
+template <typename T>
+std::vector<unsigned char> sum(const std::vector<std::optional<std::vector<unsigned char>>>& inputs, std::size_t offset,
+                               std::size_t count) {
+  std::vector<T> out(count), x(count);
+  std::memcpy(out.data(), inputs[0]->data() + offset * sizeof(T), count * sizeof(T));
+  for (std::size_t j = 1; j < inputs.size(); ++j) {
+    std::memcpy(x.data(), inputs[j]->data() + offset * sizeof(T), count * sizeof(T));
+    for (std::size_t e = 0; e < count; ++e) out[e] += x[e];
+  }
+  std::vector<unsigned char> bytes(count * sizeof(T));
+  std::memcpy(bytes.data(), out.data(), bytes.size());
+  return bytes;
+}
+
+}  // namespace
+
+TcpHub::TcpHub(ProcessGroup& processes, std::vector<std::vector<int>> groups, double timeout_seconds)
+    : pg_(processes), groups_(std::move(groups)), timeout_(timeout_seconds) {
+  if (groups_.empty()) throw std::invalid_argument("the communicator needs group 0 (every rank)");
+  for (const auto& g : groups_) {
+    if (g.empty()) throw std::invalid_argument("a communicator group is empty");
+    for (int r : g)
+      if (r < 0 || r >= pg_.world_size()) throw std::invalid_argument(fmt::format("group member {} is not a rank", r));
+  }
+  pg_.set_frame_handler([this](Frame&& f) { on_frame(std::move(f)); });
+}
+
+TcpHub::~TcpHub() { pg_.set_frame_handler(nullptr); }
+
+void TcpHub::abort(const std::string& why) {
+  {
+    std::lock_guard lock(mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = why;
+  }
+  cv_.notify_all();
+}
+
+void TcpHub::on_frame(Frame&& f) {
+  std::string error;
+  {
+    std::lock_guard lock(mu_);
+    switch (f.kind) {
+      case kP2P:
+        inbox_[f.src].push_back(std::move(f));
+        break;
+      case kCollOut:
+        results_[{f.group, f.seq}] = std::move(f);
+        break;
+      case kCollIn:
+        error = coordinate(std::move(f));
+        break;
+      default:
+        error = fmt::format("rank {}: a communicator frame of unknown kind {}", pg_.rank(), int{f.kind});
+    }
+  }
+  cv_.notify_all();
+  if (!error.empty()) pg_.fail(error);
+}
+
+std::string TcpHub::coordinate(Frame&& f) {
+  if (pg_.rank() != 0) return fmt::format("rank {} got a collective's input, which only rank 0 collects", pg_.rank());
+  if (f.group < 0 || f.group >= static_cast<int>(groups_.size()))
+    return fmt::format("rank {} called a {} over unknown group {}", f.src, f.tag, f.group);
+  const std::vector<int>& members = groups_[f.group];
+  auto it = std::find(members.begin(), members.end(), f.src);
+  if (it == members.end()) return fmt::format("rank {} called a {} over group {}, which it is not in", f.src, f.tag, f.group);
+  const std::size_t me = static_cast<std::size_t>(it - members.begin());
+  const std::pair<int, std::uint64_t> key{f.group, f.seq};
+  auto [pos, fresh] = pending_.try_emplace(key);
+  Pending& p = pos->second;
+  if (fresh) {
+    p.what = f.tag, p.count = f.count;
+    p.inputs.resize(members.size());
+  }
+  if (p.what != f.tag || p.count != f.count)
+    return fmt::format("call {} over group {} is a {} of {} on rank {} but a {} of {} on another member", f.seq, f.group,
+                       f.tag, f.count, f.src, p.what, p.count);
+  if (p.inputs[me]) return fmt::format("rank {} entered call {} over group {} twice", f.src, f.seq, f.group);
+  p.inputs[me] = std::move(f.data);
+  if (++p.arrived == static_cast<int>(members.size())) {
+    finish(key.first, key.second, p);
+    pending_.erase(key);
+  }
+  return "";
+}
+
+void TcpHub::finish(int group, std::uint64_t seq, Pending& p) {
+  const std::vector<int>& members = groups_[group];
+  const std::size_t n = members.size(), count = p.count;
+  std::vector<unsigned char> common;
+  if (p.what == "all-gather") {
+    for (auto& in : p.inputs) common.insert(common.end(), in->begin(), in->end());
+  } else if (p.what == "all-reduce") {
+    common = sum<float>(p.inputs, 0, count);
+  } else if (p.what == "all-reduce-f64") {
+    common = sum<double>(p.inputs, 0, count);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    Frame out;
+    out.kind = kCollOut, out.src = 0, out.dst = members[i], out.group = group, out.seq = seq, out.tag = p.what;
+    out.data = p.what == "reduce-scatter" ? sum<float>(p.inputs, i * count, count) : common;
+    pg_.post(std::move(out));
+  }
+}
+
+class TcpCommunicator final : public Communicator {
+ public:
+  TcpCommunicator(TcpHub& hub, int rank) : hub_(hub), rank_(rank), next_seq_(hub.groups_.size(), 0) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return hub_.pg_.world_size(); }
+
+  void send(StreamContext&, const void* data, std::size_t bytes, int peer, const std::string& tag) override {
+    check_peer(peer, "send to");
+    Frame f;
+    f.kind = kP2P, f.dst = peer, f.tag = tag;
+    f.data.assign(static_cast<const unsigned char*>(data), static_cast<const unsigned char*>(data) + bytes);
+    {
+      std::lock_guard lock(hub_.mu_);
+      if (hub_.aborted_) throw CommError(hub_.abort_reason_);
+    }
+    hub_.pg_.post(std::move(f));
+  }
+
+  void recv(StreamContext&, void* data, std::size_t bytes, int peer, const std::string& tag) override {
+    check_peer(peer, "recv from");
+    std::unique_lock lock(hub_.mu_);
+    auto& q = hub_.inbox_[peer];
+    wait(lock, [&] { return !q.empty(); }, [&] { return fmt::format("recv of {} from rank {}", tag, peer); });
+    Frame m = std::move(q.front());
+    q.pop_front();
+    lock.unlock();
+    if (m.tag != tag || m.data.size() != bytes)
+      throw CommError(fmt::format("rank {}: recv from rank {} expected {} ({} bytes) but got {} ({} bytes)", rank_, peer,
+                                  tag, bytes, m.tag, m.data.size()));
+    std::memcpy(data, m.data.data(), bytes);
+  }
+
+  void all_gather(StreamContext&, const float* in, float* out, std::size_t count, int group) override {
+    auto r = collective(group, "all-gather", count, in, count * sizeof(float));
+    expect(r, group_size(group) * count * sizeof(float));
+    std::memcpy(out, r.data(), r.size());
+  }
+
+  void reduce_scatter(StreamContext&, const float* in, float* out, std::size_t count, int group) override {
+    auto r = collective(group, "reduce-scatter", count, in, group_size(group) * count * sizeof(float));
+    expect(r, count * sizeof(float));
+    std::memcpy(out, r.data(), r.size());
+  }
+
+  void all_reduce(StreamContext&, const float* in, float* out, std::size_t count, int group) override {
+    auto r = collective(group, "all-reduce", count, in, count * sizeof(float));
+    expect(r, count * sizeof(float));
+    std::memcpy(out, r.data(), r.size());
+  }
+
+  void all_reduce(StreamContext&, const double* in, double* out, std::size_t count, int group) override {
+    auto r = collective(group, "all-reduce-f64", count, in, count * sizeof(double));
+    expect(r, count * sizeof(double));
+    std::memcpy(out, r.data(), r.size());
+  }
+
+  void barrier(StreamContext&, int group) override { collective(group, "barrier", 0, nullptr, 0); }
+
+ private:
+  std::size_t group_size(int group) const { return hub_.groups_[group].size(); }
+
+  void expect(const std::vector<unsigned char>& r, std::size_t bytes) const {
+    if (r.size() != bytes)
+      throw CommError(fmt::format("rank {}: a collective's result has {} bytes, expected {}", rank_, r.size(), bytes));
+  }
+
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= world_size() || peer == rank_)
+      throw CommError(fmt::format("rank {}: {} rank {}: no such peer", rank_, what, peer));
+  }
+
+  template <typename Pred, typename Describe>
+  void wait(std::unique_lock<std::mutex>& lock, Pred done, Describe describe) {
+    auto deadline = TcpHub::Clock::now() + std::chrono::duration_cast<TcpHub::Clock::duration>(hub_.timeout_);
+    while (!hub_.aborted_ && !done()) {
+      if (hub_.cv_.wait_until(lock, deadline) == std::cv_status::timeout && !hub_.aborted_ && !done())
+        throw CommError(fmt::format("rank {}: timed out after {:g} s waiting for the {}", rank_, hub_.timeout_.count(),
+                                    describe()));
+    }
+    if (hub_.aborted_ && !done()) throw CommError(hub_.abort_reason_);
+  }
+
+  std::vector<unsigned char> collective(int group, const char* what, std::size_t count, const void* in, std::size_t bytes) {
+    if (group < 0 || group >= static_cast<int>(hub_.groups_.size()))
+      throw CommError(fmt::format("rank {}: {} over unknown group {}", rank_, what, group));
+    const auto& members = hub_.groups_[group];
+    if (std::find(members.begin(), members.end(), rank_) == members.end())
+      throw CommError(fmt::format("rank {}: {} over group {}, which it is not in", rank_, what, group));
+    const std::uint64_t seq = next_seq_[group]++;
+    Frame f;
+    f.kind = kCollIn, f.dst = 0, f.group = group, f.seq = seq, f.count = count, f.tag = what;
+    if (bytes) f.data.assign(static_cast<const unsigned char*>(in), static_cast<const unsigned char*>(in) + bytes);
+    {
+      std::lock_guard lock(hub_.mu_);
+      if (hub_.aborted_) throw CommError(hub_.abort_reason_);
+    }
+    hub_.pg_.post(std::move(f));
+    std::unique_lock lock(hub_.mu_);
+    const std::pair<int, std::uint64_t> key{group, seq};
+    wait(lock, [&] { return hub_.results_.count(key) > 0; },
+         [&] { return fmt::format("{} over group {} (call {}; rank 0 collects the members' parts)", what, group, seq); });
+    std::vector<unsigned char> out = std::move(hub_.results_[key].data);
+    hub_.results_.erase(key);
+    return out;
+  }
+
+  TcpHub& hub_;
+  int rank_;
+  std::vector<std::uint64_t> next_seq_;
+};
+
+std::unique_ptr<Communicator> TcpHub::communicator(int rank) {
+  if (rank != pg_.rank())
+    throw std::invalid_argument(fmt::format("this process holds rank {}, not rank {}", pg_.rank(), rank));
+  return std::make_unique<TcpCommunicator>(*this, rank);
+}
+
+}  // namespace trainsim::exec

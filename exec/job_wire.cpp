@@ -1,0 +1,97 @@
+#include "exec/job_wire.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
+
+#include "schedules/text_format.h"
+
+namespace trainsim::exec {
+
+namespace {
+
+struct Writer {
+  std::string out;
+  template <typename T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void put_bytes(const void* p, std::size_t n) {
+    put<std::uint64_t>(n);
+    out.append(static_cast<const char*>(p), n);
+  }
+};
+
+struct Reader {
+  const std::string& in;
+  std::size_t pos = 0;
+  void need(std::size_t n) const {
+    if (in.size() - pos < n) throw std::runtime_error("a rank's report to rank 0 is truncated");
+  }
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, in.data() + pos, sizeof v);
+    pos += sizeof v;
+    return v;
+  }
+  std::string get_bytes() {
+    auto n = get<std::uint64_t>();
+    need(n);
+    std::string s = in.substr(pos, n);
+    pos += n;
+    return s;
+  }
+};
+
+}  // namespace
+
+std::string encode_step(const StepOutput& out, std::size_t peak_bytes) {
+  Writer w;
+  w.put<std::uint64_t>(peak_bytes);
+  w.put_bytes(out.loss_sums.data(), out.loss_sums.size() * sizeof(double));
+  w.put<std::uint64_t>(out.timings.size());
+  for (const WorkTiming& t : out.timings) w.put(t);
+  return std::move(w.out);
+}
+
+StepOutput decode_step(const std::string& bytes, std::size_t& peak_bytes) {
+  Reader r{bytes};
+  StepOutput out;
+  peak_bytes = r.get<std::uint64_t>();
+  std::string losses = r.get_bytes();
+  out.loss_sums.resize(losses.size() / sizeof(double));
+  std::memcpy(out.loss_sums.data(), losses.data(), out.loss_sums.size() * sizeof(double));
+  auto n = r.get<std::uint64_t>();
+  for (std::uint64_t i = 0; i < n; ++i) out.timings.push_back(r.get<WorkTiming>());
+  return out;
+}
+
+std::string encode_state(const HostState& state) {
+  Writer w;
+  w.put<std::uint64_t>(state.size());
+  for (const auto& [t, v] : state) {
+    std::string name = t.str();
+    w.put_bytes(name.data(), name.size());
+    w.put_bytes(v.data(), v.size() * sizeof(float));
+  }
+  return std::move(w.out);
+}
+
+HostState decode_state(const std::string& bytes) {
+  Reader r{bytes};
+  HostState state;
+  auto n = r.get<std::uint64_t>();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    Tensor t = parse_tensor(r.get_bytes());
+    std::string data = r.get_bytes();
+    std::vector<float> v(data.size() / sizeof(float));
+    std::memcpy(v.data(), data.data(), v.size() * sizeof(float));
+    state[t] = std::move(v);
+  }
+  return state;
+}
+
+}  // namespace trainsim::exec

@@ -1,0 +1,397 @@
+// One process per rank (exec/dist/, exec/cpu/tcp_comm.h, trainsim launch), on 127.0.0.1 only: the rank
+// variables; the TCP communicator gives ThreadHub's bits; N local processes meet and agree; a wrong token is
+// turned away while the job goes on; a duplicate rank, a wrong world size, a different schedule, a missing
+// rank and a rank killed mid-step each end every process with an error naming it, within the deadline; and
+// `trainsim launch --nproc 4 -- trainsim replay` gives the threaded replay's losses and weights bit for bit.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "exec/cpu/cpu_device.h"
+#include "exec/cpu/tcp_comm.h"
+#include "exec/cpu/thread_comm.h"
+#include "exec/dist/env.h"
+#include "exec/dist/rendezvous.h"
+#include "process_helpers.h"
+
+using namespace trainsim;
+using namespace trainsim::testing;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+exec::dist::EnvLookup lookup(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+std::string env_error(std::map<std::string, std::string> vars) {
+  try {
+    exec::dist::read_rank_env(lookup(std::move(vars)));
+  } catch (const exec::dist::RankEnvError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A 4-rank 1F1B schedule (4 layers) in `dir`, and the arguments replaying it on the tiny model.
+struct Job {
+  fs::path dir;
+  std::string sched;
+  std::string rendezvous_timeout = "10";  // generous for success paths on a loaded machine
+  Job(const std::string& name) : dir(fresh_dir("dist-" + name)), sched((dir / "1f1b.sched").string()) {
+    REQUIRE(run_trainsim("gen 1f1b --stages 4 --microbatches 8 -o " + sched).exit_code == 0);
+  }
+  std::vector<std::string> replay(std::vector<std::string> extra = {}) const {
+    std::vector<std::string> a{"replay", sched, "--model", "tiny", "--blocks", "4", "--steps", "2",
+                               "--rendezvous-timeout", rendezvous_timeout, "--timeout", "20"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  Process rank(int r, int world, int port, const std::vector<std::string>& extra = {}, const std::string& token = "test-token",
+               const std::string& name = "") const {
+    return spawn_trainsim(replay(extra), rank_env(r, world, port, token), dir / ("rank" + std::to_string(r) + name + ".log"));
+  }
+};
+
+// Starts `ranks` (rank numbers, world `world`) and waits; returns the processes and how long they took.
+std::vector<Process> run_ranks(const Job& job, const std::vector<int>& ranks, int world,
+                               const std::map<int, std::vector<std::string>>& extra = {},
+                               const std::map<int, int>& worlds = {}) {
+  const int port = free_local_port();
+  std::vector<Process> ps;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    int r = ranks[i];
+    auto e = extra.count(static_cast<int>(i)) ? extra.at(static_cast<int>(i)) : std::vector<std::string>{};
+    int w = worlds.count(static_cast<int>(i)) ? worlds.at(static_cast<int>(i)) : world;
+    ps.push_back(job.rank(r, w, port, e, "test-token", "-" + std::to_string(i)));
+  }
+  std::vector<Process*> ptrs;
+  for (auto& p : ps) ptrs.push_back(&p);
+  CHECK(wait_all(ptrs, std::chrono::seconds(60)));
+  return ps;
+}
+
+}  // namespace
+
+TEST_CASE("dist env: torchrun, Slurm and Open MPI variables, and clear errors") {
+  auto t = exec::dist::read_rank_env(lookup({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"},
+                                             {"MASTER_ADDR", "node7"}, {"MASTER_PORT", "29500"}}));
+  REQUIRE(t);
+  CHECK(t->source == "torchrun");
+  CHECK(t->rank == 2);
+  CHECK(t->world_size == 4);
+  CHECK(t->local_rank == 0);
+  CHECK(t->master_addr == "node7");
+  CHECK(t->master_port == 29500);
+
+  auto s = exec::dist::read_rank_env(lookup({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}}),
+                                     {"head", 1234});
+  REQUIRE(s);
+  CHECK(s->source == "slurm");
+  CHECK(s->rank == 5);
+  CHECK(s->local_rank == 1);
+  CHECK(s->master_addr == "head");
+  CHECK(s->master_port == 1234);
+
+  auto m = exec::dist::read_rank_env(lookup({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "9"},
+                                             {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
+  REQUIRE(m);
+  CHECK(m->source == "openmpi");  // mpirun inside a Slurm allocation: its own variables count
+  auto tr = exec::dist::read_rank_env(lookup({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"},
+                                              {"MASTER_PORT", "9"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
+  REQUIRE(tr);
+  CHECK(tr->source == "torchrun");  // torchrun started by srun
+  CHECK_FALSE(exec::dist::read_rank_env(lookup({{"HOME", "/root"}})));
+
+  CHECK(env_error({{"RANK", "1"}}) == "RANK is set but WORLD_SIZE is not: set both (torchrun variables)");
+  CHECK(env_error({{"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}}).find("WORLD_SIZE is set but RANK is not") == 0);
+  CHECK(env_error({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}}) ==
+        "RANK=4 but WORLD_SIZE=4: ranks run from 0 to 3");
+  CHECK(env_error({{"RANK", "x"}, {"WORLD_SIZE", "4"}}) == "RANK='x' is not a whole number");
+  CHECK(env_error({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "70000"}}) ==
+        "MASTER_PORT=70000 is out of range (1 to 65535)");
+  CHECK(env_error({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}}) ==
+        "SLURM_PROCID and SLURM_NTASKS are set but not where rank 0 listens: set MASTER_ADDR (or --master-addr)");
+  CHECK(env_error({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "a"}}).find("set MASTER_PORT") != std::string::npos);
+  CHECK(env_error({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})
+            .find("LOCAL_RANK=2 is above RANK=1") == 0);
+  CHECK(env_error({{"RANK", "0"}, {"WORLD_SIZE", "1"}}) == "");  // one process: no rendezvous, no address needed
+
+  CHECK(exec::dist::constant_time_equal("secret", "secret"));
+  CHECK_FALSE(exec::dist::constant_time_equal("secret", "secreT"));
+  CHECK_FALSE(exec::dist::constant_time_equal("secret", "secret2"));
+  CHECK_FALSE(exec::dist::constant_time_equal("", "x"));
+  CHECK(exec::dist::constant_time_equal("", ""));
+}
+
+TEST_CASE("dist: the TCP communicator gives ThreadHub's results bit for bit (ranks as threads on 127.0.0.1)") {
+  const int world = 3;
+  const std::vector<std::vector<int>> groups{{0, 1, 2}, {2, 0}};
+  // Random inputs whose sums round differently in another order.
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd(0, 1e3f);
+  std::vector<std::vector<float>> in(world, std::vector<float>(3 * 50));
+  for (auto& v : in)
+    for (float& x : v) x = nd(gen) * std::exp2(static_cast<float>(gen() % 20) - 10);
+
+  struct Out {
+    std::vector<float> gathered, scattered, reduced, pair;
+    std::vector<double> reduced64;
+    std::vector<float> received;
+  };
+  auto body = [&](int r, exec::Communicator& c, exec::StreamContext& s, Out& o) {
+    o.gathered.resize(3 * 50);
+    c.all_gather(s, in[r].data(), o.gathered.data(), 50, 0);
+    o.scattered.resize(50);
+    c.reduce_scatter(s, in[r].data(), o.scattered.data(), 50, 0);
+    o.reduced = in[r];
+    c.all_reduce(s, o.reduced.data(), o.reduced.data(), o.reduced.size(), 0);
+    std::vector<double> d(in[r].begin(), in[r].end());
+    o.reduced64.resize(d.size());
+    c.all_reduce(s, d.data(), o.reduced64.data(), d.size(), 0);
+    if (r != 1) {
+      o.pair.resize(2 * 10);
+      c.all_gather(s, in[r].data() + 7, o.pair.data(), 10, 1);
+    }
+    if (r == 2) c.send(s, in[r].data(), 40, 0, "msg");
+    if (r == 0) {
+      o.received.resize(10);
+      c.recv(s, o.received.data(), 40, 2, "msg");
+    }
+    c.barrier(s, 0);
+  };
+  auto on_rank = [&](int r, exec::Communicator& c, Out& o) {
+    exec::CpuDevice dev(Clock::now());
+    dev.submit(0, {}, [&](exec::StreamContext& s) { body(r, c, s, o); }, 0);
+    dev.synchronize();
+  };
+
+  std::vector<Out> threaded(world), tcp(world);
+  {
+    exec::ThreadHub hub(world, groups, 30);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < world; ++r)
+      ts.emplace_back([&, r] {
+        auto c = hub.communicator(r);
+        on_rank(r, *c, threaded[r]);
+      });
+    for (auto& t : ts) t.join();
+  }
+  {
+    const int port = free_local_port();
+    std::vector<std::string> errors(world);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < world; ++r)
+      ts.emplace_back([&, r] {
+        try {
+          exec::dist::RankEnv env{"torchrun", r, world, r, "127.0.0.1", port};
+          exec::dist::RendezvousOptions ro;
+          ro.timeout_seconds = 20;
+          ro.token = "t";
+          auto pg = exec::dist::rendezvous(env, {"h", "m", "s"}, ro);
+          {
+            exec::TcpHub hub(*pg, groups, 30);
+            auto c = hub.communicator(r);
+            on_rank(r, *c, tcp[r]);
+            pg->broadcast("", 30);  // everyone is done with the communicator
+          }
+          pg->close();
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < world; ++r) CHECK_MESSAGE(errors[r] == "", "rank ", r);
+  }
+  auto same_bits = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+  };
+  for (int r = 0; r < world; ++r) {
+    CAPTURE(r);
+    CHECK(same_bits(tcp[r].gathered, threaded[r].gathered));
+    CHECK(same_bits(tcp[r].scattered, threaded[r].scattered));
+    CHECK(same_bits(tcp[r].reduced, threaded[r].reduced));
+    CHECK(same_bits(tcp[r].reduced64, threaded[r].reduced64));
+    CHECK(same_bits(tcp[r].pair, threaded[r].pair));
+    CHECK(same_bits(tcp[r].received, threaded[r].received));
+  }
+  // the sum is not trivially order-independent here: member order matters in the last bits
+  std::vector<float> reversed(in[0].size());
+  for (std::size_t e = 0; e < reversed.size(); ++e) reversed[e] = (in[2][e] + in[1][e]) + in[0][e];
+  CHECK_FALSE(same_bits(reversed, threaded[0].reduced));
+}
+
+TEST_CASE("dist: ranks that meet agree and train; a wrong token is turned away and the job goes on") {
+  Job job("token");
+  const int port = free_local_port();
+  Process r0 = job.rank(0, 4, port);
+  Process impostor = job.rank(1, 4, port, {}, "not-the-token", "-impostor");
+  Process tokenless = job.rank(2, 4, port, {}, "", "-tokenless");
+  CHECK(wait_all({&impostor, &tokenless}, std::chrono::seconds(30)));
+  CHECK(impostor.exit_code == 1);
+  CHECK(impostor.output().find("rank 0 refused this process: it presented a wrong token (it claims rank 1)") !=
+        std::string::npos);
+  CHECK(tokenless.exit_code == 1);
+  CHECK(tokenless.output().find("it presented no token") != std::string::npos);
+  // the right ones now
+  Process r1 = job.rank(1, 4, port), r2 = job.rank(2, 4, port), r3 = job.rank(3, 4, port);
+  CHECK(wait_all({&r0, &r1, &r2, &r3}, std::chrono::seconds(60)));
+  const std::string out0 = r0.output();
+  INFO(out0);
+  CHECK(r0.exit_code == 0);
+  CHECK(r1.exit_code == 0);
+  CHECK(r2.exit_code == 0);
+  CHECK(r3.exit_code == 0);
+  CHECK(out0.find("rank 0 turned away a connection from 127.0.0.1:") != std::string::npos);
+  CHECK(out0.find("it presented a wrong token (it claims rank 1)") != std::string::npos);
+  CHECK(out0.find("it presented no token (it claims rank 2)") != std::string::npos);
+  CHECK(out0.find("step     2/2  loss") != std::string::npos);
+  CHECK(r1.output() == "");  // rank 0 reports
+}
+
+TEST_CASE("dist: a duplicate rank, a wrong world size, a different schedule or model end every rank, naming it") {
+  Job job("checks");
+  job.rendezvous_timeout = "4";  // a rank that finds rank 0 already gone waits this long
+  struct Case {
+    std::string name;
+    std::vector<int> ranks;
+    std::map<int, std::vector<std::string>> extra;
+    std::map<int, int> worlds;
+    std::string error;
+  };
+  fs::path gpipe = job.dir / "gpipe.sched";
+  REQUIRE(run_trainsim("gen gpipe --stages 4 --microbatches 8 -o " + gpipe.string()).exit_code == 0);
+  std::vector<Case> cases{
+      {"duplicate", {0, 1, 2, 2}, {}, {}, "two processes claim rank 2: 127.0.0.1:"},
+      {"world size", {0, 1, 2, 3}, {}, {{2, 3}}, "rank 2 (127.0.0.1:"},
+      {"schedule", {0, 1, 2, 3}, {{3, {"--schedule-file-for-test"}}}, {}, "replays a different schedule from rank 0"},
+      {"model", {0, 1, 2, 3}, {{1, {"--dim", "64"}}}, {}, "has a different model from rank 0's: dim 64 against 32"},
+  };
+  for (Case& c : cases) {
+    SUBCASE(c.name.c_str()) {
+      // the schedule case replaces rank 3's file
+      std::vector<Process> ps;
+      const int port = free_local_port();
+      auto t0 = Clock::now();
+      for (std::size_t i = 0; i < c.ranks.size(); ++i) {
+        const int r = c.ranks[i];
+        const int w = c.worlds.count(static_cast<int>(i)) ? c.worlds.at(static_cast<int>(i)) : 4;
+        std::vector<std::string> args = job.replay();
+        if (c.extra.count(static_cast<int>(i))) {
+          auto e = c.extra.at(static_cast<int>(i));
+          if (e[0] == "--schedule-file-for-test") args[1] = gpipe.string();
+          else args.insert(args.end(), e.begin(), e.end());
+        }
+        ps.push_back(spawn_trainsim(args, rank_env(r, w, port), job.dir / (c.name + std::to_string(i) + ".log")));
+      }
+      std::vector<Process*> ptrs;
+      for (auto& p : ps) ptrs.push_back(&p);
+      CHECK(wait_all(ptrs, std::chrono::seconds(30)));
+      CHECK(seconds_since(t0) < 4 + 4);  // within the rendezvous deadline (4 s) plus start-up
+      const std::string out0 = ps[0].output();
+      INFO(out0);
+      CHECK(ps[0].exit_code == 1);
+      CHECK(out0.find(c.error) != std::string::npos);
+      if (c.name == "world size") CHECK(out0.find("says the world has 3 ranks, rank 0 says 4") != std::string::npos);
+      // every process ends with an error; those connected when rank 0 saw it carry its message
+      int told = 0;
+      for (auto& p : ps) {
+        CHECK(p.exit_code == 1);
+        told += p.output().find(c.error) != std::string::npos;
+      }
+      CHECK(told >= 2);
+    }
+  }
+}
+
+TEST_CASE("dist: a rank missing at the deadline ends the others, naming it") {
+  Job job("missing");
+  job.rendezvous_timeout = "2";
+  auto t0 = Clock::now();
+  std::vector<Process> ps = run_ranks(job, {0, 1, 2}, 4);
+  const double took = seconds_since(t0);
+  CHECK(took >= 1.9);
+  CHECK(took < 2 + 6);
+  for (auto& p : ps) {
+    const std::string out = p.output();
+    INFO(out);
+    CHECK(p.exit_code == 1);
+    CHECK(out.find("the rendezvous timed out after 2 s: rank(s) 3 did not join (3 of 4 ranks reached rank 0 at "
+                   "127.0.0.1:") != std::string::npos);
+  }
+}
+
+TEST_CASE("trainsim launch: a rank killed mid-step ends the others with an error naming it") {
+  Job job("killed");
+  auto t0 = Clock::now();
+  std::string args;
+  for (const auto& a : job.replay({"--test-kill-at", "2:5"})) args += " " + a;
+  CommandResult r = run_trainsim("launch --nproc 4 --grace 20 -- trainsim" + args, true);
+  INFO(r.out);
+  CHECK(seconds_since(t0) < 15);  // the others stop on their own, long before the launcher's grace ends
+  CHECK(r.exit_code == 128 + SIGKILL);  // the first failure's code
+  CHECK(r.out.find("trainsim launch: rank 2 was killed by signal 9") != std::string::npos);
+  for (int q : {0, 1, 3})
+    CHECK(r.out.find(fmt::format("[rank {}] trainsim replay: {}rank 2 (127.0.0.1:", q,
+                                 q == 0 ? "" : fmt::format("rank {}: ", q))) != std::string::npos);
+  // (end of file, or a reset where the killed process left data unread)
+  CHECK(r.out.find("is gone: its connection ended (") != std::string::npos);
+  CHECK(r.out.find("in the middle of the job; its process died or was killed") != std::string::npos);
+}
+
+TEST_CASE("trainsim launch: 4 processes replay a 1F1B schedule with the threaded replay's losses and weights, bit for bit") {
+  Job job("equal");
+  fs::path threaded = job.dir / "threaded", launched = job.dir / "launched";
+  CommandResult a = run_trainsim("replay " + job.sched + " --model tiny --blocks 4 --steps 3 --json --save " +
+                                 threaded.string());
+  REQUIRE(a.exit_code == 0);
+  CommandResult b = run_trainsim("launch --nproc 4 -- trainsim replay " + job.sched +
+                                 " --model tiny --blocks 4 --steps 3 --json --rendezvous-timeout 30 --save " +
+                                 launched.string());
+  INFO(b.out);
+  REQUIRE(b.exit_code == 0);
+  // rank 0 prints the result; every line carries its rank
+  std::string json;
+  std::istringstream lines(b.out);
+  for (std::string line; std::getline(lines, line);) {
+    REQUIRE(line.rfind("[rank 0] ", 0) == 0);
+    json += line.substr(9) + "\n";
+  }
+  auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(json);
+  CHECK(jb["ok"] == true);
+  REQUIRE(jb["losses"].size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    double x = ja["losses"][i], y = jb["losses"][i];
+    CHECK(std::memcmp(&x, &y, sizeof x) == 0);
+  }
+  CHECK(jb["peak_bytes"].size() == 4);
+  for (int r = 0; r < 4; ++r) {
+    const std::string f = "rank" + std::to_string(r) + ".bin";
+    CHECK_MESSAGE(slurp(threaded / f) == slurp(launched / f), f);
+    CHECK(!slurp(launched / f).empty());
+  }
+}
+
+TEST_CASE("trainsim replay: partial rank variables are a clear error") {
+  CommandResult r = run_trainsim("replay ddp --model tiny --steps 1", true);  // baseline: threads
+  REQUIRE(r.exit_code == 0);
+  Job job("env");
+  Process p = spawn_trainsim(job.replay(), {{"RANK", "1"}}, job.dir / "partial.log");
+  CHECK(wait_all({&p}, std::chrono::seconds(30)));
+  CHECK(p.exit_code == 2);
+  CHECK(p.output() == "trainsim replay: RANK is set but WORLD_SIZE is not: set both (torchrun variables)\n");
+}
