@@ -177,3 +177,16 @@ TEST_CASE("trainsim convert: blank lines after a CSV are no ranks; rows beyond t
   CHECK(r.out.find("cell '\\x1b[2J'") != std::string::npos);
   CHECK(r.out.find('\x1b') == std::string::npos);
 }
+
+TEST_CASE("trainsim gen refuses options beyond the limits at once (they aborted with bad_alloc or ran on)") {
+  CommandResult r = run_bounded("gen gpipe --stages 1000000000 -o /dev/null", 120);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("gpipe: the options ask for 1000000000 ranks, above the limit of 131072") != std::string::npos);
+  r = run_bounded("gen interleaved-1f1b --stages 4 --chunks 1000000000 -o /dev/null", 120);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("the options ask for 4000000000 layers, above the limit of 1048576") != std::string::npos);
+  r = run_bounded("gen gpipe --stages 2048 --microbatches 4096 -o /dev/null", 120);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("8388608 layer-microbatch pairs (the work of one step), above the limit of 4194304") !=
+        std::string::npos);
+}
