@@ -23,7 +23,8 @@ struct GenOptions {
 const std::vector<std::string>& generator_kinds();
 
 /// Generates a schedule of `kind`. Throws std::invalid_argument for an unknown kind or bad options
-/// (naming the option and the allowed range).
+/// (naming the option and the allowed range), also when the options ask for more ranks, layers or
+/// microbatches than schedules/limits.h allows, or more than kMaxGeneratedWork layer-microbatch pairs.
 Schedule generate(const std::string& kind, const GenOptions& options);
 
 }  // namespace trainsim

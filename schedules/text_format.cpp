@@ -173,7 +173,7 @@ class Parser {
   int number(const Token& t, std::string_view digits, std::string_view what, int max) const {
     if (!all_digits(digits)) fail(t, fmt::format("expected {} (a non-negative integer), got '{}'", what, shown(digits)));
     long long v = bounded_number(digits, max);
-    if (v < 0) fail(t, fmt::format("{} {} is too large (at most {})", what, shown(digits), max));
+    if (v < 0) fail(t, fmt::format("{} is too large for {} (at most {})", shown(digits), what, max));
     return static_cast<int>(v);
   }
 
@@ -285,7 +285,7 @@ class Parser {
         continue;
       }
       if (t.text.size() > 1 && t.text[0] == 'L' && all_digits(std::string_view(t.text).substr(1))) {
-        op.layer = number(t, std::string_view(t.text).substr(1), "layer", kMaxCount);
+        op.layer = number(t, std::string_view(t.text).substr(1), "a layer", kMaxCount);
         if (op.kind == OpKind::Loss ? op.layer != h.layers : op.layer >= h.layers)
           fail(t, op.kind == OpKind::Loss ? fmt::format("the loss is at layer {} (the last), not {}", h.layers, op.layer)
                                           : fmt::format("layer {} is out of range 0..{}", op.layer, h.layers - 1));

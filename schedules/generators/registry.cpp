@@ -1,8 +1,12 @@
 // The generator registry: kind names and dispatch (schedules/generators.h).
+#include <algorithm>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "schedules/generators.h"
 #include "schedules/generators/builder.h"
+#include "schedules/limits.h"
 
 namespace trainsim {
 
@@ -12,7 +16,34 @@ const std::vector<std::string>& generator_kinds() {
   return kinds;
 }
 
+namespace {
+
+// The limits of schedules/limits.h on what the options ask for, and a bound on the work (layers x microbatches,
+// each one or more ops), so that a mistyped option is refused at once rather than running out of memory.
+void check_size(const std::string& kind, const GenOptions& o) {
+  const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp";
+  const bool pp_fsdp = kind == "pp-fsdp";
+  const bool chunked = kind == "interleaved-1f1b" || kind == "looped-bfs";
+  auto pos = [](int v) { return static_cast<long long>(std::max(v, 1)); };
+  const long long world = data_parallel ? pos(o.dp) : pp_fsdp ? pos(o.stages) * pos(o.dp) : pos(o.stages);
+  const long long layers = data_parallel ? (o.layers == 0 ? 4 : pos(o.layers)) : pos(o.stages) * (chunked ? pos(o.chunks) : 1);
+  const long long microbatches = pos(o.microbatches) * (data_parallel || pp_fsdp ? pos(o.dp) : 1);
+  auto over = [&](const char* what, long long v, long long limit) {
+    if (v > limit)
+      throw std::invalid_argument(fmt::format("{}: the options ask for {} {}, above the limit of {} "
+                                              "(docs/schedule-format.md, Limits)",
+                                              kind, v, what, limit));
+  };
+  over("ranks", world, kMaxWorldSize);
+  over("layers", layers, kMaxCount);
+  over("microbatches", microbatches, kMaxCount);
+  over("layer-microbatch pairs (the work of one step)", layers * microbatches, kMaxGeneratedWork);
+}
+
+}  // namespace
+
 Schedule generate(const std::string& kind, const GenOptions& options) {
+  check_size(kind, options);
   if (kind == "gpipe") return gen::gen_gpipe(options);
   if (kind == "1f1b") return gen::gen_1f1b(options);
   if (kind == "interleaved-1f1b") return gen::gen_interleaved_1f1b(options);
