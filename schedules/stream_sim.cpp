@@ -12,25 +12,17 @@
 #include "sim/cost_model.h"
 #include "sim/errors.h"
 #include "sim/ledger.h"
+#include "sim/wait_graph.h"
 
 namespace trainsim {
 
 namespace {
 
-constexpr std::size_t kReportRanks = 16;  // a deadlock report details this many ranks, then counts the rest
 
 std::string where_suffix(const Op& op) { return op.where.empty() ? std::string() : fmt::format(" ({})", op.where); }
 
 SimError op_error(const Op& op, const std::string& what) {
   return SimError(fmt::format("rank {}: {}{}: {}", op.rank, op.describe(), where_suffix(op), what));
-}
-
-// "0, 1, 2" with at most `limit` ranks, then "and N more".
-std::string rank_list(const std::vector<int>& ranks, std::size_t limit = kReportRanks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size() && i < limit; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  if (ranks.size() > limit) s += fmt::format(" and {} more", ranks.size() - limit);
-  return s;
 }
 
 // Hash of a tensor's identity, for interning tensors to small ids per rank.
@@ -429,7 +421,7 @@ class StreamSim {
     const Op& op = op_of(id);
     if (op.kind == OpKind::Recv) {
       int src = matched_src_[id] >= 0 ? matched_src_[id] : op.peer;
-      if (src < 0) return {{}, fmt::format("waiting for a message carrying {} (no rank sends it)", op.writes.front().str())};
+      if (src < 0) return {{}, "waiting for a message from any rank"};
       return {{src}, fmt::format("waiting for a message from rank {}", src)};
     }
     if (nodes_[id].call >= 0) {
@@ -457,56 +449,54 @@ class StreamSim {
         }
     std::string s = fmt::format("deadlock: no event is left at t={} and rank{} {} {} blocked", format_time(last_time_),
                                 blocked.size() == 1 ? "" : "s", rank_list(blocked), blocked.size() == 1 ? "is" : "are");
-    std::vector<std::vector<int>> edges(world);
-    for (std::size_t k = 0; k < blocked.size(); ++k) {
+    for (std::size_t k = 0; k < blocked.size() && k < kListedRanks; ++k) {
       const int r = blocked[k];
       auto [on, detail] = waits(first[r]);
       std::vector<int> finished;
-      for (int w : on) (first[w] < 0 ? finished : edges[r]).push_back(w);
-      if (k < kReportRanks) {
-        const Op& op = op_of(first[r]);
-        s += fmt::format("\n  rank {} at t={}: {}{}: {}", r, format_time(nodes_[first[r]].ready), op.describe(),
-                         where_suffix(op), detail);
-        if (!finished.empty())
-          s += fmt::format(" (rank{} {} finished without it)", finished.size() == 1 ? "" : "s", rank_list(finished));
-      }
+      for (int w : on)
+        if (first[w] < 0) finished.push_back(w);
+      const Op& op = op_of(first[r]);
+      s += fmt::format("\n  rank {} at t={}: {}{}: {}", r, format_time(nodes_[first[r]].ready), op.describe(),
+                       where_suffix(op), detail);
+      if (!finished.empty())
+        s += fmt::format(" (rank{} {} finished without it)", finished.size() == 1 ? "" : "s", rank_list(finished));
     }
-    if (blocked.size() > kReportRanks) s += fmt::format("\n  ... and {} more blocked ranks", blocked.size() - kReportRanks);
-    // The wait-for cycle: an iterative depth-first search from the lowest blocked rank.
-    std::vector<int> state(world, 0), edge_at(world, 0), stack;
-    std::vector<int> cycle;
-    for (int root : blocked) {
-      if (state[root] != 0 || !cycle.empty()) continue;
-      stack.push_back(root);
-      state[root] = 1;
-      while (!stack.empty() && cycle.empty()) {
-        int r = stack.back();
-        if (edge_at[r] == static_cast<int>(edges[r].size())) {
-          state[r] = 2;
-          stack.pop_back();
-          continue;
-        }
-        int w = edges[r][edge_at[r]++];
-        if (state[w] == 1) {
-          cycle.assign(std::find(stack.begin(), stack.end(), w), stack.end());
-          cycle.push_back(w);
-        } else if (state[w] == 0) {
-          state[w] = 1;
-          stack.push_back(w);
-        }
-      }
+    if (blocked.size() > kListedRanks) s += fmt::format("\n  ... and {} more blocked ranks", blocked.size() - kListedRanks);
+    // The wait-for graph: ranks, and one node per collective call that blocked ranks wait in (its edges go to
+    // the members that have not arrived), so that it stays as large as the groups.
+    std::map<int, int> call_node;       // call -> node
+    std::vector<std::vector<int>> call_edges;
+    for (int r : blocked) {
+      const int c = nodes_[first[r]].call;
+      if (c < 0 || call_node.count(c)) continue;
+      call_node[c] = world + static_cast<int>(call_edges.size());
+      std::vector<int> edges;
+      for (int w : waits(first[r]).first)
+        if (first[w] >= 0) edges.push_back(w);
+      call_edges.push_back(std::move(edges));
     }
-    if (!cycle.empty()) {
-      s += "\n  wait-for cycle: ";
-      for (std::size_t i = 0; i < cycle.size(); ++i) {
-        if (i == kReportRanks && cycle.size() > kReportRanks + 1) {
-          s += fmt::format(" -> ... ({} more ranks) -> rank {}", cycle.size() - kReportRanks - 1, cycle.back());
-          break;
-        }
-        s += fmt::format("{}rank {}", i ? " -> " : "", cycle[i]);
+    std::vector<int> unfinished = blocked;
+    auto edge = [&](int node, std::size_t i, const std::vector<int>& stack) -> int {
+      if (node >= world) {
+        const auto& e = call_edges[node - world];
+        return i < e.size() ? e[i] : -1;
       }
-    }
-    return s;
+      const int id = first[node];
+      if (id < 0) return -1;
+      if (nodes_[id].call >= 0) return i == 0 ? call_node.at(nodes_[id].call) : -1;
+      const Op& op = op_of(id);
+      if (op.kind == OpKind::Recv && matched_src_[id] < 0 && op.peer < 0) {
+        // Any source: the nearest rank below on the stack waits for this one, which waits for it: a cycle.
+        for (std::size_t k = stack.size() - 1; k-- > 0;)
+          if (stack[k] < world) return i == 0 ? stack[k] : -1;
+        if (i >= unfinished.size()) return -1;
+        return unfinished[i] == node ? -2 : unfinished[i];
+      }
+      auto on = waits(id).first;
+      if (i >= on.size()) return -1;
+      return first[on[i]] < 0 ? -2 : on[i];
+    };
+    return s + cycle_text(find_wait_cycle(world + static_cast<int>(call_edges.size()), world, blocked, edge));
   }
 
   // Memory of rank `r` over time; every timed op's sample; the limit.

@@ -1,5 +1,7 @@
 #include "sim/world.h"
 
+#include "sim/wait_graph.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -27,17 +29,6 @@ std::string format_memory(double m) {
 namespace {
 std::string where_suffix(const Op& op) { return op.where.empty() ? std::string() : fmt::format(" ({})", op.where); }
 
-// Ranks and lines a deadlock report lists before it gives a count of the rest: a report stays readable,
-// and its size linear in the world size however many ranks wait for how many others.
-constexpr std::size_t kListed = 16;
-
-// "0, 1, 2" (the first kListed, then "... and N more").
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size() && i < kListed; ++i) s += (i ? ", " : "") + fmt::format("{}", ranks[i]);
-  if (ranks.size() > kListed) s += fmt::format(", ... and {} more", ranks.size() - kListed);
-  return s;
-}
 }  // namespace
 
 World::World(WorldOptions options, const CostModel& cost) : options_(options), cost_(&cost) {
@@ -318,7 +309,6 @@ std::vector<int> World::wait_for_cycle(const std::vector<int>& blocked) const {
   // Wait-for graph: ranks are nodes 0..N-1, and each collective call that blocked ranks wait in is one more
   // node (edges rank -> call -> its missing members), so that the graph stays as large as the groups rather
   // than (blocked members) x (missing members). A receive from any source waits for every unfinished rank.
-  // Depth-first from the lowest blocked rank, with an explicit stack (a cycle may run over every rank).
   const int n = options_.world_size;
   std::map<std::pair<int, std::uint64_t>, int> call_node;
   std::vector<std::vector<int>> call_edges;  // node n + i -> the unfinished members it waits for
@@ -335,58 +325,25 @@ std::vector<int> World::wait_for_cycle(const std::vector<int>& blocked) const {
   std::vector<int> unfinished;
   for (int r = 0; r < n; ++r)
     if (!ranks_[r].finished) unfinished.push_back(r);
-  std::vector<char> state(n + call_edges.size(), 0);  // 0 new, 1 on the stack, 2 done
-  struct Frame {
-    int node;
-    std::size_t next = 0;  // next edge to follow
-  };
-  std::vector<Frame> stack;
-  // The node's edge number `i`, or -1 past the last.
-  auto edge = [&](const Frame& f) -> int {
-    if (f.node >= n) {
-      const auto& e = call_edges[f.node - n];
-      return f.next < e.size() ? e[f.next] : -1;
+  auto edge = [&](int node, std::size_t i, const std::vector<int>& stack) -> int {
+    if (node >= n) {
+      const auto& e = call_edges[node - n];
+      return i < e.size() ? e[i] : -1;
     }
-    const auto& b = ranks_[f.node].blocked;
+    const auto& b = ranks_[node].blocked;
     if (!b) return -1;
-    if (b->group >= 0) return f.next == 0 ? call_node.at({b->group, b->seq}) : -1;
+    if (b->group >= 0) return i == 0 ? call_node.at({b->group, b->seq}) : -1;
     if (!b->any_source) {
       const auto& w = b->waits_for;
-      return f.next < w.size() && !ranks_[w[f.next]].finished ? w[f.next] : (f.next < w.size() ? -2 : -1);
+      return i < w.size() && !ranks_[w[i]].finished ? w[i] : (i < w.size() ? -2 : -1);
     }
     // Any source: the nearest rank below on the stack waits for this one, which waits for it: a cycle.
-    for (std::size_t i = stack.size() - 1; i-- > 0;)
-      if (stack[i].node < n) return f.next == 0 ? stack[i].node : -1;
-    if (f.next >= unfinished.size()) return -1;
-    return unfinished[f.next] == f.node ? -2 : unfinished[f.next];
+    for (std::size_t k = stack.size() - 1; k-- > 0;)
+      if (stack[k] < n) return i == 0 ? stack[k] : -1;
+    if (i >= unfinished.size()) return -1;
+    return unfinished[i] == node ? -2 : unfinished[i];
   };
-  for (int root : blocked) {
-    if (state[root] != 0) continue;
-    stack.push_back(Frame{root});
-    state[root] = 1;
-    while (!stack.empty()) {
-      Frame& f = stack.back();
-      int w = edge(f);
-      if (w == -1) {
-        state[f.node] = 2;
-        stack.pop_back();
-        continue;
-      }
-      ++f.next;
-      if (w == -2 || state[w] == 2) continue;  // (-2: an edge to skip: a finished rank, or itself)
-      if (state[w] == 1) {
-        std::vector<int> cycle;
-        auto it = std::find_if(stack.begin(), stack.end(), [&](const Frame& x) { return x.node == w; });
-        for (; it != stack.end(); ++it)
-          if (it->node < n) cycle.push_back(it->node);
-        cycle.push_back(w);
-        return cycle;
-      }
-      state[w] = 1;
-      stack.push_back(Frame{w});
-    }
-  }
-  return {};
+  return find_wait_cycle(n + static_cast<int>(call_edges.size()), n, blocked, edge);
 }
 
 std::string World::deadlock_report() const {
@@ -396,7 +353,7 @@ std::string World::deadlock_report() const {
   std::string s = fmt::format("deadlock: no event is left at t={} and rank{} {} {} blocked",
                               format_time(kernel_->now()), blocked.size() == 1 ? "" : "s", rank_list(blocked),
                               blocked.size() == 1 ? "is" : "are");
-  for (std::size_t i = 0; i < blocked.size() && i < kListed; ++i) {
+  for (std::size_t i = 0; i < blocked.size() && i < kListedRanks; ++i) {
     int r = blocked[i];
     const RankState& rs = ranks_[r];
     if (!rs.blocked) {
@@ -422,19 +379,8 @@ std::string World::deadlock_report() const {
     if (!finished.empty())
       s += fmt::format(" (rank{} {} finished without it)", finished.size() == 1 ? "" : "s", rank_list(finished));
   }
-  if (blocked.size() > kListed) s += fmt::format("\n  ... and {} more blocked ranks", blocked.size() - kListed);
-  std::vector<int> cycle = wait_for_cycle(blocked);
-  if (!cycle.empty()) {
-    s += "\n  wait-for cycle: ";
-    // The first ranks of a long cycle, then how many more, then the rank it closes on.
-    for (std::size_t i = 0; i + 1 < cycle.size() && i < kListed; ++i) s += fmt::format("{}rank {}", i ? " -> " : "", cycle[i]);
-    if (cycle.size() - 1 > kListed) s += fmt::format(" -> ... ({} more ranks)", cycle.size() - 1 - kListed);
-    s += fmt::format(" -> rank {}", cycle.back());
-    if (cycle.size() - 1 > kListed) s += fmt::format(" ({} ranks in the cycle)", cycle.size() - 1);
-  } else {
-    s += "\n  no wait-for cycle: the blocked ranks wait for ranks that finished";
-  }
-  return s;
+  if (blocked.size() > kListedRanks) s += fmt::format("\n  ... and {} more blocked ranks", blocked.size() - kListedRanks);
+  return s + cycle_text(wait_for_cycle(blocked));
 }
 
 }  // namespace trainsim
