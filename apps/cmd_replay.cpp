@@ -223,7 +223,7 @@ void add_replay_command(CLI::App& app, int* exit_code) {
       "replay (and the check) passed, 1 when not, 2 on bad options.");
   cmd->add_option("FILE", a->file, "Schedule: .sched, .csv (PyTorch pipelining) or a puzzle name (basic, ddp, ...)")
       ->required();
-  cmd->add_option("--backend", a->backend, "Backend: cpu (ranks are threads, OpenBLAS GEMMs)")->capture_default_str();
+  cmd->add_option("--backend", a->backend, "Backend: cpu (ranks are threads, OpenBLAS GEMMs), or cuda where built with it (logical ranks on one GPU)")->capture_default_str();
   cmd->add_option("--model", a->preset, "Model preset: tiny (tests) or small (trains visibly in about a minute)")
       ->capture_default_str();
   cmd->add_option("--blocks", a->blocks, "Transformer blocks (a multiple of the schedule's layers)");
