@@ -267,7 +267,8 @@ void add_replay_command(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_option("--backend", a->backend,
                   "Backend: cpu (OpenBLAS GEMMs; ranks are threads, or one process per rank when RANK/WORLD_SIZE, "
-                  "SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE say so, as `trainsim launch` does)")
+                  "SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE say so, as `trainsim launch` does), or "
+                  "cuda where built with it (logical ranks on one GPU; not yet run on a GPU)")
       ->capture_default_str();
   cmd->add_option("--model", a->preset, "Model preset: tiny (tests) or small (trains visibly in about a minute)")
       ->capture_default_str();

@@ -8,6 +8,9 @@
 #include "exec/cpu/cpu_device.h"
 #include "exec/cpu/tcp_comm.h"
 #include "exec/cpu/thread_comm.h"
+#if TRAINSIM_HAVE_CUDA
+#include "exec/cuda/cuda_backend.h"
+#endif
 
 namespace trainsim::exec {
 
@@ -31,10 +34,19 @@ class CpuBackend final : public LocalBackend {
 
 }  // namespace
 
-std::vector<std::string> backend_names() { return {"cpu"}; }
+std::vector<std::string> backend_names() {
+#if TRAINSIM_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
 
 std::unique_ptr<LocalBackend> make_backend(const std::string& name) {
   if (name == "cpu") return std::make_unique<CpuBackend>();
+#if TRAINSIM_HAVE_CUDA
+  if (name == "cuda") return cuda::make_cuda_backend();  // throws when no GPU is visible
+#endif
   std::string list;
   for (const auto& n : backend_names()) list += (list.empty() ? "" : ", ") + n;
   throw std::invalid_argument(fmt::format("unknown backend '{}' (this build has: {})", name, list));

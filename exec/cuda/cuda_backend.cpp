@@ -1,0 +1,61 @@
+#include "exec/cuda/cuda_backend.h"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "exec/cuda/cuda_device.h"
+#include "exec/cuda/local_comm.h"
+#include "exec/cuda/nccl_comm.h"
+
+namespace trainsim::exec::cuda {
+
+namespace {
+
+class CudaBackend final : public LocalBackend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {}
+  std::string name() const override { return "cuda"; }
+  std::unique_ptr<Device> make_device(int, std::chrono::steady_clock::time_point epoch) override {
+    return std::make_unique<CudaDevice>(device_, epoch);
+  }
+  std::unique_ptr<CommHub> make_hub(int world_size, const std::vector<std::vector<int>>& groups,
+                                    double timeout_seconds) override {
+    const char* comm = std::getenv("TRAINSIM_CUDA_COMM");
+    if (comm && std::string(comm) == "nccl") {
+      if (world_size != 1)
+        throw std::invalid_argument(fmt::format(
+            "TRAINSIM_CUDA_COMM=nccl needs one rank per GPU; this schedule has {} ranks on one GPU", world_size));
+      return make_nccl_single_hub(groups, timeout_seconds);
+    }
+    return make_local_hub(world_size, groups, timeout_seconds);
+  }
+
+ private:
+  int device_;
+};
+
+}  // namespace
+
+std::unique_ptr<LocalBackend> make_cuda_backend() {
+  std::string why;
+  const int n = visible_devices(&why);
+  if (n == 0)
+    throw std::invalid_argument(fmt::format(
+        "the cuda backend needs an NVIDIA GPU, and none is visible here ({}); use --backend cpu", why));
+  int device = 0;
+  if (const char* d = std::getenv("TRAINSIM_CUDA_DEVICE")) {
+    try {
+      device = std::stoi(d);
+    } catch (const std::exception&) {
+      device = -1;
+    }
+    if (device < 0 || device >= n)
+      throw std::invalid_argument(fmt::format("TRAINSIM_CUDA_DEVICE={} is not one of the {} visible GPUs", d, n));
+  }
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace trainsim::exec::cuda

@@ -1,0 +1,224 @@
+// Each CUDA kernel against the CPU kernel (exec/cpu/cpu_kernels.cpp) on random inputs. Tolerances: element
+// -wise kernels that share exec/math.h and do no sums (embedding forward, heads, RoPE, SwiGLU, add, AdamW)
+// are compared at 1e-6 relative (same expressions, --fmad=false; only expf/sqrtf implementations may
+// differ by an ulp or two); kernels whose sums run in the CPU's order (embedding backward, RMSNorm weight
+// grad) at 1e-6; row reductions in a tree (RMSNorm, softmax, cross-entropy, GEMMs through cuBLAS) at 1e-5;
+// the double sums at 1e-12.
+// NOT YET RUN ON A GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "exec/cpu/cpu_kernels.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_kernels.h"
+
+using namespace trainsim::exec;
+
+namespace {
+
+struct Gpu {
+  cudaStream_t s = nullptr;
+  std::vector<void*> bufs;
+  Gpu() { TS_CUDA(cudaStreamCreate(&s)); }
+  ~Gpu() {
+    for (void* p : bufs) cudaFree(p);
+    cudaStreamDestroy(s);
+  }
+  template <typename T>
+  T* up(const std::vector<T>& h) {
+    void* p = nullptr;
+    TS_CUDA(cudaMalloc(&p, std::max<std::size_t>(1, h.size() * sizeof(T))));
+    bufs.push_back(p);
+    if (!h.empty()) TS_CUDA(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  std::vector<T> down(const T* p, std::size_t n) {
+    TS_CUDA(cudaStreamSynchronize(s));
+    std::vector<T> h(n);
+    if (n) TS_CUDA(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+std::vector<float> rnd(std::size_t n, unsigned seed, float lo = -1, float hi = 1) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+template <typename T>
+void close(const std::vector<T>& a, const std::vector<T>& b, double rel, const char* what) {
+  INFO(what);
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    worst = std::max(worst, d / std::max(1.0, std::abs(static_cast<double>(b[i]))));
+  }
+  CHECK(worst <= rel);
+}
+
+}  // namespace
+
+TEST_CASE("cuda kernels: GEMMs equal OpenBLAS's in every transposition") {
+  Gpu g;
+  cuda::CudaKernels k(g.s);
+  CpuKernels<float> c;
+  const int M = 37, N = 29, K = 53;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      auto A = rnd(M * K, 1), B = rnd(K * N, 2), C = rnd(M * N, 3);
+      const int lda = ta ? M : K, ldb = tb ? K : N;
+      float *dA = g.up(A), *dB = g.up(B), *dC = g.up(C);
+      k.gemm(ta, tb, M, N, K, 0.5f, dA, lda, dB, ldb, 0.25f, dC, N);
+      c.gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.25f, C.data(), N);
+      close(g.down(dC, C.size()), C, 1e-5, "gemm");
+      auto C2 = rnd(3 * M * N, 4);
+      auto A2 = rnd(3 * M * K, 5), B2 = rnd(3 * K * N, 6);
+      float *eA = g.up(A2), *eB = g.up(B2), *eC = g.up(C2);
+      k.gemm_batched(ta, tb, M, N, K, 1.0f, eA, lda, M * K, eB, ldb, K * N, 0.0f, eC, N, M * N, 3);
+      c.gemm_batched(ta, tb, M, N, K, 1.0f, A2.data(), lda, M * K, B2.data(), ldb, K * N, 0.0f, C2.data(), N, M * N, 3);
+      close(g.down(eC, C2.size()), C2, 1e-5, "gemm_batched");
+    }
+}
+
+TEST_CASE("cuda kernels: embedding, RMSNorm, heads with RoPE, softmax, SwiGLU, element-wise") {
+  Gpu g;
+  cuda::CudaKernels k(g.s);
+  CpuKernels<float> c;
+  const int B = 2, T = 9, H = 3, hd = 8, d = H * hd, V = 50, f = 40;
+  const long n = B * T;
+  std::vector<int> tok(n);
+  for (long i = 0; i < n; ++i) tok[i] = static_cast<int>((i * 7) % 5);  // repeated tokens
+  auto table = rnd(V * d, 10);
+  {
+    std::vector<float> out(n * d);
+    float* o = g.up(out);
+    k.embedding_forward(g.up(tok), g.up(table), o, n, d);
+    c.embedding_forward(tok.data(), table.data(), out.data(), n, d);
+    close(g.down(o, out.size()), out, 0, "embedding_forward");
+    auto dout = rnd(n * d, 11), dt = rnd(V * d, 12);
+    float* ddt = g.up(dt);
+    k.embedding_backward(g.up(tok), g.up(dout), ddt, n, d);
+    c.embedding_backward(tok.data(), dout.data(), dt.data(), n, d);
+    close(g.down(ddt, dt.size()), dt, 1e-6, "embedding_backward");
+  }
+  {
+    auto x = rnd(n * d, 20), gg = rnd(d, 21, 0.5f, 1.5f), dy = rnd(n * d, 22), dx = rnd(n * d, 23);
+    std::vector<float> y(n * d), rs(n), dgain(d);
+    float *dy_ = g.up(y), *drs = g.up(rs), *ddx = g.up(dx), *ddg = g.up(dgain);
+    const float *dxx = g.up(x), *dgg = g.up(gg), *ddy = g.up(dy);
+    k.rmsnorm_forward(dxx, dgg, dy_, drs, n, d, 1e-5f);
+    c.rmsnorm_forward(x.data(), gg.data(), y.data(), rs.data(), n, d, 1e-5f);
+    close(g.down(dy_, y.size()), y, 1e-5, "rmsnorm_forward");
+    close(g.down(drs, rs.size()), rs, 1e-5, "rmsnorm rstd");
+    k.rmsnorm_backward_input(ddy, dxx, dgg, drs, ddx, n, d);
+    c.rmsnorm_backward_input(dy.data(), x.data(), gg.data(), rs.data(), dx.data(), n, d);
+    close(g.down(ddx, dx.size()), dx, 1e-5, "rmsnorm_backward_input");
+    k.rmsnorm_backward_weight(ddy, dxx, drs, ddg, n, d);
+    c.rmsnorm_backward_weight(dy.data(), x.data(), rs.data(), dgain.data(), n, d);
+    close(g.down(ddg, dgain.size()), dgain, 1e-5, "rmsnorm_backward_weight");
+  }
+  {
+    auto qkv = rnd(n * 3 * d, 30), cs = rnd(T * hd / 2, 31), sn = rnd(T * hd / 2, 32);
+    std::vector<float> q(n * d), kk(n * d), v(n * d), back(n * 3 * d), merged(n * d), split(n * d);
+    float *dq = g.up(q), *dk = g.up(kk), *dv = g.up(v), *dback = g.up(back), *dm = g.up(merged), *ds = g.up(split);
+    const float *dcs = g.up(cs), *dsn = g.up(sn);
+    k.split_heads_rope(g.up(qkv), dq, dk, dv, B, T, H, hd, dcs, dsn);
+    c.split_heads_rope(qkv.data(), q.data(), kk.data(), v.data(), B, T, H, hd, cs.data(), sn.data());
+    close(g.down(dq, q.size()), q, 1e-6, "rope q");
+    close(g.down(dk, kk.size()), kk, 1e-6, "rope k");
+    close(g.down(dv, v.size()), v, 0, "v");
+    k.merge_heads_rope_backward(dq, dk, dv, dback, B, T, H, hd, dcs, dsn);
+    c.merge_heads_rope_backward(q.data(), kk.data(), v.data(), back.data(), B, T, H, hd, cs.data(), sn.data());
+    close(g.down(dback, back.size()), back, 1e-6, "merge_heads_rope_backward");
+    k.merge_heads(dq, dm, B, T, H, hd);
+    c.merge_heads(q.data(), merged.data(), B, T, H, hd);
+    close(g.down(dm, merged.size()), merged, 0, "merge_heads");
+    k.split_heads(dm, ds, B, T, H, hd);
+    c.split_heads(merged.data(), split.data(), B, T, H, hd);
+    close(g.down(ds, split.size()), split, 0, "split_heads");
+  }
+  {
+    const int count = 4, Tn = 300;  // rows longer than a block
+    auto s = rnd(count * Tn * Tn, 40, -4, 4), dp = rnd(count * Tn * Tn, 41);
+    float *ds = g.up(s), *ddp = g.up(dp);
+    k.causal_softmax_forward(ds, count, Tn, 0.35f);
+    c.causal_softmax_forward(s.data(), count, Tn, 0.35f);
+    close(g.down(ds, s.size()), s, 1e-5, "causal_softmax_forward");
+    k.causal_softmax_backward(ds, ddp, count, Tn, 0.35f);
+    c.causal_softmax_backward(s.data(), dp.data(), count, Tn, 0.35f);
+    close(g.down(ddp, dp.size()), dp, 1e-5, "causal_softmax_backward");
+  }
+  {
+    auto gu = rnd(n * 2 * f, 50, -3, 3), dh = rnd(n * f, 51);
+    std::vector<float> h(n * f), dgu(n * 2 * f);
+    float *dhh = g.up(h), *ddgu = g.up(dgu);
+    const float* dgu_in = g.up(gu);
+    k.swiglu_forward(dgu_in, dhh, n, f);
+    c.swiglu_forward(gu.data(), h.data(), n, f);
+    close(g.down(dhh, h.size()), h, 1e-6, "swiglu_forward");
+    k.swiglu_backward(dgu_in, g.up(dh), ddgu, n, f);
+    c.swiglu_backward(gu.data(), dh.data(), dgu.data(), n, f);
+    close(g.down(ddgu, dgu.size()), dgu, 1e-6, "swiglu_backward");
+  }
+  {
+    auto a = rnd(1000, 60), b = rnd(1000, 61);
+    std::vector<float> out(1000);
+    float* o = g.up(out);
+    k.add(g.up(a), g.up(b), o, 1000);
+    c.add(a.data(), b.data(), out.data(), 1000);
+    close(g.down(o, 1000), out, 0, "add");
+    k.fill(o, 2.5f, 1000);
+    CHECK(g.down(o, 1000) == std::vector<float>(1000, 2.5f));
+    k.copy(g.up(a), o, 1000);
+    CHECK(g.down(o, 1000) == a);
+  }
+}
+
+TEST_CASE("cuda kernels: cross-entropy, sum of squares and AdamW") {
+  Gpu g;
+  cuda::CudaKernels k(g.s);
+  CpuKernels<float> c;
+  const long n = 37;
+  const int V = 300;
+  auto logits = rnd(n * V, 70, -5, 5);
+  std::vector<int> tgt(n);
+  for (long i = 0; i < n; ++i) tgt[i] = static_cast<int>((i * 31) % V);
+  std::vector<double> sums = {0.5, 1.5, 2.5, 3.5};
+  float* dl = g.up(logits);
+  double* dsums = g.up(sums);
+  k.cross_entropy(dl, g.up(tgt), dl, dsums, n, V, 10, 0.125f);  // in place, 4 segments
+  c.cross_entropy(logits.data(), tgt.data(), logits.data(), sums.data(), n, V, 10, 0.125f);
+  close(g.down(dl, logits.size()), logits, 1e-6, "cross_entropy dlogits");
+  close(g.down(dsums, sums.size()), sums, 1e-12, "cross_entropy loss sums");
+
+  auto x = rnd(100000, 80);
+  std::vector<double> acc = {1.0};
+  double* dacc = g.up(acc);
+  k.sum_squares(g.up(x), 100000, dacc);
+  c.sum_squares(x.data(), 100000, acc.data());
+  close(g.down(dacc, 1), acc, 1e-12, "sum_squares");
+
+  const long m = 5000;
+  auto w = rnd(m, 90), gr = rnd(m, 91), mo = rnd(m, 92), v = rnd(m, 93, 0, 1);
+  AdamWStep st;
+  st.lr = 1e-3f, st.weight_decay = 0.1f, st.bias_correction1 = 0.19f, st.bias_correction2_sqrt = 0.3f;
+  std::vector<double> norm = {40.0};
+  for (bool clip : {false, true}) {
+    float *dw = g.up(w), *dm = g.up(mo), *dv = g.up(v);
+    k.adamw(dw, g.up(gr), dm, dv, dw, dm, dv, m, st, clip ? g.up(norm) : nullptr, 1.0f);
+    auto cw = w, cm = mo, cv = v;
+    c.adamw(cw.data(), gr.data(), cm.data(), cv.data(), cw.data(), cm.data(), cv.data(), m, st,
+            clip ? norm.data() : nullptr, 1.0f);
+    close(g.down(dw, m), cw, 1e-6, "adamw w");
+    close(g.down(dm, m), cm, 1e-6, "adamw m");
+    close(g.down(dv, m), cv, 1e-6, "adamw v");
+  }
+}
