@@ -32,6 +32,13 @@ class CudaBackend final : public LocalBackend {
     }
     return make_local_hub(world_size, groups, timeout_seconds);
   }
+  /// One process per rank with NCCL across processes (the rendezvous's job id as the NCCL unique id) is not
+  /// written yet: a clear error rather than a wrong run.
+  std::unique_ptr<CommHub> make_process_hub(ProcessGroup&, const std::vector<std::vector<int>>&, double) override {
+    throw std::invalid_argument(
+        "the cuda backend does not run one process per rank yet (NCCL across processes is not written); run its "
+        "ranks as logical ranks in one process, or use --backend cpu under the launcher");
+  }
 
  private:
   int device_;
