@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   trainsim::apps::add_gen_command(app, &exit_code);
   trainsim::apps::add_convert_command(app, &exit_code);
   trainsim::apps::add_replay_command(app, &exit_code);
+  trainsim::apps::add_calibrate_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "sim/algebra.h"
+#include "schedules/cost_models.h"
 #include "sim/cost_model.h"
 #include "sim/errors.h"
 #include "sim/ledger.h"
@@ -55,7 +56,7 @@ struct Call {
 
 class StreamSim {
  public:
-  StreamSim(const Schedule& s, const SimOptions& o) : s_(s), o_(o), cost_(make_cost_model(s.header.cost_model)) {
+  StreamSim(const Schedule& s, const SimOptions& o) : s_(s), o_(o), cost_(make_schedule_cost_model(s)) {
     const int world = s.header.world_size;
     offset_.resize(world + 1, 0);
     for (int r = 0; r < world; ++r) offset_[r + 1] = offset_[r] + static_cast<int>(s.ranks[r].size());
@@ -125,7 +126,7 @@ class StreamSim {
   // the dependencies on the same rank (stream order, writers of what it reads, users of what it frees).
   void issue(int rank) {
     const ScheduleHeader& h = s_.header;
-    MemoryLedger ledger(*cost_);
+    MemoryLedger ledger(*cost_, rank);
     std::map<Tensor, int> writer;                 // the last op that wrote each tensor
     std::map<Tensor, std::vector<int>> users;     // ops that used it since
     std::map<int, int> stream_tail;               // the last op issued on each stream
@@ -466,7 +467,7 @@ class StreamSim {
     std::vector<std::pair<Time, int>> order;
     for (int i : timed) order.push_back({nodes_[id_of(r, i)].start, i});
     std::sort(order.begin(), order.end());
-    MemoryLedger ledger(*cost_);
+    MemoryLedger ledger(*cost_, r);
     std::map<int, double> sample;
     std::size_t e = 0;
     for (auto [start, i] : order) {
