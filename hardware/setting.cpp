@@ -21,7 +21,7 @@ Recompute recompute_from_name(const std::string& name, const std::string& where)
   if (name == "none") return Recompute::None;
   if (name == "selective") return Recompute::Selective;
   if (name == "full") return Recompute::Full;
-  throw SpecError(fmt::format("{}: recompute: expected none, selective or full, got '{}'", where, name));
+  throw SpecError(fmt::format("{}: expected none, selective or full, got '{}'", where, name));
 }
 
 std::string spec_text(const ModelSpec& m) { return m.preset + overrides_text(model_fields(), m, model_preset(m.preset)); }
