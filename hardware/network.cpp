@@ -48,10 +48,12 @@ NetworkSpec network_preset(const std::string& name) {
     n.inter_bandwidth = 50e9, n.inter_latency_s = 14e-6;
   } else if (name == "cpu") {
     // The executor's CPU backend: every rank a thread of one process, messages copied in memory. One "node"
-    // holds every rank. Bandwidth and latency as fitted by `trainsim calibrate` (bench/README.md).
+    // holds every rank. Bandwidth and latency as fitted by `trainsim calibrate` with the cpu device
+    // (bench/calibration_fidelity.sh; bench/README.md), rounded to 3 digits: 1.26e9 bytes/s, 3.17 ms per step
+    // (mostly thread wake-ups on a loaded machine).
     n.gpus_per_node = 1 << 20;
-    n.intra_bandwidth = n.inter_bandwidth = 2e9;
-    n.intra_latency_s = n.inter_latency_s = 20e-6;
+    n.intra_bandwidth = n.inter_bandwidth = 1.26e9;
+    n.intra_latency_s = n.inter_latency_s = 3.17e-3;
   } else if (name != "custom") {
     std::string list;
     for (const auto& p : network_preset_names()) list += (list.empty() ? "" : ", ") + p;
