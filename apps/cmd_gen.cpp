@@ -6,9 +6,14 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/commands.h"
+#include "apps/hardware_options.h"
 #include "apps/text_file.h"
 #include "schedules/generators.h"
+#include "schedules/hardware_sim.h"
+#include "schedules/replay.h"
 #include "schedules/text_format.h"
 
 namespace trainsim::apps {
@@ -20,7 +25,56 @@ struct GenArgs {
   GenOptions options;
   bool no_reshard = false;
   std::string out = "-";
+  HardwareOptions hardware;
+  bool sim = false;
+  bool json = false;
 };
+
+// `gen --sim`: simulate the generated schedule in memory and print what `trainsim sim` would.
+int simulate_generated(const GenArgs& a, const Schedule& s) {
+  if (s.header.cost_model == "hardware") {
+    HardwareRun run = simulate_hardware(s);
+    if (a.json) {
+      nlohmann::ordered_json j;
+      j["kind"] = a.kind;
+      j["ok"] = run.result.ok;
+      j["error"] = run.result.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.result.error);
+      j["world_size"] = s.header.world_size;
+      j["layers"] = s.header.layers;
+      j["microbatches"] = s.header.microbatches;
+      j["cost_model"] = s.header.cost_model;
+      j["ops"] = s.op_count();
+      if (run.report) j.update(hw::to_json(*run.report));
+      std::cout << j.dump(2) << "\n";
+    } else if (run.report) {
+      fmt::print("{}: {} ops on {} ranks, {} layers, {} microbatches (hardware cost model)\n{}", a.kind, s.op_count(),
+                 s.header.world_size, s.header.layers, s.header.microbatches,
+                 hw::format_report(*run.report, *s.header.hardware));
+    } else {
+      fmt::print(stderr, "trainsim gen: the generated schedule is invalid: {}\n", run.result.error);
+    }
+    return run.result.ok ? 0 : 1;
+  }
+  SimResult r = simulate(s);
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["kind"] = a.kind;
+    j["ok"] = r.ok;
+    j["error"] = r.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
+    j["world_size"] = s.header.world_size;
+    j["cost_model"] = s.header.cost_model;
+    j["ops"] = s.op_count();
+    j["makespan"] = to_seconds(r.trace.makespan());
+    j["bubble_fraction"] = r.trace.bubble_fraction();
+    std::cout << j.dump(2) << "\n";
+  } else if (r.ok) {
+    fmt::print("{}: {} ops on {} ranks: makespan {}  bubble {:.1f}% ({} cost model)\n", a.kind, s.op_count(),
+               s.header.world_size, format_time(r.trace.makespan()), 100 * r.trace.bubble_fraction(), s.header.cost_model);
+  } else {
+    fmt::print(stderr, "trainsim gen: the generated schedule is invalid: {}\n", r.error);
+  }
+  return r.ok ? 0 : 1;
+}
 
 std::string kind_list() {
   std::string s;
@@ -43,6 +97,31 @@ int run(const GenArgs& a) {
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "trainsim gen: {}\n", e.what());
     return 2;
+  }
+  if (a.hardware.any()) {
+    try {
+      hw::HardwareSetting hs = hardware_setting(a.hardware);
+      if (hs.model.blocks < s.header.layers)
+        throw hw::SpecError(fmt::format("the schedule has {} layers but the model '{}' has {} blocks (each layer needs "
+                                        "at least one block)", s.header.layers, hs.model.preset, hs.model.blocks));
+      s.header.cost_model = "hardware";
+      s.header.hardware = hs;
+    } catch (const hw::SpecError& e) {
+      fmt::print(stderr, "trainsim gen: {}\n", e.what());
+      return 2;
+    }
+  }
+  if (a.json && !a.sim) {
+    fmt::print(stderr, "trainsim gen: --json goes with --sim\n");
+    return 2;
+  }
+  if (a.sim) {
+    int code = simulate_generated(a, s);
+    if (a.out != "-" && !write_text_file(a.out, print_schedule(s))) {
+      fmt::print(stderr, "trainsim gen: cannot write '{}'\n", a.out);
+      return 2;
+    }
+    return code;
   }
   std::string text = print_schedule(s);
   if (a.out == "-") {
@@ -67,7 +146,8 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       "gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1 (--stages, --microbatches, --chunks); data parallel "
       "ddp, zero1, zero2, fsdp (--dp ranks, --layers, --microbatches per rank, --prefetch, "
       "--no-reshard-after-forward); pipeline + FSDP pp-fsdp (--stages, --dp replicas, --microbatches per "
-      "replica). Exits 2 on bad options.");
+      "replica). --model/--device/--network (with --microbatch-size, --seq, --recompute, --set) put the hardware cost "
+      "model in the header; --sim simulates instead of writing. Exits 2 on bad options.");
   cmd->add_option("kind", args->kind, "What to generate: one of " + kind_list())->required();
   cmd->add_option("--stages", args->options.stages, "Pipeline stages (pipeline kinds, pp-fsdp)")->capture_default_str();
   cmd->add_option("--microbatches", args->options.microbatches,
@@ -82,7 +162,13 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--no-reshard-after-forward", args->no_reshard,
                 "fsdp: keep each gathered weight from its forward until its backward");
-  cmd->add_option("-o,--output", args->out, "Output file, or - for standard output")->capture_default_str();
+  cmd->add_option("-o,--output", args->out, "Output file, or - for standard output (with --sim: only when given)")
+      ->capture_default_str();
+  add_hardware_options(cmd, args->hardware);
+  cmd->add_flag("--sim", args->sim,
+                "Simulate the generated schedule in memory and print its report (with --model/--device/--network: "
+                "step time, tokens/s, MFU, bubble, exposed communication, memory); exits 1 when it is invalid");
+  cmd->add_flag("--json", args->json, "With --sim: print the report as JSON");
   cmd->callback([args, exit_code] { *exit_code = run(*args); });
 }
 

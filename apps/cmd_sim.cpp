@@ -10,7 +10,9 @@
 
 #include "apps/commands.h"
 #include "apps/json_text.h"
+#include "apps/hardware_options.h"
 #include "apps/text_file.h"
+#include "schedules/hardware_sim.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 #include "visualize/graph.h"
@@ -26,6 +28,7 @@ struct SimArgs {
   std::optional<double> memory_limit;
   std::string svg, trace, dot;
   bool json = false;
+  HardwareOptions hardware;
 };
 
 bool write_file(const std::string& path, const std::string& text) {
@@ -71,11 +74,36 @@ int run(const SimArgs& a, bool outputs) {
     else fmt::print(stderr, "{}\n", e.what());
     return 1;
   }
+  if (a.hardware.any() || s.header.cost_model == "hardware") {
+    try {
+      hw::HardwareSetting hs = hardware_setting(a.hardware, s.header.hardware);
+      if (hs.model.blocks < s.header.layers)
+        throw hw::SpecError(fmt::format("the schedule has {} layers but the model '{}' has {} blocks (each layer needs "
+                                        "at least one block)", s.header.layers, hs.model.preset, hs.model.blocks));
+      s.header.cost_model = "hardware";
+      s.header.hardware = hs;
+    } catch (const hw::SpecError& e) {
+      if (a.json) std::cout << summary_json(a.file, nullptr, nullptr, e.what()).dump(2) << "\n";
+      else fmt::print(stderr, "trainsim: {}\n", e.what());
+      return 2;
+    }
+  }
   SimOptions opts;
   opts.memory_limit = a.memory_limit;
-  SimResult r = simulate(s, opts);
+  SimResult r;
+  std::optional<hw::StepReport> report;
+  if (s.header.cost_model == "hardware" && !a.memory_limit) {
+    HardwareRun run = simulate_hardware(s);
+    r = std::move(run.result);
+    report = std::move(run.report);
+  } else {
+    r = simulate(s, opts);
+    if (r.ok && s.header.cost_model == "hardware") report = hw::make_report(r.trace, *s.header.hardware, s.header.microbatches);
+  }
   if (a.json) {
-    std::cout << json_text(summary_json(a.file, &s, &r, r.error)) << "\n";
+    auto j = summary_json(a.file, &s, &r, r.error);
+    if (report && outputs) j.update(hw::to_json(*report));
+    std::cout << json_text(j) << "\n";
   } else if (r.ok) {
     MemoryPeak p = r.trace.peak();
     fmt::print("{}: valid: {} ops on {} rank{}, {} layers, {} microbatches ({} cost model)\n", a.file, s.op_count(),
@@ -85,6 +113,7 @@ int run(const SimArgs& a, bool outputs) {
       fmt::print("timesteps {}  makespan {}  bubble {:.1f}%  peak memory {} {} at rank {} t={}\n",
                  format_time(r.trace.timesteps()), format_time(r.trace.makespan()), 100 * r.trace.bubble_fraction(),
                  format_memory(p.memory), r.trace.memory_unit, p.rank, format_time(p.time));
+    if (outputs && report) fmt::print("{}", hw::format_report(*report, *s.header.hardware));
   } else {
     fmt::print(stderr, "{}: invalid: {}\n", a.file, r.error);
   }
@@ -156,13 +185,17 @@ void add_sim_commands(CLI::App& app, int* exit_code) {
   CLI::App* s = app.add_subcommand(
       "sim",
       "Simulate a .sched schedule: validate it, time it with its cost model, and optionally write its timeline "
-      "(SVG), Chrome/Perfetto trace (JSON) and dependency graph (DOT, or SVG when the name ends in .svg).");
+      "(SVG), Chrome/Perfetto trace (JSON) and dependency graph (DOT, or SVG when the name ends in .svg). A schedule "
+      "with a 'cost_model hardware' block, or --model/--device/--network, is reported in seconds and bytes.");
   s->add_option("file", sa->file, "Schedule file (.sched)")->required()->check(CLI::ExistingFile);
   s->add_option("--memory-limit", sa->memory_limit, "Per-rank memory limit, in the cost model's unit")->check(kMemoryLimit);
   s->add_option("--svg", sa->svg, "Write the timeline SVG here");
   s->add_option("--trace", sa->trace, "Write the Chrome/Perfetto trace JSON here");
   s->add_option("--dot", sa->dot, "Write the op dependency graph here (.dot text, or .svg rendered by Graphviz)");
-  s->add_flag("--json", sa->json, "Print the result as JSON");
+  s->add_flag("--json", sa->json,
+              "Print the result as JSON (hardware cost model: also step_time_s, tokens_per_s, tokens_per_s_per_gpu, "
+              "mfu, bubble_fraction, exposed_comm_s, peak_memory_bytes, oom, and per-rank figures)");
+  add_hardware_options(s, sa->hardware);
   s->callback([sa, exit_code] { *exit_code = run(*sa, true); });
 }
 

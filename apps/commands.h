@@ -16,6 +16,9 @@ void add_gen_command(CLI::App& app, int* exit_code);
 /// `trainsim convert IN OUT`: between .sched and PyTorch pipelining CSV.
 void add_convert_command(CLI::App& app, int* exit_code);
 
+/// `trainsim calibrate TRACE... -o DEVICE.json`: fit a device description to measured replay traces.
+void add_calibrate_command(CLI::App& app, int* exit_code);
+
 /// `trainsim replay FILE ...`: train the executor's model by replaying a schedule (exec/).
 void add_replay_command(CLI::App& app, int* exit_code);
 /// `trainsim launch --nproc N -- COMMAND ...`: N local processes of a command, one per rank (torchrun's variables).

@@ -3,9 +3,11 @@
 // executor replays them.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "hardware/setting.h"
 #include "sim/op.h"
 #include "sim/world.h"
 
@@ -17,7 +19,10 @@ struct ScheduleHeader {
   int world_size = 1;       ///< number of ranks
   int layers = 1;           ///< layers (or pipeline stages, one "layer" each) of the model
   int microbatches = 1;     ///< batches (microbatches) of one training step
-  std::string cost_model = "puzzle";  ///< cost model the schedule is timed with: "puzzle" or "unit"
+  std::string cost_model = "puzzle";  ///< cost model the schedule is timed with: "puzzle", "unit" or "hardware"
+  /// The `cost_model hardware` block: model, device, network and training shape (set iff cost_model is
+  /// "hardware").
+  std::optional<hw::HardwareSetting> hardware;
   P2PMode p2p = P2PMode::OneSlotPerDestination;  ///< buffering of sends
   /// Rank that owns each layer's stage (size `layers`), or empty when every rank runs every layer
   /// (data parallel). Informational for pipeline schedules; the CSV converter uses it.

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "sim/algebra.h"
+#include "schedules/cost_models.h"
 #include "sim/cost_model.h"
 #include "sim/errors.h"
 #include "sim/ledger.h"
@@ -49,18 +50,18 @@ struct RankTensors {
   std::vector<int> memory_ids;    // per op: the ids it allocates (writes) or releases (a free's reads)
   std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
 
-  int intern(const Tensor& t, const CostModel& cost) {
+  int intern(const Tensor& t, const CostModel& cost, int rank) {
     auto [it, fresh] = ids.try_emplace(t, static_cast<int>(tensor.size()));
     if (fresh) {
       tensor.push_back(&it->first);
-      bytes.push_back(cost.memory(t));
+      bytes.push_back(cost.memory(t, rank));
       count.push_back(0), writer.push_back(-1), users.emplace_back();
     }
     return it->second;
   }
   // The resident tensors as the ledger prints them ("W0, O0, A0{0}").
-  std::string summary(const CostModel& cost) const {
-    MemoryLedger ledger(cost);
+  std::string summary(const CostModel& cost, int rank) const {
+    MemoryLedger ledger(cost, rank);
     for (std::size_t id = 0; id < tensor.size(); ++id)
       for (int k = 0; k < count[id]; ++k) ledger.add(*tensor[id]);
     return ledger.summary();
@@ -89,7 +90,7 @@ struct Call {
 
 class StreamSim {
  public:
-  StreamSim(const Schedule& s, const SimOptions& o) : s_(s), o_(o), cost_(make_cost_model(s.header.cost_model)) {
+  StreamSim(const Schedule& s, const SimOptions& o) : s_(s), o_(o), cost_(make_schedule_cost_model(s)) {
     const int world = s.header.world_size;
     offset_.resize(world + 1, 0);
     for (int r = 0; r < world; ++r) offset_[r + 1] = offset_[r] + static_cast<int>(s.ranks[r].size());
@@ -183,10 +184,10 @@ class StreamSim {
       if (std::string p = algebra_problem(op, h.layers, h.microbatches); !p.empty()) throw op_error(op, p);
       read_ids_.clear();
       for (const Tensor& t : op.reads) {
-        const int tid = ts.intern(t, *cost_);
+        const int tid = ts.intern(t, *cost_, rank);
         if (ts.count[tid] == 0)
           throw op_error(op, fmt::format("it reads {} ({}), which is not resident; resident: {}", t.str(),
-                                         long_name(t.kind), ts.summary(*cost_)));
+                                         long_name(t.kind), ts.summary(*cost_, rank)));
         read_ids_.push_back(tid);
       }
       if (op.kind == OpKind::Send && op.reads.size() != 1) throw op_error(op, "a send carries exactly one tensor");
@@ -224,7 +225,7 @@ class StreamSim {
         }
       } else {
         for (const Tensor& t : op.writes) {
-          const int tid = ts.intern(t, *cost_);
+          const int tid = ts.intern(t, *cost_, rank);
           ++ts.count[tid];
           ts.writer[tid] = id;
           ts.users[tid].clear();
@@ -535,7 +536,7 @@ class StreamSim {
         total += events[e].id >= 0 ? ts.bytes[events[e].id] : -ts.bytes[-1 - events[e].id];
       sample[i] = total;
       if (o_.memory_limit && total > *o_.memory_limit) {
-        MemoryLedger resident(*cost_);  // what is resident now, for the message
+        MemoryLedger resident(*cost_, r);  // what is resident now, for the message
         for (std::size_t k = 0; k < e; ++k)
           events[k].id >= 0 ? resident.add(*ts.tensor[events[k].id])
                             : static_cast<void>(resident.remove(*ts.tensor[-1 - events[k].id]));

@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <charconv>
+#include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -188,9 +190,11 @@ class Parser {
       (key == "world_size" ? h.world_size : key == "layers" ? h.layers : h.microbatches) = v;
     } else if (key == "cost_model") {
       expect_count(toks, 2);
-      if (toks[1].text != "puzzle" && toks[1].text != "unit")
-        fail(toks[1], fmt::format("unknown cost model '{}' (expected puzzle or unit)", shown(toks[1].text)));
+      if (toks[1].text != "puzzle" && toks[1].text != "unit" && toks[1].text != "hardware")
+        fail(toks[1], fmt::format("unknown cost model '{}' (expected puzzle, unit or hardware)", shown(toks[1].text)));
       h.cost_model = toks[1].text;
+    } else if (is_hardware_key(key)) {
+      hardware_line(s, seen, toks);
     } else if (key == "p2p") {
       expect_count(toks, 2);
       if (toks[1].text == "one-slot") h.p2p = P2PMode::OneSlotPerDestination;
@@ -217,10 +221,73 @@ class Parser {
       h.groups.push_back(members);
     } else {
       fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
-                                "p2p, stage_map, group or rank)",
+                                "model, device, network, microbatch_size, seq, recompute, p2p, stage_map, group "
+                                "or rank)",
                                 shown(key)));
     }
     seen.insert(key);
+  }
+
+  static bool is_hardware_key(const std::string& key) {
+    return key == "model" || key == "device" || key == "network" || key == "microbatch_size" || key == "seq" ||
+           key == "recompute";
+  }
+
+  // One line of the `cost_model hardware` block: kept until the header ends (check_header builds the setting).
+  void hardware_line(const Schedule& s, const std::set<std::string>& seen, const std::vector<Token>& toks) {
+    if (!seen.count("cost_model") || s.header.cost_model != "hardware")
+      fail(toks[0], fmt::format("'{}' belongs to the 'cost_model hardware' block (after that line)", toks[0].text));
+    const std::string& key = toks[0].text;
+    if (key == "model" || key == "device" || key == "network") {
+      if (toks.size() < 2) fail(toks[0], fmt::format("'{}' needs a preset name (and key=value overrides)", key));
+    } else {
+      expect_count(toks, 2);
+    }
+    hardware_lines_[key] = {toks, line_no_};
+  }
+
+  // The hardware setting from the block's lines; errors point at the line and word.
+  void build_hardware(Schedule& s, const Token& at) {
+    ScheduleHeader& h = s.header;
+    for (const char* k : {"model", "device", "network"})
+      if (!hardware_lines_.count(k)) fail(at, fmt::format("cost_model hardware needs a '{}' line", k));
+    hw::HardwareSetting hs;
+    const int saved_line = line_no_;
+    auto words = [&](const char* key) {
+      std::vector<std::string> w;
+      const auto& toks = hardware_lines_.at(key).first;
+      for (std::size_t i = 1; i < toks.size(); ++i) w.push_back(toks[i].text);
+      return w;
+    };
+    auto guarded = [&](const char* key, auto&& f) {
+      auto it = hardware_lines_.find(key);
+      if (it == hardware_lines_.end()) return;
+      line_no_ = it->second.second;
+      try {
+        f(it->second.first);
+      } catch (const hw::SpecError& e) {
+        fail(it->second.first[1], e.what());
+      }
+    };
+    guarded("model", [&](const auto&) { hs.model = hw::model_from_words(words("model"), "model"); });
+    guarded("device", [&](const auto&) { hs.device = hw::device_from_words(words("device"), "device"); });
+    guarded("network", [&](const auto&) { hs.network = hw::network_from_words(words("network"), "network"); });
+    guarded("microbatch_size", [&](const auto& t) {
+      hs.microbatch_size = integer(t[1], "a number of sequences");
+      if (hs.microbatch_size < 1) fail(t[1], "microbatch_size must be at least 1");
+    });
+    guarded("seq", [&](const auto& t) {
+      hs.seq = integer(t[1], "a sequence length");
+      if (hs.seq < 1) fail(t[1], "seq must be at least 1");
+    });
+    guarded("recompute", [&](const auto& t) { hs.recompute = hw::recompute_from_name(t[1].text, "recompute"); });
+    guarded("model", [&](const auto& t) {
+      if (hs.model.blocks < h.layers)
+        fail(t[1], fmt::format("the model has {} blocks but the schedule has {} layers (each layer needs a block)",
+                               hs.model.blocks, h.layers));
+    });
+    line_no_ = saved_line;
+    h.hardware = hs;
   }
 
   void need(const std::set<std::string>& seen, std::initializer_list<const char*> keys, const Token& t) const {
@@ -228,9 +295,10 @@ class Parser {
       if (!seen.count(k)) fail(t, fmt::format("'{}' must come after '{}'", t.text, k));
   }
 
-  void check_header(Schedule& s, const std::set<std::string>& seen, const Token& at) const {
+  void check_header(Schedule& s, const std::set<std::string>& seen, const Token& at) {
     for (const char* k : {"world_size", "layers", "microbatches"})
       if (!seen.count(k)) fail(at, fmt::format("the header has no '{}' line", k));
+    if (s.header.cost_model == "hardware") build_hardware(s, at);
     s.ranks.clear();  // filled rank by rank as the file lists them
   }
 
@@ -339,9 +407,17 @@ class Parser {
   }
 
   std::string source_;
+  std::map<std::string, std::pair<std::vector<Token>, int>> hardware_lines_;  // key -> (tokens, line)
   std::vector<std::string> lines_;
   int line_no_ = 0;
 };
+
+// The `cost_model hardware` block, indented under its line, every field given (canonical).
+std::string print_hardware_block(const hw::HardwareSetting& hs) {
+  return fmt::format("  model {}\n  device {}\n  network {}\n  microbatch_size {}\n  seq {}\n  recompute {}\n",
+                     hw::spec_text(hs.model), hw::spec_text(hs.device), hw::spec_text(hs.network), hs.microbatch_size,
+                     hs.seq_len(), hw::recompute_name(hs.recompute));
+}
 
 std::string tensors(const std::vector<Tensor>& ts) {
   std::string s;
@@ -445,9 +521,10 @@ std::string print_op(const Op& op, const ScheduleHeader& h) {
 
 std::string print_schedule(const Schedule& sched) {
   const ScheduleHeader& h = sched.header;
-  std::string s = fmt::format("trainsim-schedule {}\nworld_size {}\nlayers {}\nmicrobatches {}\ncost_model {}\np2p {}\n",
-                              h.version, h.world_size, h.layers, h.microbatches, h.cost_model,
-                              h.p2p == P2PMode::OneSlotPerDestination ? "one-slot" : "per-pair");
+  std::string s = fmt::format("trainsim-schedule {}\nworld_size {}\nlayers {}\nmicrobatches {}\ncost_model {}\n",
+                              h.version, h.world_size, h.layers, h.microbatches, h.cost_model);
+  if (h.cost_model == "hardware" && h.hardware) s += print_hardware_block(*h.hardware);
+  s += fmt::format("p2p {}\n", h.p2p == P2PMode::OneSlotPerDestination ? "one-slot" : "per-pair");
   if (!h.stage_map.empty()) {
     s += "stage_map";
     for (int r : h.stage_map) s += fmt::format(" {}", r);

@@ -21,6 +21,12 @@ class CostModel {
   virtual Time duration(const Op& op, int group_size) const = 0;
   /// Memory held by one resident tensor, in memory_unit().
   virtual double memory(const Tensor& t) const = 0;
+  /// Memory held by a tensor resident on `rank` (-1: unknown). Models whose sizes depend on where a tensor
+  /// sits (the hardware model: a forward's saved activations live on the rank that ran it) override this.
+  virtual double memory(const Tensor& t, int rank) const {
+    (void)rank;
+    return memory(t);
+  }
   /// Unit of memory(): "units" for the puzzles, "bytes" for hardware models.
   virtual std::string memory_unit() const = 0;
 };

@@ -8,14 +8,14 @@ namespace trainsim {
 
 void MemoryLedger::add(const Tensor& t) {
   ++counts_[t];
-  total_ += cost_->memory(t);
+  total_ += cost_->memory(t, rank_);
 }
 
 bool MemoryLedger::remove(const Tensor& t) {
   auto it = counts_.find(t);
   if (it == counts_.end()) return false;
   if (--it->second == 0) counts_.erase(it);
-  total_ -= cost_->memory(t);
+  total_ -= cost_->memory(t, rank_);
   if (counts_.empty()) total_ = 0;  // no drift once empty
   return true;
 }

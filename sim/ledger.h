@@ -15,7 +15,8 @@ class CostModel;
 /// Resident tensors of one rank and their total memory.
 class MemoryLedger {
  public:
-  explicit MemoryLedger(const CostModel& cost) : cost_(&cost) {}
+  /// `rank`: the rank whose memory this is (passed to CostModel::memory; -1 when not known).
+  explicit MemoryLedger(const CostModel& cost, int rank = -1) : cost_(&cost), rank_(rank) {}
   /// Adds one instance of t.
   void add(const Tensor& t);
   /// Removes one instance of t. Returns false (and changes nothing) when t is not resident.
@@ -31,6 +32,7 @@ class MemoryLedger {
 
  private:
   const CostModel* cost_;
+  int rank_ = -1;
   std::map<Tensor, int> counts_;
   double total_ = 0;
 };

@@ -1,0 +1,85 @@
+// `trainsim calibrate TRACE... -o DEVICE.json`: fit a device's efficiency table (and a network's latency and
+// bandwidth) to measured replay traces (schedules/calibration.h).
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/commands.h"
+#include "apps/hardware_options.h"
+#include "apps/text_file.h"
+#include "schedules/calibration.h"
+
+namespace trainsim::apps {
+
+namespace {
+
+struct CalibrateArgs {
+  std::vector<std::string> traces;
+  std::string out;
+  std::string network_out;
+  HardwareOptions hardware;
+};
+
+int run(CalibrateArgs a) {
+  if (a.hardware.model.empty()) a.hardware.model = "small";
+  if (a.hardware.device.empty()) a.hardware.device = "cpu";
+  if (a.hardware.network.empty()) a.hardware.network = "cpu";
+  Calibration c;
+  try {
+    hw::HardwareSetting base = hardware_setting(a.hardware);
+    // The executor's presets carry their own sequences per microbatch (docs/executor.md).
+    if (a.hardware.microbatch_size == 0 && base.model.preset == "small") base.microbatch_size = 8;
+    if (a.hardware.microbatch_size == 0 && base.model.preset == "tiny") base.microbatch_size = 2;
+    c = calibrate(a.traces, base);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "trainsim calibrate: {}\n", e.what());
+    return 2;
+  }
+  nlohmann::ordered_json j = hw::to_json(c.device);
+  j["calibration"] = {{"traces", c.traces}, {"compute_ops", c.compute_ops}, {"comm_ops", c.comm_ops}};
+  if (!write_text_file(a.out, j.dump(2) + "\n")) {
+    fmt::print(stderr, "trainsim calibrate: cannot write '{}'\n", a.out);
+    return 2;
+  }
+  if (!a.network_out.empty()) {
+    nlohmann::ordered_json n = hw::to_json(c.network);
+    if (!write_text_file(a.network_out, n.dump(2) + "\n")) {
+      fmt::print(stderr, "trainsim calibrate: cannot write '{}'\n", a.network_out);
+      return 2;
+    }
+  }
+  const hw::EfficiencyTable& e = c.device.efficiency;
+  fmt::print("{} compute ops, {} communications from {} trace{}\n", c.compute_ops, c.comm_ops, c.traces.size(),
+             c.traces.size() == 1 ? "" : "s");
+  fmt::print("efficiency: forward {:.4g}  backward_input {:.4g}  backward_weight {:.4g}  attention {:.4g}  memory {:.4g}  "
+             "op overhead {:.4g} s (of peak {:.4g} FLOP/s, {:.4g} bytes/s)\n",
+             e.forward, e.backward_input, e.backward_weight, e.attention, e.memory, e.op_overhead_s,
+             c.device.peak_flops, c.device.hbm_bandwidth);
+  if (c.network_fitted)
+    fmt::print("network: latency {:.4g} s, bandwidth {:.4g} bytes/s{}\n", c.network.intra_latency_s,
+               c.network.intra_bandwidth, a.network_out.empty() ? " (not written: --network-output FILE)" : "");
+  fmt::print("wrote {}\n", a.out);
+  return 0;
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<CalibrateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate",
+      "Fit a device description's efficiency table (and a network's latency and bandwidth) to measured replay "
+      "traces (trainsim replay FILE --trace T). --model names the model the replays trained (default: small). "
+      "Exits 2 on bad input.");
+  cmd->add_option("traces", a->traces, "Measured traces (Chrome/Perfetto JSON of trainsim replay --trace)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("-o,--output", a->out, "Write the calibrated device JSON here")->required();
+  cmd->add_option("--network-output", a->network_out, "Also write the calibrated network JSON here");
+  add_hardware_options(cmd, a->hardware);
+  cmd->callback([a, exit_code] { *exit_code = run(*a); });
+}
+
+}  // namespace trainsim::apps

@@ -1,0 +1,67 @@
+#include "apps/hardware_options.h"
+
+#include <fmt/format.h>
+
+namespace trainsim::apps {
+
+void add_hardware_options(CLI::App* cmd, HardwareOptions& o) {
+  auto list = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  };
+  cmd->add_option("--model", o.model,
+                  "Hardware cost model: the model, a preset (" + list(hw::model_preset_names()) + ") or a JSON file");
+  cmd->add_option("--device", o.device, "Hardware cost model: the device, a preset (" +
+                                             list(hw::device_preset_names()) + ") or a JSON file (trainsim calibrate)");
+  cmd->add_option("--network", o.network,
+                  "Hardware cost model: the network, a preset (" + list(hw::network_preset_names()) + ") or a JSON file");
+  cmd->add_option("--microbatch-size", o.microbatch_size, "Hardware cost model: sequences per microbatch (default 1)");
+  cmd->add_option("--seq", o.seq, "Hardware cost model: tokens per sequence (default: the model's)");
+  cmd->add_option("--recompute", o.recompute, "Hardware cost model: activation recomputation, none|selective|full");
+  cmd->add_option("--set", o.set,
+                  "Hardware cost model: override one field, model.FIELD=V, device.FIELD=V or network.FIELD=V "
+                  "(repeatable; e.g. device.efficiency.forward=0.6)");
+}
+
+hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::optional<hw::HardwareSetting>& base) {
+  hw::HardwareSetting s;
+  if (base) s = *base;
+  auto need = [&](const std::string& v, const char* flag) {
+    if (v.empty() && !base)
+      throw hw::SpecError(fmt::format("{} is needed with the hardware cost model (--model, --device and --network)", flag));
+  };
+  need(o.model, "--model");
+  need(o.device, "--device");
+  need(o.network, "--network");
+  auto wrap = [](const char* flag, auto&& f) {
+    try {
+      f();
+    } catch (const hw::SpecError& e) {
+      throw hw::SpecError(fmt::format("{}: {}", flag, e.what()));
+    }
+  };
+  if (!o.model.empty()) wrap("--model", [&] { s.model = hw::load_model(o.model); });
+  if (!o.device.empty()) wrap("--device", [&] { s.device = hw::load_device(o.device); });
+  if (!o.network.empty()) wrap("--network", [&] { s.network = hw::load_network(o.network); });
+  for (const std::string& kv : o.set) {
+    auto eq = kv.find('='), dot = kv.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+      throw hw::SpecError(fmt::format("--set: expected model.FIELD=VALUE, device.FIELD=VALUE or network.FIELD=VALUE, got '{}'", kv));
+    const std::string part = kv.substr(0, dot), key = kv.substr(dot + 1, eq - dot - 1), value = kv.substr(eq + 1);
+    const std::string where = "--set " + kv;
+    if (part == "model") hw::apply_override(hw::model_fields(), s.model, key, value, where), s.model.validate(where);
+    else if (part == "device") hw::apply_override(hw::device_fields(), s.device, key, value, where), s.device.validate(where);
+    else if (part == "network") hw::apply_override(hw::network_fields(), s.network, key, value, where), s.network.validate(where);
+    else throw hw::SpecError(fmt::format("--set {}: expected model., device. or network. before the field", kv));
+  }
+  if (o.microbatch_size < 0) throw hw::SpecError("--microbatch-size must be at least 1");
+  if (o.microbatch_size > 0) s.microbatch_size = o.microbatch_size;
+  if (o.seq < 0) throw hw::SpecError("--seq must be at least 1");
+  if (o.seq > 0) s.seq = o.seq;
+  else if (!base || s.seq == 0) s.seq = s.model.seq;
+  if (!o.recompute.empty()) s.recompute = hw::recompute_from_name(o.recompute, "--recompute");
+  return s;
+}
+
+}  // namespace trainsim::apps

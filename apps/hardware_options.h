@@ -1,0 +1,38 @@
+// Command-line options that choose a hardware setting (hardware/setting.h), shared by `trainsim gen` and
+// `trainsim sim`: --model, --device, --network (a preset or a JSON file), --microbatch-size, --seq,
+// --recompute, and --set KEY=VALUE overrides ("model.hidden=4096", "device.efficiency.forward=0.6",
+// "network.inter_bandwidth=25e9").
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "hardware/setting.h"
+
+namespace trainsim::apps {
+
+struct HardwareOptions {
+  std::string model, device, network;
+  int microbatch_size = 0;  // 0: 1, or the schedule's
+  int seq = 0;              // 0: the model's, or the schedule's
+  std::string recompute;    // "": none, or the schedule's
+  std::vector<std::string> set;
+
+  /// True when any option was given.
+  bool any() const {
+    return !model.empty() || !device.empty() || !network.empty() || microbatch_size > 0 || seq > 0 ||
+           !recompute.empty() || !set.empty();
+  }
+};
+
+/// Registers the options on `cmd`.
+void add_hardware_options(CLI::App* cmd, HardwareOptions& o);
+
+/// The setting the options describe, on top of `base` (a schedule's block) when given. Without a base,
+/// --model, --device and --network are required. Throws hw::SpecError naming the option, file and field.
+hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::optional<hw::HardwareSetting>& base = {});
+
+}  // namespace trainsim::apps

@@ -1,0 +1,69 @@
+#include "hardware/memory.h"
+
+namespace trainsim::hw {
+
+double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recompute r, int tp, bool sp) {
+  const double h = m.hidden, f = m.ffn, a = m.heads, kv = static_cast<double>(m.kv_width()), e = m.activation_bytes;
+  const double sbh = s * b * h, t = tp;
+  if (r == Recompute::Full) return e * sbh;
+  const double mask = m.dropout ? 1 : 0;
+  // Terms split by tensor parallelism (inside the attention and the MLP).
+  double split = e * s * b * (h + kv) + e * s * b * kv + e * sbh + (m.gated_ffn ? 3 : 2) * e * s * b * f;
+  double scores = (e + mask * (1 + e)) * a * s * s * b;
+  if (r == Recompute::Selective) scores = 0;
+  // Terms replicated across tensor-parallel ranks unless sequence parallelism splits them.
+  double replicated = e * sbh + mask * sbh + e * sbh + mask * sbh + 2 * e * sbh;
+  return (split + scores) / t + replicated / (sp ? t : 1);
+}
+
+ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int dp) {
+  ModelStates st;
+  st.weights = params * m.weight_bytes / (stage >= 3 ? dp : 1);
+  st.grads = params * m.grad_bytes / (stage >= 2 ? dp : 1);
+  st.optimizer = params * (m.master_bytes + m.optimizer_bytes) / (stage >= 1 ? dp : 1);
+  return st;
+}
+
+TensorSizes::TensorSizes(const HardwareSetting& s, int layers) : s_(s), layers_(partition_layers(s.model, layers)) {}
+
+double TensorSizes::layer_parameters(int l) const {
+  const LayerContent& c = layers_.at(l);
+  const ModelSpec& m = s_.model;
+  return c.num_blocks * m.block_parameters() + (c.embedding ? m.embedding_parameters() : 0) +
+         (c.head ? m.head_parameters() : 0);
+}
+
+double TensorSizes::wire_bytes(const Tensor& t) const {
+  const ModelSpec& m = s_.model;
+  const double frac = static_cast<double>(t.shards.size()) / t.num_shards;
+  const double tokens = s_.tokens_per_microbatch() * t.batches.size();
+  const int L = static_cast<int>(layers_.size());
+  switch (t.kind) {
+    case TensorKind::Weight: return layer_parameters(t.layer) * m.weight_bytes * frac;
+    case TensorKind::OptState: return layer_parameters(t.layer) * (m.master_bytes + m.optimizer_bytes) * frac;
+    case TensorKind::WeightGrad: return layer_parameters(t.layer) * m.grad_bytes * frac;
+    case TensorKind::Activation:
+      if (t.layer == 0) return tokens * 4;
+      if (t.layer >= L) return tokens * 4.0 * m.vocab;
+      return tokens * m.hidden * m.activation_bytes;
+    case TensorKind::ActivationGrad:
+      if (t.layer == 0) return 0;
+      if (t.layer >= L) return tokens * static_cast<double>(m.vocab) * m.activation_bytes;
+      return tokens * m.hidden * m.activation_bytes;
+  }
+  return 0;
+}
+
+double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here) const {
+  const int L = static_cast<int>(layers_.size());
+  if (t.kind != TensorKind::Activation || t.layer >= L || !forward_runs_here) return wire_bytes(t);
+  const LayerContent& c = layers_.at(t.layer);
+  const double b = static_cast<double>(s_.microbatch_size) * t.batches.size();
+  const double s = s_.seq_len();
+  double bytes = c.num_blocks * activation_bytes_per_block(s_.model, s, b, s_.recompute);
+  if (c.head) bytes += 2.0 * s * b * s_.model.hidden * s_.model.activation_bytes;
+  if (c.embedding) bytes += wire_bytes(t);  // the token ids; the embedding's output is block 0's input
+  return bytes;
+}
+
+}  // namespace trainsim::hw

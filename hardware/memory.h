@@ -1,0 +1,61 @@
+// Memory in bytes: model states under mixed precision and ZeRO sharding (Rajbhandari et al. 2020), saved
+// activations per block with no, selective or full recomputation (Korthikanti et al. 2022), and the bytes of
+// each schedule tensor.
+#pragma once
+
+#include <vector>
+
+#include "hardware/op_costs.h"
+#include "sim/tensor.h"
+
+namespace trainsim::hw {
+
+/// Activations one block keeps for its backward, in bytes, for b sequences of s tokens, generalising
+/// Korthikanti et al. 2022 §4 (their Table 2) to grouped-query attention, gated MLPs and no dropout:
+/// - attention: the QKV input e·sbh, Q and K e·sb(h + kv), the softmax output e·as²b (plus, with dropout,
+///   its mask as²b and output e·as²b), V e·sb·kv, the output projection's input e·sbh, the dropout mask sbh;
+/// - MLP: its input e·sbh, the activation's inputs and output (SwiGLU: gate, up, product 3e·sbf; GeLU:
+///   input and output 2e·sbf), the dropout mask sbh;
+/// - two norms' inputs 2e·sbh.
+/// With e = 2 (bf16), kv = h, f = 4h and dropout this is sbh(34 + 5as/h). Tensor parallelism over t ranks
+/// divides the Q, K, V, softmax, projection-input and MLP-inner terms by t; sequence parallelism divides the
+/// rest too. Selective recomputation drops the as²b terms; full recomputation keeps only the block's input,
+/// e·sbh (2sbh in bf16), whatever t.
+double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recompute r, int tp = 1,
+                                  bool sequence_parallel = false);
+
+/// Model states per GPU (bytes) for `params` parameters over `dp` data-parallel ranks under ZeRO `stage`
+/// (0: replicated; 1: optimizer state sharded; 2: and gradients; 3: and weights), with the model's bytes per
+/// parameter: weights weight_bytes, grads grad_bytes, optimizer (master + moments) master_bytes +
+/// optimizer_bytes (K = 12 in the ZeRO paper).
+struct ModelStates {
+  double weights = 0, grads = 0, optimizer = 0;
+  double total() const { return weights + grads + optimizer; }
+};
+ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int dp);
+
+/// Sizes of schedule tensors on one hardware setting (tensor kinds: docs/schedule-format.md; the layer
+/// mapping: hardware/op_costs.h).
+class TensorSizes {
+ public:
+  TensorSizes(const HardwareSetting& s, int layers);
+  /// Parameters of schedule layer l (its blocks, plus embedding or head).
+  double layer_parameters(int l) const;
+  /// Bytes of a tensor as it travels (a message, a collective's buffer): weights weight_bytes, optimizer
+  /// state master + moments, weight grads grad_bytes per parameter held (times the fraction of shards);
+  /// A0 the token ids (4 bytes per token), A_l the hidden states (e·h per token), A_L the fp32 logits
+  /// (4·V per token; Korthikanti et al. 2022 §4.3), dA_l as A_l in the activation precision, dA0 nothing.
+  double wire_bytes(const Tensor& t) const;
+  /// Bytes of a resident tensor: wire_bytes, except that the input A_l of a layer whose forward runs on the
+  /// rank holding it also holds what that forward saved for the backward (the executor keeps the saved
+  /// activations with the input: docs/executor.md): its blocks' activation_bytes_per_block, plus for the
+  /// last layer the final norm's and the LM head's inputs (2·e·h per token), plus the token ids for A0.
+  double resident_bytes(const Tensor& t, bool forward_runs_here) const;
+  const std::vector<LayerContent>& layers() const { return layers_; }
+
+ private:
+  HardwareSetting s_;
+  std::vector<LayerContent> layers_;
+};
+
+}  // namespace trainsim::hw

@@ -1,0 +1,168 @@
+#include "hardware/report.h"
+
+#include <algorithm>
+#include <regex>
+
+#include <fmt/format.h>
+
+namespace trainsim::hw {
+
+namespace {
+
+using Interval = std::pair<Time, Time>;
+
+// Sorted, merged intervals.
+std::vector<Interval> merge(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<Interval> out;
+  for (const auto& i : v) {
+    if (i.second <= i.first) continue;
+    if (!out.empty() && i.first <= out.back().second) out.back().second = std::max(out.back().second, i.second);
+    else out.push_back(i);
+  }
+  return out;
+}
+
+Time length(const std::vector<Interval>& v) {
+  Time t = 0;
+  for (const auto& i : v) t += i.second - i.first;
+  return t;
+}
+
+// Length of a minus b (both merged).
+Time difference(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  Time t = 0;
+  std::size_t j = 0;
+  for (const auto& i : a) {
+    Time cur = i.first;
+    while (j < b.size() && b[j].second <= cur) ++j;
+    for (std::size_t k = j; k < b.size() && b[k].first < i.second; ++k) {
+      if (b[k].first > cur) t += b[k].first - cur;
+      cur = std::max(cur, b[k].second);
+      if (cur >= i.second) break;
+    }
+    if (cur < i.second) t += i.second - cur;
+  }
+  return t;
+}
+
+std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
+
+}  // namespace
+
+StepReport make_report(const Trace& trace, const HardwareSetting& s, int microbatches, const std::string& oom_message) {
+  StepReport r;
+  const int world = static_cast<int>(trace.ranks.size());
+  const Time span = trace.makespan();
+  r.step_time_s = to_seconds(span);
+  r.tokens_per_step = static_cast<double>(microbatches) * s.tokens_per_microbatch();
+  r.model_flops_per_step = r.tokens_per_step * s.model.flops_per_token(s.seq_len());
+  if (span > 0) {
+    r.tokens_per_s = r.tokens_per_step / r.step_time_s;
+    r.tokens_per_s_per_gpu = r.tokens_per_s / std::max(world, 1);
+    r.mfu = r.model_flops_per_step / (r.step_time_s * std::max(world, 1) * s.device.peak_flops);
+  }
+  double busy = 0, exposed = 0;
+  for (int rank = 0; rank < world; ++rank) {
+    std::vector<Interval> compute, comm;
+    RankReport rr;
+    rr.rank = rank;
+    for (const OpRun& run : trace.ranks[rank]) {
+      if (is_compute(run.op.kind)) compute.push_back({run.start, run.end});
+      else if (is_p2p(run.op.kind) || is_collective(run.op.kind)) comm.push_back({run.start, run.end});
+      if (is_timed(run.op.kind)) rr.peak_memory_bytes = std::max(rr.peak_memory_bytes, run.memory);
+    }
+    auto c = merge(compute), m = merge(comm);
+    rr.compute_s = to_seconds(length(c));
+    rr.comm_s = to_seconds(length(m));
+    rr.exposed_comm_s = to_seconds(difference(m, c));
+    rr.bubble_fraction = span > 0 ? 1.0 - rr.compute_s / r.step_time_s : 0;
+    busy += rr.compute_s;
+    exposed += rr.exposed_comm_s;
+    r.ranks.push_back(rr);
+  }
+  if (span > 0 && world > 0) r.bubble_fraction = 1.0 - busy / (world * r.step_time_s);
+  r.exposed_comm_s = world > 0 ? exposed / world : 0;
+  r.exposed_comm_share = r.step_time_s > 0 ? r.exposed_comm_s / r.step_time_s : 0;
+  MemoryPeak p = trace.peak();
+  r.peak_memory_bytes = p.memory, r.peak_memory_rank = p.rank, r.peak_memory_time_s = to_seconds(p.time);
+  r.memory_capacity_bytes = s.device.memory_bytes;
+  r.headroom_bytes = s.device.memory_bytes - p.memory;
+  if (!oom_message.empty()) {
+    // "rank R: memory limit exceeded at t=T: OP starts with M bytes resident (limit L); resident: ..."
+    OutOfMemory o;
+    o.message = oom_message;
+    std::smatch m;
+    static const std::regex re(R"(^rank (\d+): memory limit exceeded at t=(\S+): (.*) starts with (\S+) bytes resident \(limit [^)]*\); resident: (.*)$)");
+    if (std::regex_match(oom_message, m, re)) {
+      o.rank = std::stoi(m[1]);
+      o.time_s = std::strtod(m[2].str().c_str(), nullptr);
+      o.op = m[3];
+      o.bytes = std::strtod(m[4].str().c_str(), nullptr);
+      o.resident = m[5];
+    } else {
+      o.rank = p.rank, o.time_s = to_seconds(p.time), o.bytes = p.memory;
+    }
+    r.oom = o;
+  }
+  return r;
+}
+
+nlohmann::ordered_json to_json(const StepReport& r) {
+  nlohmann::ordered_json j;
+  j["step_time_s"] = r.step_time_s;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu;
+  j["mfu"] = r.mfu;
+  j["bubble_fraction"] = r.bubble_fraction;
+  j["exposed_comm_s"] = r.exposed_comm_s;
+  j["exposed_comm_share"] = r.exposed_comm_share;
+  j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["peak_memory_rank"] = r.peak_memory_rank;
+  j["peak_memory_time_s"] = r.peak_memory_time_s;
+  j["memory_capacity_bytes"] = r.memory_capacity_bytes;
+  j["headroom_bytes"] = r.headroom_bytes;
+  if (r.oom) {
+    j["oom"] = {{"rank", r.oom->rank},   {"time_s", r.oom->time_s},         {"op", r.oom->op},
+                {"bytes", r.oom->bytes}, {"resident", r.oom->resident}, {"message", r.oom->message}};
+  } else {
+    j["oom"] = nullptr;
+  }
+  j["tokens_per_step"] = r.tokens_per_step;
+  j["model_flops_per_step"] = r.model_flops_per_step;
+  auto& ranks = j["ranks"] = nlohmann::ordered_json::array();
+  for (const auto& rr : r.ranks)
+    ranks.push_back({{"rank", rr.rank},
+                     {"compute_s", rr.compute_s},
+                     {"bubble_fraction", rr.bubble_fraction},
+                     {"comm_s", rr.comm_s},
+                     {"exposed_comm_s", rr.exposed_comm_s},
+                     {"peak_memory_bytes", rr.peak_memory_bytes}});
+  return j;
+}
+
+std::string format_report(const StepReport& r, const HardwareSetting& s, std::size_t rank_lines) {
+  std::string out;
+  out += fmt::format("model {} ({:.3g} B parameters), device {}, network {}; microbatch {} x {} tokens, recompute {}\n",
+                     s.model.preset, s.model.parameters() / 1e9, s.device.preset, s.network.preset, s.microbatch_size,
+                     s.seq_len(), recompute_name(s.recompute));
+  out += fmt::format("step time {:.6g} s   tokens/s {:.6g}   tokens/s per GPU {:.6g}   MFU {:.1f}%\n", r.step_time_s,
+                     r.tokens_per_s, r.tokens_per_s_per_gpu, 100 * r.mfu);
+  out += fmt::format("bubble {:.1f}%   exposed communication {:.6g} s ({:.1f}% of the step)\n", 100 * r.bubble_fraction,
+                     r.exposed_comm_s, 100 * r.exposed_comm_share);
+  out += fmt::format("peak memory {} at rank {} t={:.6g} s of {} ({} headroom)\n", gib(r.peak_memory_bytes),
+                     r.peak_memory_rank, r.peak_memory_time_s, gib(r.memory_capacity_bytes), gib(r.headroom_bytes));
+  if (r.oom)
+    out += fmt::format("OUT OF MEMORY: rank {} at t={:.6g} s: {} starts with {} resident; resident: {}\n", r.oom->rank,
+                       r.oom->time_s, r.oom->op, gib(r.oom->bytes), r.oom->resident);
+  for (std::size_t i = 0; i < r.ranks.size() && i < rank_lines; ++i) {
+    const RankReport& rr = r.ranks[i];
+    out += fmt::format("  rank {:>4}: compute {:.6g} s  bubble {:.1f}%  comm {:.6g} s (exposed {:.6g} s)  peak {}\n",
+                       rr.rank, rr.compute_s, 100 * rr.bubble_fraction, rr.comm_s, rr.exposed_comm_s,
+                       gib(rr.peak_memory_bytes));
+  }
+  if (r.ranks.size() > rank_lines) out += fmt::format("  ... and {} more ranks (--json lists every rank)\n", r.ranks.size() - rank_lines);
+  return out;
+}
+
+}  // namespace trainsim::hw

@@ -1,0 +1,70 @@
+// The report of a schedule simulated with the hardware cost model: step time, throughput, MFU, bubble,
+// exposed communication and memory, overall and per rank.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hardware/setting.h"
+#include "sim/trace.h"
+
+namespace trainsim::hw {
+
+/// Where a run first went over the device's memory.
+struct OutOfMemory {
+  int rank = 0;
+  double time_s = 0;
+  std::string op;        ///< the op about to start ("forward layer 3 batches {0}", with its file:line)
+  double bytes = 0;      ///< resident when it starts
+  std::string resident;  ///< what is resident (tensor names)
+  std::string message;   ///< the simulator's full message
+};
+
+/// One rank's figures.
+struct RankReport {
+  int rank = 0;
+  double compute_s = 0;         ///< time its compute ops (stream 0 work: forward, backward, loss, update) ran
+  double bubble_fraction = 0;   ///< 1 - compute_s / step time
+  double comm_s = 0;            ///< time during which at least one of its communication ops ran
+  double exposed_comm_s = 0;    ///< ... and none of its compute ops
+  double peak_memory_bytes = 0;
+};
+
+/// A simulated training step.
+struct StepReport {
+  double step_time_s = 0;        ///< makespan of the step
+  double tokens_per_step = 0;    ///< microbatches x microbatch_size x seq
+  double tokens_per_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double model_flops_per_step = 0;  ///< tokens x ModelSpec::flops_per_token (6·N + attention)
+  double mfu = 0;                ///< model FLOPs / (step time x ranks x peak FLOP/s)
+  double bubble_fraction = 0;    ///< 1 - sum of compute time / (ranks x step time)
+  double exposed_comm_s = 0;     ///< mean over ranks of the communication time not hidden under compute
+  double exposed_comm_share = 0; ///< exposed_comm_s / step_time_s
+  double peak_memory_bytes = 0;  ///< highest sample over ranks
+  int peak_memory_rank = 0;
+  double peak_memory_time_s = 0;
+  double memory_capacity_bytes = 0;
+  double headroom_bytes = 0;     ///< capacity - peak (negative: out of memory)
+  std::optional<OutOfMemory> oom;
+  std::vector<RankReport> ranks;
+};
+
+/// The report of `trace` (a run of a schedule with `microbatches` microbatches over `world_size` ranks on
+/// `setting`). `oom_message`: the simulator's memory-limit message when the run went over the device's
+/// capacity (simulated again with that limit), parsed into StepReport::oom.
+StepReport make_report(const Trace& trace, const HardwareSetting& setting, int microbatches,
+                       const std::string& oom_message = "");
+
+/// The JSON form: step_time_s, tokens_per_s, tokens_per_s_per_gpu, mfu, bubble_fraction, exposed_comm_s,
+/// exposed_comm_share, peak_memory_bytes, peak_memory_rank, peak_memory_time_s, memory_capacity_bytes,
+/// headroom_bytes, oom (null, or {rank, time_s, op, bytes, resident, message}), model_flops_per_step,
+/// tokens_per_step, and ranks (one object per rank).
+nlohmann::ordered_json to_json(const StepReport& r);
+/// Human-readable lines (per-rank lines for at most `rank_lines` ranks).
+std::string format_report(const StepReport& r, const HardwareSetting& setting, std::size_t rank_lines = 16);
+
+}  // namespace trainsim::hw

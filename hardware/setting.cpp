@@ -1,0 +1,94 @@
+#include "hardware/setting.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace trainsim::hw {
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+  }
+  return "none";
+}
+
+Recompute recompute_from_name(const std::string& name, const std::string& where) {
+  if (name == "none") return Recompute::None;
+  if (name == "selective") return Recompute::Selective;
+  if (name == "full") return Recompute::Full;
+  throw SpecError(fmt::format("{}: expected none, selective or full, got '{}'", where, name));
+}
+
+std::string spec_text(const ModelSpec& m) { return m.preset + overrides_text(model_fields(), m, model_preset(m.preset)); }
+std::string spec_text(const DeviceSpec& d) { return d.preset + overrides_text(device_fields(), d, device_preset(d.preset)); }
+std::string spec_text(const NetworkSpec& n) {
+  return n.preset + overrides_text(network_fields(), n, network_preset(n.preset));
+}
+
+namespace {
+
+template <class T, class Preset>
+T from_words(const std::vector<std::string>& words, const std::string& where, const std::vector<Field<T>>& fields,
+             Preset preset, const char* what) {
+  if (words.empty()) throw SpecError(fmt::format("{}: expected a {} preset name", where, what));
+  T v = preset(words.front());
+  for (std::size_t i = 1; i < words.size(); ++i) {
+    auto eq = words[i].find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw SpecError(fmt::format("{}: expected key=value after the {} preset, got '{}'", where, what, words[i]));
+    apply_override(fields, v, words[i].substr(0, eq), words[i].substr(eq + 1), where);
+  }
+  v.validate(where);
+  return v;
+}
+
+bool is_json_path(const std::string& value) {
+  return (value.size() > 5 && value.ends_with(".json")) || value.find('/') != std::string::npos ||
+         std::filesystem::is_regular_file(value);
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw SpecError(fmt::format("{}: cannot open the file", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw SpecError(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+}
+
+}  // namespace
+
+ModelSpec model_from_words(const std::vector<std::string>& words, const std::string& where) {
+  return from_words(words, where, model_fields(), model_preset, "model");
+}
+DeviceSpec device_from_words(const std::vector<std::string>& words, const std::string& where) {
+  return from_words(words, where, device_fields(), device_preset, "device");
+}
+NetworkSpec network_from_words(const std::vector<std::string>& words, const std::string& where) {
+  return from_words(words, where, network_fields(), network_preset, "network");
+}
+
+ModelSpec load_model(const std::string& value) {
+  if (is_json_path(value)) return model_from_json(read_json(value), value);
+  ModelSpec m = model_preset(value);
+  if (value != "custom") m.validate(value);
+  return m;
+}
+DeviceSpec load_device(const std::string& value) {
+  if (is_json_path(value)) return device_from_json(read_json(value), value);
+  return device_preset(value);
+}
+NetworkSpec load_network(const std::string& value) {
+  if (is_json_path(value)) return network_from_json(read_json(value), value);
+  return network_preset(value);
+}
+
+}  // namespace trainsim::hw

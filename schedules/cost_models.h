@@ -1,0 +1,17 @@
+// The cost model a schedule is timed with, built from its header: `puzzle` and `unit` by name
+// (sim/cost_model.h), `hardware` from the header's hardware block (hardware/cost_model.h) and the schedule's
+// groups and layer placement.
+#pragma once
+
+#include <memory>
+
+#include "schedules/schedule.h"
+#include "sim/cost_model.h"
+
+namespace trainsim {
+
+/// Throws std::invalid_argument for an unknown cost model, a `hardware` header without its block, or a model
+/// with fewer blocks than the schedule has layers.
+std::unique_ptr<CostModel> make_schedule_cost_model(const Schedule& schedule);
+
+}  // namespace trainsim
