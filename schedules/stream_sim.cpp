@@ -118,6 +118,7 @@ class StreamSim {
     form_calls();
     index_edges();
     time();
+    timed_ = true;
     if (int blocked = count_unfinished(); blocked > 0) throw DeadlockError(deadlock_report());
     for (int id : unmatched_sends_) {
       const Op& op = op_of(id);
@@ -128,8 +129,13 @@ class StreamSim {
 
   // The trace of what ran (in program order per rank), with memory samples; throws MemoryLimitError.
   void fill_trace() {
+    if (filled_) return;
+    filled_ = true;
     for (int r = 0; r < s_.header.world_size; ++r) sample_memory(r);
   }
+
+  /// True once the ops were timed (after a deadlock too: the trace then holds what ran before it).
+  bool timed() const { return timed_; }
 
   Trace& trace() { return trace_; }
 
@@ -512,6 +518,7 @@ class StreamSim {
     std::vector<Event> events;
     events.reserve(ts.memory_ids.size());
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      if (!nodes_[id_of(r, i)].done) continue;  // (after a deadlock: what ran before it)
       const Time start = nodes_[id_of(r, i)].start;
       const bool release = ops[i].kind == OpKind::Free;
       for (int k = ts.memory_begin[i]; k < ts.memory_begin[i + 1]; ++k)
@@ -526,7 +533,7 @@ class StreamSim {
     };
     std::vector<Sample> order;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i)
-      if (is_timed(ops[i].kind)) order.push_back({nodes_[id_of(r, i)].start, i});
+      if (is_timed(ops[i].kind) && nodes_[id_of(r, i)].done) order.push_back({nodes_[id_of(r, i)].start, i});
     std::sort(order.begin(), order.end(), by_time);
     std::vector<double> sample(ops.size(), 0.0);
     double total = 0;
@@ -551,7 +558,7 @@ class StreamSim {
     std::vector<OpRun>& runs = trace_.ranks[r];
     runs.reserve(order.size());
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
-      if (!is_timed(ops[i].kind)) continue;
+      if (!is_timed(ops[i].kind) || !nodes_[id_of(r, i)].done) continue;
       const Node& n = nodes_[id_of(r, i)];
       runs.push_back(OpRun{ops[i], n.start, n.end, sample[i]});
       Op& op = runs.back().op;
@@ -606,6 +613,7 @@ class StreamSim {
   std::vector<std::pair<int, int>> edges_;  // (from, to) while the graph is built
   std::vector<int> next_begin_, next_;      // then as adjacency lists (index_edges)
   Time last_time_ = 0;
+  bool timed_ = false, filled_ = false;
   Trace trace_;
 };
 
@@ -626,6 +634,7 @@ SimResult simulate_streams(const Schedule& schedule, const SimOptions& options) 
     result.ok = true;
   } catch (const std::exception& e) {
     result.error = e.what();
+    if (sim.timed()) sim.fill_trace();  // what ran before the problem (a deadlock, a lost message)
   }
   result.trace = std::move(sim.trace());
   return result;

@@ -155,3 +155,25 @@ TEST_CASE("stream semantics: a deadlock over many ranks is reported in bounded s
   CHECK(r.error.find("more ranks) -> rank 0") != std::string::npos);
   CHECK(r.error.size() < 4000);
 }
+
+TEST_CASE("stream semantics: after a deadlock the trace holds what ran before it") {
+  Schedule s = gen("gpipe", 2, 2);
+  // Drop rank 1's last send (the gradient back to rank 0): rank 0's last receive never completes.
+  for (auto it = s.ranks[1].rbegin(); it != s.ranks[1].rend(); ++it)
+    if (it->kind == OpKind::Send) {
+      s.ranks[1].erase(std::next(it).base());
+      break;
+    }
+  SimResult r = simulate(s);
+  REQUIRE(!r.ok);
+  CHECK(r.error.find("deadlock") != std::string::npos);
+  auto count = [&](int rank, OpKind k) {
+    int n = 0;
+    for (const OpRun& run : r.trace.ranks[rank]) n += run.op.kind == k;
+    return n;
+  };
+  CHECK(count(0, OpKind::Forward) == 2);   // rank 0 ran its forwards and one backward
+  CHECK(count(0, OpKind::Backward) == 1);
+  CHECK(count(1, OpKind::Backward) == 2);  // rank 1 finished
+  for (const OpRun& run : r.trace.ranks[0]) CHECK(run.end <= r.trace.makespan());
+}
