@@ -20,6 +20,27 @@ struct CommError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// `rank`'s index in group `group` of `groups` (its shard in reduce-scatter). Throws CommError naming the
+/// collective (`what`) for an unknown group or a rank that is not a member. Shared by every communicator.
+inline int member_index(const std::vector<std::vector<int>>& groups, int group, int rank, const char* what) {
+  if (group < 0 || group >= static_cast<int>(groups.size()))
+    throw CommError("rank " + std::to_string(rank) + ": " + what + " over unknown group " + std::to_string(group));
+  const std::vector<int>& members = groups[group];
+  for (std::size_t i = 0; i < members.size(); ++i)
+    if (members[i] == rank) return static_cast<int>(i);
+  throw CommError("rank " + std::to_string(rank) + ": " + what + " over group " + std::to_string(group) +
+                  ", which it is not in");
+}
+
+/// Throws CommError when a received message is not the one `rank` expected from `peer` (tag and size).
+inline void check_received(int rank, int peer, const std::string& tag, std::size_t bytes, const std::string& got_tag,
+                           std::size_t got_bytes) {
+  if (got_tag != tag || got_bytes != bytes)
+    throw CommError("rank " + std::to_string(rank) + ": recv from rank " + std::to_string(peer) + " expected " + tag +
+                    " (" + std::to_string(bytes) + " bytes) but got " + got_tag + " (" + std::to_string(got_bytes) +
+                    " bytes)");
+}
+
 /// One rank's end of the job's communicator. Groups are indices into the list the communicator was made
 /// with (group 0 = every rank, in rank order).
 class Communicator {

@@ -48,4 +48,27 @@ inline std::filesystem::path fresh_dir(const std::string& name) {
   return d;
 }
 
+/// A valid two-rank data-parallel step with the puzzle costs, for CLI tests (`.sched` text).
+inline const char* kDdp = R"(trainsim-schedule 1
+world_size 2
+layers 1
+microbatches 2
+cost_model puzzle
+
+rank 0
+  load -> W0 O0 A0{0}
+  forward L0 {0}
+  loss {0}
+  backward L0 {0}
+  all-reduce L0 : dW0{0} -> dW0{0-1}
+  update L0
+rank 1
+  load -> W0 O0 A0{1}
+  forward L0 {1}
+  loss {1}
+  backward L0 {1}
+  all-reduce L0 : dW0{1} -> dW0{0-1}
+  update L0
+)";
+
 }  // namespace trainsim::testing

@@ -18,27 +18,6 @@ using namespace trainsim::testing;
 
 namespace {
 
-const char* kDdp = R"(trainsim-schedule 1
-world_size 2
-layers 1
-microbatches 2
-cost_model puzzle
-
-rank 0
-  load -> W0 O0 A0{0}
-  forward L0 {0}
-  loss {0}
-  backward L0 {0}
-  all-reduce L0 : dW0{0} -> dW0{0-1}
-  update L0
-rank 1
-  load -> W0 O0 A0{1}
-  forward L0 {1}
-  loss {1}
-  backward L0 {1}
-  all-reduce L0 : dW0{1} -> dW0{0-1}
-  update L0
-)";
 
 // Zero-bubble V on two ranks (docs/pytorch-csv.md).
 const char* kZeroBubbleV =

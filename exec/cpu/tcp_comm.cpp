@@ -147,9 +147,7 @@ class TcpCommunicator final : public Communicator {
     Frame m = std::move(q.front());
     q.pop_front();
     lock.unlock();
-    if (m.tag != tag || m.data.size() != bytes)
-      throw CommError(fmt::format("rank {}: recv from rank {} expected {} ({} bytes) but got {} ({} bytes)", rank_, peer,
-                                  tag, bytes, m.tag, m.data.size()));
+    check_received(rank_, peer, tag, bytes, m.tag, m.data.size());
     std::memcpy(data, m.data.data(), bytes);
   }
 
@@ -204,11 +202,7 @@ class TcpCommunicator final : public Communicator {
   }
 
   std::vector<unsigned char> collective(int group, const char* what, std::size_t count, const void* in, std::size_t bytes) {
-    if (group < 0 || group >= static_cast<int>(hub_.groups_.size()))
-      throw CommError(fmt::format("rank {}: {} over unknown group {}", rank_, what, group));
-    const auto& members = hub_.groups_[group];
-    if (std::find(members.begin(), members.end(), rank_) == members.end())
-      throw CommError(fmt::format("rank {}: {} over group {}, which it is not in", rank_, what, group));
+    member_index(hub_.groups_, group, rank_, what);  // throws for an unknown group or a non-member
     const std::uint64_t seq = next_seq_[group]++;
     Frame f;
     f.kind = kCollIn, f.dst = 0, f.group = group, f.seq = seq, f.count = count, f.tag = what;

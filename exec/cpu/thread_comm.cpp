@@ -58,9 +58,7 @@ class ThreadCommunicator final : public Communicator {
     ThreadHub::Message m = std::move(q.front());
     q.pop_front();
     lock.unlock();
-    if (m.tag != tag || m.data.size() != bytes)
-      throw CommError(fmt::format("rank {}: recv from rank {} expected {} ({} bytes) but got {} ({} bytes)", rank_, peer,
-                                  tag, bytes, m.tag, m.data.size()));
+    check_received(rank_, peer, tag, bytes, m.tag, m.data.size());
     std::memcpy(data, m.data.data(), bytes);
   }
 
@@ -133,12 +131,9 @@ class ThreadCommunicator final : public Communicator {
 
   template <typename F>
   void collective(int group, const char* what, std::size_t count, const void* in, F compute) {
-    if (group < 0 || group >= static_cast<int>(hub_.groups_.size()))
-      throw CommError(fmt::format("rank {}: {} over unknown group {}", rank_, what, group));
+    const int me = member_index(hub_.groups_, group, rank_, what);
     const std::vector<int>& members = hub_.groups_[group];
-    auto it = std::find(members.begin(), members.end(), rank_);
-    if (it == members.end()) throw CommError(fmt::format("rank {}: {} over group {}, which it is not in", rank_, what, group));
-    const int me = static_cast<int>(it - members.begin()), n = static_cast<int>(members.size());
+    const int n = static_cast<int>(members.size());
     const std::pair<int, std::uint64_t> key{group, next_seq_[group]++};
     std::shared_ptr<ThreadHub::Call> call;
     {

@@ -178,9 +178,7 @@ void LocalCommunicator::recv(StreamContext& s, void* data, std::size_t bytes, in
   const bool match = m.tag == tag && m.bytes == bytes;
   if (match && bytes) TS_CUDA(cudaMemcpyAsync(data, m.staging, bytes, cudaMemcpyDeviceToDevice, st));
   if (m.staging) TS_CUDA(cudaFreeAsync(m.staging, st));
-  if (!match)
-    throw CommError(fmt::format("rank {}: recv from rank {} expected {} ({} bytes) but got {} ({} bytes)", rank_, peer,
-                                tag, bytes, m.tag, m.bytes));
+  if (!match) check_received(rank_, peer, tag, bytes, m.tag, m.bytes);
 }
 
 void LocalCommunicator::all_gather(StreamContext& s, const float* in, float* out, std::size_t count, int group) {
@@ -200,12 +198,9 @@ void LocalCommunicator::barrier(StreamContext& s, int group) { collective(s, Kin
 void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, void* out, std::size_t count, int group) {
   static const char* names[] = {"all-gather", "reduce-scatter", "all-reduce", "all-reduce", "barrier"};
   const char* what = names[static_cast<int>(kind)];
-  if (group < 0 || group >= static_cast<int>(hub_.groups_.size()))
-    throw CommError(fmt::format("rank {}: {} over unknown group {}", rank_, what, group));
+  const int me = member_index(hub_.groups_, group, rank_, what);
   const std::vector<int>& members = hub_.groups_[group];
-  auto it = std::find(members.begin(), members.end(), rank_);
-  if (it == members.end()) throw CommError(fmt::format("rank {}: {} over group {}, which it is not in", rank_, what, group));
-  const int me = static_cast<int>(it - members.begin()), n = static_cast<int>(members.size());
+  const int n = static_cast<int>(members.size());
   const std::pair<int, std::uint64_t> key{group, next_seq_[group]++};
   cudaStream_t st = kind == Kind::Barrier ? nullptr : stream_of(s);
   std::shared_ptr<LocalHub::Call> call;
