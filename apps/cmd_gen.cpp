@@ -1,4 +1,5 @@
 // `trainsim gen KIND ... -o FILE`: write a generated schedule (schedules/generators.h) as .sched text.
+#include <chrono>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -31,9 +32,11 @@ struct GenArgs {
 };
 
 // `gen --sim`: simulate the generated schedule in memory and print what `trainsim sim` would.
-int simulate_generated(const GenArgs& a, const Schedule& s) {
+int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seconds) {
   if (s.header.cost_model == "hardware") {
+    const auto started = std::chrono::steady_clock::now();
     HardwareRun run = simulate_hardware(s);
+    const double sim_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (a.json) {
       nlohmann::ordered_json j;
       j["kind"] = a.kind;
@@ -44,6 +47,8 @@ int simulate_generated(const GenArgs& a, const Schedule& s) {
       j["microbatches"] = s.header.microbatches;
       j["cost_model"] = s.header.cost_model;
       j["ops"] = s.op_count();
+      j["generate_seconds"] = generate_seconds;
+      j["sim_seconds"] = sim_seconds;
       if (run.report) j.update(hw::to_json(*run.report));
       std::cout << j.dump(2) << "\n";
     } else if (run.report) {
@@ -55,21 +60,39 @@ int simulate_generated(const GenArgs& a, const Schedule& s) {
     }
     return run.result.ok ? 0 : 1;
   }
-  SimResult r = simulate(s);
+  // Only the figures are printed: no per-op records (at 16,384 ranks they would double the memory).
+  SimOptions options;
+  options.record_trace = false;
+  const auto started = std::chrono::steady_clock::now();
+  SimResult r = simulate(s, options);
+  const double sim_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const RunSummary& sum = r.summary;
   if (a.json) {
     nlohmann::ordered_json j;
     j["kind"] = a.kind;
     j["ok"] = r.ok;
     j["error"] = r.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
     j["world_size"] = s.header.world_size;
+    j["layers"] = s.header.layers;
+    j["microbatches"] = s.header.microbatches;
     j["cost_model"] = s.header.cost_model;
     j["ops"] = s.op_count();
-    j["makespan"] = to_seconds(r.trace.makespan());
-    j["bubble_fraction"] = r.trace.bubble_fraction();
+    j["generate_seconds"] = generate_seconds;
+    j["sim_seconds"] = sim_seconds;
+    j["timesteps"] = to_seconds(sum.timesteps);
+    j["makespan"] = to_seconds(sum.makespan);
+    j["bubble_fraction"] = sum.bubble_fraction;
+    j["max_memory"] = sum.peak.memory;
+    j["max_memory_rank"] = sum.peak.rank;
+    j["max_memory_time"] = to_seconds(sum.peak.time);
+    j["memory_unit"] = r.trace.memory_unit;
     std::cout << j.dump(2) << "\n";
   } else if (r.ok) {
-    fmt::print("{}: {} ops on {} ranks: makespan {}  bubble {:.1f}% ({} cost model)\n", a.kind, s.op_count(),
-               s.header.world_size, format_time(r.trace.makespan()), 100 * r.trace.bubble_fraction(), s.header.cost_model);
+    fmt::print("{}: {} ops on {} ranks: makespan {}  bubble {:.1f}%  peak memory {} {} at rank {} ({} cost model; "
+               "generated in {:.2f} s, simulated in {:.2f} s)\n",
+               a.kind, s.op_count(), s.header.world_size, format_time(sum.makespan), 100 * sum.bubble_fraction,
+               format_memory(sum.peak.memory), r.trace.memory_unit, sum.peak.rank, s.header.cost_model,
+               generate_seconds, sim_seconds);
   } else {
     fmt::print(stderr, "trainsim gen: the generated schedule is invalid: {}\n", r.error);
   }
@@ -92,12 +115,14 @@ int run(const GenArgs& a) {
   GenOptions opts = a.options;
   opts.reshard_after_forward = !a.no_reshard;
   Schedule s;
+  const auto started = std::chrono::steady_clock::now();
   try {
     s = generate(a.kind, opts);
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "trainsim gen: {}\n", e.what());
     return 2;
   }
+  const double generate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (a.hardware.any()) {
     try {
       hw::HardwareSetting hs = hardware_setting(a.hardware);
@@ -116,7 +141,7 @@ int run(const GenArgs& a) {
     return 2;
   }
   if (a.sim) {
-    int code = simulate_generated(a, s);
+    int code = simulate_generated(a, s, generate_seconds);
     if (a.out != "-" && !write_text_file(a.out, print_schedule(s))) {
       fmt::print(stderr, "trainsim gen: cannot write '{}'\n", a.out);
       return 2;

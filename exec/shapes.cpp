@@ -33,7 +33,7 @@ long ModelShapes::elements(const Tensor& t) const {
   return 0;
 }
 
-const Tensor& tensor_of(const std::vector<Tensor>& ts, TensorKind k) {
+const Tensor& tensor_of(std::span<const Tensor> ts, TensorKind k) {
   for (const Tensor& t : ts)
     if (t.kind == k) return t;
   throw std::invalid_argument(fmt::format("no {} among the op's tensors", long_name(k)));

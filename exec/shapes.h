@@ -2,6 +2,7 @@
 // parameter layout, exec/model.h for activations).
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "exec/layout.h"
@@ -27,7 +28,7 @@ struct ModelShapes {
 };
 
 /// The tensor of kind `k` among an op's reads or writes. Throws std::invalid_argument when there is none.
-const Tensor& tensor_of(const std::vector<Tensor>& ts, TensorKind k);
+const Tensor& tensor_of(std::span<const Tensor> ts, TensorKind k);
 
 /// Position in the buffer of `t` (a W, O or dW tensor of a layer with P elements) of flat element `e`'s
 /// shard block: `t` complete -> e; otherwise (index of e's shard in t.shards)·c + e % c, or -1 when t does

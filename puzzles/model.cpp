@@ -76,7 +76,7 @@ Activation Model::get_activation(const std::vector<int>& batches, loc w) {
   return Activation(activation_tensor(0, batch_set(batches, batches_, fmt::format("rank {}: get_activation at {}", rank(), where(w)))));
 }
 
-Op Model::run_compute(OpKind kind, int layer, std::vector<Tensor> reads, std::vector<Tensor> writes, const loc& w) {
+Op Model::run_compute(OpKind kind, int layer, TensorList reads, TensorList writes, const loc& w) {
   Op op = make_op(kind, layer, w);
   for (const Tensor& t : reads)
     if (t.kind == TensorKind::Activation) op.batches = t.batches;

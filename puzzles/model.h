@@ -126,7 +126,7 @@ class Model {
   void on_store(const Tensor* before, const Tensor* after);
   Op make_op(OpKind kind, int layer, const loc& w) const;
   // Checks the algebra and that every input is held, then executes; returns the op.
-  Op run_compute(OpKind kind, int layer, std::vector<Tensor> reads, std::vector<Tensor> writes, const loc& w);
+  Op run_compute(OpKind kind, int layer, TensorList reads, TensorList writes, const loc& w);
   template <typename T>
   asio::awaitable<T> gather_as(T v, int layer, loc w) {
     check_held(v, "allgather", layer, w);

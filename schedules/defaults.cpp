@@ -4,31 +4,31 @@
 
 namespace trainsim {
 
-std::optional<std::vector<Tensor>> default_reads(const Op& op, int layers, int microbatches) {
+std::optional<TensorList> default_reads(const Op& op, int layers, int microbatches) {
   const int l = op.layer;
   const IdSet& b = op.batches;
   switch (op.kind) {
-    case OpKind::Forward: return std::vector<Tensor>{activation_tensor(l, b), weight_tensor(l)};
+    case OpKind::Forward: return TensorList{activation_tensor(l, b), weight_tensor(l)};
     case OpKind::Backward:
     case OpKind::BackwardInput:
-      return std::vector<Tensor>{activation_tensor(l, b), activation_grad_tensor(l + 1, b), weight_tensor(l)};
-    case OpKind::BackwardWeight: return std::vector<Tensor>{activation_tensor(l, b), activation_grad_tensor(l + 1, b)};
-    case OpKind::Loss: return std::vector<Tensor>{activation_tensor(layers, b)};
+      return TensorList{activation_tensor(l, b), activation_grad_tensor(l + 1, b), weight_tensor(l)};
+    case OpKind::BackwardWeight: return TensorList{activation_tensor(l, b), activation_grad_tensor(l + 1, b)};
+    case OpKind::Loss: return TensorList{activation_tensor(layers, b)};
     case OpKind::Update:
-      return std::vector<Tensor>{weight_grad_tensor(l, IdSet::range(0, microbatches)), weight_tensor(l), opt_state_tensor(l)};
+      return TensorList{weight_grad_tensor(l, IdSet::range(0, microbatches)), weight_tensor(l), opt_state_tensor(l)};
     default: return std::nullopt;
   }
 }
 
-std::optional<std::vector<Tensor>> default_writes(const Op& op, int layers, int /*microbatches*/) {
+std::optional<TensorList> default_writes(const Op& op, int layers, int /*microbatches*/) {
   const int l = op.layer;
   const IdSet& b = op.batches;
   switch (op.kind) {
-    case OpKind::Forward: return std::vector<Tensor>{activation_tensor(l + 1, b)};
-    case OpKind::Backward: return std::vector<Tensor>{weight_grad_tensor(l, b), activation_grad_tensor(l, b)};
-    case OpKind::BackwardInput: return std::vector<Tensor>{activation_grad_tensor(l, b)};
-    case OpKind::BackwardWeight: return std::vector<Tensor>{weight_grad_tensor(l, b)};
-    case OpKind::Loss: return std::vector<Tensor>{activation_grad_tensor(layers, b)};
+    case OpKind::Forward: return TensorList{activation_tensor(l + 1, b)};
+    case OpKind::Backward: return TensorList{weight_grad_tensor(l, b), activation_grad_tensor(l, b)};
+    case OpKind::BackwardInput: return TensorList{activation_grad_tensor(l, b)};
+    case OpKind::BackwardWeight: return TensorList{weight_grad_tensor(l, b)};
+    case OpKind::Loss: return TensorList{activation_grad_tensor(layers, b)};
     case OpKind::Update: {
       // From the reads when they are given: the shards the optimizer state covers, one step later.
       const Tensor* w = nullptr;
@@ -41,12 +41,12 @@ std::optional<std::vector<Tensor>> default_writes(const Op& op, int layers, int 
         try {
           Tensor no = *o;
           ++no.step;
-          return std::vector<Tensor>{updated_weight(*w, *o), no};
+          return TensorList{updated_weight(*w, *o), no};
         } catch (const TensorError&) {
           return std::nullopt;  // the algebra check reports it
         }
       }
-      return std::vector<Tensor>{weight_tensor(l, {0}, 1, 1), opt_state_tensor(l, {0}, 1, 1)};
+      return TensorList{weight_tensor(l, {0}, 1, 1), opt_state_tensor(l, {0}, 1, 1)};
     }
     default: return std::nullopt;
   }

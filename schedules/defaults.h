@@ -19,9 +19,9 @@ namespace trainsim {
 ///   update l             reads dW_l{all batches} W_l O_l writes W_l@1 O_l@1 (given reads: the optimizer
 ///                        state's shards of the weight, one step later; see updated_weight())
 /// Weights are unsharded (W_l); `microbatches` gives "all batches" for update.
-std::optional<std::vector<Tensor>> default_reads(const Op& op, int layers, int microbatches);
+std::optional<TensorList> default_reads(const Op& op, int layers, int microbatches);
 /// Default writes, as above.
-std::optional<std::vector<Tensor>> default_writes(const Op& op, int layers, int microbatches);
+std::optional<TensorList> default_writes(const Op& op, int layers, int microbatches);
 /// Fills op.reads / op.writes with the defaults where they are empty and a default exists.
 void fill_defaults(Op& op, int layers, int microbatches);
 

@@ -31,7 +31,7 @@ void ScheduleRecorder::remove(int rank, const Tensor& t) {
 
 void ScheduleRecorder::flush_pending(int rank) {
   RankLog& log = logs_[rank];
-  std::vector<Tensor> dropped;
+  TensorList dropped;
   for (const auto& [t, n] : log.pending)
     for (int i = 0; i < n; ++i) dropped.push_back(t);
   log.pending.clear();
@@ -68,7 +68,7 @@ void ScheduleRecorder::on_store(int rank, const Tensor* before, const Tensor* af
     } else if (v.kind == TensorKind::WeightGrad) {
       // A sum of resident grads (or a copy of one): find resident grads of the same layer and shards whose
       // batch sets partition v's, largest first.
-      std::vector<Tensor> parts;
+      TensorList parts;
       auto it = log.resident.find(v);
       if (it != log.resident.end()) {
         parts.push_back(v);

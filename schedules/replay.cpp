@@ -152,6 +152,7 @@ SimResult simulate(const Schedule& schedule, const SimOptions& options) {
     result.error = e.what();
   }
   result.trace = world.trace();
+  result.summary = result.trace.summary();
   return result;
 }
 

@@ -16,13 +16,17 @@ namespace trainsim {
 /// Settings of a schedule simulation.
 struct SimOptions {
   std::optional<double> memory_limit;  ///< per-rank limit in the cost model's unit
+  /// False: keep no per-op records, only `SimResult::summary` (the stream engine; the puzzle engine always
+  /// records). Saves a copy of every timed op: what `gen --sim` does at 16,384 ranks.
+  bool record_trace = true;
 };
 
 /// Outcome of a schedule simulation.
 struct SimResult {
   bool ok = false;
   std::string error;  ///< the first problem found, naming the file:line, rank and op; empty when ok
-  Trace trace;        ///< what ran, up to the problem
+  Trace trace;        ///< what ran, up to the problem (empty ranks when `SimOptions::record_trace` is false)
+  RunSummary summary; ///< the trace's figures (makespan, bubble, peak memory...), with or without the records
 };
 
 /// Simulates `schedule` with the cost model its header names. Never throws for a bad schedule: the

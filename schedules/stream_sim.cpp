@@ -132,12 +132,15 @@ class StreamSim {
     if (filled_) return;
     filled_ = true;
     for (int r = 0; r < s_.header.world_size; ++r) sample_memory(r);
+    const double span = static_cast<double>(summary_.makespan) * s_.header.world_size;
+    summary_.bubble_fraction = span > 0 ? 1.0 - busy_ / span : 0.0;
   }
 
   /// True once the ops were timed (after a deadlock too: the trace then holds what ran before it).
   bool timed() const { return timed_; }
 
   Trace& trace() { return trace_; }
+  const RunSummary& summary() const { return summary_; }
 
  private:
   const Op& op_of(int id) const { return s_.ranks[nodes_[id].rank][nodes_[id].index]; }
@@ -556,10 +559,18 @@ class StreamSim {
       }
     }
     std::vector<OpRun>& runs = trace_.ranks[r];
-    runs.reserve(order.size());
+    if (o_.record_trace) runs.reserve(order.size());
+    Time busy = 0;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       if (!is_timed(ops[i].kind) || !nodes_[id_of(r, i)].done) continue;
       const Node& n = nodes_[id_of(r, i)];
+      // The trace's figures (sim/trace.cpp), in the same order: ranks in order, ops in program order.
+      summary_.timesteps = std::max(summary_.timesteps, n.start);
+      summary_.makespan = std::max(summary_.makespan, n.end);
+      if (sample[i] > summary_.peak.memory) summary_.peak = MemoryPeak{sample[i], r, n.start};
+      if (is_compute(ops[i].kind)) busy += n.end - n.start;
+      ++summary_.timed_ops;
+      if (!o_.record_trace) continue;
       runs.push_back(OpRun{ops[i], n.start, n.end, sample[i]});
       Op& op = runs.back().op;
       if (op.kind == OpKind::Recv) op.peer = matched_src_[id_of(r, i)];
@@ -570,6 +581,7 @@ class StreamSim {
         if (!c.results.empty()) op.writes = {c.results[m]};
       }
     }
+    busy_ += static_cast<double>(busy);
   }
 
  public:
@@ -613,6 +625,8 @@ class StreamSim {
   std::vector<std::pair<int, int>> edges_;  // (from, to) while the graph is built
   std::vector<int> next_begin_, next_;      // then as adjacency lists (index_edges)
   Time last_time_ = 0;
+  RunSummary summary_;
+  double busy_ = 0;  // compute time summed over the ranks
   bool timed_ = false, filled_ = false;
   Trace trace_;
 };
@@ -637,6 +651,7 @@ SimResult simulate_streams(const Schedule& schedule, const SimOptions& options) 
     if (sim.timed()) sim.fill_trace();  // what ran before the problem (a deadlock, a lost message)
   }
   result.trace = std::move(sim.trace());
+  result.summary = sim.summary();
   return result;
 }
 

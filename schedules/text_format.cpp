@@ -1,5 +1,6 @@
 #include "schedules/text_format.h"
 
+#include <span>
 #include <cctype>
 #include <charconv>
 #include <fstream>
@@ -419,7 +420,7 @@ std::string print_hardware_block(const hw::HardwareSetting& hs) {
                      hs.seq_len(), hw::recompute_name(hs.recompute));
 }
 
-std::string tensors(const std::vector<Tensor>& ts) {
+std::string tensors(std::span<const Tensor> ts) {
   std::string s;
   for (const auto& t : ts) s += " " + t.str();
   return s;

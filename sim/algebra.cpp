@@ -1,25 +1,26 @@
 #include "sim/algebra.h"
 
+#include <span>
 #include <fmt/format.h>
 
 namespace trainsim {
 
 namespace {
 
-const Tensor* find_kind(const std::vector<Tensor>& ts, TensorKind k) {
+const Tensor* find_kind(std::span<const Tensor> ts, TensorKind k) {
   for (const auto& t : ts)
     if (t.kind == k) return &t;
   return nullptr;
 }
 
-std::string list(const std::vector<Tensor>& ts) {
+std::string list(std::span<const Tensor> ts) {
   std::string s;
   for (const auto& t : ts) s += (s.empty() ? "" : " ") + t.str();
   return s.empty() ? "nothing" : s;
 }
 
 // Checks that `reads` holds exactly the kinds listed (one each).
-std::string expect_kinds(const char* what, const std::vector<Tensor>& ts, std::initializer_list<TensorKind> kinds) {
+std::string expect_kinds(const char* what, std::span<const Tensor> ts, std::initializer_list<TensorKind> kinds) {
   bool ok = ts.size() == kinds.size();
   for (TensorKind k : kinds) ok = ok && find_kind(ts, k);
   if (ok) return "";
@@ -36,7 +37,7 @@ std::string check_weight(const Tensor& w, int layer) {
   return "";
 }
 
-std::string check_writes(const Op& op, const std::vector<Tensor>& want) {
+std::string check_writes(const Op& op, const TensorList& want) {
   if (op.writes == want) return "";
   return fmt::format("it writes {}, but {} gives {}", list(op.writes), op.describe(), list(want));
 }
@@ -93,7 +94,7 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (a->batches != g->batches)
         return fmt::format("batch mismatch: activation {} has batches {{{}}}, activation grad {} has {{{}}}", a->str(),
                            a->batches.str(), g->str(), g->batches.str());
-      std::vector<Tensor> want;
+      TensorList want;
       if (op.kind != OpKind::BackwardInput) want.push_back(weight_grad_tensor(l, a->batches));
       if (op.kind != OpKind::BackwardWeight) want.push_back(activation_grad_tensor(l, a->batches));
       return check_writes(op, want);

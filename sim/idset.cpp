@@ -1,35 +1,108 @@
 #include "sim/idset.h"
 
 #include <algorithm>
+#include <new>
 #include <stdexcept>
 
+// Boost.Container's small_vector: the runs a set operation produces, on the stack while there are few.
+#include <boost/container/small_vector.hpp>
 #include <fmt/format.h>
 
 namespace trainsim {
 
-IdSet::IdSet(std::initializer_list<int> ids) {
+namespace {
+
+using Runs = boost::container::small_vector<IdSet::Run, 8>;
+
+// Appends [lo, hi) to runs sorted by lo, merging it with the last run when they overlap or touch.
+void append(Runs& out, int lo, int hi) {
+  if (!out.empty() && lo <= out.back().second)
+    out.back().second = std::max(out.back().second, hi);
+  else
+    out.emplace_back(lo, hi);
+}
+
+}  // namespace
+
+IdSet::IdSet(const IdSet& other) : IdSet() { assign(other.data(), other.n_); }
+
+IdSet::IdSet(IdSet&& other) noexcept : n_(other.n_) {
+  if (n_ <= 1) new (&u_.one) Run(other.u_.one);
+  else u_.many = other.u_.many;
+  other.n_ = 0;
+  other.u_.many = nullptr;
+}
+
+IdSet& IdSet::operator=(const IdSet& other) {
+  if (this != &other) assign(other.data(), other.n_);
+  return *this;
+}
+
+IdSet& IdSet::operator=(IdSet&& other) noexcept {
+  if (this != &other) {
+    release();
+    n_ = other.n_;
+    if (n_ <= 1) new (&u_.one) Run(other.u_.one);
+    else u_.many = other.u_.many;
+    other.n_ = 0;
+    other.u_.many = nullptr;
+  }
+  return *this;
+}
+
+void IdSet::assign(const Run* runs, std::size_t n) {
+  if (n <= 1) {
+    Run one = n == 1 ? runs[0] : Run{};
+    release();
+    new (&u_.one) Run(one);
+  } else {
+    Run* many = new Run[n];
+    std::copy(runs, runs + n, many);
+    release();
+    u_.many = many;
+  }
+  n_ = static_cast<std::uint32_t>(n);
+}
+
+bool operator==(const IdSet& a, const IdSet& b) noexcept {
+  return a.n_ == b.n_ && std::equal(a.data(), a.data() + a.n_, b.data());
+}
+
+std::strong_ordering operator<=>(const IdSet& a, const IdSet& b) noexcept {
+  return std::lexicographical_compare_three_way(a.data(), a.data() + a.n_, b.data(), b.data() + b.n_);
+}
+
+IdSet::IdSet(std::initializer_list<int> ids) : IdSet() {
+  if (ids.size() == 1) {
+    if (*ids.begin() < 0) throw std::invalid_argument(fmt::format("ids are non-negative, got {}", *ids.begin()));
+    Run one{*ids.begin(), *ids.begin() + 1};
+    assign(&one, 1);
+    return;
+  }
   for (int id : ids) insert(id);
 }
 
 IdSet IdSet::range(int lo, int hi) {
   IdSet s;
   if (lo < 0) throw std::invalid_argument(fmt::format("id range starts below zero: {}", lo));
-  if (hi > lo) s.runs_.emplace_back(lo, hi);
+  if (hi > lo) {
+    Run one{lo, hi};
+    s.assign(&one, 1);
+  }
   return s;
 }
 
 IdSet IdSet::from_runs(std::vector<std::pair<int, int>> runs) {
   std::sort(runs.begin(), runs.end());
-  IdSet out;
+  Runs out;
   for (auto r : runs) {
     if (r.first < 0) throw std::invalid_argument(fmt::format("ids are non-negative, got {}", r.first));
     if (r.second <= r.first) continue;
-    if (!out.runs_.empty() && r.first <= out.runs_.back().second)
-      out.runs_.back().second = std::max(out.runs_.back().second, r.second);
-    else
-      out.runs_.push_back(r);
+    append(out, r.first, r.second);
   }
-  return out;
+  IdSet s;
+  s.assign(out.data(), out.size());
+  return s;
 }
 
 void IdSet::insert(int id) {
@@ -39,13 +112,14 @@ void IdSet::insert(int id) {
 
 int IdSet::size() const {
   int n = 0;
-  for (auto [lo, hi] : runs_) n += hi - lo;
+  for (auto [lo, hi] : runs()) n += hi - lo;
   return n;
 }
 
 bool IdSet::contains(int id) const {
-  auto it = std::upper_bound(runs_.begin(), runs_.end(), id, [](int v, const auto& r) { return v < r.first; });
-  if (it == runs_.begin()) return false;
+  auto rs = runs();
+  auto it = std::upper_bound(rs.begin(), rs.end(), id, [](int v, const Run& r) { return v < r.first; });
+  if (it == rs.begin()) return false;
   --it;
   return id < it->second;
 }
@@ -55,57 +129,62 @@ bool IdSet::contains(const IdSet& other) const { return (*this & other) == other
 bool IdSet::intersects(const IdSet& other) const { return !(*this & other).empty(); }
 
 IdSet IdSet::operator|(const IdSet& other) const {
-  std::vector<std::pair<int, int>> all;
-  all.reserve(runs_.size() + other.runs_.size());
-  std::merge(runs_.begin(), runs_.end(), other.runs_.begin(), other.runs_.end(), std::back_inserter(all));
-  IdSet out;
-  for (auto r : all) {
-    if (!out.runs_.empty() && r.first <= out.runs_.back().second)
-      out.runs_.back().second = std::max(out.runs_.back().second, r.second);
-    else
-      out.runs_.push_back(r);
+  auto a = runs(), b = other.runs();
+  Runs out;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    const Run r = j == b.size() || (i < a.size() && a[i] < b[j]) ? a[i++] : b[j++];
+    append(out, r.first, r.second);
   }
-  return out;
+  IdSet s;
+  s.assign(out.data(), out.size());
+  return s;
 }
 
 IdSet IdSet::operator&(const IdSet& other) const {
-  IdSet out;
+  auto a = runs(), b = other.runs();
+  Runs out;
   std::size_t i = 0, j = 0;
-  while (i < runs_.size() && j < other.runs_.size()) {
-    int lo = std::max(runs_[i].first, other.runs_[j].first);
-    int hi = std::min(runs_[i].second, other.runs_[j].second);
-    if (lo < hi) out.runs_.emplace_back(lo, hi);
-    if (runs_[i].second < other.runs_[j].second) ++i; else ++j;
+  while (i < a.size() && j < b.size()) {
+    int lo = std::max(a[i].first, b[j].first);
+    int hi = std::min(a[i].second, b[j].second);
+    if (lo < hi) out.emplace_back(lo, hi);
+    if (a[i].second < b[j].second) ++i; else ++j;
   }
-  return out;
+  IdSet s;
+  s.assign(out.data(), out.size());
+  return s;
 }
 
 IdSet IdSet::operator-(const IdSet& other) const {
-  IdSet out;
+  auto b = other.runs();
+  Runs out;
   std::size_t j = 0;
-  for (auto [lo, hi] : runs_) {
-    while (j < other.runs_.size() && other.runs_[j].second <= lo) ++j;
+  for (auto [lo, hi] : runs()) {
+    while (j < b.size() && b[j].second <= lo) ++j;
     std::size_t k = j;
     int from = lo;
-    for (; k < other.runs_.size() && other.runs_[k].first < hi; ++k) {
-      if (other.runs_[k].first > from) out.runs_.emplace_back(from, other.runs_[k].first);
-      from = std::max(from, other.runs_[k].second);
+    for (; k < b.size() && b[k].first < hi; ++k) {
+      if (b[k].first > from) out.emplace_back(from, b[k].first);
+      from = std::max(from, b[k].second);
     }
-    if (from < hi) out.runs_.emplace_back(from, hi);
+    if (from < hi) out.emplace_back(from, hi);
   }
-  return out;
+  IdSet s;
+  s.assign(out.data(), out.size());
+  return s;
 }
 
 std::vector<int> IdSet::ids() const {
   std::vector<int> v;
-  for (auto [lo, hi] : runs_)
+  for (auto [lo, hi] : runs())
     for (int i = lo; i < hi; ++i) v.push_back(i);
   return v;
 }
 
 std::string IdSet::str() const {
   std::string s;
-  for (auto [lo, hi] : runs_) {
+  for (auto [lo, hi] : runs()) {
     if (!s.empty()) s += ',';
     s += hi - lo == 1 ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi - 1);
   }

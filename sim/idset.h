@@ -1,11 +1,15 @@
 // A set of small non-negative integers (batch ids, shard ids), stored as sorted disjoint intervals.
 //
 // Batch and shard sets in schedules are almost always contiguous ("microbatches 0-255", "shards 0-1023"),
-// so intervals keep a tensor identity small however many ranks or microbatches a schedule has.
+// so intervals keep a tensor identity small however many ranks or microbatches a schedule has. A set of one
+// run (or none) is held inline, with no heap allocation: 16 bytes, copied as two ints; only sets of two or
+// more runs allocate. Copying tensors and ops is the simulator's most frequent operation (bench/README.md).
 #pragma once
 
 #include <compare>
+#include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,7 +19,15 @@ namespace trainsim {
 /// Set of ids. Ordered, comparable, hashable by value; printed as "0-3,5".
 class IdSet {
  public:
-  IdSet() = default;
+  /// A half-open run [first, second) of ids.
+  using Run = std::pair<int, int>;
+
+  IdSet() noexcept : n_(0) { u_.many = nullptr; }
+  IdSet(const IdSet& other);
+  IdSet(IdSet&& other) noexcept;
+  IdSet& operator=(const IdSet& other);
+  IdSet& operator=(IdSet&& other) noexcept;
+  ~IdSet() { release(); }
   /// The set of the listed ids (any order, duplicates allowed).
   IdSet(std::initializer_list<int> ids);
   /// The ids in [lo, hi). Empty when hi <= lo.
@@ -35,7 +47,7 @@ class IdSet {
   void insert(int id);
   /// Number of ids.
   int size() const;
-  bool empty() const { return runs_.empty(); }
+  bool empty() const { return n_ == 0; }
   bool contains(int id) const;
   /// True when every id of `other` is in this set.
   bool contains(const IdSet& other) const;
@@ -49,19 +61,31 @@ class IdSet {
   /// The ids in increasing order.
   std::vector<int> ids() const;
   /// Smallest id; -1 when empty.
-  int first() const { return runs_.empty() ? -1 : runs_.front().first; }
+  int first() const { return n_ == 0 ? -1 : data()->first; }
   /// Half-open runs [lo, hi) in increasing order.
-  const std::vector<std::pair<int, int>>& runs() const { return runs_; }
+  std::span<const Run> runs() const { return {data(), n_}; }
   /// "0-3,5" (inclusive ranges); "" when empty.
   std::string str() const;
   /// Space-separated ids, as the puzzles' timeline prints batches: "0 1 2 3".
   std::string spaced() const;
 
-  friend bool operator==(const IdSet&, const IdSet&) = default;
-  friend auto operator<=>(const IdSet& a, const IdSet& b) { return a.runs_ <=> b.runs_; }
+  friend bool operator==(const IdSet& a, const IdSet& b) noexcept;
+  friend std::strong_ordering operator<=>(const IdSet& a, const IdSet& b) noexcept;
 
  private:
-  std::vector<std::pair<int, int>> runs_;  // sorted, disjoint, non-adjacent, each lo < hi
+  // Sets `runs` (sorted, disjoint, non-adjacent, each lo < hi) as this set's runs.
+  void assign(const Run* runs, std::size_t n);
+  const Run* data() const { return n_ <= 1 ? &u_.one : u_.many; }
+  void release() noexcept {
+    if (n_ > 1) delete[] u_.many;
+  }
+
+  std::uint32_t n_;  // number of runs: 0 or 1 inline (u_.one), more on the heap (u_.many, exactly n_ runs)
+  union Storage {
+    Run one;
+    Run* many;
+    Storage() noexcept : many(nullptr) {}
+  } u_;
 };
 
 }  // namespace trainsim

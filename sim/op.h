@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+// Boost.Container's small_vector: an op's few tensors held inline, without a heap allocation per list.
+#include <boost/container/small_vector.hpp>
+
 #include "sim/idset.h"
 #include "sim/tensor.h"
 
@@ -46,6 +49,10 @@ bool is_collective(OpKind k);
 /// True for Forward, Backward, BackwardInput, BackwardWeight, Loss, Update.
 bool is_compute(OpKind k);
 
+/// The tensors an op reads or writes: most ops read or write one or two, held inline; more spill to the
+/// heap (same interface as std::vector).
+using TensorList = boost::container::small_vector<Tensor, 2>;
+
 /// One primitive performed by one rank.
 struct Op {
   OpKind kind = OpKind::Forward;
@@ -57,8 +64,8 @@ struct Op {
   int peer = -1;                ///< Send: destination; Recv: source, -1 for any source
   int group = 0;                ///< collectives: group id (0 = all ranks)
   int stream = 0;               ///< 0 = compute stream; 1.. = communication streams
-  std::vector<Tensor> reads;    ///< tensors that must be resident when the op starts
-  std::vector<Tensor> writes;   ///< tensors the op produces
+  TensorList reads;             ///< tensors that must be resident when the op starts
+  TensorList writes;            ///< tensors the op produces
   std::string where;            ///< source of the op: "file.cpp:42" for programs, "file.sched:7" for schedules
 
   /// One-line description for errors and labels: "forward layer 2 batches {0-3}".

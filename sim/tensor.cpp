@@ -36,23 +36,23 @@ std::string Tensor::str() const {
 }
 
 Tensor weight_tensor(int layer, IdSet shards, int num_shards, int step) {
-  return Tensor{TensorKind::Weight, layer, step, {}, std::move(shards), num_shards};
+  return Tensor{TensorKind::Weight, layer, step, num_shards, {}, std::move(shards)};
 }
 
 Tensor opt_state_tensor(int layer, IdSet shards, int num_shards, int step) {
-  return Tensor{TensorKind::OptState, layer, step, {}, std::move(shards), num_shards};
+  return Tensor{TensorKind::OptState, layer, step, num_shards, {}, std::move(shards)};
 }
 
 Tensor activation_tensor(int layer, IdSet batches) {
-  return Tensor{TensorKind::Activation, layer, 0, std::move(batches), {0}, 1};
+  return Tensor{TensorKind::Activation, layer, 0, 1, std::move(batches), {0}};
 }
 
 Tensor activation_grad_tensor(int layer, IdSet batches) {
-  return Tensor{TensorKind::ActivationGrad, layer, 0, std::move(batches), {0}, 1};
+  return Tensor{TensorKind::ActivationGrad, layer, 0, 1, std::move(batches), {0}};
 }
 
 Tensor weight_grad_tensor(int layer, IdSet batches, IdSet shards, int num_shards) {
-  return Tensor{TensorKind::WeightGrad, layer, 0, std::move(batches), std::move(shards), num_shards};
+  return Tensor{TensorKind::WeightGrad, layer, 0, num_shards, std::move(batches), std::move(shards)};
 }
 
 Tensor sum(const Tensor& a, const Tensor& b) {

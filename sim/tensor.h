@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "sim/idset.h"
 
@@ -38,13 +39,15 @@ struct TensorError : std::runtime_error {
 ///   numbering matches the store keys the puzzles use.
 /// - WeightGrad: gradient of layer l's weight summed over a batch set, for a shard set.
 /// Unsharded tensors have shards {0} of 1.
+///
+/// Laid out in 48 bytes (the ints before the sets); ordered by kind, layer, step, batches, shards, count.
 struct Tensor {
   TensorKind kind = TensorKind::Weight;
   int layer = 0;
   int step = 0;
+  int num_shards = 1;
   IdSet batches;
   IdSet shards{0};
-  int num_shards = 1;
 
   /// True when every shard 0..num_shards-1 is held.
   bool complete() const { return shards.size() == num_shards; }
@@ -52,7 +55,12 @@ struct Tensor {
   std::string str() const;
 
   friend bool operator==(const Tensor&, const Tensor&) = default;
-  friend auto operator<=>(const Tensor&, const Tensor&) = default;
+  friend std::strong_ordering operator<=>(const Tensor& a, const Tensor& b) {
+    if (auto c = std::tie(a.kind, a.layer, a.step) <=> std::tie(b.kind, b.layer, b.step); c != 0) return c;
+    if (auto c = a.batches <=> b.batches; c != 0) return c;
+    if (auto c = a.shards <=> b.shards; c != 0) return c;
+    return a.num_shards <=> b.num_shards;
+  }
 };
 
 /// Weight or optimizer state of `layer` holding `shards` of `num_shards`, at version `step`.

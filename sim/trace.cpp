@@ -49,4 +49,8 @@ std::size_t Trace::op_count() const {
   return n;
 }
 
+RunSummary Trace::summary() const {
+  return RunSummary{timesteps(), makespan(), peak(), bubble_fraction(), op_count()};
+}
+
 }  // namespace trainsim

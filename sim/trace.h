@@ -25,6 +25,16 @@ struct MemoryPeak {
   Time time = 0;
 };
 
+/// The figures of a run that reports print, without the ops: what `Trace` computes from its records, or
+/// what an engine computes while timing when it keeps no records (`SimOptions::record_trace`).
+struct RunSummary {
+  Time timesteps = 0;          ///< start of the last timed op (Trace::timesteps)
+  Time makespan = 0;           ///< end of the last op (Trace::makespan)
+  MemoryPeak peak;             ///< highest memory sample, first strictly highest (Trace::peak)
+  double bubble_fraction = 0;  ///< idle fraction of the compute time (Trace::bubble_fraction)
+  std::size_t timed_ops = 0;   ///< timed ops executed over all ranks (Trace::op_count)
+};
+
 /// Everything a run executed, per rank in program order.
 struct Trace {
   int world_size = 0;
@@ -46,6 +56,8 @@ struct Trace {
   double bubble_fraction() const;
   /// Number of executed ops over all ranks.
   std::size_t op_count() const;
+  /// The figures above in one pass.
+  RunSummary summary() const;
 };
 
 }  // namespace trainsim

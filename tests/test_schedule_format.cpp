@@ -62,8 +62,8 @@ TEST_CASE("a canonical file round-trips byte for byte") {
   CHECK(fwd.kind == OpKind::Forward);
   CHECK(fwd.where == "two.sched:11");
   // Omitted tensors are the defaults.
-  CHECK(fwd.reads == std::vector<Tensor>{activation_tensor(0, {0}), weight_tensor(0)});
-  CHECK(fwd.writes == std::vector<Tensor>{activation_tensor(1, {0})});
+  CHECK(fwd.reads == TensorList{activation_tensor(0, {0}), weight_tensor(0)});
+  CHECK(fwd.writes == TensorList{activation_tensor(1, {0})});
   CHECK(s.ranks[1][1].peer == 0);
 }
 
@@ -88,7 +88,7 @@ TEST_CASE("comments and blank lines are ignored; explicit tensors are kept") {
 }
 
 TEST_CASE("tensor names parse") {
-  CHECK(parse_tensor("dW1{0-3}[1/4]@1") == Tensor{TensorKind::WeightGrad, 1, 1, IdSet::range(0, 4), {1}, 4});
+  CHECK(parse_tensor("dW1{0-3}[1/4]@1") == Tensor{TensorKind::WeightGrad, 1, 1, 4, IdSet::range(0, 4), {1}});
   CHECK(parse_tensor("dW2{}") == weight_grad_tensor(2, {}));
   CHECK_THROWS_WITH_AS(parse_tensor("A3"), doctest::Contains("needs a batch set"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(parse_tensor("X3"), doctest::Contains("expected a tensor"), std::invalid_argument);

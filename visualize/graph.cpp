@@ -23,6 +23,7 @@
 // Output is a pure function of the schedule (ops in rank order then program order): byte-identical text.
 #include "visualize/graph.h"
 
+#include <span>
 #include <graphviz/cgraph.h>
 #include <graphviz/gvc.h>
 
@@ -83,7 +84,7 @@ const char* short_kind(OpKind k) {
 }
 
 /// Up to three tensor names, then "+N more".
-std::string tensor_list(const std::vector<Tensor>& ts) {
+std::string tensor_list(std::span<const Tensor> ts) {
   std::string s;
   for (std::size_t i = 0; i < ts.size(); ++i) {
     if (i == 3) {

@@ -29,6 +29,7 @@
 // always gives byte-identical text.
 #include "visualize/perfetto.h"
 
+#include <span>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -63,7 +64,7 @@ std::string event_name(const Op& op) {
   return s;
 }
 
-Json tensor_names(const std::vector<Tensor>& ts) {
+Json tensor_names(std::span<const Tensor> ts) {
   Json a = Json::array();
   for (const auto& t : ts) a.push_back(t.str());
   return a;

@@ -43,7 +43,7 @@ ScheduleHeader make_header(int world_size, int layers, int microbatches) {
 
 // ---- RankProgram ----------------------------------------------------------------------------------------
 
-void RankProgram::load(std::vector<Tensor> ts) {
+void RankProgram::load(TensorList ts) {
   Op op;
   op.kind = OpKind::Load;
   op.rank = rank_;
@@ -51,7 +51,7 @@ void RankProgram::load(std::vector<Tensor> ts) {
   ops_.push_back(std::move(op));
 }
 
-void RankProgram::free(std::vector<Tensor> ts) {
+void RankProgram::free(TensorList ts) {
   if (ts.empty()) return;
   Op op;
   op.kind = OpKind::Free;
@@ -78,7 +78,7 @@ void RankProgram::recv(int from, Tensor t) {
   ops_.push_back(std::move(op));
 }
 
-void RankProgram::compute(OpKind kind, int layer, IdSet batches, std::vector<Tensor> reads, std::vector<Tensor> writes) {
+void RankProgram::compute(OpKind kind, int layer, IdSet batches, TensorList reads, TensorList writes) {
   Op op;
   op.kind = kind;
   op.rank = rank_;
@@ -311,7 +311,7 @@ Schedule build_pipeline(const PipelinePlan& plan) {
       if (std::find(mine.begin(), mine.end(), s.layer) == mine.end()) mine.push_back(s.layer);
     std::sort(mine.begin(), mine.end());
     if (!mine.empty()) {
-      std::vector<Tensor> state;
+      TensorList state;
       for (int l : mine) {
         state.push_back(weight_shard(l, j, dp));
         state.push_back(opt_shard(l, j, dp));
@@ -370,11 +370,11 @@ Schedule build_pipeline(const PipelinePlan& plan) {
         case Pass::B:
         case Pass::I: {
           bool full = s.pass == Pass::B;
-          std::vector<Tensor> writes;
+          TensorList writes;
           if (full) writes.push_back(weight_grad_tensor(l, b));
           writes.push_back(g_in);
           prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {a, g_out, w}, writes);
-          std::vector<Tensor> drop;
+          TensorList drop;
           if (full) drop = {a, g_out};
           if (sent) prog.send(sent->dst, g_in);
           if (sent || l == 0) drop.push_back(g_in);

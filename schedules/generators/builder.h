@@ -38,12 +38,12 @@ class RankProgram {
   int rank() const { return rank_; }
   std::vector<Op>& ops() { return ops_; }
 
-  void load(std::vector<Tensor> ts);
-  void free(std::vector<Tensor> ts);
+  void load(TensorList ts);
+  void free(TensorList ts);
   void send(int to, Tensor t);
   void recv(int from, Tensor t);
   /// A compute op with explicit reads and writes (the defaults when left empty).
-  void compute(OpKind kind, int layer, IdSet batches, std::vector<Tensor> reads = {}, std::vector<Tensor> writes = {});
+  void compute(OpKind kind, int layer, IdSet batches, TensorList reads = {}, TensorList writes = {});
   /// All-gather, reduce-scatter or all-reduce of `in` into `out` over `group`.
   void collective(OpKind kind, int layer, int group, Tensor in, Tensor out);
   /// Adds the resident weight grad `g` to the running sum of its layer (same shards): the first grad becomes

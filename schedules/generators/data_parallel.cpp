@@ -39,7 +39,7 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
   const IdSet all = IdSet::range(0, M);
   for (int r = 0; r < n; ++r) {
     RankProgram prog(r, L, M);
-    std::vector<Tensor> state;
+    TensorList state;
     for (int l = 0; l < L; ++l) {
       state.push_back(shard_weights ? weight_shard(l, r, n) : weight_tensor(l));
       state.push_back(shard_opt ? opt_shard(l, r, n) : opt_state_tensor(l));
@@ -53,7 +53,7 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
       gathered[l] = true;
       if (n > 1) prog.collective(OpKind::AllGather, l, 0, weight_shard(l, r, n), weight_full(l, n));
     };
-    auto release = [&](int l, std::vector<Tensor>& drop) {
+    auto release = [&](int l, TensorList& drop) {
       if (!shard_weights || !gathered[l]) return;
       gathered[l] = false;
       if (n > 1) drop.push_back(weight_full(l, n));
@@ -70,7 +70,7 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
         for (int k = l; k <= l + prefetch; ++k) gather(k);
         prog.compute(OpKind::Forward, l, b, {activation_tensor(l, b), weight(l)}, {activation_tensor(l + 1, b)});
         if (o.reshard_after_forward) {
-          std::vector<Tensor> drop;
+          TensorList drop;
           release(l, drop);
           prog.free(drop);
         }
@@ -82,7 +82,7 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
         Tensor a = activation_tensor(l, b), g_out = activation_grad_tensor(l + 1, b);
         Tensor g_in = activation_grad_tensor(l, b), dw = weight_grad_tensor(l, b);
         prog.compute(OpKind::Backward, l, b, {a, g_out, weight(l)}, {dw, g_in});
-        std::vector<Tensor> drop = {a, g_out};
+        TensorList drop = {a, g_out};
         if (l == 0) drop.push_back(g_in);
         release(l, drop);
         prog.free(drop);
