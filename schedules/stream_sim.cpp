@@ -1,11 +1,14 @@
 #include "schedules/stream_sim.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
 #include <unordered_map>
 
+// Boost.Unordered's open-addressing map: interning a tensor is one probe in a flat array, no node per entry.
+#include <boost/unordered/unordered_flat_map.hpp>
 #include <fmt/format.h>
 
 #include "sim/algebra.h"
@@ -42,20 +45,23 @@ struct TensorHash {
 // One rank's tensors, interned: id -> tensor, its memory, how many instances are resident (at issue), the
 // last op that wrote it and the ops that used it since.
 struct RankTensors {
-  std::unordered_map<Tensor, int, TensorHash> ids;
-  std::vector<const Tensor*> tensor;
+  boost::unordered_flat_map<Tensor, int, TensorHash> ids;
+  std::vector<Tensor> tensor;
   std::vector<double> bytes;
   std::vector<int> count, writer;
-  std::vector<std::vector<int>> users;
+  // The ops that used each tensor since it was last written, as linked lists in one pool: users_head[id]
+  // is the newest entry (-1: none), an entry is (op, next entry). Cleared lists leave their entries unused.
+  std::vector<int> users_head;
+  std::vector<std::pair<int, int>> user_pool;
   std::vector<int> memory_ids;    // per op: the ids it allocates (writes) or releases (a free's reads)
   std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
 
   int intern(const Tensor& t, const CostModel& cost, int rank) {
     auto [it, fresh] = ids.try_emplace(t, static_cast<int>(tensor.size()));
     if (fresh) {
-      tensor.push_back(&it->first);
+      tensor.push_back(t);
       bytes.push_back(cost.memory(t, rank));
-      count.push_back(0), writer.push_back(-1), users.emplace_back();
+      count.push_back(0), writer.push_back(-1), users_head.push_back(-1);
     }
     return it->second;
   }
@@ -63,7 +69,7 @@ struct RankTensors {
   std::string summary(const CostModel& cost, int rank) const {
     MemoryLedger ledger(cost, rank);
     for (std::size_t id = 0; id < tensor.size(); ++id)
-      for (int k = 0; k < count[id]; ++k) ledger.add(*tensor[id]);
+      for (int k = 0; k < count[id]; ++k) ledger.add(tensor[id]);
     return ledger.summary();
   }
 };
@@ -184,7 +190,10 @@ class StreamSim {
   void issue(int rank) {
     const ScheduleHeader& h = s_.header;
     RankTensors& ts = tensors_[rank];
-    std::map<int, int> stream_tail;  // the last op issued on each stream
+    // The last op issued on each stream: streams below 64 (all real schedules) in an array, others in a map.
+    std::array<int, 64> stream_tail;
+    stream_tail.fill(-1);
+    std::map<int, int> far_stream_tail;
     const auto& ops = s_.ranks[rank];
     ts.memory_begin.assign(1, 0);
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
@@ -215,29 +224,30 @@ class StreamSim {
         if (std::find(m.begin(), m.end(), rank) == m.end())
           throw op_error(op, fmt::format("rank {} is not a member of group {} (ranks {})", rank, op.group, rank_list(m)));
       }
-      auto [tail, fresh] = stream_tail.try_emplace(op.stream, -1);
-      depend(id, tail->second);
-      tail->second = id;
+      int& tail = op.stream >= 0 && op.stream < 64 ? stream_tail[op.stream] : far_stream_tail.try_emplace(op.stream, -1).first->second;
+      depend(id, tail);
+      tail = id;
       for (int tid : read_ids_) {
         depend(id, ts.writer[tid]);
         if (op.kind == OpKind::Free) {
-          for (int u : ts.users[tid]) depend(id, u);
+          for (int u = ts.users_head[tid]; u >= 0; u = ts.user_pool[u].second) depend(id, ts.user_pool[u].first);
         } else {
-          ts.users[tid].push_back(id);
+          ts.user_pool.emplace_back(id, ts.users_head[tid]);
+          ts.users_head[tid] = static_cast<int>(ts.user_pool.size()) - 1;
         }
       }
       if (op.kind == OpKind::Free) {
         for (int tid : read_ids_) {
           --ts.count[tid];
           ts.memory_ids.push_back(tid);
-          if (ts.count[tid] == 0) ts.writer[tid] = -1, ts.users[tid].clear();
+          if (ts.count[tid] == 0) ts.writer[tid] = -1, ts.users_head[tid] = -1;
         }
       } else {
         for (const Tensor& t : op.writes) {
           const int tid = ts.intern(t, *cost_, rank);
           ++ts.count[tid];
           ts.writer[tid] = id;
-          ts.users[tid].clear();
+          ts.users_head[tid] = -1;
           ts.memory_ids.push_back(tid);
         }
       }
@@ -548,8 +558,8 @@ class StreamSim {
       if (o_.memory_limit && total > *o_.memory_limit) {
         MemoryLedger resident(*cost_, r);  // what is resident now, for the message
         for (std::size_t k = 0; k < e; ++k)
-          events[k].id >= 0 ? resident.add(*ts.tensor[events[k].id])
-                            : static_cast<void>(resident.remove(*ts.tensor[-1 - events[k].id]));
+          events[k].id >= 0 ? resident.add(ts.tensor[events[k].id])
+                            : static_cast<void>(resident.remove(ts.tensor[-1 - events[k].id]));
         const Op& op = ops[i];
         limit_errors_.push_back({start, r, fmt::format(
             "rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}", r,

@@ -24,13 +24,9 @@ void append(Runs& out, int lo, int hi) {
 
 }  // namespace
 
-IdSet::IdSet(const IdSet& other) : IdSet() { assign(other.data(), other.n_); }
-
-IdSet::IdSet(IdSet&& other) noexcept : n_(other.n_) {
-  if (n_ <= 1) new (&u_.one) Run(other.u_.one);
-  else u_.many = other.u_.many;
-  other.n_ = 0;
-  other.u_.many = nullptr;
+void IdSet::copy_heap(const IdSet& other) {
+  u_.many = new Run[other.n_];
+  std::copy(other.u_.many, other.u_.many + other.n_, u_.many);
 }
 
 IdSet& IdSet::operator=(const IdSet& other) {

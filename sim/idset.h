@@ -9,6 +9,7 @@
 #include <compare>
 #include <cstdint>
 #include <initializer_list>
+#include <new>
 #include <span>
 #include <string>
 #include <utility>
@@ -23,8 +24,16 @@ class IdSet {
   using Run = std::pair<int, int>;
 
   IdSet() noexcept : n_(0) { u_.many = nullptr; }
-  IdSet(const IdSet& other);
-  IdSet(IdSet&& other) noexcept;
+  IdSet(const IdSet& other) : n_(other.n_) {
+    if (n_ <= 1) new (&u_.one) Run(other.u_.one);  // the common case, inline: no call, no branch on the heap
+    else copy_heap(other);
+  }
+  IdSet(IdSet&& other) noexcept : n_(other.n_) {
+    if (n_ <= 1) new (&u_.one) Run(other.u_.one);
+    else u_.many = other.u_.many;
+    other.n_ = 0;
+    other.u_.many = nullptr;
+  }
   IdSet& operator=(const IdSet& other);
   IdSet& operator=(IdSet&& other) noexcept;
   ~IdSet() { release(); }
@@ -75,6 +84,7 @@ class IdSet {
  private:
   // Sets `runs` (sorted, disjoint, non-adjacent, each lo < hi) as this set's runs.
   void assign(const Run* runs, std::size_t n);
+  void copy_heap(const IdSet& other);
   const Run* data() const { return n_ <= 1 ? &u_.one : u_.many; }
   void release() noexcept {
     if (n_ > 1) delete[] u_.many;

@@ -305,6 +305,9 @@ Schedule build_pipeline(const PipelinePlan& plan) {
 
   for (int r = 0; r < P; ++r) {
     RankProgram prog(r, L, M);
+    // At most: a receive, a load, the pass, a loss or a send, two frees and an accumulation per step, and
+    // per layer a load, an all-gather and the finish (free, reduce-scatter, free, update, free).
+    prog.reserve(8 * plan.steps[r].size() + 8 * static_cast<std::size_t>(L) + 8);
     const int j = dp > 1 ? plan.shard_index[r] : 0;
     std::vector<int> mine;
     for (const Step& s : plan.steps[r])

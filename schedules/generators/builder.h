@@ -37,6 +37,9 @@ class RankProgram {
 
   int rank() const { return rank_; }
   std::vector<Op>& ops() { return ops_; }
+  /// Room for `n` ops (an upper estimate: capacity never touched costs no resident memory), so that the
+  /// list is not moved as it grows.
+  void reserve(std::size_t n) { ops_.reserve(n); }
 
   void load(TensorList ts);
   void free(TensorList ts);
