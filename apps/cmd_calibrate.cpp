@@ -39,14 +39,12 @@ int run(CalibrateArgs a) {
   }
   nlohmann::ordered_json j = hw::to_json(c.device);
   j["calibration"] = {{"traces", c.traces}, {"compute_ops", c.compute_ops}, {"comm_ops", c.comm_ops}};
-  if (!write_text_file(a.out, j.dump(2) + "\n")) {
-    fmt::print(stderr, "trainsim calibrate: cannot write '{}'\n", a.out);
+  if (!write_output("trainsim calibrate", a.out, j.dump(2) + "\n")) {
     return 2;
   }
   if (!a.network_out.empty()) {
     nlohmann::ordered_json n = hw::to_json(c.network);
-    if (!write_text_file(a.network_out, n.dump(2) + "\n")) {
-      fmt::print(stderr, "trainsim calibrate: cannot write '{}'\n", a.network_out);
+    if (!write_output("trainsim calibrate", a.network_out, n.dump(2) + "\n")) {
       return 2;
     }
   }

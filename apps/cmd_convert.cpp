@@ -56,7 +56,8 @@ int to_csv(const ConvertArgs& a) {
   } catch (const std::invalid_argument& e) {
     return fail(fmt::format("{}: {}", a.in, e.what()));
   }
-  if (!write_text_file(a.out, csv)) return fail(fmt::format("cannot write '{}'", a.out));
+  if (std::string why = write_text_file_error(a.out, csv); !why.empty())
+    return fail(fmt::format("cannot write '{}': {}", a.out, why));
   fmt::print("wrote {}: {} CSV, {} rank{}, {} stage{}\n", a.out, form == CsvForm::ComputeOnly ? "compute-only" : "compute+comms",
              s.header.world_size, s.header.world_size == 1 ? "" : "s", s.header.layers, s.header.layers == 1 ? "" : "s");
   return 0;
@@ -86,7 +87,8 @@ int to_sched(const ConvertArgs& a) {
   } catch (const std::invalid_argument& e) {
     return fail(e.what());
   }
-  if (!write_text_file(a.out, print_schedule(s))) return fail(fmt::format("cannot write '{}'", a.out));
+  if (std::string why = write_text_file_error(a.out, print_schedule(s)); !why.empty())
+    return fail(fmt::format("cannot write '{}': {}", a.out, why));
   const ScheduleHeader& h = s.header;
   std::string what = fmt::format("{} rank{}, {} stage{}, {} microbatch{}, {} ops", h.world_size, h.world_size == 1 ? "" : "s",
                                  h.layers, h.layers == 1 ? "" : "s", h.microbatches, h.microbatches == 1 ? "" : "es",

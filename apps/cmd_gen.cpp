@@ -142,10 +142,7 @@ int run(const GenArgs& a) {
   }
   if (a.sim) {
     int code = simulate_generated(a, s, generate_seconds);
-    if (a.out != "-" && !write_text_file(a.out, print_schedule(s))) {
-      fmt::print(stderr, "trainsim gen: cannot write '{}'\n", a.out);
-      return 2;
-    }
+    if (a.out != "-" && !write_output("trainsim gen", a.out, print_schedule(s))) return 2;
     return code;
   }
   std::string text = print_schedule(s);
@@ -154,10 +151,7 @@ int run(const GenArgs& a) {
     std::cout.flush();
     return std::cout ? 0 : 2;
   }
-  if (!write_text_file(a.out, text)) {
-    fmt::print(stderr, "trainsim gen: cannot write '{}'\n", a.out);
-    return 2;
-  }
+  if (!write_output("trainsim gen", a.out, text)) return 2;
   return 0;
 }
 

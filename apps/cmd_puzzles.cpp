@@ -107,8 +107,7 @@ int run(const PuzzlesArgs& args) {
     puzzles::PuzzleResult r = puzzles::run_puzzle(*p, args.exercises, record);
     if (record && r.schedule) {
       std::filesystem::path f = std::filesystem::path(args.save_schedules) / (p->name + ".sched");
-      if (!write_text_file(f.string(), print_schedule(*r.schedule))) {
-        fmt::print(stderr, "trainsim puzzles: cannot write '{}'\n", f.string());
+      if (!write_output("trainsim puzzles", f.string(), print_schedule(*r.schedule))) {
         return 2;
       }
     }
@@ -117,8 +116,7 @@ int run(const PuzzlesArgs& args) {
     opt.target_time = p->target_time;
     opt.target_memory = p->target_memory;
     std::filesystem::path svg = std::filesystem::path(args.out) / (p->name + ".svg");
-    if (!write_text_file(svg.string(), visualize::timeline_svg(r.trace, opt))) {
-      fmt::print(stderr, "trainsim puzzles: cannot write '{}'\n", svg.string());
+    if (!write_output("trainsim puzzles", svg.string(), visualize::timeline_svg(r.trace, opt))) {
       return 2;
     }
     all_ok = all_ok && r.passed();

@@ -212,15 +212,13 @@ int run(const ReplayArgs& a) {
 
   bool wrote = true;
   if (!r.trace.ranks.empty()) {
-    if (!a.trace.empty() && !write_text_file(a.trace, visualize::perfetto_trace_json(r.trace))) {
-      fmt::print(stderr, "{}: cannot write '{}'\n", kCmd, a.trace);
+    if (!a.trace.empty() && !write_output(kCmd, a.trace, visualize::perfetto_trace_json(r.trace))) {
       wrote = false;
     }
     if (!a.svg.empty()) {
       visualize::TimelineOptions t;
       t.title = fmt::format("{} - measured on the {} backend (last step)", a.file, a.backend);
-      if (!write_text_file(a.svg, visualize::timeline_svg(r.trace, t))) {
-        fmt::print(stderr, "{}: cannot write '{}'\n", kCmd, a.svg);
+      if (!write_output(kCmd, a.svg, visualize::timeline_svg(r.trace, t))) {
         wrote = false;
       }
     }

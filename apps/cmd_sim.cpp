@@ -11,6 +11,7 @@
 #include "apps/commands.h"
 #include "apps/json_text.h"
 #include "apps/hardware_options.h"
+#include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "schedules/hardware_sim.h"
 #include "schedules/replay.h"
@@ -24,19 +25,40 @@ namespace trainsim::apps {
 namespace {
 
 struct SimArgs {
+  std::string command;  // "trainsim sim" or "trainsim validate"
   std::string file;
+  ScheduleInputOptions input;
   std::optional<double> memory_limit;
   std::string svg, trace, dot;
   bool json = false;
   HardwareOptions hardware;
 };
 
-bool write_file(const std::string& path, const std::string& text) {
-  if (!write_text_file(path, text)) {
-    fmt::print(stderr, "trainsim: cannot write '{}'\n", path);
+// --dot FILE: DOT text (.dot, .gv) or a Graphviz layout (.svg, .png, .pdf), refused above kMaxRenderedOps.
+bool write_graph(const SimArgs& a, const Schedule& s) {
+  std::string format;
+  try {
+    format = visualize::graph_format_for(a.dot);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "{}: --dot: {}\n", a.command, e.what());
     return false;
   }
-  return true;
+  std::string dot = visualize::dependency_dot(s);
+  if (format == "dot") return write_output(a.command, a.dot, dot);
+  if (s.op_count() > visualize::kMaxRenderedOps) {
+    fmt::print(stderr,
+               "{}: not rendering {}: the schedule has {} ops and Graphviz lays out at most {} in seconds; "
+               "write the DOT text with --dot {} and render a part of it, or simulate a smaller schedule\n",
+               a.command, a.dot, s.op_count(), visualize::kMaxRenderedOps,
+               std::filesystem::path(a.dot).replace_extension(".dot").string());
+    return false;
+  }
+  try {
+    return write_output(a.command, a.dot, visualize::render_dot(dot, format));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}: cannot render the graph: {}\n", a.command, e.what());
+    return false;
+  }
 }
 
 nlohmann::ordered_json summary_json(const std::string& file, const Schedule* s, const SimResult* r,
@@ -66,13 +88,25 @@ nlohmann::ordered_json summary_json(const std::string& file, const Schedule* s, 
 
 // Parses and simulates; prints the result. Returns the exit code.
 int run(const SimArgs& a, bool outputs) {
+  if (outputs && !a.dot.empty()) {
+    try {
+      visualize::graph_format_for(a.dot);  // refused before any work
+    } catch (const std::invalid_argument& e) {
+      fmt::print(stderr, "{}: --dot: {}\n", a.command, e.what());
+      return 2;
+    }
+  }
   Schedule s;
   try {
-    s = read_schedule_file(a.file);
+    s = load_schedule_input(a.file, a.input);  // a .sched file, a PyTorch CSV (converted here) or a puzzle
   } catch (const ParseError& e) {
     if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, e.what())) << "\n";
     else fmt::print(stderr, "{}\n", e.what());
     return 1;
+  } catch (const std::invalid_argument& e) {  // unreadable, a CSV that does not import, no such puzzle
+    if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, e.what())) << "\n";
+    else fmt::print(stderr, "{}: {}\n", a.command, e.what());
+    return 2;
   }
   if (a.hardware.any() || s.header.cost_model == "hardware") {
     try {
@@ -122,29 +156,10 @@ int run(const SimArgs& a, bool outputs) {
     if (!a.svg.empty()) {
       visualize::TimelineOptions o;
       o.title = std::filesystem::path(a.file).filename().string();
-      wrote = write_file(a.svg, visualize::timeline_svg(r.trace, o)) && wrote;
+      wrote = write_output(a.command, a.svg, visualize::timeline_svg(r.trace, o)) && wrote;
     }
-    if (!a.trace.empty()) wrote = write_file(a.trace, visualize::perfetto_trace_json(r.trace)) && wrote;
-    if (!a.dot.empty()) {
-      std::string dot = visualize::dependency_dot(s);
-      if (std::filesystem::path(a.dot).extension() == ".svg" && s.op_count() > visualize::kMaxRenderedOps) {
-        fmt::print(stderr,
-                   "trainsim: not rendering {}: the schedule has {} ops and Graphviz lays out at most {} in seconds; "
-                   "write the DOT text with --dot {} and render a part of it, or simulate a smaller schedule\n",
-                   a.dot, s.op_count(), visualize::kMaxRenderedOps,
-                   std::filesystem::path(a.dot).replace_extension(".dot").string());
-        wrote = false;
-      } else if (std::filesystem::path(a.dot).extension() == ".svg") {
-        try {
-          wrote = write_file(a.dot, visualize::render_dot_svg(dot)) && wrote;
-        } catch (const std::exception& e) {
-          fmt::print(stderr, "trainsim: cannot render the graph: {}\n", e.what());
-          wrote = false;
-        }
-      } else {
-        wrote = write_file(a.dot, dot) && wrote;
-      }
-    }
+    if (!a.trace.empty()) wrote = write_output(a.command, a.trace, visualize::perfetto_trace_json(r.trace)) && wrote;
+    if (!a.dot.empty()) wrote = write_graph(a, s) && wrote;
   }
   if (!wrote) return 2;
   return r.ok ? 0 : 1;
@@ -168,30 +183,44 @@ const CLI::Validator kMemoryLimit(
     },
     "LIMIT>=0");
 
+// FILE and the options that say how to read a CSV, shared by validate and sim.
+void add_input_options(CLI::App* cmd, SimArgs& a) {
+  cmd->add_option("file", a.file, "Schedule: a .sched file, a PyTorch pipelining CSV (converted on the fly) or a "
+                                  "puzzle name (its reference solution)")
+      ->required();
+  cmd->add_option("--microbatches", a.input.microbatches,
+                  "Reading a CSV: the number of microbatches (default: 1 + the largest index in it)");
+  cmd->add_option("--stage-map", a.input.stage_map, "Reading a CSV: the rank of each stage: 0,1,2,3 or loop or v");
+}
+
 }  // namespace
 
 void add_sim_commands(CLI::App& app, int* exit_code) {
   auto va = std::make_shared<SimArgs>();
+  va->command = "trainsim validate";
   CLI::App* v = app.add_subcommand(
       "validate",
-      "Check a .sched schedule: syntax, the tensor algebra of every op, send/receive matching, collective order, "
+      "Check a schedule (.sched, a PyTorch pipelining CSV or a puzzle name): syntax, the tensor algebra of every op, send/receive matching, collective order, "
       "deadlock, memory limit, every layer updated exactly once. Exits 0 when valid, 1 when not.");
-  v->add_option("file", va->file, "Schedule file (.sched)")->required()->check(CLI::ExistingFile);
+  add_input_options(v, *va);
   v->add_option("--memory-limit", va->memory_limit, "Per-rank memory limit, in the cost model's unit")->check(kMemoryLimit);
   v->add_flag("--json", va->json, "Print the result as JSON");
   v->callback([va, exit_code] { *exit_code = run(*va, false); });
 
   auto sa = std::make_shared<SimArgs>();
+  sa->command = "trainsim sim";
   CLI::App* s = app.add_subcommand(
       "sim",
-      "Simulate a .sched schedule: validate it, time it with its cost model, and optionally write its timeline "
-      "(SVG), Chrome/Perfetto trace (JSON) and dependency graph (DOT, or SVG when the name ends in .svg). A schedule "
+      "Simulate a schedule (.sched, a PyTorch pipelining CSV or a puzzle name): validate it, time it with its cost model, and optionally write its timeline "
+      "(SVG), Chrome/Perfetto trace (JSON) and dependency graph (DOT text, or SVG, PNG or PDF by the name's extension). A schedule "
       "with a 'cost_model hardware' block, or --model/--device/--network, is reported in seconds and bytes.");
-  s->add_option("file", sa->file, "Schedule file (.sched)")->required()->check(CLI::ExistingFile);
+  add_input_options(s, *sa);
   s->add_option("--memory-limit", sa->memory_limit, "Per-rank memory limit, in the cost model's unit")->check(kMemoryLimit);
   s->add_option("--svg", sa->svg, "Write the timeline SVG here");
   s->add_option("--trace", sa->trace, "Write the Chrome/Perfetto trace JSON here");
-  s->add_option("--dot", sa->dot, "Write the op dependency graph here (.dot text, or .svg rendered by Graphviz)");
+  s->add_option("--dot", sa->dot,
+                "Write the op dependency graph here: DOT text (.dot, .gv) or laid out by Graphviz (.svg, .png, .pdf; "
+                "schedules of at most 600 ops)");
   s->add_flag("--json", sa->json,
               "Print the result as JSON (hardware cost model: also step_time_s, tokens_per_s, tokens_per_s_per_gpu, "
               "mfu, bubble_fraction, exposed_comm_s, peak_memory_bytes, oom, and per-rank figures)");

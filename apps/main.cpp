@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/commands.h"
+#include "apps/suggest.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"trainsim: simulate, check and draw distributed LLM training schedules"};
@@ -31,8 +32,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);  // prints the help or the error
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    // The error, naming the sub-command; for a mistyped flag, the closest option of that sub-command.
+    const std::vector<std::string> words(args.begin() + 1, args.end());
+    const std::string path = trainsim::apps::command_path(app, words);
+    std::cerr << path << ": " << e.what() << "\n";
+    for (const auto& hint : trainsim::apps::unknown_option_hints(app, words)) std::cerr << path << ": " << hint << "\n";
+    std::cerr << "Run `" << path << " --help` for the options.\n";
+    return 2;
   }
   return exit_code;
 }

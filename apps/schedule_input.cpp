@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <string_view>
 #include <filesystem>
 #include <sstream>
@@ -96,6 +98,11 @@ Schedule load_schedule_input(const std::string& what, const ScheduleInputOptions
     }
     return import_pytorch_csv(csv, o.microbatches, map, what);
   }
+  if (std::filesystem::is_directory(what, ec))
+    throw std::invalid_argument(fmt::format("cannot read '{}': it is a directory", what));
+  const bool looks_like_a_file = what.find('/') != std::string::npos || !extension(what).empty();
+  if (looks_like_a_file && !puzzles::find_puzzle(what))
+    throw std::invalid_argument(fmt::format("cannot read '{}': {}", what, std::strerror(ENOENT)));
   if (const puzzles::Puzzle* p = puzzles::find_puzzle(what)) {
     puzzles::PuzzleResult r = puzzles::run_puzzle(*p, false, true);
     if (!r.correct || !r.schedule) throw std::invalid_argument(fmt::format("puzzle {} failed: {}", what, r.error));

@@ -1,6 +1,7 @@
 #include "puzzles/model.h"
 
 #include <stdexcept>
+#include <string_view>
 
 #include "sim/algebra.h"
 
@@ -17,6 +18,40 @@ IdSet batch_set(const std::vector<int>& batches, int total, const std::string& c
   return s;
 }
 }  // namespace
+
+const char* store_name(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::Weight: return "weights";
+    case TensorKind::OptState: return "opt_states";
+    case TensorKind::Activation: return "activations";
+    case TensorKind::ActivationGrad: return "grad_activations";
+    case TensorKind::WeightGrad: return "grad_weights";
+  }
+  return "?";
+}
+
+void Received::wrong_store(TensorKind stored_as) const {
+  const char* kind = long_name(t_.kind);
+  const char* article = std::string_view("aeiou").find(kind[0]) == std::string_view::npos ? "a" : "an";
+  throw PuzzleError(fmt::format("rank {}: receive{}: the message from rank {} is {} {} ({}), but it was stored in {}; "
+                                "store it in {} ({}[...] = co_await model.receive())",
+                                rank_, where_.empty() ? "" : " at " + where_, src_, article, kind, t_.str(),
+                                store_name(stored_as), store_name(t_.kind), store_name(t_.kind)));
+}
+
+WeightGrad operator+(const WeightGrad& a, const GradTerm& b) {
+  const WeightGrad& g = b.grad();
+  try {
+    return WeightGrad(trainsim::sum(a, g));
+  } catch (const TensorError& e) {
+    std::string hint = a.batches.intersects(g.batches)
+                           ? "each batch's grad is added once: add a new batch's grad to the running sum, not the "
+                             "sum to itself or a batch already in it"
+                           : "add grads of one layer and the same shards";
+    // Not a SimError: the simulator names the rank ("rank 2: ...").
+    throw std::invalid_argument(fmt::format("add weight grads (+) layer {} at {}: {}; {}", a.layer, b.at(), e.what(), hint));
+  }
+}
 
 Model::Model(Rank rank, int layers, int batches)
     : rank_(rank),
@@ -153,7 +188,7 @@ asio::awaitable<void> Model::pass_to(int dst, const Tensor& v, loc w) {
 
 asio::awaitable<Received> Model::receive(loc w) {
   Message m = co_await rank_.receive(-1, where(w));
-  co_return Received(m.payload, rank(), m.src);
+  co_return Received(m.payload, rank(), m.src, where(w));
 }
 
 void Model::set_final_weight(int layer, const Weight& weight, loc w) {

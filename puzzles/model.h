@@ -22,26 +22,57 @@ struct PuzzleError : SimError {
   using SimError::SimError;
 };
 
+/// The store that holds tensors of `kind`: "weights", "opt_states", "activations", "grad_activations",
+/// "grad_weights".
+const char* store_name(TensorKind kind);
+
 /// A message taken by Model::receive(); converts to the puzzle type that was sent.
 class Received {
  public:
-  Received(Tensor t, int rank, int src) : t_(std::move(t)), rank_(rank), src_(src) {}
-  /// The tensor as T. Throws PuzzleError when the sender sent another kind.
+  Received(Tensor t, int rank, int src, std::string where = {})
+      : t_(std::move(t)), rank_(rank), src_(src), where_(std::move(where)) {}
+  /// The tensor as T. Throws PuzzleError naming the rank, the receive's line, what came and the store it
+  /// belongs in when the sender sent another kind.
   template <std::derived_from<Tensor> T>
   operator T() const {  // NOLINT(google-explicit-constructor)
-    if (t_.kind != T().kind)
-      throw PuzzleError(fmt::format("rank {}: received {} ({}) from rank {}, but stored it as a {}", rank_,
-                                    long_name(t_.kind), t_.str(), src_, long_name(T().kind)));
+    if (t_.kind != T().kind) wrong_store(T().kind);
     return T(t_);
   }
   const Tensor& tensor() const { return t_; }
   int source() const { return src_; }
 
  private:
+  [[noreturn]] void wrong_store(TensorKind stored_as) const;
   Tensor t_;
   int rank_;
   int src_;
+  std::string where_;  ///< the receive's file:line
 };
+
+/// The second operand of adding weight grads (`grad_weights[l] + grad_weights[{l, b}]`): a grad, or a store
+/// entry holding one, with the line of the learner's code that adds them (for the error of adding a batch twice).
+class GradTerm {
+ public:
+  // NOLINTNEXTLINE(google-explicit-constructor): an operand, converted where it is written
+  GradTerm(const WeightGrad& g, std::source_location w = std::source_location::current()) : grad_(&g), where_(w) {}
+  // NOLINTNEXTLINE(google-explicit-constructor)
+  GradTerm(const Store<WeightGrad>::Slot& s, std::source_location w = std::source_location::current())
+      : slot_(&s), where_(w) {}
+  /// The grad (reading an empty store entry throws its SimError).
+  const WeightGrad& grad() const { return slot_ ? slot_->get() : *grad_; }
+  /// "puzzles/exercises/ddp.cpp:40".
+  std::string at() const { return fmt::format("{}:{}", where_.file_name(), where_.line()); }
+
+ private:
+  const WeightGrad* grad_ = nullptr;
+  const Store<WeightGrad>::Slot* slot_ = nullptr;
+  std::source_location where_;
+};
+
+/// Sum of two weight grads over disjoint batch sets of the same layer and shards (gradient accumulation).
+/// Adding a batch's grad twice, or grads of other layers or shards, throws PuzzleError naming the op, the
+/// line and what to do (the simulator adds the rank).
+WeightGrad operator+(const WeightGrad& a, const GradTerm& b);
 
 /// One rank of a puzzle run.
 class Model {

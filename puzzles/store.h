@@ -4,9 +4,11 @@
 #pragma once
 
 #include <compare>
+#include <utility>
 #include <functional>
 #include <map>
 #include <optional>
+#include <source_location>
 #include <string>
 
 #include <fmt/format.h>
@@ -16,15 +18,23 @@
 
 namespace trainsim::puzzles {
 
-/// Store key: `l` or `{l, tag}` (the puzzles' `weights[l]`, `activations[l, mb]`).
+/// Store key: `l` or `{l, tag}` (the puzzles' `weights[l]`, `activations[l, mb]` written
+/// `activations[{l, mb}]`: `activations[l, mb]` would be C++'s comma operator, and is a compile error in
+/// puzzle code). A key remembers the line of the learner's code that wrote it, for error messages; keys
+/// compare by layer and tag only.
 struct Key {
   int layer = 0;
   int tag = -1;
-  Key(int l) : layer(l) {}  // NOLINT(google-explicit-constructor): reads like the puzzles' keys
-  Key(int l, int t) : layer(l), tag(t) {}
-  std::string str() const { return tag < 0 ? fmt::format("{}", layer) : fmt::format("{}, {}", layer, tag); }
-  friend auto operator<=>(const Key&, const Key&) = default;
-  friend bool operator==(const Key&, const Key&) = default;
+  std::source_location where;  ///< where the key was written (the store access)
+  // NOLINTNEXTLINE(google-explicit-constructor): reads like the puzzles' keys
+  Key(int l, std::source_location w = std::source_location::current()) : layer(l), where(w) {}
+  Key(int l, int t, std::source_location w = std::source_location::current()) : layer(l), tag(t), where(w) {}
+  /// "1" or "{1, 0}", as the key is written in C++.
+  std::string str() const { return tag < 0 ? fmt::format("{}", layer) : fmt::format("{{{}, {}}}", layer, tag); }
+  /// "puzzles/exercises/ddp.cpp:31".
+  std::string at() const { return fmt::format("{}:{}", where.file_name(), where.line()); }
+  friend auto operator<=>(const Key& a, const Key& b) { return std::pair(a.layer, a.tag) <=> std::pair(b.layer, b.tag); }
+  friend bool operator==(const Key& a, const Key& b) { return a.layer == b.layer && a.tag == b.tag; }
 };
 
 /// Called on every change of a store: (old value or null, new value or null).
@@ -49,11 +59,13 @@ class Store {
       store_->hook_(old ? &*old : nullptr, &*value_);
       return *this;
     }
-    /// The tensor held. Throws SimError naming the store and key when the entry is empty.
+    /// The tensor held. Throws SimError naming the rank, the read, the line of the learner's code that reads
+    /// it and what to do, when the entry is empty.
     const T& get() const {
       if (!value_)
-        throw SimError(fmt::format("rank {}: {}[{}] is empty: it was never set, or was deleted", store_->rank_,
-                                   store_->name_, key_.str()));
+        throw SimError(fmt::format("rank {}: read {}[{}] at {}: it is empty: it was never set on this rank, or was "
+                                   "deleted; store a tensor there first ({}[{}] = ...), or read the key that holds it",
+                                   store_->rank_, store_->name_, key_.str(), key_.at(), store_->name_, key_.str()));
       return *value_;
     }
     operator const T&() const { return get(); }  // NOLINT(google-explicit-constructor)
@@ -70,17 +82,22 @@ class Store {
   Store(std::string name, int rank, StoreHook hook) : name_(std::move(name)), rank_(rank), hook_(std::move(hook)) {}
   Store(const Store&) = delete;
 
-  /// The entry at `k`, created empty if missing (an empty entry holds no memory).
+  /// The entry at `k`, created empty if missing (an empty entry holds no memory). The entry remembers where
+  /// `k` was written, for the error of reading it empty.
   Slot& operator[](Key k) {
     auto it = slots_.find(k);
     if (it == slots_.end()) it = slots_.try_emplace(k, this, k).first;
+    it->second.key_ = k;
     return it->second;
   }
-  /// The puzzles' `del store[k]`. Throws SimError when nothing is held at `k`.
+  /// The puzzles' `del store[k]`. Throws SimError naming the rank, the line of `k` and what to do when nothing
+  /// is held at `k`.
   void erase(Key k) {
     auto it = slots_.find(k);
     if (it == slots_.end() || !it->second.value_)
-      throw SimError(fmt::format("rank {}: del {}[{}]: nothing is stored there", rank_, name_, k.str()));
+      throw SimError(fmt::format("rank {}: del {}[{}] at {}: nothing is stored there: it was never set on this rank, "
+                                 "or was deleted already; delete each entry once, after its last use",
+                                 rank_, name_, k.str(), k.at()));
     T old = std::move(*it->second.value_);
     slots_.erase(it);
     hook_(&old, nullptr);

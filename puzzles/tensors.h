@@ -48,8 +48,6 @@ struct WeightGrad : Tensor {
   bool is_complete() const { return complete(); }
 };
 
-/// Sum of two weight grads over disjoint batch sets of the same layer and shards. Throws TensorError.
-/// (A namespace-scope function, so that store entries convert: grad_weights[l] + grad_weights[{l, b}].)
-inline WeightGrad operator+(const WeightGrad& a, const WeightGrad& b) { return WeightGrad(trainsim::sum(a, b)); }
+// Adding weight grads (operator+) is declared in puzzles/model.h, with the line of the learner's code.
 
 }  // namespace trainsim::puzzles

@@ -1,6 +1,8 @@
 #include "schedules/input.h"
 
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <system_error>
@@ -20,8 +22,9 @@ std::string size_text(std::size_t bytes) {
 std::string read_input_file(const std::string& path, std::size_t limit) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw std::invalid_argument(fmt::format("{}: is a directory", path));
+  errno = 0;
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::invalid_argument(fmt::format("{}: cannot open the file", path));
+  if (!f) throw std::invalid_argument(fmt::format("{}: cannot open the file: {}", path, std::strerror(errno ? errno : EIO)));
   auto too_large = [&] {
     return std::invalid_argument(
         fmt::format("{}: the input is larger than the limit of {} (docs/schedule-format.md, Limits)", path, size_text(limit)));

@@ -516,6 +516,11 @@ class StreamSim {
       if (i >= on.size()) return -1;
       return first[on[i]] < 0 ? -2 : on[i];
     };
+    const bool all_receive_from_any = std::all_of(blocked.begin(), blocked.end(), [&](int r) {
+      const Op& op = op_of(first[r]);
+      return op.kind == OpKind::Recv && matched_src_[first[r]] < 0 && op.peer < 0;
+    });
+    if (all_receive_from_any) return s + no_sender_text();
     return s + cycle_text(find_wait_cycle(world + static_cast<int>(call_edges.size()), world, blocked, edge));
   }
 

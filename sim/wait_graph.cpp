@@ -47,6 +47,11 @@ std::vector<int> find_wait_cycle(int node_count, int ranks, const std::vector<in
   return {};
 }
 
+std::string no_sender_text() {
+  return "\n  no rank can send: every blocked rank waits to receive from any rank, and no rank that is still running "
+         "reaches a send (each receive needs a matching pass_to/send on another rank)";
+}
+
 std::string cycle_text(const std::vector<int>& cycle) {
   if (cycle.empty()) return "\n  no wait-for cycle: the blocked ranks wait for ranks that finished";
   std::string s = "\n  wait-for cycle: ";

@@ -26,6 +26,10 @@ using WaitEdge = std::function<int(int node, std::size_t i, const std::vector<in
 /// ("0 1 0"); empty when there is none. O(nodes + edges followed).
 std::vector<int> find_wait_cycle(int node_count, int ranks, const std::vector<int>& roots, const WaitEdge& edge);
 
+/// "\n  no rank can send: ..." for a deadlock in which every blocked rank waits in a receive from any source:
+/// there is no wait-for cycle to report (a cycle through "any rank" would be made up), only nobody left to send.
+std::string no_sender_text();
+
 /// "\n  wait-for cycle: rank 0 -> rank 1 -> rank 0" (the first kListedRanks ranks of a long cycle, then how
 /// many more), or the line saying there is none.
 std::string cycle_text(const std::vector<int>& cycle);

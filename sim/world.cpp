@@ -380,6 +380,10 @@ std::string World::deadlock_report() const {
       s += fmt::format(" (rank{} {} finished without it)", finished.size() == 1 ? "" : "s", rank_list(finished));
   }
   if (blocked.size() > kListedRanks) s += fmt::format("\n  ... and {} more blocked ranks", blocked.size() - kListedRanks);
+  const bool all_receive_from_any = std::all_of(blocked.begin(), blocked.end(), [&](int r) {
+    return ranks_[r].blocked && ranks_[r].blocked->group < 0 && ranks_[r].blocked->any_source;
+  });
+  if (all_receive_from_any) return s + no_sender_text();
   return s + cycle_text(wait_for_cycle(blocked));
 }
 

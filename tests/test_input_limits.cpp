@@ -175,6 +175,15 @@ TEST_CASE("receives from any source: the wait-for cycle without listing every ra
   CHECK(r.error.find("wait-for cycle: rank 1 -> rank 2 -> rank 1") != std::string::npos);
 }
 
+TEST_CASE("every blocked rank receives from any source: the stream engine says no rank can send, not a cycle") {
+  std::string text = header(3, 1, 1, "unit") + "p2p per-pair\nrank 0\n  recv from any -> A0{0}\nrank 1\n"
+                     "  recv from any -> A0{0}\nrank 2\n  recv from any -> A0{0}\n";
+  SimResult r = simulate(parse_schedule(text, "any.sched"));
+  CHECK(r.error.find("deadlock: no event is left") == 0);
+  CHECK(r.error.find("no rank can send: every blocked rank waits to receive from any rank") != std::string::npos);
+  CHECK(r.error.find("wait-for cycle") == std::string::npos);
+}
+
 TEST_CASE("a batch set of 125,000 ids parses into the same set as one id at a time") {
   std::string ids;
   for (int i = 0; i < 125000; ++i) ids += fmt::format("{}{}", i ? "," : "", 2 * (124999 - i));  // descending

@@ -116,5 +116,6 @@ TEST_CASE("parse errors name file, line and column, and what was expected") {
 }
 
 TEST_CASE("reading a missing file is a parse error, not a crash") {
-  CHECK_THROWS_WITH_AS(read_schedule_file("/nonexistent/x.sched"), "/nonexistent/x.sched: cannot open the file", ParseError);
+  CHECK_THROWS_WITH_AS(read_schedule_file("/nonexistent/x.sched"),
+                       "/nonexistent/x.sched: cannot open the file: No such file or directory", ParseError);
 }

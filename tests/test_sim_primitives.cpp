@@ -180,9 +180,16 @@ TEST_CASE("memory is sampled at the start of every op") {
   CHECK(t.peak().time == seconds(2));
 }
 
-TEST_CASE("two ranks that both receive first deadlock, and the report names the cycle") {
+TEST_CASE("two ranks that both receive from any rank first deadlock: no rank can send, no cycle is made up") {
   CHECK_THROWS_WITH_AS(run_world(2, [](Rank me) -> Task {
                          co_await me.receive();
+                         co_await me.send(1 - me.id(), act(1, 0));
+                       }),
+                       doctest::Contains("no rank can send: every blocked rank waits to receive from any rank"),
+                       DeadlockError);
+  // Named sources: a real cycle, reported as one.
+  CHECK_THROWS_WITH_AS(run_world(2, [](Rank me) -> Task {
+                         co_await me.receive(1 - me.id());
                          co_await me.send(1 - me.id(), act(1, 0));
                        }),
                        doctest::Contains("wait-for cycle: rank 0 -> rank 1 -> rank 0"), DeadlockError);

@@ -29,7 +29,9 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
 #include <cstddef>
+#include <filesystem>
 #include <cstdlib>
 #include <iterator>
 #include <map>
@@ -378,7 +380,9 @@ GVC_t* shared_context() {
 
 }  // namespace
 
-std::string render_dot_svg(const std::string& dot) {
+std::string render_dot(const std::string& dot, const std::string& format) {
+  if (format != "svg" && format != "png" && format != "pdf")
+    throw std::runtime_error("render_dot: Graphviz output is svg, png or pdf here, not '" + format + "'");
   std::lock_guard lock(g_render_mutex);
   std::string messages;
   g_messages = &messages;
@@ -395,7 +399,7 @@ std::string render_dot_svg(const std::string& dot) {
   Agraph_t* g = agmemread(dot.c_str());
   if (!g) {
     std::string why = trimmed(messages);
-    throw std::runtime_error("render_dot_svg: the DOT text does not parse" +
+    throw std::runtime_error("render_dot: the DOT text does not parse" +
                              (why.empty() ? std::string(" (no graph in it)") : ": " + why));
   }
   struct GraphGuard {
@@ -409,18 +413,34 @@ std::string render_dot_svg(const std::string& dot) {
 
   if (gvLayout(gvc, g, "dot") != 0) {
     std::string why = trimmed(messages);
-    throw std::runtime_error("render_dot_svg: Graphviz \"dot\" layout failed" + (why.empty() ? "" : ": " + why));
+    throw std::runtime_error("render_dot: Graphviz \"dot\" layout failed" + (why.empty() ? "" : ": " + why));
   }
   char* data = nullptr;
   unsigned int length = 0;
-  if (gvRenderData(gvc, g, "svg", &data, &length) != 0 || !data) {
+  // (svg comes with the core plugin; png and pdf are cairo "devices" of the pango plugin.)
+  if (!has_plugin(gvc, "device", format) && !has_plugin(gvc, "render", format))
+    throw std::runtime_error("render_dot: this Graphviz has no " + format + " renderer (Debian: the libgvplugin-pango or "
+                             "graphviz package provides png and pdf); write .svg or .dot instead");
+  if (gvRenderData(gvc, g, format.c_str(), &data, &length) != 0 || !data) {
     if (data) gvFreeRenderData(data);
     std::string why = trimmed(messages);
-    throw std::runtime_error("render_dot_svg: Graphviz svg rendering failed" + (why.empty() ? "" : ": " + why));
+    throw std::runtime_error("render_dot: Graphviz " + format + " rendering failed" + (why.empty() ? "" : ": " + why));
   }
-  std::string svg(data, length);
+  std::string out(data, length);
   gvFreeRenderData(data);
-  return svg;
+  return out;
+}
+
+std::string render_dot_svg(const std::string& dot) { return render_dot(dot, "svg"); }
+
+std::string graph_format_for(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext == ".dot" || ext == ".gv") return "dot";
+  if (ext == ".svg" || ext == ".png" || ext == ".pdf") return ext.substr(1);
+  throw std::invalid_argument("the graph file '" + path + "' " +
+                              (ext.empty() ? std::string("has no extension") : "ends in '" + ext + "'") +
+                              ": name it .dot or .gv (DOT text), or .svg, .png or .pdf (laid out by Graphviz)");
 }
 
 }  // namespace trainsim::visualize

@@ -18,5 +18,13 @@ inline constexpr std::size_t kMaxRenderedOps = 600;
 std::string dependency_dot(const Schedule& schedule);
 /// Renders DOT text to SVG with the Graphviz library (libgvc, layout "dot"). Throws std::runtime_error.
 std::string render_dot_svg(const std::string& dot);
+/// Renders DOT text with the Graphviz library (layout "dot") to `format`: "svg", "png" or "pdf" (the bytes
+/// of the file). Throws std::runtime_error when Graphviz fails or has no renderer for the format.
+std::string render_dot(const std::string& dot, const std::string& format);
+
+/// The format a graph file's name asks for, from its extension (any case): "dot" for .dot and .gv (DOT
+/// text), "svg", "png" or "pdf" (laid out by Graphviz). Throws std::invalid_argument naming the extensions
+/// for anything else, a name without one included.
+std::string graph_format_for(const std::string& path);
 
 }  // namespace trainsim::visualize
