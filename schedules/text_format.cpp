@@ -30,8 +30,9 @@ std::string kind_list() {
   return s;
 }
 
+// A word of a line: a view into the parsed text (no copy per word).
 struct Token {
-  std::string text;
+  std::string_view text;
   int col = 0;  // 1-based
 };
 
@@ -51,6 +52,15 @@ long long bounded_number(std::string_view digits, long long max) {
 // std::invalid_argument. Sorts the runs once: a
 // line of a hundred thousand ids costs O(n log n).
 IdSet parse_idset(std::string_view s, int max_id, std::string_view noun) {
+  // The common case, one id or one range ("3", "0-63"), without a list of runs.
+  if (s.find(',') == std::string_view::npos && !s.empty()) {
+    auto dash = s.find('-');
+    std::string_view lo_text = s.substr(0, dash), hi_text = dash == std::string_view::npos ? s : s.substr(dash + 1);
+    if (all_digits(lo_text) && all_digits(hi_text)) {
+      long long lo = bounded_number(lo_text, max_id), hi = bounded_number(hi_text, max_id);
+      if (lo >= 0 && hi >= lo) return IdSet::range(static_cast<int>(lo), static_cast<int>(hi) + 1);
+    }
+  }  // (anything else, errors included, takes the general path)
   std::vector<std::pair<int, int>> runs;
   std::size_t start = 0;
   while (!s.empty()) {
@@ -79,21 +89,28 @@ IdSet parse_idset(std::string_view s, int max_id, std::string_view noun) {
 
 class Parser {
  public:
+  // Lines are views into `text`, which must outlive the parser (as std::getline splits: on '\n' only).
   Parser(const std::string& text, std::string source) : source_(std::move(source)) {
-    std::stringstream ss(text);
-    std::string line;
-    while (std::getline(ss, line)) lines_.push_back(line);
+    std::string_view rest(text);
+    while (!rest.empty()) {
+      const std::size_t nl = rest.find('\n');
+      lines_.push_back(rest.substr(0, nl));
+      if (nl == std::string_view::npos) break;
+      rest.remove_prefix(nl + 1);
+    }
+    where_prefix_ = source_ + ":";
   }
 
   Schedule parse() {
     Schedule s;
-    std::set<std::string> seen;
+    std::set<std::string, std::less<>> seen;
     int current_rank = -1;
     bool header_done = false;
     for (line_no_ = 1; line_no_ <= static_cast<int>(lines_.size()); ++line_no_) {
-      std::vector<Token> toks = tokenize(lines_[line_no_ - 1]);
+      tokenize(lines_[line_no_ - 1], toks_);
+      const std::vector<Token>& toks = toks_;
       if (toks.empty()) continue;
-      const std::string& key = toks[0].text;
+      const std::string_view key = toks[0].text;
       if (seen.empty()) {
         if (key != "trainsim-schedule")
           fail(toks[0], fmt::format("expected the format line 'trainsim-schedule 1', got '{}'", shown(key)));
@@ -101,7 +118,7 @@ class Parser {
         int v = integer(toks[1], "a format version");
         if (v != 1) fail(toks[1], fmt::format("unsupported format version {} (this trainsim reads version 1)", v));
         s.header.version = v;
-        seen.insert(key);
+        seen.emplace(key);
         continue;
       }
       if (key == "rank") {
@@ -145,8 +162,9 @@ class Parser {
     throw ParseError(fmt::format("{}:{}:{}: {}", source_, line_no_, t.col, what));
   }
 
-  std::vector<Token> tokenize(const std::string& line) const {
-    std::vector<Token> out;
+  // The words of `line` into `out` (reused from line to line: no allocation per line).
+  static void tokenize(std::string_view line, std::vector<Token>& out) {
+    out.clear();
     std::size_t i = 0;
     while (i < line.size()) {
       if (line[i] == '#') break;
@@ -159,7 +177,6 @@ class Parser {
       out.push_back(Token{line.substr(i, j - i), static_cast<int>(i) + 1});
       i = j;
     }
-    return out;
   }
 
   void expect_count(const std::vector<Token>& toks, std::size_t n) const {
@@ -180,8 +197,8 @@ class Parser {
     return static_cast<int>(v);
   }
 
-  void header_line(Schedule& s, std::set<std::string>& seen, const std::vector<Token>& toks) {
-    const std::string& key = toks[0].text;
+  void header_line(Schedule& s, std::set<std::string, std::less<>>& seen, const std::vector<Token>& toks) {
+    const std::string_view key = toks[0].text;
     ScheduleHeader& h = s.header;
     if (key != "group" && seen.count(key)) fail(toks[0], fmt::format("'{}' is given twice", key));
     if (key == "world_size" || key == "layers" || key == "microbatches") {
@@ -193,7 +210,7 @@ class Parser {
       expect_count(toks, 2);
       if (toks[1].text != "puzzle" && toks[1].text != "unit" && toks[1].text != "hardware")
         fail(toks[1], fmt::format("unknown cost model '{}' (expected puzzle, unit or hardware)", shown(toks[1].text)));
-      h.cost_model = toks[1].text;
+      h.cost_model = std::string(toks[1].text);
     } else if (is_hardware_key(key)) {
       hardware_line(s, seen, toks);
     } else if (key == "p2p") {
@@ -226,25 +243,25 @@ class Parser {
                                 "or rank)",
                                 shown(key)));
     }
-    seen.insert(key);
+    seen.emplace(key);
   }
 
-  static bool is_hardware_key(const std::string& key) {
+  static bool is_hardware_key(std::string_view key) {
     return key == "model" || key == "device" || key == "network" || key == "microbatch_size" || key == "seq" ||
            key == "recompute";
   }
 
   // One line of the `cost_model hardware` block: kept until the header ends (check_header builds the setting).
-  void hardware_line(const Schedule& s, const std::set<std::string>& seen, const std::vector<Token>& toks) {
+  void hardware_line(const Schedule& s, const std::set<std::string, std::less<>>& seen, const std::vector<Token>& toks) {
     if (!seen.count("cost_model") || s.header.cost_model != "hardware")
       fail(toks[0], fmt::format("'{}' belongs to the 'cost_model hardware' block (after that line)", toks[0].text));
-    const std::string& key = toks[0].text;
+    const std::string_view key = toks[0].text;
     if (key == "model" || key == "device" || key == "network") {
       if (toks.size() < 2) fail(toks[0], fmt::format("'{}' needs a preset name (and key=value overrides)", key));
     } else {
       expect_count(toks, 2);
     }
-    hardware_lines_[key] = {toks, line_no_};
+    hardware_lines_[std::string(key)] = {toks, line_no_};
   }
 
   // The hardware setting from the block's lines; errors point at the line and word.
@@ -257,7 +274,7 @@ class Parser {
     auto words = [&](const char* key) {
       std::vector<std::string> w;
       const auto& toks = hardware_lines_.at(key).first;
-      for (std::size_t i = 1; i < toks.size(); ++i) w.push_back(toks[i].text);
+      for (std::size_t i = 1; i < toks.size(); ++i) w.emplace_back(toks[i].text);
       return w;
     };
     auto guarded = [&](const char* key, auto&& f) {
@@ -281,7 +298,7 @@ class Parser {
       hs.seq = integer(t[1], "a sequence length");
       if (hs.seq < 1) fail(t[1], "seq must be at least 1");
     });
-    guarded("recompute", [&](const auto& t) { hs.recompute = hw::recompute_from_name(t[1].text, "recompute"); });
+    guarded("recompute", [&](const auto& t) { hs.recompute = hw::recompute_from_name(std::string(t[1].text), "recompute"); });
     guarded("model", [&](const auto& t) {
       if (hs.model.blocks < h.layers)
         fail(t[1], fmt::format("the model has {} blocks but the schedule has {} layers (each layer needs a block)",
@@ -291,12 +308,12 @@ class Parser {
     h.hardware = hs;
   }
 
-  void need(const std::set<std::string>& seen, std::initializer_list<const char*> keys, const Token& t) const {
+  void need(const std::set<std::string, std::less<>>& seen, std::initializer_list<const char*> keys, const Token& t) const {
     for (const char* k : keys)
       if (!seen.count(k)) fail(t, fmt::format("'{}' must come after '{}'", t.text, k));
   }
 
-  void check_header(Schedule& s, const std::set<std::string>& seen, const Token& at) {
+  void check_header(Schedule& s, const std::set<std::string, std::less<>>& seen, const Token& at) {
     for (const char* k : {"world_size", "layers", "microbatches"})
       if (!seen.count(k)) fail(at, fmt::format("the header has no '{}' line", k));
     if (s.header.cost_model == "hardware") build_hardware(s, at);
@@ -327,7 +344,10 @@ class Parser {
   Op op_line(const ScheduleHeader& h, int rank, const std::vector<Token>& toks) {
     Op op;
     op.rank = rank;
-    op.where = fmt::format("{}:{}", source_, line_no_);
+    char digits[16];
+    const auto end = std::to_chars(digits, digits + sizeof digits, line_no_).ptr;
+    op.where.reserve(where_prefix_.size() + (end - digits));
+    op.where.append(where_prefix_).append(digits, end);
     auto kind = op_kind_from_name(toks[0].text);
     if (!kind) fail(toks[0], fmt::format("unknown op '{}' (expected one of: {})", shown(toks[0].text), kind_list()));
     op.kind = *kind;
@@ -353,7 +373,7 @@ class Parser {
         (part == Reads ? op.reads : op.writes).push_back(tensor(t, h));
         continue;
       }
-      if (t.text.size() > 1 && t.text[0] == 'L' && all_digits(std::string_view(t.text).substr(1))) {
+      if (t.text.size() > 1 && t.text[0] == 'L' && all_digits(t.text.substr(1))) {
         op.layer = number(t, std::string_view(t.text).substr(1), "a layer", kMaxCount);
         if (op.kind == OpKind::Loss ? op.layer != h.layers : op.layer >= h.layers)
           fail(t, op.kind == OpKind::Loss ? fmt::format("the loss is at layer {} (the last), not {}", h.layers, op.layer)
@@ -408,8 +428,10 @@ class Parser {
   }
 
   std::string source_;
+  std::string where_prefix_;  // "file.sched:", each op's `where` without its line number
   std::map<std::string, std::pair<std::vector<Token>, int>> hardware_lines_;  // key -> (tokens, line)
-  std::vector<std::string> lines_;
+  std::vector<std::string_view> lines_;
+  std::vector<Token> toks_;  // the current line's words
   int line_no_ = 0;
 };
 
@@ -428,16 +450,16 @@ std::string tensors(std::span<const Tensor> ts) {
 
 }  // namespace
 
-std::optional<OpKind> op_kind_from_name(const std::string& name) {
+std::optional<OpKind> op_kind_from_name(std::string_view name) {
   for (OpKind k : kAllKinds)
     if (name == op_name(k)) return k;
   return std::nullopt;
 }
 
-Tensor parse_tensor(const std::string& text) {
+Tensor parse_tensor(std::string_view text) {
   Tensor t;
   std::size_t i = 0;
-  auto starts = [&](const char* p) { return text.compare(0, std::char_traits<char>::length(p), p) == 0; };
+  auto starts = [&](std::string_view p) { return text.substr(0, p.size()) == p; };
   if (starts("dW")) t.kind = TensorKind::WeightGrad, i = 2;
   else if (starts("dA")) t.kind = TensorKind::ActivationGrad, i = 2;
   else if (starts("W")) t.kind = TensorKind::Weight, i = 1;
@@ -447,7 +469,7 @@ Tensor parse_tensor(const std::string& text) {
   std::size_t j = i;
   while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
   if (j == i) throw std::invalid_argument(fmt::format("expected a layer number after '{}' in '{}'", text.substr(0, i), shown(text)));
-  long long layer = bounded_number(std::string_view(text).substr(i, j - i), kMaxCount);
+  long long layer = bounded_number(text.substr(i, j - i), kMaxCount);
   if (layer < 0)
     throw std::invalid_argument(fmt::format("layer {} is too large (at most {}) in '{}'", shown(text.substr(i, j - i)),
                                             kMaxCount, shown(text)));
@@ -458,17 +480,17 @@ Tensor parse_tensor(const std::string& text) {
     if (i >= text.size() || text[i] != '{')
       throw std::invalid_argument(fmt::format("{} needs a batch set, like {}{}{{0-3}}", shown(text), short_name(t.kind), t.layer));
     auto close = text.find('}', i);
-    if (close == std::string::npos) throw std::invalid_argument(fmt::format("unclosed '{{' in '{}'", shown(text)));
-    t.batches = parse_idset(std::string_view(text).substr(i + 1, close - i - 1), kMaxCount - 1, "batch");
+    if (close == std::string_view::npos) throw std::invalid_argument(fmt::format("unclosed '{{' in '{}'", shown(text)));
+    t.batches = parse_idset(text.substr(i + 1, close - i - 1), kMaxCount - 1, "batch");
     i = close + 1;
   }
   if (i < text.size() && text[i] == '[') {
     auto close = text.find(']', i);
     auto slash = text.find('/', i);
-    if (close == std::string::npos || slash == std::string::npos || slash > close)
+    if (close == std::string_view::npos || slash == std::string_view::npos || slash > close)
       throw std::invalid_argument(fmt::format("expected shards like [0/4] in '{}'", shown(text)));
-    t.shards = parse_idset(std::string_view(text).substr(i + 1, slash - i - 1), kMaxCount - 1, "shard");
-    std::string n = text.substr(slash + 1, close - slash - 1);
+    t.shards = parse_idset(text.substr(i + 1, slash - i - 1), kMaxCount - 1, "shard");
+    std::string_view n = text.substr(slash + 1, close - slash - 1);
     if (!all_digits(n)) throw std::invalid_argument(fmt::format("expected a shard count in '{}'", shown(text)));
     long long count = bounded_number(n, kMaxCount);
     if (count < 0)
@@ -479,7 +501,7 @@ Tensor parse_tensor(const std::string& text) {
     i = close + 1;
   }
   if (i < text.size() && text[i] == '@') {
-    std::string n = text.substr(i + 1);
+    std::string_view n = text.substr(i + 1);
     long long step = all_digits(n) ? bounded_number(n, kMaxNumber) : -1;
     if (step < 0) throw std::invalid_argument(fmt::format("expected a step (0 to {}) after '@' in '{}'", kMaxNumber, shown(text)));
     t.step = static_cast<int>(step);

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "schedules/schedule.h"
 
@@ -30,8 +31,8 @@ std::string print_schedule(const Schedule& schedule);
 std::string print_op(const Op& op, const ScheduleHeader& header);
 /// Parses a tensor name ("W3[0/4]", "dW1{0-3}[1/4]@1"). Throws std::invalid_argument, also for a layer,
 /// shard count or id above kMaxCount (schedules/limits.h) or a step above kMaxNumber.
-Tensor parse_tensor(const std::string& text);
+Tensor parse_tensor(std::string_view text);
 /// OpKind from its name in op_name() ("all-gather"); nullopt when unknown.
-std::optional<OpKind> op_kind_from_name(const std::string& name);
+std::optional<OpKind> op_kind_from_name(std::string_view name);
 
 }  // namespace trainsim
