@@ -259,6 +259,11 @@ class StreamSim {
       }
       if (is_collective(op.kind)) calls_of_[{op.group, rank}].push_back(id);
     }
+    // What only issuing needs goes now (the next rank reuses the memory): the lookup, writers and users.
+    ts.ids = {};
+    ts.writer = {};
+    ts.users_head = {};
+    ts.user_pool = {};
   }
 
   // Sends and receives: in order per (source, destination) pair; a recv from any source is matched to the

@@ -204,7 +204,8 @@ Schedule build_pipeline(const PipelinePlan& plan) {
   // Messages, in send order per channel.
   std::vector<Message> msgs;
   std::map<std::pair<int, int>, std::vector<int>> channels;
-  std::vector<std::map<int, int>> send_after(P);  // rank -> step index -> message
+  std::vector<std::vector<int>> send_after(P);  // rank -> step index -> the message it sends, or -1
+  for (int r = 0; r < P; ++r) send_after[r].assign(plan.steps[r].size(), -1);
   for (int r = 0; r < P; ++r)
     for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
       const Step& s = plan.steps[r][i];
@@ -266,7 +267,7 @@ Schedule build_pipeline(const PipelinePlan& plan) {
   // message of the channel before this one is taken (one slot per pair): then it goes at the last step
   // boundary between the two messages' ready times, or the first after the first's. A channel delivers in
   // order, so a message is also received no later than the next one on its channel.
-  std::vector<std::map<int, std::vector<int>>> recv_before(P);  // rank -> step index -> messages
+  std::vector<std::vector<int>> recv_before(P);  // rank -> its messages, by the step they go before
   for (auto& [key, ids] : channels) {
     const int n = static_cast<int>(ids.size());
     for (int k = n - 1; k >= 0; --k) {
@@ -289,13 +290,12 @@ Schedule build_pipeline(const PipelinePlan& plan) {
         msg.pos = std::min(msg.pos, next.pos);
       }
     }
-    for (int id : ids) recv_before[msgs[id].dst][msgs[id].pos].push_back(id);
+    for (int id : ids) recv_before[msgs[id].dst].push_back(id);
   }
-  for (auto& per_rank : recv_before)
-    for (auto& [pos, ids] : per_rank)
-      std::sort(ids.begin(), ids.end(), [&](int a, int b) {
-        return std::tie(msgs[a].send_step, msgs[a].src) < std::tie(msgs[b].send_step, msgs[b].src);
-      });
+  for (auto& ids : recv_before)
+    std::sort(ids.begin(), ids.end(), [&](int a, int b) {
+      return std::tie(msgs[a].pos, msgs[a].send_step, msgs[a].src) < std::tie(msgs[b].pos, msgs[b].send_step, msgs[b].src);
+    });
 
   Schedule sched;
   sched.header = make_header(P, L, M);
@@ -346,16 +346,19 @@ Schedule build_pipeline(const PipelinePlan& plan) {
       if (++grads_done[l] == grad_passes[r * L + l]) finish_layer(l);
     };
 
+    std::size_t next_recv = 0;
     for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
-      if (auto it = recv_before[r].find(i); it != recv_before[r].end())
-        for (int id : it->second) prog.recv(msgs[id].src, msgs[id].tensor);
+      for (; next_recv < recv_before[r].size() && msgs[recv_before[r][next_recv]].pos == i; ++next_recv) {
+        const Message& msg = msgs[recv_before[r][next_recv]];
+        prog.recv(msg.src, msg.tensor);
+      }
       const Step& s = plan.steps[r][i];
       const int l = s.layer;
       const IdSet b = one(s.mb);
       const Tensor a = activation_tensor(l, b), w = weight_full(l, dp);
       const Tensor g_out = activation_grad_tensor(l + 1, b), g_in = activation_grad_tensor(l, b);
       const Message* sent = nullptr;
-      if (auto it = send_after[r].find(i); it != send_after[r].end()) sent = &msgs[it->second];
+      if (send_after[r][i] >= 0) sent = &msgs[send_after[r][i]];
       switch (s.pass) {
         case Pass::F: {
           if (l == 0) prog.load({a});
