@@ -75,10 +75,10 @@ nlohmann::ordered_json summary_json(const std::string& file, const Schedule* s, 
     j["ops"] = s->op_count();
   }
   if (r) {
-    MemoryPeak p = r->trace.peak();
-    j["timesteps"] = to_seconds(r->trace.timesteps());
-    j["makespan"] = to_seconds(r->trace.makespan());
-    j["bubble_fraction"] = r->trace.bubble_fraction();
+    const MemoryPeak& p = r->summary.peak;
+    j["timesteps"] = to_seconds(r->summary.timesteps);
+    j["makespan"] = to_seconds(r->summary.makespan);
+    j["bubble_fraction"] = r->summary.bubble_fraction;
     j["max_memory"] = p.memory;
     j["max_memory_rank"] = p.rank;
     j["max_memory_time"] = to_seconds(p.time);
@@ -124,6 +124,8 @@ int run(const SimArgs& a, bool outputs) {
   }
   SimOptions opts;
   opts.memory_limit = a.memory_limit;
+  // Per-op records only for what draws them (the figures printed come from the run's summary).
+  opts.record_trace = s.header.cost_model == "hardware" || (outputs && (!a.svg.empty() || !a.trace.empty()));
   SimResult r;
   std::optional<hw::StepReport> report;
   if (s.header.cost_model == "hardware" && !a.memory_limit) {
@@ -139,13 +141,13 @@ int run(const SimArgs& a, bool outputs) {
     if (report && outputs) j.update(hw::to_json(*report));
     std::cout << json_text(j) << "\n";
   } else if (r.ok) {
-    MemoryPeak p = r.trace.peak();
+    const MemoryPeak& p = r.summary.peak;
     fmt::print("{}: valid: {} ops on {} rank{}, {} layers, {} microbatches ({} cost model)\n", a.file, s.op_count(),
                s.header.world_size, s.header.world_size == 1 ? "" : "s", s.header.layers, s.header.microbatches,
                s.header.cost_model);
     if (outputs)
       fmt::print("timesteps {}  makespan {}  bubble {:.1f}%  peak memory {} {} at rank {} t={}\n",
-                 format_time(r.trace.timesteps()), format_time(r.trace.makespan()), 100 * r.trace.bubble_fraction(),
+                 format_time(r.summary.timesteps), format_time(r.summary.makespan), 100 * r.summary.bubble_fraction,
                  format_memory(p.memory), r.trace.memory_unit, p.rank, format_time(p.time));
     if (outputs && report) fmt::print("{}", hw::format_report(*report, *s.header.hardware));
   } else {

@@ -1,5 +1,5 @@
-// Benchmark (not a test): generate large schedules and simulate them, reporting wall time, peak resident
-// memory and simulated ops per second. Results and the command that made them: bench/README.md.
+// Benchmark (not a test): generate large schedules, simulate, print and parse them back, reporting wall
+// time, peak resident memory, simulated ops per second and the parser's rate. Results and the command that made them: bench/README.md.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -41,14 +41,19 @@ void run(const std::string& label, const std::string& kind, const GenOptions& o)
   std::string text = print_schedule(s);
   double print = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
+  Schedule parsed = parse_schedule(text, "bench.sched");
+  double parse = seconds_since(t0);
+  if (parsed.op_count() != s.op_count()) fmt::print(stderr, "{}: the parsed schedule has {} ops\n", label, parsed.op_count());
+  t0 = std::chrono::steady_clock::now();
   std::string svg = visualize::timeline_svg(r.trace);
   double draw = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   std::string json = visualize::perfetto_trace_json(r.trace);
   double trace = seconds_since(t0);
-  fmt::print("| {} | {} | {} | {:.2f} | {:.2f} | {:.0f} | {:.2f} | {:.2f} ({} KiB) | {:.2f} ({} KiB) | {} | {} |\n", label,
-             s.header.world_size, s.op_count(), gen, sim, s.op_count() / sim, print, draw, svg.size() / 1024, trace,
-             json.size() / 1024, peak_rss_mib(), r.ok ? "valid" : "INVALID: " + r.error);
+  fmt::print("| {} | {} | {} | {:.2f} | {:.2f} | {:.0f} | {:.2f} | {:.2f} ({:.1f} MB/s) | {:.2f} ({} KiB) | {:.2f} ({} KiB) | {} | {} |\n",
+             label, s.header.world_size, s.op_count(), gen, sim, s.op_count() / sim, print, parse,
+             text.size() / parse / 1e6, draw, svg.size() / 1024, trace, json.size() / 1024, peak_rss_mib(),
+             r.ok ? "valid" : "INVALID: " + r.error);
   std::fflush(stdout);
 }
 
@@ -56,9 +61,9 @@ void run(const std::string& label, const std::string& kind, const GenOptions& o)
 
 int main(int argc, char** argv) {
   std::string only = argc > 1 ? argv[1] : "";
-  fmt::print("| schedule | ranks | ops | generate s | simulate s | simulated ops/s | print .sched s | timeline SVG s | "
-             "Perfetto JSON s | peak RSS MiB | result |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print("| schedule | ranks | ops | generate s | simulate s | simulated ops/s | print .sched s | parse .sched s | "
+             "timeline SVG s | Perfetto JSON s | peak RSS MiB | result |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   if (only.empty() || only == "1f1b") {
     GenOptions o;
     o.stages = 64;
