@@ -74,3 +74,26 @@ TEST_CASE("trainsim sim --dot F.svg refuses a graph too large to lay out in seco
   CHECK(run_trainsim("sim " + f + " --dot " + (dir / "g.dot").string()).exit_code == 0);
   CHECK(slurp(dir / "g.dot").find("digraph") != std::string::npos);
 }
+
+TEST_CASE("trainsim gen --sim --json reports what trainsim sim reports for the same schedule, and its timings") {
+  auto dir = fresh_dir("gen-sim");
+  const std::string args = "gen pp-fsdp --stages 3 --dp 2 --microbatches 4";
+  CommandResult gen = run_trainsim(args + " --sim --json");
+  REQUIRE(gen.exit_code == 0);
+  auto g = nlohmann::json::parse(gen.out);
+  REQUIRE(run_trainsim(args + " -o " + (dir / "p.sched").string()).exit_code == 0);
+  CommandResult sim = run_trainsim("sim " + (dir / "p.sched").string() + " --json");
+  REQUIRE(sim.exit_code == 0);
+  auto s = nlohmann::json::parse(sim.out);
+  CHECK(g["ok"] == true);
+  CHECK(g["ops"] == s["ops"]);
+  for (const char* key : {"timesteps", "makespan", "bubble_fraction", "max_memory", "max_memory_time"})
+    CHECK(g[key].get<double>() == doctest::Approx(s[key].get<double>()));
+  CHECK(g["max_memory_rank"] == s["max_memory_rank"]);
+  CHECK(g["sim_seconds"].get<double>() >= 0);
+  CHECK(g["generate_seconds"].get<double>() >= 0);
+  CHECK(g["memory_unit"] == "units");
+  CommandResult text = run_trainsim(args + " --sim");
+  CHECK(text.exit_code == 0);
+  CHECK(text.out.find("peak memory") != std::string::npos);
+}

@@ -177,3 +177,30 @@ TEST_CASE("stream semantics: after a deadlock the trace holds what ran before it
   CHECK(count(1, OpKind::Backward) == 2);  // rank 1 finished
   for (const OpRun& run : r.trace.ranks[0]) CHECK(run.end <= r.trace.makespan());
 }
+
+TEST_CASE("stream semantics: without per-op records the summary equals the trace's figures") {
+  // Schedules where the peak, the bubble and the last op differ in kind: pipeline, FSDP, pipeline + FSDP.
+  for (const char* kind : {"1f1b", "zb-h1", "fsdp", "pp-fsdp"}) {
+    CAPTURE(kind);
+    GenOptions o;
+    o.stages = 3, o.microbatches = 5, o.dp = 2, o.layers = 3;
+    Schedule s = generate(kind, o);
+    SimResult full = simulate(s);
+    SimOptions bare;
+    bare.record_trace = false;
+    SimResult summary_only = simulate(s, bare);
+    REQUIRE(full.ok);
+    REQUIRE(summary_only.ok);
+    const RunSummary expect = full.trace.summary();
+    CHECK(expect.timed_ops > 0);
+    CHECK(summary_only.trace.op_count() == 0);  // no records kept
+    CHECK(summary_only.summary.makespan == expect.makespan);
+    CHECK(summary_only.summary.timesteps == expect.timesteps);
+    CHECK(summary_only.summary.bubble_fraction == doctest::Approx(expect.bubble_fraction).epsilon(1e-12));
+    CHECK(summary_only.summary.peak.memory == expect.peak.memory);
+    CHECK(summary_only.summary.peak.rank == expect.peak.rank);
+    CHECK(summary_only.summary.peak.time == expect.peak.time);
+    CHECK(summary_only.summary.timed_ops == expect.timed_ops);
+    CHECK(full.summary.makespan == expect.makespan);  // and the recording run fills its summary too
+  }
+}
