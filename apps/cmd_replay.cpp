@@ -12,6 +12,7 @@
 
 #include "apps/commands.h"
 #include "apps/json_text.h"
+#include "apps/number_check.h"
 #include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "exec/backend.h"
@@ -279,21 +280,27 @@ void add_replay_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--steps", a->steps, "Training steps (the learning-rate schedule's length)")->capture_default_str();
   cmd->add_option("--stop-after", a->stop_after, "Stop after this many steps in all (to --save half-way)");
   cmd->add_option("--seed", a->seed, "Initialisation seed")->capture_default_str();
-  cmd->add_option("--lr", a->lr, "Peak learning rate (default 1e-3; the minimum is a tenth of it)");
-  cmd->add_option("--min-lr", a->min_lr, "Learning rate at the end of the cosine decay");
+  cmd->add_option("--lr", a->lr, "Peak learning rate (default 1e-3; the minimum is a tenth of it)")
+      ->check(finite_number(0, true, "", "LR>0"));
+  cmd->add_option("--min-lr", a->min_lr, "Learning rate at the end of the cosine decay")
+      ->check(finite_number(0, false, "", "LR>=0"));
   cmd->add_option("--warmup", a->warmup, "Warmup steps (default steps/20)");
-  cmd->add_option("--weight-decay", a->weight_decay, "AdamW weight decay on matrices (default 0.1)");
+  cmd->add_option("--weight-decay", a->weight_decay, "AdamW weight decay on matrices (default 0.1)")
+      ->check(finite_number(0, false, "", "WD>=0"));
   cmd->add_option("--grad-clip", a->grad_clip,
                   "Clip gradients to this global norm; 0 turns it off. Default 1, turned off with a note when the "
                   "schedule updates a layer before every gradient exists (given explicitly, that is an error)");
   cmd->add_flag("--check", a->check, "Also train on one device and compare losses and final weights");
-  cmd->add_option("--tolerance", a->tolerance, "Largest relative difference --check accepts")->capture_default_str();
+  cmd->add_option("--tolerance", a->tolerance, "Largest relative difference --check accepts")
+      ->check(finite_number(0, true, "", "TOL>0"))
+      ->capture_default_str();
   cmd->add_option("--data", a->data, "Training text (bytes are tokens); default: the fortunes package's files");
   cmd->add_option("--save", a->save, "Write a checkpoint here at the end (each rank's state and a manifest)");
   cmd->add_option("--resume", a->resume, "Continue from this checkpoint (same schedule, model, settings and data)");
   cmd->add_option("--trace", a->trace, "Write the last step's measured Chrome/Perfetto trace JSON here");
   cmd->add_option("--svg", a->svg, "Write the last step's measured timeline SVG here");
   cmd->add_option("--timeout", a->timeout, "Seconds any rank may wait in a communication before the job fails")
+      ->check(finite_number(0, true, "seconds", "SECONDS>0"))
       ->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches, "Reading a CSV: the number of microbatches");
   cmd->add_option("--stage-map", a->stage_map, "Reading a CSV: the rank of each stage (0,1,2,3 | loop | v)");
@@ -304,6 +311,7 @@ void add_replay_command(CLI::App& app, int* exit_code) {
                   "One process per rank under Slurm or mpirun: rank 0's port (MASTER_PORT wins when set)");
   cmd->add_option("--rendezvous-timeout", a->rendezvous_timeout,
                   "One process per rank: seconds for every rank to join rank 0 before the job fails")
+      ->check(finite_number(0, true, "seconds", "SECONDS>0"))
       ->capture_default_str();
   cmd->add_option("--test-kill-at", a->test_kill_at, "Tests only: RANK:OP kills that rank's process at that op")
       ->group("");

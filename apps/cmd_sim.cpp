@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/number_check.h"
 #include "apps/json_text.h"
 #include "apps/hardware_options.h"
 #include "apps/schedule_input.h"
@@ -169,21 +170,7 @@ int run(const SimArgs& a, bool outputs) {
 
 // --memory-limit: a finite number of at least 0 (NaN, inf or a negative limit would turn the check off or
 // fail every op without saying why).
-const CLI::Validator kMemoryLimit(
-    [](std::string& value) -> std::string {
-      double v = 0;
-      std::size_t used = 0;
-      try {
-        v = std::stod(value, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != value.size() || value.empty() || !std::isfinite(v) || v < 0)
-        return fmt::format("expected a finite number of at least 0 (in the cost model's unit), got '{}'",
-                           value);
-      return {};
-    },
-    "LIMIT>=0");
+const CLI::Validator kMemoryLimit = finite_number(0, false, "in the cost model's unit", "LIMIT>=0");
 
 // FILE and the options that say how to read a CSV, shared by validate and sim.
 void add_input_options(CLI::App* cmd, SimArgs& a) {

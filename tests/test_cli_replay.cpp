@@ -87,5 +87,14 @@ TEST_CASE("trainsim replay: bad options and inputs are clear errors") {
   CHECK(r.out.find("clipping by the global norm needs every gradient before the first update") != std::string::npos);
   r = run_trainsim("replay ddp --model tiny --steps 0", true);
   CHECK(r.exit_code == 2);
+  // Numbers that would train garbage or never time out are refused before any work, naming the option.
+  for (const char* bad : {"--lr nan", "--lr 0", "--lr -1e-3", "--min-lr inf", "--weight-decay -0.1", "--tolerance nan",
+                          "--timeout inf", "--rendezvous-timeout 0"}) {
+    CAPTURE(bad);
+    r = run_trainsim(std::string("replay ddp --model tiny ") + bad, true);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.find("expected a finite number") != std::string::npos);
+    CHECK(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))) != std::string::npos);
+  }
   CHECK(run_trainsim("replay --help").out.find("--check") != std::string::npos);
 }
