@@ -42,7 +42,7 @@ struct ModelConfig {
   /// without the embedding table, which is a lookup) plus attention 12·blocks·dim·seq (QK^T and PV, 4·T·d
   /// per token and block in the forward, three times that with the backward; the causal mask not halved).
   double flops_per_token() const;
-  /// "tiny: 2 blocks, dim 32, 2 heads, ffn 64, seq 16, 2 sequences/microbatch, 27,232 parameters".
+  /// "tiny: 2 blocks, dim 32, 2 heads, ffn 64, seq 16, 2 sequences/microbatch, 37024 parameters".
   std::string describe() const;
 
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
