@@ -119,6 +119,9 @@ class StreamSim {
 
   void run() {
     check_groups();
+    // About three edges per op (stream order, a writer or two, a send): reserved so that the list is not
+    // copied as it grows (pages reserved and never written cost no memory).
+    edges_.reserve(4 * nodes_.size());
     for (int r = 0; r < s_.header.world_size; ++r) issue(r);
     match_p2p();
     form_calls();

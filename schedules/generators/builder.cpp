@@ -201,8 +201,13 @@ Schedule build_pipeline(const PipelinePlan& plan) {
         bad_plan(fmt::format("layer {} batch {}: backward-weight before backward-input", l, b));
     }
 
-  // Messages, in send order per channel.
+  // Messages, in send order per channel: at most one per step.
   std::vector<Message> msgs;
+  {
+    std::size_t steps = 0;
+    for (const auto& st : plan.steps) steps += st.size();
+    msgs.reserve(steps);
+  }
   std::map<std::pair<int, int>, std::vector<int>> channels;
   std::vector<std::vector<int>> send_after(P);  // rank -> step index -> the message it sends, or -1
   for (int r = 0; r < P; ++r) send_after[r].assign(plan.steps[r].size(), -1);
