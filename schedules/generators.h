@@ -20,6 +20,9 @@ struct GenOptions {
 };
 
 /// The generator kinds: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, ddp, zero1, zero2, fsdp, pp-fsdp.
+/// interleaved-1f1b follows Megatron-LM when the microbatches are a multiple of the stages and PyTorch's
+/// ScheduleInterleaved1F1B otherwise (rounds = max(1, m / p) rounds of equal size; refused when m does not
+/// split into them).
 const std::vector<std::string>& generator_kinds();
 
 /// Generates a schedule of `kind`. Throws std::invalid_argument for an unknown kind or bad options

@@ -2,9 +2,11 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli_helpers.h"
+#include "schedules/generators.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
@@ -517,4 +519,24 @@ TEST_CASE("pytorch csv: a backward weight after RESHARD is refused (PyTorch need
   }
   CHECK(e.find("w.csv: row 1 (rank 0), column 5, cell '0W0': stage 0 is resharded here") != std::string::npos);
   CHECK(import_pytorch_csv("0UNSHARD,0F0,0I0,0W0,0RESHARD,0REDUCE_GRAD\n", 1).ranks.size() == 1);
+}
+
+TEST_CASE("pytorch csv: interleaved 1F1B with microbatches not a multiple of the stages converts and comes back") {
+  // PyTorch's ScheduleInterleaved1F1B accepts these (one round of m microbatches, or m / rounds per round).
+  for (auto [p, m, v] : {std::tuple{4, 6, 2}, std::tuple{4, 10, 2}, std::tuple{3, 5, 3}, std::tuple{2, 3, 2}}) {
+    CAPTURE(p);
+    CAPTURE(m);
+    CAPTURE(v);
+    GenOptions o;
+    o.stages = p, o.microbatches = m, o.chunks = v;
+    Schedule s = generate("interleaved-1f1b", o);
+    SimResult direct = simulate(s);
+    REQUIRE(direct.ok);
+    for (CsvForm form : {CsvForm::ComputeOnly, CsvForm::ComputeComms}) {
+      Schedule back = import_pytorch_csv(export_pytorch_csv(s, form), m);
+      check_valid(back);
+      CHECK(compute_order(back) == compute_order(s));
+      CHECK(simulate(back).summary.makespan == direct.summary.makespan);
+    }
+  }
 }

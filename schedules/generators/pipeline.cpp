@@ -2,6 +2,7 @@
 // looped pipeline. One schedule "layer" per stage chunk.
 #include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,42 @@ PipelinePlan looped_plan(int p, int v, int m) {
   plan.microbatches = m;
   plan.steps.resize(p);
   for (int l = 0; l < p * v; ++l) plan.stage_map.push_back(l % p);
+  return plan;
+}
+
+// Interleaved 1F1B when the microbatches are not a multiple of the ranks, as PyTorch's
+// ScheduleInterleaved1F1B orders it (torch/distributed/pipelining/schedules.py): the m microbatches go in
+// rounds = max(1, m / p) rounds of m / rounds each (m must divide evenly); a rank runs the chunks of one
+// round in turn, round after round; its warm-up is (v - 1) * per_round + 2 * (p - 1 - rank) forwards (at most
+// all of them), then one forward and one backward alternate. Each chunk's forwards (backwards) take the
+// microbatches in order.
+PipelinePlan interleaved_in_rounds(PipelinePlan plan, int p, int v, int m) {
+  const int rounds = std::max(1, m / p);
+  if (m % rounds != 0)
+    throw std::invalid_argument(fmt::format(
+        "interleaved-1f1b: {} microbatches do not split into {} rounds of equal size (PyTorch's rule: rounds = "
+        "max(1, microbatches / stages)); choose a multiple of {} or of the stages",
+        m, rounds, rounds));
+  const int per_round = m / rounds, total = m * v;
+  for (int s = 0; s < p; ++s) {
+    const int warmup = std::min((v - 1) * per_round + 2 * (p - 1 - s), total);
+    std::vector<int> next_f(v, 0), next_b(v, 0);  // the next microbatch of each chunk
+    auto forward = [&](int k) {
+      const int chunk = (k / per_round) % v;
+      return Step{Pass::F, chunk * p + s, next_f[chunk]++};
+    };
+    auto backward = [&](int k) {
+      const int chunk = v - 1 - (k / per_round) % v;
+      return Step{Pass::B, chunk * p + s, next_b[chunk]++};
+    };
+    auto& out = plan.steps[s];
+    for (int k = 0; k < warmup; ++k) out.push_back(forward(k));
+    for (int k = 0; k < total - warmup; ++k) {
+      out.push_back(forward(warmup + k));
+      out.push_back(backward(k));
+    }
+    for (int k = total - warmup; k < total; ++k) out.push_back(backward(k));
+  }
   return plan;
 }
 
@@ -52,14 +89,12 @@ Schedule gen_interleaved_1f1b(const GenOptions& o) {
   check_pipeline("interleaved-1f1b", o);
   require_at_least("interleaved-1f1b", "chunks", o.chunks, 1);
   const int p = o.stages, m = o.microbatches, v = o.chunks;
-  if (m % p != 0)
-    throw std::invalid_argument(fmt::format(
-        "interleaved-1f1b: --microbatches must be a multiple of --stages (got {} microbatches for {} stages)", m, p));
   PipelinePlan plan = looped_plan(p, v, m);
   if (v == 1) {  // no interleaving: plain 1F1B
     for (int s = 0; s < p; ++s) plan.steps[s] = one_f_one_b(s, 0, m, p - s - 1);
     return build_pipeline(plan);
   }
+  if (m % p != 0) return build_pipeline(interleaved_in_rounds(std::move(plan), p, v, m));
   // Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward (backward) of a rank runs
   // chunk (k mod p*v) / p (counted from the last chunk for backwards) on microbatch (k / (p*v)) * p + k mod p.
   const int total = m * v;
