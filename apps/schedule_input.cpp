@@ -35,10 +35,8 @@ std::vector<int> parse_stage_map(const std::string& spec, int world, int stages)
     for (int s = 0; s < stages; ++s) map.push_back(s % world);
     return map;
   }
-  if (lower == "v") {
-    if (stages > 2 * world)
-      throw std::invalid_argument(fmt::format("--stage-map v places at most two stages per rank ({} ranks, {} stages)", world, stages));
-    for (int s = 0; s < stages; ++s) map.push_back(s < world ? s : 2 * world - 1 - s);
+  if (lower == "v") {  // down the ranks and back up, as often as the stages need (schedules/pytorch_csv.h)
+    for (int s = 0; s < stages; ++s) map.push_back(v_style_rank(s, world));
     return map;
   }
   std::stringstream ss(spec);

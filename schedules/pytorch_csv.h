@@ -13,6 +13,12 @@ enum class CsvForm {
   ComputeComms,     ///< also SEND_F/RECV_F/SEND_B/RECV_B, UNSHARD, RESHARD, REDUCE_GRAD
 };
 
+/// The rank of `stage` in V style over `ranks` ranks, as PyTorch's generate_stage_to_rank_mapping(style="v")
+/// places stages: down the ranks, back up, down again (stage s on rank s % ranks in even sweeps, on
+/// ranks - 1 - s % ranks in odd ones): 0,1,2,3,3,2,1,0,0,1,... for 4 ranks. Two stages per rank is the V
+/// of ZBV and DualPipeV; more sweep on.
+int v_style_rank(int stage, int ranks);
+
 /// Writes `schedule` as PyTorch CSV. Throws std::invalid_argument when the schedule has no stage map.
 std::string export_pytorch_csv(const Schedule& schedule, CsvForm form);
 

@@ -122,8 +122,7 @@ class Importer {
     bool loop = true, v = true;
     for (int s = 0; s < stages_; ++s) {
       loop = loop && map_[s] == s % world_;
-      int vr = s < world_ ? s : 2 * world_ - 1 - s;
-      v = v && map_[s] == vr;
+      v = v && map_[s] == v_style_rank(s, world_);
     }
     if (!loop && !v) {
       std::string m;
@@ -132,7 +131,7 @@ class Importer {
       while (s < stages_ && map_[s] == s % world_) ++s;
       throw std::invalid_argument(fmt::format(
           "{}: the rows place the stages on ranks {}, which is neither loop style (stage s on rank s % {}) nor V style "
-          "(stage s on rank s, then {}-1-s); stage {} is on rank {} (row {}, column {}, cell '{}'). Pass the stage map "
+          "(stage s on rank s, then {}-1-s, sweeping down and up the ranks); stage {} is on rank {} (row {}, column {}, cell '{}'). Pass the stage map "
           "explicitly to accept it (trainsim convert --stage-map {})",
           source_, m, world_, 2 * world_, s, first[s]->row, first[s]->row + 1, first[s]->col + 1, first[s]->cell, m));
     }
@@ -643,6 +642,11 @@ class Importer {
 };
 
 }  // namespace
+
+int v_style_rank(int stage, int ranks) {
+  const int sweep = stage / ranks, at = stage % ranks;
+  return sweep % 2 == 0 ? at : ranks - 1 - at;
+}
 
 Schedule import_pytorch_csv(const std::string& csv, int microbatches, std::vector<int> stage_map, const std::string& source) {
   return Importer(csv, microbatches, std::move(stage_map), source).run();

@@ -1,6 +1,7 @@
 // PyTorch pipelining CSV: import (compute-only and compute+comms), export, round trips, errors, `trainsim convert`.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -539,4 +540,33 @@ TEST_CASE("pytorch csv: interleaved 1F1B with microbatches not a multiple of the
       CHECK(simulate(back).summary.makespan == direct.summary.makespan);
     }
   }
+}
+
+TEST_CASE("pytorch csv: V style goes on past two stages per rank, as PyTorch's style=\"v\" mapping") {
+  // PyTorch's generate_stage_to_rank_mapping(style="v"), step by step: the rank moves down, stays at the
+  // border, moves up, stays, and so on.
+  for (int ranks : {1, 2, 3, 4}) {
+    int rank = 0;
+    for (int stage = 0; stage < 4 * ranks; ++stage) {
+      CAPTURE(ranks);
+      CAPTURE(stage);
+      CHECK(v_style_rank(stage, ranks) == rank);
+      if ((stage + 1) % ranks == 0) continue;
+      rank += (stage / ranks) % 2 == 0 ? 1 : -1;
+    }
+  }
+  // Two ranks, six stages (three per rank, 0,1,1,0,0,1): inferred from the rows, and valid.
+  const std::string csv =
+      "0F0,3F0,4F0,4B0,3B0,0B0\n"
+      "1F0,2F0,5F0,5B0,2B0,1B0\n";
+  Schedule s = import_pytorch_csv(csv);
+  CHECK(s.header.stage_map == std::vector<int>{0, 1, 1, 0, 0, 1});
+  check_valid(s);
+  // The command line's --stage-map v gives the same placement (it used to refuse more than two per rank).
+  auto dir = fresh_dir("csv-v");
+  std::ofstream(dir / "v6.csv") << csv;
+  CommandResult r = run_trainsim("convert " + (dir / "v6.csv").string() + " " + (dir / "v6.sched").string() +
+                                 " --stage-map v --microbatches 1", true);
+  CHECK(r.exit_code == 0);
+  CHECK(slurp(dir / "v6.sched").find("stage_map 0 1 1 0 0 1\n") != std::string::npos);
 }
