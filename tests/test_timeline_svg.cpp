@@ -202,7 +202,7 @@ TEST_CASE("timeline svg: hand-built trace shows rows, boxes, tooltips and the pe
   CHECK(count(svg, "<path d=") == 2 + 1);  // two lanes and the legend's memory swatch
   // A tooltip per timed op (load and free are not drawn).
   CHECK(timed_ops(t) == 10);
-  CHECK(count(svg, "<title>") == timed_ops(t));
+  CHECK(count(svg, "<title>") == timed_ops(t) + 1);  // and the peak marker's
   CHECK(svg.find("rank 0: load") == std::string::npos);
   CHECK(svg.find("rank 0: free") == std::string::npos);
   CHECK(svg.find("<title>rank 0: forward layer 0 batches {0-3}\nstart 0, end 4\nmemory at start 10 MB</title>") !=
@@ -331,7 +331,7 @@ TEST_CASE("timeline svg: narrow boxes shorten or drop their labels; sub-pixel op
   CHECK(check_well_formed(svg) == "");
   CHECK(count(svg, ">0 1 2 3 4 5 6 7</text>") == 1);       // the 10 s box (240 px)
   CHECK(count(svg, ">0-7</text>") == 2);                   // the 1 s boxes (24 px) are shortened
-  CHECK(count(svg, "<title>") == 4 + 1);                   // the ten tiny sends are one box
+  CHECK(count(svg, "<title>") == 4 + 1 + 1);               // the ten tiny sends are one box; the peak
   CHECK(svg.find("10 ops from 50 to 50.1, too short to draw one by one: 10 send") != std::string::npos);
 }
 
@@ -352,7 +352,7 @@ TEST_CASE("timeline svg: puzzle runs") {
     CHECK(count(svg, "class=\"row-label\"") == static_cast<std::size_t>(t.world_size));
     for (int rank = 0; rank < t.world_size; ++rank)
       CHECK(count(svg, fmt::format(">rank {}</text>", rank)) == 1);
-    CHECK(count(svg, "<title>") == timed_ops(t));
+    CHECK(count(svg, "<title>") == timed_ops(t) + 1);  // and the peak marker's
     CHECK(count(svg, fmt::format(">{}</text>", peak_label(t))) == 1);
     CHECK(svg.find(fmt::format("Timesteps {}", format_time(t.timesteps()))) != std::string::npos);
     CHECK(svg.find("cost model puzzle, memory in units") != std::string::npos);
@@ -383,7 +383,8 @@ TEST_CASE("timeline svg: more ranks than max_detailed_ranks are summarised") {
   CHECK(svg.find("Summarised: 100 ranks in 50 rows of 2") != std::string::npos);
   // The peak is still marked, naming its rank.
   MemoryPeak p = t.peak();
-  CHECK(svg.find(fmt::format(">{} (rank {})</text>", peak_label(t), p.rank)) != std::string::npos);
+  CHECK(svg.find(fmt::format(">peak {} at ", format_memory(p.memory))) != std::string::npos);
+  CHECK(svg.find(fmt::format(" (rank {})</text>", p.rank)) != std::string::npos);
   // No per-op boxes: a tooltip per row and per (op kind, opacity) drawn in it, none naming an op.
   CHECK(count(svg, "<title>") <= 50 * (1 + 5 * 10));
   CHECK(svg.find("<title>ranks 0-1: mostly forward, ") != std::string::npos);
@@ -396,7 +397,7 @@ TEST_CASE("timeline svg: more ranks than max_detailed_ranks are summarised") {
   CHECK(s16.find(">ranks 14-15</text>") != std::string::npos);
   std::string d16 = timeline_svg(sixteen);
   CHECK(count(d16, "class=\"row-label\"") == 16);
-  CHECK(count(d16, "<title>") == timed_ops(sixteen));
+  CHECK(count(d16, "<title>") == timed_ops(sixteen) + 1);  // and the peak marker's
 
   // 129 ranks: rows of 3, the last one short.
   std::string s129 = timeline_svg(synthetic(129, 10));
@@ -437,7 +438,7 @@ TEST_CASE("timeline svg: ops on several streams of a rank share its row without 
   std::string one_stream = timeline_svg(hand_trace());
   std::string svg = timeline_svg(t);
   CHECK(check_well_formed(svg) == "");
-  CHECK(count(svg, "<title>") == 2);
+  CHECK(count(svg, "<title>") == 2 + 1);  // two ops and the peak marker
   // Row of 34 px: one stream gets 30 px boxes; two streams get two of 14.5 px, one under the other.
   CHECK(one_stream.find("height=\"30.0\" fill=") != std::string::npos);
   CHECK(count(svg, "height=\"14.5\" fill=") == 2);

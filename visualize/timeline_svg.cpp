@@ -27,41 +27,12 @@
 
 #include "sim/world.h"
 #include "visualize/palette.h"
+#include "visualize/svg_writer.h"
+#include "visualize/timeline_marks.h"
 
 namespace trainsim::visualize {
 
 namespace {
-
-// ---------------------------------------------------------------- text
-
-void append_escaped(std::string& out, std::string_view s) {
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 forbids most control characters, even escaped.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += ' ';
-        else out += c;
-    }
-  }
-}
-
-/// Estimated width of `s` in pixels at `font` px, sans-serif (DejaVu Sans metrics, slightly generous).
-double text_width(std::string_view s, double font) {
-  double w = 0;
-  for (unsigned char c : s) {
-    if ((c & 0xC0) == 0x80) continue;  // UTF-8 continuation byte
-    if (c == ' ') w += 0.32;
-    else if (c >= 'A' && c <= 'Z') w += 0.70;
-    else if (c == 'i' || c == 'l' || c == 'I' || c == '.' || c == ',' || c == ':' || c == '|') w += 0.30;
-    else w += 0.62;
-  }
-  return w * font;
-}
 
 // ---------------------------------------------------------------- axis
 
@@ -201,22 +172,6 @@ std::string box_label(const Op& op, double width, double font) {
   return fits(s) ? s : std::string();
 }
 
-// ---------------------------------------------------------------- document
-
-struct Svg {
-  std::string s;
-  template <typename... T>
-  void put(fmt::format_string<T...> f, T&&... args) {
-    fmt::format_to(std::back_inserter(s), f, std::forward<T>(args)...);
-  }
-  /// <text> at (x, y) with extra attributes `attrs` (already escaped) and escaped content.
-  void text(double x, double y, std::string_view content, std::string_view attrs = {}) {
-    put("<text x=\"{:.1f}\" y=\"{:.1f}\"{}{}>", x, y, attrs.empty() ? "" : " ", attrs);
-    append_escaped(s, content);
-    s += "</text>\n";
-  }
-};
-
 void open_svg(Svg& svg, double width, double height, const std::string& title) {
   svg.put("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
   svg.put(
@@ -228,13 +183,18 @@ void open_svg(Svg& svg, double width, double height, const std::string& title) {
 }
 
 std::string empty_svg(const Trace& trace, const TimelineOptions& opt) {
-  std::string title = opt.title.empty() ? std::string("timeline") : opt.title;
+  std::string title = (opt.title.empty() ? std::string("timeline") : opt.title) + (opt.error.empty() ? "" : " - FAILED");
   std::string detail = trace.ranks.empty() ? "no ops: the trace has no ranks"
                                            : fmt::format("no ops: none of the {} ranks ran a timed op", trace.ranks.size());
-  double width = std::ceil(std::max({480.0, text_width(title, 19.8) + 32, text_width(detail, 13) + 32}));
+  std::vector<std::string> banner = opt.error.empty() ? std::vector<std::string>() : failure_lines(opt.error);
+  double width = std::max({480.0, text_width(title, 19.8) + 32, text_width(detail, 13) + 32});
+  for (const auto& l : banner) width = std::max(width, text_width(l, 12.5) + 40);
+  width = std::ceil(width);
+  const double banner_h = failure_banner_height(banner.size());
   Svg svg;
-  open_svg(svg, width, 90, title);
-  svg.text(16, 60, detail, "font-size=\"13\" fill=\"#555555\"");
+  open_svg(svg, width, 90 + banner_h, title);
+  draw_failure_banner(svg, banner, 40, width);
+  svg.text(16, 60 + banner_h, detail, "font-size=\"13\" fill=\"#555555\"");
   svg.put("</svg>\n");
   return std::move(svg.s);
 }
@@ -371,7 +331,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
 
   // ---- Horizontal geometry.
   double secs = to_seconds(trace.makespan());
-  if (opt.target_time && *opt.target_time > secs) secs = *opt.target_time;
+  // The time target's line: at the target, or with the floor rule at the first Timesteps that miss it.
+  const double target_line = opt.target_time.value_or(0.0) + (opt.target_time_floor ? 1 : 0);
+  if (opt.target_time && target_line > secs) secs = target_line;
   if (!(secs > 0)) secs = 1;
   const double min_w = std::max(100.0, opt.min_time_width);
   const double time_w = std::clamp(secs * opt.px_per_second, min_w, std::max(min_w, opt.max_time_width));
@@ -384,6 +346,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double tick = nice_step(secs * 90 / time_w);
 
   // ---- Sizes that depend on the number of rows.
+  const bool heat = nrows > opt.memory_heatmap_above;  // memory lanes as heatmap strips
   const double row_h = nrows <= 4 ? 34 : nrows <= 8 ? 28 : nrows <= 16 ? 22 : nrows <= 32 ? 16 : 13;
   const double lane_h = nrows <= 2 ? 72 : nrows <= 4 ? 56 : nrows <= 8 ? 42 : nrows <= 16 ? 30 : nrows <= 32 ? 20 : 15;
   const double lane_gap = nrows <= 16 ? 4 : 2;
@@ -410,7 +373,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double box_font = row_h >= 28 ? 11 : row_h >= 22 ? 10 : row_h >= 16 ? 9 : 8;
 
   // ---- Text of the heading.
-  const std::string title = opt.title.empty() ? std::string("timeline") : opt.title;
+  const std::string title = (opt.title.empty() ? std::string("timeline") : opt.title) +
+                            (opt.error.empty() ? "" : " - FAILED");
+  const std::vector<std::string> banner = opt.error.empty() ? std::vector<std::string>() : failure_lines(opt.error);
   std::string line1 = fmt::format("Timesteps {}  \u00b7  makespan {}  \u00b7  peak memory {} {} on rank {} at t={}",
                                   format_time(trace.timesteps()), format_time(trace.makespan()),
                                   format_memory(peak.memory), unit, peak.rank, format_time(peak.time));
@@ -431,6 +396,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   double width = x1 + right_margin;
   width = std::max({width, text_width(title, 19.8) + 32, text_width(line1, 12.5) + 32, text_width(line2, 11) + 32,
                     text_width(line3, 11) + 32});
+  for (const auto& l : banner) width = std::max(width, text_width(l, 12.5) + 40);
   width = std::ceil(width);
 
   // ---- Legend.
@@ -463,12 +429,17 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     items.push_back({LegendItem::Boxes, {kSummaryForward, kSummaryForward, kSummaryForward, kSummaryForward}, 0.2, false,
                      "opacity: fraction of the row's ranks busy"});
   }
-  items.push_back({LegendItem::Area, {}, 1, false, detailed ? "memory" : "memory (row's highest)"});
+  if (heat)
+    items.push_back({LegendItem::Boxes, {kMemoryStroke, kMemoryStroke, kMemoryStroke, kMemoryStroke}, 0.2, false,
+                     detailed ? "memory (heatmap: darker = more)" : "memory (row's highest; darker = more)"});
+  else
+    items.push_back({LegendItem::Area, {}, 1, false, detailed ? "memory" : "memory (row's highest)"});
   items.push_back({LegendItem::PeakLine, {}, 1, false, "peak memory"});
   if (opt.target_time || opt.target_memory) items.push_back({LegendItem::DashedLine, {}, 1, false, "target"});
 
   // ---- Vertical layout.
-  double y = 50;  // line1 baseline
+  const double banner_h = failure_banner_height(banner.size());
+  double y = 50 + banner_h;  // line1 baseline
   const double line1_y = y;
   const double line2_y = y += 17;
   const double line3_y = line3.empty() ? y : (y += 16);
@@ -486,11 +457,18 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   auto lane_top = [&](int row) { return lanes_top + row * (lane_h + lane_gap); };
   const double lanes_bottom = lane_top(nrows) - lane_gap;
   const double bottom_axis_y = lanes_bottom + 4;
-  const double height = std::ceil(bottom_axis_y + 26);
+  std::string caption;
+  // The caption explains a missed memory target: what was resident at the peak.
+  if (opt.peak_explanation && peak.memory > 0 && opt.target_memory && peak.memory > *opt.target_memory)
+    caption = peak_caption(peak, *opt.peak_explanation,
+                           static_cast<std::size_t>(std::max(60.0, (width - 32) / (0.6 * 11.5))));
+  const double caption_y = bottom_axis_y + 36;
+  const double height = std::ceil(bottom_axis_y + 26 + (caption.empty() ? 0 : 18));
 
   Svg svg;
   svg.s.reserve(4096 + timed * (detailed ? 200 : 0));
   open_svg(svg, width, height, title);
+  draw_failure_banner(svg, banner, 40, width);
   svg.text(16, line1_y, line1, "font-size=\"12.5\"");
   svg.text(16, line2_y, line2, "font-size=\"11\" fill=\"#555555\"");
   if (!line3.empty()) svg.text(16, line3_y, line3, "font-size=\"11\" fill=\"#555555\"");
@@ -731,6 +709,14 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     svg.put("</g>\n");
   }
 
+  // ---- Blocked ranks (a deadlock): each marked on its row from the time it began to wait.
+  for (const BlockedMark& b : opt.blocked) {
+    if (b.rank < 0 || b.rank >= nranks) continue;
+    const int row = b.rank / per_row;
+    draw_blocked_mark(svg, b, px_t(std::clamp<Time>(b.since, 0, trace.makespan())), x1, rows_top + row * row_h + 2,
+                      row_h - 4);
+  }
+
   // ---- Memory lanes.
   const double scale = std::max({mem_max, opt.target_memory.value_or(0.0), 1e-300});
   // The plot leaves a little room at the top of each lane so the highest step, the peak and the target line
@@ -739,12 +725,20 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double plot_h = lane_h - lane_pad;
   auto mem_y = [&](int row, double v) { return lane_top(row) + lane_h - std::clamp(v / scale, 0.0, 1.0) * plot_h; };
   svg.text(x0, mem_heading_y,
-           fmt::format("memory per {} in {}; each lane from 0 to {}", detailed ? "rank" : "row of ranks", unit,
-                       format_memory(scale)),
+           heat ? fmt::format("memory per {} in {}, as a heatmap: darker = more, full colour = {}",
+                              detailed ? "rank" : "row of ranks", unit, format_memory(scale))
+                : fmt::format("memory per {} in {}; each lane from 0 to {}", detailed ? "rank" : "row of ranks", unit,
+                              format_memory(scale)),
            "font-size=\"12\" fill=\"#333333\"");
   svg.put("<g fill=\"{}\" fill-opacity=\"0.45\" stroke=\"{}\" stroke-width=\"1\" stroke-linejoin=\"miter\">\n",
           kMemoryFill, kMemoryStroke);
   std::vector<Step> steps;
+  auto draw_lane = [&](const std::vector<Step>& st, double x_end, int row) {
+    if (!heat) return step_plot(svg, st, x_end, lane_top(row) + lane_pad, plot_h, scale);
+    std::vector<std::pair<double, double>> pairs;
+    for (const Step& p : st) pairs.emplace_back(p.x, p.v);
+    heatmap_strip(svg, pairs, x_end, lane_top(row) + 1, lane_h - 2, scale);
+  };
   if (detailed) {
     for (int rank = 0; rank < nranks; ++rank) {
       steps.clear();
@@ -757,7 +751,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       // Held from each op's start until the next op's start: samples out of time order (several streams) are
       // drawn in time order.
       std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.x < b.x; });
-      step_plot(svg, steps, px_t(end), lane_top(rank) + lane_pad, plot_h, scale);
+      // What the first op finds resident (its weights, loaded before any timed op) is held from t=0.
+      if (!steps.empty()) steps.front().x = x0;
+      draw_lane(steps, px_t(end), rank);
     }
   } else {
     const int nbins = std::max(1, static_cast<int>(std::floor(time_w / std::max(1.0, opt.summary_bin_px))));
@@ -776,6 +772,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
         }
         std::stable_sort(samples.begin(), samples.end(),
                          [](const auto& a, const auto& b) { return a.first < b.first; });
+        if (!samples.empty()) samples.front().first = 0;  // held from t=0, as in the detailed lanes
         for (std::size_t k = 0; k < samples.size(); ++k) {
           double s = to_seconds(samples[k].first);
           double e = to_seconds(k + 1 < samples.size() ? samples[k + 1].first : end);
@@ -793,13 +790,13 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
         } else if (last == i - 1 && i > 0) {
           steps.push_back({px(i * bin_s), 0});
         }
-      step_plot(svg, steps, last >= 0 ? px((last + 1) * bin_s) : x0, lane_top(row) + lane_pad, plot_h, scale);
+      draw_lane(steps, last >= 0 ? px((last + 1) * bin_s) : x0, row);
     }
   }
   svg.put("</g>\n");
 
-  // ---- Target memory: a dashed line in every lane.
-  if (opt.target_memory) {
+  // ---- Target memory: a dashed line in every lane (not in heatmap strips, which have no height scale).
+  if (opt.target_memory && !heat) {
     svg.put("<g stroke=\"{}\" stroke-width=\"1.2\" stroke-dasharray=\"6,4\">\n", kTargetColour);
     for (int row = 0; row < nrows; ++row) {
       double ty = mem_y(row, *opt.target_memory);
@@ -820,9 +817,14 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   if (peak.memory > 0 && peak.rank >= 0 && peak.rank < nranks) {
     const int row = peak.rank / per_row;
     const double top = lane_top(row), base = top + lane_h;
-    const double x = px_t(peak.time);
-    const double py = mem_y(row, peak.memory);
-    std::string label = fmt::format("peak {} at {}", format_memory(peak.memory), format_time(peak.time));
+    // Marked where it is held longest (a zero-width spike at the first peak would hide it).
+    const PeakSpan span = peak_held_longest(trace, peak);
+    const double x = std::max(x0, px_t(span.start));
+    const double py = heat ? top + lane_h / 2 : mem_y(row, peak.memory);
+    std::string label = span.start == peak.time
+                            ? fmt::format("peak {} at {}", format_memory(peak.memory), format_time(peak.time))
+                            : fmt::format("peak {} at {}-{} (first at {})", format_memory(peak.memory),
+                                          format_time(span.start), format_time(span.end), format_time(peak.time));
     if (!detailed) label += fmt::format(" (rank {})", peak.rank);
     const double font = 10.5;
     const double tw = text_width(label, font) * 1.1;  // bold
@@ -830,7 +832,12 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     const double tx = right ? x + 4 : x - 4;
     // Under the peak's dot when the lane is tall enough, else along the lane's top.
     const double ty = lane_h >= 40 ? std::min(py + font + 4, base - 3) : top + std::min(lane_h - 2, font + 1);
-    svg.put("<g class=\"peak\">\n");
+    svg.put("<g class=\"peak\"><title>");
+    append_escaped(svg.s, peak_tooltip(peak, span, opt.peak_explanation ? &*opt.peak_explanation : nullptr, unit));
+    svg.put("</title>\n");
+    if (px_t(span.end) > x + 0.5)
+      svg.put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2\"/>\n", x, py,
+              px_t(span.end), py, kPeakColour);
     svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n", x,
             top - 2, base, kPeakColour);
     svg.put("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, py, kPeakColour);
@@ -843,8 +850,11 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
 
   // ---- Target time: a dashed vertical line through rows and lanes.
   if (opt.target_time) {
-    const double x = px(*opt.target_time);
-    std::string label = fmt::format("target {}", format_memory(*opt.target_time));
+    const double x = px(target_line);
+    std::string label = opt.target_time_floor
+                            ? fmt::format("target {}: Timesteps below {} meet it (rounded down)",
+                                          format_memory(*opt.target_time), format_memory(target_line))
+                            : fmt::format("target {}", format_memory(*opt.target_time));
     const bool right = x + text_width(label, 11) + 4 <= width - 4;
     svg.put("<g class=\"target-time\">\n");
     svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\" "
@@ -854,6 +864,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
              fmt::format("font-size=\"11\" fill=\"{}\"{}", kTargetColour, right ? "" : " text-anchor=\"end\""));
     svg.put("</g>\n");
   }
+
+  if (!caption.empty()) svg.text(16, caption_y, caption, fmt::format("class=\"peak-caption\" font-size=\"11.5\" fill=\"{}\"", kPeakColour));
 
   svg.put("</svg>\n");
   return std::move(svg.s);

@@ -15,10 +15,25 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sim/trace.h"
 
 namespace trainsim::visualize {
+
+/// A rank left waiting when a failed run stopped: its row is marked from `since` on.
+struct BlockedMark {
+  int rank = 0;
+  Time since = 0;
+  std::string what;  ///< the op it waits in and what for (the marker's tooltip)
+};
+
+/// What was resident on the peak rank at the peak: the peak marker's tooltip and the caption under the lanes.
+struct PeakExplanation {
+  std::string op;  ///< the op that started at the peak ("forward layer 2 batches {0-3} (ddp.cpp:20)")
+  std::vector<std::pair<std::string, double>> resident;  ///< each tensor and its size (cost model unit)
+};
 
 /// What to draw besides the trace.
 struct TimelineOptions {
@@ -31,6 +46,14 @@ struct TimelineOptions {
   double px_per_second = 40;             ///< preferred scale (one puzzle step = one second) within those bounds
   double merge_below_px = 1.0;           ///< ops narrower than this are merged into one box with their neighbours
   double summary_bin_px = 5;             ///< width of a time bin in summarised rows, pixels
+  /// The time target is met when floor(Timesteps) <= target (the puzzles' rule): the target line is drawn at
+  /// the boundary target + 1, labelled so. Otherwise at the target itself.
+  bool target_time_floor = false;
+  /// The run failed with this error: a red banner at the top shows its first lines and the title says so.
+  std::string error;
+  std::vector<BlockedMark> blocked;           ///< ranks left waiting (a deadlock), marked on their rows
+  std::optional<PeakExplanation> peak_explanation;  ///< what made the peak: tooltip; caption when over target_memory
+  int memory_heatmap_above = 32;  ///< with more memory rows than this, each is a heatmap strip, not a plot
 };
 
 /// The SVG document (UTF-8 text). Deterministic: the same trace and options give the same bytes.
