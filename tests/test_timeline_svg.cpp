@@ -209,16 +209,21 @@ TEST_CASE("timeline svg: hand-built trace shows rows, boxes, tooltips and the pe
         std::string::npos);
   CHECK(svg.find("rank 0: send to rank 1\nstart 8, end 8.2\nmemory at start 25 MB\nfile.cpp:42</title>") !=
         std::string::npos);
-  // Batch numbers inside forward and backward, I/W halves, collective and update labels.
-  CHECK(svg.find(">0 1 2 3</text>") != std::string::npos);
-  CHECK(count(svg, ">0 1 2 3</text>") == 2);
-  CHECK(svg.find(">1 2 I</text>") != std::string::npos);
-  CHECK(svg.find(">1 2 W</text>") != std::string::npos);
-  CHECK(svg.find(">AG</text>") != std::string::npos);
+  // Every label names its layer; batch numbers inside forward and backward, I/W halves, collective and update.
+  CHECK(count(svg, ">L0 0 1 2 3</text>") == 1);
+  CHECK(count(svg, ">L1 0 1 2 3</text>") == 1);
+  CHECK(svg.find(">L1 1 2 I</text>") != std::string::npos);
+  CHECK(svg.find(">L1 1 2 W</text>") != std::string::npos);
+  CHECK(svg.find(">AG</text>") != std::string::npos);  // 0.3 s: too narrow for "L1 AG"
   CHECK(svg.find(">RS</text>") != std::string::npos);
-  CHECK(svg.find(">U</text>") != std::string::npos);
-  // Collectives at half opacity, backward-weight dashed, loss a thin marker.
-  CHECK(count(svg, "fill-opacity=\"0.5\"><title>") == 2);
+  CHECK(svg.find(">L0 U</text>") != std::string::npos);
+  // Collectives in their own colours (not the layer's at half opacity), backward-weight dashed, loss a marker.
+  CHECK(count(svg, "fill-opacity=\"0.5\"><title>") == 0);
+  CHECK(svg.find(fmt::format("fill=\"{}\"><title>rank 1: all-gather", visualize::kAllGatherColour)) != std::string::npos);
+  CHECK(svg.find(fmt::format("fill=\"{}\"><title>rank 1: reduce-scatter", visualize::kReduceScatterColour)) !=
+        std::string::npos);
+  // The legend explains the labels.
+  CHECK(svg.find(">labels: L2 = layer 2, then a forward&apos;s or backward&apos;s batches") != std::string::npos);
   CHECK(count(svg, "stroke-dasharray=\"3,2\"") == 1);
   CHECK(svg.find("width=\"2.4\"") != std::string::npos);
   // Forward in the layer colour, backward lighter, update yellow, pass grey.
@@ -234,7 +239,7 @@ TEST_CASE("timeline svg: hand-built trace shows rows, boxes, tooltips and the pe
   CHECK(svg.find("target") == std::string::npos);
   // Legend.
   for (const char* entry : {"forward, layers 0 to 1", ">backward<", "backward input (I)", "backward weight (W)",
-                            ">update<", "collective", "send/recv", ">loss<", ">memory<", ">peak memory<"})
+                            ">update<", "all-reduce (AR)", "send/recv", ">loss<", ">memory<", ">peak memory<"})
     CHECK_MESSAGE(svg.find(entry) != std::string::npos, entry);
 }
 
@@ -329,7 +334,7 @@ TEST_CASE("timeline svg: narrow boxes shorten or drop their labels; sub-pixel op
     t.ranks[0].push_back(run(OpKind::Send, 0, -1, {}, 50 + 0.01 * i, 50 + 0.01 * (i + 1), 2));
   std::string svg = timeline_svg(t);
   CHECK(check_well_formed(svg) == "");
-  CHECK(count(svg, ">0 1 2 3 4 5 6 7</text>") == 1);       // the 10 s box (240 px)
+  CHECK(count(svg, ">L0 0 1 2 3 4 5 6 7</text>") == 1);    // the 10 s box (240 px)
   CHECK(count(svg, ">0-7</text>") == 2);                   // the 1 s boxes (24 px) are shortened
   CHECK(count(svg, "<title>") == 4 + 1 + 1);               // the ten tiny sends are one box; the peak
   CHECK(svg.find("10 ops from 50 to 50.1, too short to draw one by one: 10 send") != std::string::npos);
@@ -361,13 +366,13 @@ TEST_CASE("timeline svg: puzzle runs") {
     // Batch numbers of the first forward on rank 0.
     for (const auto& op : t.ranks[0])
       if (op.op.kind == OpKind::Forward) {
-        CHECK(svg.find(fmt::format(">{}</text>", op.op.batches.spaced())) != std::string::npos);
+        CHECK(svg.find(fmt::format(">L{} {}</text>", op.op.layer, op.op.batches.spaced())) != std::string::npos);
         break;
       }
   }
   // Puzzle 0 runs all four batches at once.
   std::string basic = timeline_svg(puzzles::run_puzzle(*puzzles::find_puzzle("basic")).trace);
-  CHECK(basic.find(">0 1 2 3</text>") != std::string::npos);
+  CHECK(basic.find(">L0 0 1 2 3</text>") != std::string::npos);
 }
 
 TEST_CASE("timeline svg: more ranks than max_detailed_ranks are summarised") {
@@ -387,7 +392,8 @@ TEST_CASE("timeline svg: more ranks than max_detailed_ranks are summarised") {
   CHECK(svg.find(fmt::format(" (rank {})</text>", p.rank)) != std::string::npos);
   // No per-op boxes: a tooltip per row and per (op kind, opacity) drawn in it, none naming an op.
   CHECK(count(svg, "<title>") <= 50 * (1 + 5 * 10));
-  CHECK(svg.find("<title>ranks 0-1: mostly forward, ") != std::string::npos);
+  CHECK(svg.find("<title>ranks 0-1: forward; height = its share of the row&apos;s rank-time in each bin") !=
+        std::string::npos);
   CHECK(svg.find(": forward layer") == std::string::npos);
 
   // The threshold is an option: 16 ranks with max 8 detailed rows give 8 rows of 2.

@@ -108,6 +108,8 @@ std::string peak_caption(const MemoryPeak& peak, const PeakExplanation& why, std
 void heatmap_strip(Svg& svg, const std::vector<std::pair<double, double>>& steps, double x_end, double top, double h,
                    double scale) {
   auto level = [&](double v) { return std::clamp(static_cast<int>(std::ceil(v / scale * 10 - 1e-9)), 0, 10); };
+  // One <path> per opacity level: a strip is many short spans, and this keeps big timelines small.
+  std::vector<std::string> paths(10);
   std::size_t i = 0;
   while (i < steps.size()) {
     int lv = level(steps[i].second);
@@ -115,11 +117,13 @@ void heatmap_strip(Svg& svg, const std::vector<std::pair<double, double>>& steps
     while (j < steps.size() && level(steps[j].second) == lv) ++j;
     double xa = steps[i].first, xb = j < steps.size() ? steps[j].first : x_end;
     if (lv > 0 && xb > xa)
-      svg.put("<rect class=\"mem-heat\" stroke=\"none\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" "
-              "fill-opacity=\"{:.1f}\"/>\n",
-              xa, top, xb - xa, h, kMemoryStroke, lv / 10.0);
+      fmt::format_to(std::back_inserter(paths[lv - 1]), "M{:.1f},{:.1f}H{:.1f}v{:.1f}H{:.1f}z", xa, top, xb, h, xa);
     i = j;
   }
+  svg.put("<g class=\"mem-heat\" fill=\"{}\" stroke=\"none\">", kMemoryStroke);
+  for (int lv = 1; lv <= 10; ++lv)
+    if (!paths[lv - 1].empty()) svg.put("<path d=\"{}\" fill-opacity=\"{:.1f}\"/>", paths[lv - 1], lv / 10.0);
+  svg.put("</g>\n");
 }
 
 }  // namespace trainsim::visualize

@@ -37,8 +37,8 @@ std::string peak_tooltip(const MemoryPeak& peak, const PeakSpan& span, const Pea
 /// cut to about `max_chars` characters.
 std::string peak_caption(const MemoryPeak& peak, const PeakExplanation& why, std::size_t max_chars);
 
-/// A memory lane drawn as a heatmap strip (class "mem-heat"): each step's span filled with the memory colour
-/// at an opacity of value / scale rounded to tenths; equal neighbours are merged.
+/// A memory lane drawn as a heatmap strip (a <g class="mem-heat">): each step's span filled with the memory
+/// colour at an opacity of value / scale rounded up to tenths; equal neighbours are merged.
 void heatmap_strip(Svg& svg, const std::vector<std::pair<double, double>>& steps, double x_end, double top, double h,
                    double scale);
 

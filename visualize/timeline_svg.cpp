@@ -6,10 +6,11 @@
 //
 // Many ranks (more than options.max_detailed_ranks): ranks are bucketed into rows of k consecutive ranks
 // ("ranks a-b", at most max_detailed_ranks rows). Each row is cut into time bins of summary_bin_px pixels; a
-// bin is filled with the colour of the op category that kept the row's ranks busiest in it (forward, backward,
-// update, collective, pass) at an opacity equal to the fraction of the row's ranks busy (rounded up to tenths).
-// Adjacent bins with the same colour and opacity are one rectangle. The row's memory lane plots, per bin, the
-// highest memory of any of its ranks. The summary lines of the SVG say so.
+// bin is a stacked column of the shares of the row's rank-time spent in each op category (forward, backward,
+// update, collective, pass; tenths of the row's height), in the detailed view's colours. Adjacent bins with
+// equal columns are one rectangle per segment. The row's memory lane plots, per bin, the highest memory of any
+// of its ranks. The summary lines of the SVG say so. Failure banner, blocked marks, the peak's placement and
+// explanation, and heatmap strips are in timeline_marks.h.
 #include "visualize/timeline_svg.h"
 
 #include <algorithm>
@@ -82,12 +83,14 @@ const char* cat_name(Cat c) {
   return "?";
 }
 
-const char* summary_colour(Cat c) {
+/// Colour of a category in summary rows: the detailed view's (the middle layer's forward and backward, the
+/// all-reduce colour for every collective).
+std::string summary_colour(Cat c, int layers) {
   switch (c) {
-    case Cat::Forward: return kSummaryForward;
-    case Cat::Backward: return kSummaryBackward;
+    case Cat::Forward: return summary_forward_colour(layers);
+    case Cat::Backward: return summary_backward_colour(layers);
     case Cat::Update: return kUpdateColour;
-    case Cat::Collective: return kSummaryCollective;
+    case Cat::Collective: return kAllReduceColour;
     case Cat::Pass: return kPassColour;
     case Cat::Loss: return kLossColour;
   }
@@ -96,7 +99,6 @@ const char* summary_colour(Cat c) {
 
 struct Look {
   const std::string* fill = nullptr;
-  bool half = false;    // fill-opacity 0.5 (collectives)
   bool dashed = false;  // dashed outline (backward-weight)
 };
 
@@ -114,12 +116,15 @@ class Colours {
       case OpKind::Forward: return {&of(op.layer).fwd};
       case OpKind::Backward: return {&of(op.layer).bwd};
       case OpKind::BackwardInput: return {&of(op.layer).bi};
-      case OpKind::BackwardWeight: return {&of(op.layer).bw, false, true};
+      case OpKind::BackwardWeight: return {&of(op.layer).bw, true};
       case OpKind::Update: return {&update_};
       case OpKind::Send:
       case OpKind::Recv: return {&pass_};
       case OpKind::Loss: return {&loss_};
-      default: return {op.layer < 0 ? &nolayer_ : &of(op.layer).fwd, true};
+      case OpKind::AllGather: return {&ag_};
+      case OpKind::ReduceScatter: return {&rs_};
+      case OpKind::AllReduce: return {&ar_};
+      default: return {&nolayer_};
     }
   }
 
@@ -139,13 +144,20 @@ class Colours {
   }
   int layers_;
   mutable std::map<int, Set> cache_;
-  std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour;
+  std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour,
+              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour;
 };
 
-/// The label drawn inside an op's box: the longest form that fits `width` px at `font` px, or "".
+/// The label drawn inside an op's box: the longest form that fits `width` px at `font` px, or "". Every form
+/// starts with the layer ("L2"), then the batch set for compute ("L2 0 1 2 3", "L2 0-3", with "I"/"W" for
+/// split backwards), the kind for the others ("L2 U", "L2 AR"); the legend says so.
 std::string box_label(const Op& op, double width, double font) {
   if (width < font * 0.62 + 3) return {};
   auto fits = [&](const std::string& s) { return text_width(s, font) + 2 <= width; };
+  const std::string layer = op.layer >= 0 && op.kind != OpKind::Loss ? fmt::format("L{}", op.layer) : std::string();
+  auto with_layer = [&](const std::string& rest) {
+    return layer.empty() ? rest : rest.empty() ? layer : layer + " " + rest;
+  };
   std::string s;
   switch (op.kind) {
     case OpKind::Forward:
@@ -155,9 +167,11 @@ std::string box_label(const Op& op, double width, double font) {
       std::string suffix = op.kind == OpKind::BackwardInput ? "I" : op.kind == OpKind::BackwardWeight ? "W" : "";
       std::string sep = suffix.empty() ? "" : " ";
       if (!op.batches.empty()) {
-        if (op.batches.size() <= 64 && fits(s = op.batches.spaced() + sep + suffix)) return s;
-        if (fits(s = op.batches.str() + sep + suffix)) return s;
+        if (op.batches.size() <= 64 && fits(s = with_layer(op.batches.spaced() + sep + suffix))) return s;
+        if (fits(s = with_layer(op.batches.str() + sep + suffix))) return s;
+        if (fits(s = op.batches.str() + sep + suffix)) return s;  // narrow: the batches before the layer
       }
+      if (fits(s = with_layer(suffix))) return s;
       return fits(suffix) ? suffix : std::string();
     }
     case OpKind::Update: s = "U"; break;
@@ -169,6 +183,7 @@ std::string box_label(const Op& op, double width, double font) {
     case OpKind::Recv: s = op.peer < 0 ? std::string("\u2190*") : fmt::format("\u2190{}", op.peer); break;
     default: return {};
   }
+  if (op.kind != OpKind::Send && op.kind != OpKind::Recv && fits(with_layer(s))) return with_layer(s);
   return fits(s) ? s : std::string();
 }
 
@@ -202,7 +217,7 @@ std::string empty_svg(const Trace& trace, const TimelineOptions& opt) {
 // ---------------------------------------------------------------- legend
 
 struct LegendItem {
-  enum Style { Boxes, Bar, Area, PeakLine, DashedLine } style = Boxes;
+  enum Style { Boxes, Bar, Area, PeakLine, DashedLine, Text } style = Boxes;
   std::vector<std::string> fills;
   double opacity = 1;  // < 1: the boxes fade from `opacity` to 1
   bool dashed = false;
@@ -212,6 +227,7 @@ struct LegendItem {
 double legend_swatch_width(const LegendItem& it) {
   if (it.style == LegendItem::Boxes) return 12.0 * static_cast<double>(std::max<std::size_t>(it.fills.size(), 1));
   if (it.style == LegendItem::Bar) return 4;
+  if (it.style == LegendItem::Text) return 0;
   return 18;
 }
 
@@ -250,6 +266,8 @@ int legend(Svg* svg, const std::vector<LegendItem>& items, double x0, double top
         case LegendItem::PeakLine:
           svg->put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n",
                    x + 9, y, y + 12, kPeakColour);
+          break;
+        case LegendItem::Text:
           break;
         case LegendItem::DashedLine:
           svg->put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"1.2\" "
@@ -389,8 +407,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   std::string line3;
   if (!detailed)
     line3 = fmt::format(
-        "Summarised: {} ranks in {} rows of {}; each time bin is coloured by the busiest op kind, opacity = "
-        "fraction of the row's ranks busy; memory lanes show the row's highest memory.",
+        "Summarised: {} ranks in {} rows of {}; each time bin stacks the share of the row's rank-time in each op "
+        "kind (forward, backward, update, collective, send/recv); memory lanes show the row's highest memory.",
         nranks, nrows, per_row);
 
   double width = x1 + right_margin;
@@ -420,14 +438,18 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     if (has_bi) items.push_back({LegendItem::Boxes, {backward_input_colour(0, L)}, 1, false, "backward input (I)"});
     if (has_bw) items.push_back({LegendItem::Boxes, {backward_weight_colour(0, L)}, 1, true, "backward weight (W)"});
     items.push_back({LegendItem::Boxes, {kUpdateColour}, 1, false, "update"});
-    items.push_back({LegendItem::Boxes, {colours.forward(0)}, 0.5, false, "collective (AG, RS, AR, B)"});
+    items.push_back({LegendItem::Boxes, {kAllGatherColour, kReduceScatterColour, kAllReduceColour, kNoLayerColour}, 1,
+                     false, "all-gather (AG), reduce-scatter (RS), all-reduce (AR), barrier (B)"});
     items.push_back({LegendItem::Boxes, {kPassColour}, 1, false, "send/recv (pass)"});
     items.push_back({LegendItem::Bar, {}, 1, false, "loss"});
+    items.push_back({LegendItem::Text, {}, 1, false,
+                     "labels: L2 = layer 2, then a forward's or backward's batches (microbatches: 0 1 2 3 or 0-3), or "
+                     "the op (U update, AG/RS/AR); \u2192N send to rank N, \u2190N receive"});
   } else {
     for (Cat c : {Cat::Forward, Cat::Backward, Cat::Update, Cat::Collective, Cat::Pass})
-      items.push_back({LegendItem::Boxes, {summary_colour(c)}, 1, false, cat_name(c)});
-    items.push_back({LegendItem::Boxes, {kSummaryForward, kSummaryForward, kSummaryForward, kSummaryForward}, 0.2, false,
-                     "opacity: fraction of the row's ranks busy"});
+      items.push_back({LegendItem::Boxes, {summary_colour(c, colours.layers())}, 1, false, cat_name(c)});
+    items.push_back({LegendItem::Text, {}, 1, false,
+                     "each time bin stacks the shares of the row's rank-time spent in each kind (full height = all busy)"});
   }
   if (heat)
     items.push_back({LegendItem::Boxes, {kMemoryStroke, kMemoryStroke, kMemoryStroke, kMemoryStroke}, 0.2, false,
@@ -548,7 +570,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     auto draw_box = [&](int rank, const OpRun& r, double xa, double w, double by) {
       Look lk = colours.look(r.op);
       svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}{}><title>", xa, by,
-              std::max(w, 0.1), sub_h, *lk.fill, lk.half ? " fill-opacity=\"0.5\"" : "",
+              std::max(w, 0.1), sub_h, *lk.fill, "",
               lk.dashed ? " stroke-dasharray=\"3,2\" stroke-opacity=\"0.7\"" : "");
       append_escaped(svg.s, title_of(rank, r));
       svg.s += "</title></rect>\n";
@@ -579,7 +601,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
             what += fmt::format("{}{} {}", what.empty() ? "" : ", ", count[k], op_name(static_cast<OpKind>(k)));
         Look lk = colours.look(longest->op);
         svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}><title>", c.xa, by,
-                std::max(c.xb - c.xa, 1.0), sub_h, *lk.fill, lk.half ? " fill-opacity=\"0.5\"" : "");
+                std::max(c.xb - c.xa, 1.0), sub_h, *lk.fill, "");
         append_escaped(svg.s, fmt::format("rank {}: {} ops from {} to {}, too short to draw one by one: {}", rank,
                                           c.ops.size(), format_time(c.ops.front()->start),
                                           format_time(c.ops.back()->end), what));
@@ -658,7 +680,12 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
         }
       }
     }
-    std::vector<std::string> paths(kBusyCats * 10);
+    // Each bin is a stacked column: from the bottom, one segment per category (forward, backward, update,
+    // collective, send/recv) as tall as its share of the row's rank-time in the bin, in tenths of the row's
+    // height. Mixed work (1F1B's steady state) shows as mixed. A run of bins with equal columns is one
+    // rectangle per segment; all segments of one category in the row are one <path> with one tooltip.
+    std::vector<std::string> paths(kBusyCats);
+    const double inner_h = row_h - 2;
     svg.put("<g>\n");
     for (int row = 0; row < nrows; ++row) {
       const int members = row_last(row) - row_first(row) + 1;
@@ -669,42 +696,39 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       append_escaped(svg.s, fmt::format("{}: {} timed ops", bucket_name("rank", row_first(row), row_last(row)),
                                         row_ops[row]));
       svg.s += "</title></rect>\n";
-      // Quantised (level, category) per bin; a run of equal bins is one rectangle, and all rectangles of one
-      // (category, level) in the row are one <path> with one tooltip, which keeps big summaries small.
-      auto cell = [&](int i) {
+      auto column = [&](int i) {
         const double* b = &busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats];
-        double total = 0;
-        int best = 0;
-        for (int c = 0; c < kBusyCats; ++c) {
-          total += b[c];
-          if (b[c] > b[best]) best = c;
-        }
-        double frac = std::min(1.0, total / (bin_s * members));
-        int level = frac <= 1e-12 ? 0 : std::clamp(static_cast<int>(std::ceil(frac * 10 - 1e-9)), 1, 10);
-        return std::pair<int, int>{level, best};
+        std::array<int, kBusyCats> tenths{};
+        for (int c = 0; c < kBusyCats; ++c)
+          tenths[c] = std::clamp(static_cast<int>(std::lround(b[c] / (bin_s * members) * 10)), 0, 10);
+        return tenths;
       };
       for (auto& p : paths) p.clear();
       int i = 0;
       while (i < nbins) {
-        auto [level, cat] = cell(i);
+        auto col = column(i);
         int j = i + 1;
-        while (j < nbins && cell(j) == std::pair<int, int>{level, cat}) ++j;
-        if (level > 0)
-          fmt::format_to(std::back_inserter(paths[cat * 10 + level - 1]), "M{:.1f},{:.1f}h{:.1f}v{:.1f}h{:.1f}z",
-                         px(i * bin_s), ry, px(j * bin_s) - px(i * bin_s), row_h - 2, px(i * bin_s) - px(j * bin_s));
+        while (j < nbins && column(j) == col) ++j;
+        double filled = 0;
+        for (int c = 0; c < kBusyCats; ++c) {
+          if (col[c] == 0) continue;
+          double h = std::min(inner_h - filled, inner_h * col[c] / 10.0);
+          if (h <= 0) break;
+          fmt::format_to(std::back_inserter(paths[c]), "M{:.1f},{:.1f}h{:.1f}v{:.1f}h{:.1f}z", px(i * bin_s),
+                         ry + inner_h - filled - h, px(j * bin_s) - px(i * bin_s), h, px(i * bin_s) - px(j * bin_s));
+          filled += h;
+        }
         i = j;
       }
-      for (int cat = 0; cat < kBusyCats; ++cat)
-        for (int level = 1; level <= 10; ++level) {
-          const std::string& d = paths[cat * 10 + level - 1];
-          if (d.empty()) continue;
-          svg.put("<path d=\"{}\" fill=\"{}\" fill-opacity=\"{:.1f}\"><title>", d, summary_colour(static_cast<Cat>(cat)),
-                  level / 10.0);
-          append_escaped(svg.s, fmt::format("{}: mostly {}, {}-{}% of the ranks busy",
-                                            bucket_name("rank", row_first(row), row_last(row)),
-                                            cat_name(static_cast<Cat>(cat)), level * 10 - 9, level * 10));
-          svg.s += "</title></path>\n";
-        }
+      for (int cat = 0; cat < kBusyCats; ++cat) {
+        if (paths[cat].empty()) continue;
+        svg.put("<path class=\"share\" d=\"{}\" fill=\"{}\"><title>", paths[cat],
+                summary_colour(static_cast<Cat>(cat), colours.layers()));
+        append_escaped(svg.s, fmt::format("{}: {}; height = its share of the row's rank-time in each bin",
+                                          bucket_name("rank", row_first(row), row_last(row)),
+                                          cat_name(static_cast<Cat>(cat))));
+        svg.s += "</title></path>\n";
+      }
     }
     svg.put("</g>\n");
   }
