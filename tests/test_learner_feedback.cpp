@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "puzzles/explain.h"
 #include "puzzles/runner.h"
 #include "text_helpers.h"
+#include "visualize/timeline_marks.h"
 #include "visualize/timeline_svg.h"
 
 using namespace trainsim;
@@ -191,4 +193,46 @@ TEST_CASE("trainsim puzzles --exercises: own folder, no verdicts for failed runs
   CHECK(sched.find("# PARTIAL SCHEDULE: this run failed") == 0);
   CHECK(sched.find("\n# not implemented: write your solution") != std::string::npos);
   CHECK(sched.find("\ntrainsim-schedule 1\n") != std::string::npos);
+}
+
+TEST_CASE("trainsim sim: a deadlocked schedule's timeline has the banner and its blocked ranks marked") {
+  auto dir = fresh_dir("learner-sim-deadlock");
+  // Example 1 of docs/schedule-format.md with rank 0's receive moved before its send: both ranks wait.
+  const char* text = R"(trainsim-schedule 1
+world_size 2
+layers 2
+microbatches 1
+cost_model unit
+p2p per-pair
+stage_map 0 1
+
+rank 0
+  load -> W0 O0 A0{0}
+  forward L0 {0}
+  recv from 1 -> dA1{0}
+  send to 1 : A1{0}
+
+rank 1
+  load -> W1 O1
+  recv from 0 -> A1{0}
+  forward L1 {0}
+  loss {0}
+  backward L1 {0}
+  send to 0 : dA1{0}
+)";
+  {
+    std::ofstream f(dir / "dl.sched");
+    f << text;
+  }
+  CommandResult r = run_trainsim("sim " + (dir / "dl.sched").string() + " --svg " + (dir / "dl.svg").string(), true);
+  CHECK(r.exit_code == 1);
+  std::string svg = slurp(dir / "dl.svg");
+  CHECK(svg.find(">dl.sched - FAILED</text>") != std::string::npos);
+  CHECK(count(svg, "<g class=\"failure\">") == 1);
+  CHECK(count(svg, "<g class=\"blocked\">") == 2);
+  CHECK(svg.find("<title>rank 0 blocked from t=1 until the run stopped: recv from rank 1") != std::string::npos);
+  CHECK(svg.find("<title>rank 1 blocked from t=0 until the run stopped: recv from rank 0") != std::string::npos);
+  // Only a deadlock report gives blocked ranks.
+  CHECK(visualize::blocked_from_report("rank 1: send to rank 0: it reads dA1{0}, which is not resident").empty());
+  CHECK(visualize::blocked_from_report(r.out.substr(r.out.find("deadlock:"))).size() == 2);
 }
