@@ -45,8 +45,9 @@ TEST_CASE("summarised rows stack forward and backward shares of a mixed bin, in 
   std::string svg = timeline_svg(t);
   REQUIRE(svg.find("Summarised: 100 ranks in 50 rows of 2") != std::string::npos);
   const std::string fwd = visualize::summary_forward_colour(4), bwd = visualize::summary_backward_colour(4);
-  CHECK(fwd == visualize::layer_colour(2, 4));
-  CHECK(bwd == visualize::backward_colour(2, 4));
+  CHECK(fwd == visualize::layer_colour(0, 4));
+  CHECK(bwd == visualize::backward_colour(0, 4));
+  CHECK(fwd != visualize::kUpdateColour);
   CHECK(count(svg, fmt::format("class=\"share\" d=\"M")) == 100);  // both kinds in each of the 50 rows
   CHECK(count(svg, fmt::format("fill=\"{}\"><title>ranks", fwd)) == 50);
   CHECK(count(svg, fmt::format("fill=\"{}\"><title>ranks", bwd)) == 50);

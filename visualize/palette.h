@@ -31,10 +31,11 @@ inline constexpr const char* kMemoryFill = "#6b9be0";        ///< memory step pl
 inline constexpr const char* kMemoryStroke = "#2f5fa8";      ///< memory step plot outline
 inline constexpr const char* kPeakColour = "#d62728";        ///< peak memory marker
 inline constexpr const char* kTargetColour = "#404040";      ///< target time / memory (dashed)
-/// Summary rows (many ranks) use the detailed view's colours: forward and backward of the middle layer,
-/// update, all-reduce for every collective, send/recv.
+/// Summary rows (many ranks) use the detailed view's colours: forward and backward of the first layer
+/// (green; the middle layer's yellow would read as update), update, all-reduce for every collective,
+/// send/recv.
 std::string summary_forward_colour(int layers);
-/// Backward in summary rows: the backward colour of the middle layer.
+/// Backward in summary rows: the backward colour of the first layer.
 std::string summary_backward_colour(int layers);
 
 }  // namespace trainsim::visualize

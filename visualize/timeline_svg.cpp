@@ -83,7 +83,7 @@ const char* cat_name(Cat c) {
   return "?";
 }
 
-/// Colour of a category in summary rows: the detailed view's (the middle layer's forward and backward, the
+/// Colour of a category in summary rows: the detailed view's (the first layer's forward and backward, the
 /// all-reduce colour for every collective).
 std::string summary_colour(Cat c, int layers) {
   switch (c) {
