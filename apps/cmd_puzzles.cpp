@@ -10,7 +10,9 @@
 
 #include "apps/commands.h"
 #include "apps/json_text.h"
+#include "apps/puzzle_report.h"
 #include "apps/text_file.h"
+#include "puzzles/explain.h"
 #include "puzzles/runner.h"
 #include "schedules/text_format.h"
 #include "visualize/timeline_svg.h"
@@ -27,51 +29,39 @@ struct PuzzlesArgs {
   std::string save_schedules;
 };
 
-std::string grouped(double v) {
-  std::string digits = format_memory(v);
-  std::string frac;
-  if (auto dot = digits.find('.'); dot != std::string::npos) {
-    frac = digits.substr(dot);
-    digits = digits.substr(0, dot);
+// The saved .sched: a failed run's partial schedule starts with comment lines that say so and why.
+std::string schedule_text(const puzzles::PuzzleResult& r) {
+  std::string text = print_schedule(*r.schedule);
+  if (r.correct) return text;
+  std::string head = "# PARTIAL SCHEDULE: this run failed; only the ops executed before the error are here.\n";
+  std::size_t at = 0;
+  while (at <= r.error.size()) {
+    std::size_t nl = r.error.find('\n', at);
+    head += "# " + r.error.substr(at, nl == std::string::npos ? std::string::npos : nl - at) + "\n";
+    if (nl == std::string::npos) break;
+    at = nl + 1;
   }
-  std::string out;
-  int n = static_cast<int>(digits.size());
-  for (int i = 0; i < n; ++i) {
-    out += digits[i];
-    if ((n - 1 - i) % 3 == 0 && i != n - 1) out += ',';
-  }
-  return out + frac;
+  return head + text;
 }
 
-nlohmann::ordered_json to_json(const puzzles::PuzzleResult& r) {
-  nlohmann::ordered_json j;
-  j["name"] = r.name;
-  j["correct"] = r.correct;
-  j["error"] = r.error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
-  j["timesteps"] = to_seconds(r.timesteps);
-  j["makespan"] = to_seconds(r.makespan);
-  j["max_memory"] = r.peak.memory;
-  j["max_memory_rank"] = r.peak.rank;
-  j["max_memory_time"] = to_seconds(r.peak.time);
-  j["target_time"] = r.target_time;
-  j["target_memory"] = r.target_memory;
-  j["time_ok"] = r.time_ok;
-  j["memory_ok"] = r.memory_ok;
-  return j;
-}
-
-void print_table(const std::vector<puzzles::PuzzleResult>& results) {
-  fmt::print("{:<14} {:<7} {:>9} {:>9} {:>11} {:>15} {:>10} {:>13}\n", "puzzle", "correct", "timesteps", "makespan",
-             "peak memory", "at rank @ time", "time goal", "memory goal");
-  for (const auto& r : results) {
-    std::string at = fmt::format("{} @ {}", r.peak.rank, format_time(r.peak.time));
-    fmt::print("{:<14} {:<7} {:>9} {:>9} {:>11} {:>15} {:>10} {:>13}\n", r.name, r.correct ? "yes" : "NO",
-               format_time(r.timesteps), format_time(r.makespan), grouped(r.peak.memory), at,
-               fmt::format("{} {}", format_memory(r.target_time), r.time_ok ? "ok" : "MISS"),
-               fmt::format("{} {}", grouped(r.target_memory), r.memory_ok ? "ok" : "MISS"));
+visualize::TimelineOptions timeline_options(const puzzles::Puzzle& p, const puzzles::PuzzleResult& r, bool exercise) {
+  visualize::TimelineOptions opt;
+  opt.title = fmt::format("{} - {}{}", p.name, p.title, exercise ? " (your solution)" : "");
+  // Targets are judged, and drawn, only for runs that completed.
+  if (r.completed()) {
+    opt.target_time = p.target_time;
+    opt.target_time_floor = true;
+    opt.target_memory = p.target_memory;
   }
-  for (const auto& r : results)
-    if (!r.error.empty()) fmt::print("\n{}: {}\n", r.name, r.error);
+  opt.error = r.error;
+  for (const auto& b : r.blocked) opt.blocked.push_back({b.rank, b.since, b.what});
+  if (!r.peak_resident.empty() || !r.peak_op.empty()) {
+    visualize::PeakExplanation why;
+    why.op = r.peak_op;
+    for (const auto& t : r.peak_resident) why.resident.emplace_back(t.name, t.size);
+    opt.peak_explanation = std::move(why);
+  }
+  return opt;
 }
 
 int run(const PuzzlesArgs& args) {
@@ -89,7 +79,10 @@ int run(const PuzzlesArgs& args) {
     for (const auto& p : puzzles::catalog()) chosen.push_back(&p);
   }
 
-  for (const std::string& dir : {args.out, args.save_schedules}) {
+  // Your solutions' timelines go to OUT/exercises/: the reference timelines in OUT/ stay as they are.
+  const std::filesystem::path svg_dir =
+      args.exercises ? std::filesystem::path(args.out) / "exercises" : std::filesystem::path(args.out);
+  for (const std::string& dir : {svg_dir.string(), args.save_schedules}) {
     if (dir.empty()) continue;
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -107,16 +100,11 @@ int run(const PuzzlesArgs& args) {
     puzzles::PuzzleResult r = puzzles::run_puzzle(*p, args.exercises, record);
     if (record && r.schedule) {
       std::filesystem::path f = std::filesystem::path(args.save_schedules) / (p->name + ".sched");
-      if (!write_output("trainsim puzzles", f.string(), print_schedule(*r.schedule))) {
-        return 2;
-      }
+      if (!write_output("trainsim puzzles", f.string(), schedule_text(r))) return 2;
     }
-    visualize::TimelineOptions opt;
-    opt.title = fmt::format("{} - {}{}", p->name, p->title, args.exercises ? " (your solution)" : "");
-    opt.target_time = p->target_time;
-    opt.target_memory = p->target_memory;
-    std::filesystem::path svg = std::filesystem::path(args.out) / (p->name + ".svg");
-    if (!write_output("trainsim puzzles", svg.string(), visualize::timeline_svg(r.trace, opt))) {
+    std::filesystem::path svg = svg_dir / (p->name + ".svg");
+    if (!write_output("trainsim puzzles", svg.string(),
+                      visualize::timeline_svg(r.trace, timeline_options(*p, r, args.exercises)))) {
       return 2;
     }
     all_ok = all_ok && r.passed();
@@ -125,7 +113,7 @@ int run(const PuzzlesArgs& args) {
 
   if (args.json) {
     nlohmann::ordered_json arr = nlohmann::ordered_json::array();
-    for (const auto& r : results) arr.push_back(to_json(r));
+    for (const auto& r : results) arr.push_back(puzzle_json(r));
     std::cout << json_text(arr) << "\n";
   } else {
     print_table(results);
@@ -133,7 +121,7 @@ int run(const PuzzlesArgs& args) {
   int passed = 0;
   for (const auto& r : results) passed += r.passed();
   fmt::print(notes, "\n{} of {} puzzle{} correct and within targets; timelines in {}/\n", passed, results.size(),
-             results.size() == 1 ? "" : "s", args.out);
+             results.size() == 1 ? "" : "s", svg_dir.string());
   return all_ok ? 0 : 1;
 }
 
@@ -148,10 +136,12 @@ void add_puzzles_command(CLI::App& app, int* exit_code) {
       "when every puzzle run is correct and within its targets.");
   cmd->add_option("--only", args->only, "Run only this puzzle (basic, grad_accum, ddp, wsdp, fsdp, pipeline, gpipe, pipeline_fsdp)");
   cmd->add_flag("--exercises", args->exercises, "Run your solutions in puzzles/exercises/ instead of the reference ones");
-  cmd->add_option("--out", args->out, "Directory for the timeline SVGs")->capture_default_str();
+  cmd->add_option("--out", args->out,
+                  "Directory for the timeline SVGs (with --exercises, its exercises/ subdirectory)")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print a JSON array of results instead of the table");
   cmd->add_option("--save-schedules", args->save_schedules,
-                  "Also record each correct run's schedule and write it to DIR/NAME.sched");
+                  "Also record each run's schedule and write it to DIR/NAME.sched (a failed run's partial schedule, "
+                  "marked by a comment at the top)");
   cmd->callback([args, exit_code] { *exit_code = run(*args); });
 }
 

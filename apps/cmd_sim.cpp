@@ -19,6 +19,7 @@
 #include "schedules/text_format.h"
 #include "visualize/graph.h"
 #include "visualize/perfetto.h"
+#include "visualize/timeline_marks.h"
 #include "visualize/timeline_svg.h"
 
 namespace trainsim::apps {
@@ -159,6 +160,10 @@ int run(const SimArgs& a, bool outputs) {
     if (!a.svg.empty()) {
       visualize::TimelineOptions o;
       o.title = std::filesystem::path(a.file).filename().string();
+      if (!r.ok) {  // an invalid run's partial timeline says so: a banner, and its blocked ranks marked
+        o.error = r.error;
+        o.blocked = visualize::blocked_from_report(r.error);
+      }
       wrote = write_output(a.command, a.svg, visualize::timeline_svg(r.trace, o)) && wrote;
     }
     if (!a.trace.empty()) wrote = write_output(a.command, a.trace, visualize::perfetto_trace_json(r.trace)) && wrote;

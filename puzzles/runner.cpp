@@ -5,6 +5,7 @@
 #include <set>
 
 #include "schedules/recorder.h"
+#include "sim/ledger.h"
 
 namespace trainsim::puzzles {
 
@@ -47,9 +48,22 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
   header.p2p = opts.p2p;
   ScheduleRecorder recorder(header);
   std::vector<std::unique_ptr<Model>> models;
+  // Each rank's highest memory sample so far (first strictly highest, as Trace::peak) with what was resident
+  // then and the op that started: the peak's explanation.
+  std::vector<double> best(static_cast<std::size_t>(puzzle.ranks), 0.0);
+  std::vector<std::vector<Tensor>> best_resident(best.size());
+  std::vector<std::string> best_op(best.size());
   {
     World world(opts, cost);
-    if (record) world.set_op_observer([&recorder](const Op& op) { recorder.on_op(op); });
+    world.set_op_observer([&](const Op& op) {
+      if (record) recorder.on_op(op);
+      if (!is_timed(op.kind)) return;
+      const MemoryLedger& ledger = world.ledger(op.rank);
+      if (ledger.total() <= best[op.rank]) return;
+      best[op.rank] = ledger.total();
+      best_resident[op.rank] = ledger.resident();
+      best_op[op.rank] = op.describe() + (op.where.empty() ? "" : " (" + op.where + ")");
+    });
     for (int rank = 0; rank < puzzle.ranks; ++rank) {
       models.push_back(std::make_unique<Model>(Rank(world, rank), puzzle.layers, puzzle.batches));
       if (record)
@@ -67,14 +81,20 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
       r.error = e.what();
     }
     r.trace = world.trace();
+    for (const auto& b : world.blocked_ranks()) r.blocked.push_back({b.rank, b.since, b.op + ": " + b.detail});
   }
-  if (record && r.correct) {
+  if (record) {
     r.schedule = recorder.finish();
     r.schedule->header.stage_map = stage_map_of(*r.schedule);
   }
   r.timesteps = r.trace.timesteps();
   r.makespan = r.trace.makespan();
   r.peak = r.trace.peak();
+  if (r.peak.memory > 0) {
+    for (const Tensor& t : best_resident[r.peak.rank]) r.peak_resident.push_back(
+          ResidentTensor{t.str(), static_cast<const CostModel&>(cost).memory(t, r.peak.rank)});
+    r.peak_op = best_op[r.peak.rank];
+  }
   r.time_ok = std::floor(to_seconds(r.timesteps)) <= puzzle.target_time;
   r.memory_ok = r.peak.memory <= puzzle.target_memory;
   return r;

@@ -346,6 +346,23 @@ std::vector<int> World::wait_for_cycle(const std::vector<int>& blocked) const {
   return find_wait_cycle(n + static_cast<int>(call_edges.size()), n, blocked, edge);
 }
 
+std::vector<World::BlockedRank> World::blocked_ranks() const {
+  std::vector<BlockedRank> out;
+  for (int r = 0; r < options_.world_size; ++r) {
+    const RankState& rs = ranks_[r];
+    if (rs.finished || !rs.blocked) continue;
+    const Blocked& b = *rs.blocked;
+    std::string detail = b.detail;
+    if (b.group >= 0) {
+      std::vector<int> missing = missing_members(b);
+      detail = fmt::format("collective #{} of group {}, waiting for rank{} {}", b.seq, b.group,
+                           missing.size() == 1 ? "" : "s", rank_list(missing));
+    }
+    out.push_back({r, b.since, b.op.describe() + where_suffix(b.op), std::move(detail)});
+  }
+  return out;
+}
+
 std::string World::deadlock_report() const {
   std::vector<int> blocked;
   for (int r = 0; r < options_.world_size; ++r)

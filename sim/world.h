@@ -91,6 +91,17 @@ class World {
   void run();
   /// What was executed so far.
   const Trace& trace() const { return trace_; }
+
+  /// A rank left waiting when the run stopped: since when, in which op, and for what.
+  struct BlockedRank {
+    int rank = 0;
+    Time since = 0;      ///< when it began to wait
+    std::string op;      ///< the op it waits in, with its source ("receive (ddp.cpp:31)")
+    std::string detail;  ///< what it waits for ("waiting for a message from rank 1")
+  };
+  /// The ranks that have not finished and wait in a primitive, in rank order (after a deadlock, what the
+  /// report lists); empty when every rank finished.
+  std::vector<BlockedRank> blocked_ranks() const;
   /// Calls `f` with every timed op as it is recorded, in each rank's program order (after its memory sample).
   void set_op_observer(std::function<void(const Op&)> f) { observer_ = std::move(f); }
 

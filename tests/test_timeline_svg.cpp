@@ -202,23 +202,28 @@ TEST_CASE("timeline svg: hand-built trace shows rows, boxes, tooltips and the pe
   CHECK(count(svg, "<path d=") == 2 + 1);  // two lanes and the legend's memory swatch
   // A tooltip per timed op (load and free are not drawn).
   CHECK(timed_ops(t) == 10);
-  CHECK(count(svg, "<title>") == timed_ops(t));
+  CHECK(count(svg, "<title>") == timed_ops(t) + 1);  // and the peak marker's
   CHECK(svg.find("rank 0: load") == std::string::npos);
   CHECK(svg.find("rank 0: free") == std::string::npos);
   CHECK(svg.find("<title>rank 0: forward layer 0 batches {0-3}\nstart 0, end 4\nmemory at start 10 MB</title>") !=
         std::string::npos);
   CHECK(svg.find("rank 0: send to rank 1\nstart 8, end 8.2\nmemory at start 25 MB\nfile.cpp:42</title>") !=
         std::string::npos);
-  // Batch numbers inside forward and backward, I/W halves, collective and update labels.
-  CHECK(svg.find(">0 1 2 3</text>") != std::string::npos);
-  CHECK(count(svg, ">0 1 2 3</text>") == 2);
-  CHECK(svg.find(">1 2 I</text>") != std::string::npos);
-  CHECK(svg.find(">1 2 W</text>") != std::string::npos);
-  CHECK(svg.find(">AG</text>") != std::string::npos);
+  // Every label names its layer; batch numbers inside forward and backward, I/W halves, collective and update.
+  CHECK(count(svg, ">L0 0 1 2 3</text>") == 1);
+  CHECK(count(svg, ">L1 0 1 2 3</text>") == 1);
+  CHECK(svg.find(">L1 1 2 I</text>") != std::string::npos);
+  CHECK(svg.find(">L1 1 2 W</text>") != std::string::npos);
+  CHECK(svg.find(">AG</text>") != std::string::npos);  // 0.3 s: too narrow for "L1 AG"
   CHECK(svg.find(">RS</text>") != std::string::npos);
-  CHECK(svg.find(">U</text>") != std::string::npos);
-  // Collectives at half opacity, backward-weight dashed, loss a thin marker.
-  CHECK(count(svg, "fill-opacity=\"0.5\"><title>") == 2);
+  CHECK(svg.find(">L0 U</text>") != std::string::npos);
+  // Collectives in their own colours (not the layer's at half opacity), backward-weight dashed, loss a marker.
+  CHECK(count(svg, "fill-opacity=\"0.5\"><title>") == 0);
+  CHECK(svg.find(fmt::format("fill=\"{}\"><title>rank 1: all-gather", visualize::kAllGatherColour)) != std::string::npos);
+  CHECK(svg.find(fmt::format("fill=\"{}\"><title>rank 1: reduce-scatter", visualize::kReduceScatterColour)) !=
+        std::string::npos);
+  // The legend explains the labels.
+  CHECK(svg.find(">labels: L2 = layer 2, then a forward&apos;s or backward&apos;s batches") != std::string::npos);
   CHECK(count(svg, "stroke-dasharray=\"3,2\"") == 1);
   CHECK(svg.find("width=\"2.4\"") != std::string::npos);
   // Forward in the layer colour, backward lighter, update yellow, pass grey.
@@ -234,7 +239,7 @@ TEST_CASE("timeline svg: hand-built trace shows rows, boxes, tooltips and the pe
   CHECK(svg.find("target") == std::string::npos);
   // Legend.
   for (const char* entry : {"forward, layers 0 to 1", ">backward<", "backward input (I)", "backward weight (W)",
-                            ">update<", "collective", "send/recv", ">loss<", ">memory<", ">peak memory<"})
+                            ">update<", "all-reduce (AR)", "send/recv", ">loss<", ">memory<", ">peak memory<"})
     CHECK_MESSAGE(svg.find(entry) != std::string::npos, entry);
 }
 
@@ -329,9 +334,9 @@ TEST_CASE("timeline svg: narrow boxes shorten or drop their labels; sub-pixel op
     t.ranks[0].push_back(run(OpKind::Send, 0, -1, {}, 50 + 0.01 * i, 50 + 0.01 * (i + 1), 2));
   std::string svg = timeline_svg(t);
   CHECK(check_well_formed(svg) == "");
-  CHECK(count(svg, ">0 1 2 3 4 5 6 7</text>") == 1);       // the 10 s box (240 px)
+  CHECK(count(svg, ">L0 0 1 2 3 4 5 6 7</text>") == 1);    // the 10 s box (240 px)
   CHECK(count(svg, ">0-7</text>") == 2);                   // the 1 s boxes (24 px) are shortened
-  CHECK(count(svg, "<title>") == 4 + 1);                   // the ten tiny sends are one box
+  CHECK(count(svg, "<title>") == 4 + 1 + 1);               // the ten tiny sends are one box; the peak
   CHECK(svg.find("10 ops from 50 to 50.1, too short to draw one by one: 10 send") != std::string::npos);
 }
 
@@ -352,7 +357,7 @@ TEST_CASE("timeline svg: puzzle runs") {
     CHECK(count(svg, "class=\"row-label\"") == static_cast<std::size_t>(t.world_size));
     for (int rank = 0; rank < t.world_size; ++rank)
       CHECK(count(svg, fmt::format(">rank {}</text>", rank)) == 1);
-    CHECK(count(svg, "<title>") == timed_ops(t));
+    CHECK(count(svg, "<title>") == timed_ops(t) + 1);  // and the peak marker's
     CHECK(count(svg, fmt::format(">{}</text>", peak_label(t))) == 1);
     CHECK(svg.find(fmt::format("Timesteps {}", format_time(t.timesteps()))) != std::string::npos);
     CHECK(svg.find("cost model puzzle, memory in units") != std::string::npos);
@@ -361,13 +366,13 @@ TEST_CASE("timeline svg: puzzle runs") {
     // Batch numbers of the first forward on rank 0.
     for (const auto& op : t.ranks[0])
       if (op.op.kind == OpKind::Forward) {
-        CHECK(svg.find(fmt::format(">{}</text>", op.op.batches.spaced())) != std::string::npos);
+        CHECK(svg.find(fmt::format(">L{} {}</text>", op.op.layer, op.op.batches.spaced())) != std::string::npos);
         break;
       }
   }
   // Puzzle 0 runs all four batches at once.
   std::string basic = timeline_svg(puzzles::run_puzzle(*puzzles::find_puzzle("basic")).trace);
-  CHECK(basic.find(">0 1 2 3</text>") != std::string::npos);
+  CHECK(basic.find(">L0 0 1 2 3</text>") != std::string::npos);
 }
 
 TEST_CASE("timeline svg: more ranks than max_detailed_ranks are summarised") {
@@ -383,10 +388,12 @@ TEST_CASE("timeline svg: more ranks than max_detailed_ranks are summarised") {
   CHECK(svg.find("Summarised: 100 ranks in 50 rows of 2") != std::string::npos);
   // The peak is still marked, naming its rank.
   MemoryPeak p = t.peak();
-  CHECK(svg.find(fmt::format(">{} (rank {})</text>", peak_label(t), p.rank)) != std::string::npos);
+  CHECK(svg.find(fmt::format(">peak {} at ", format_memory(p.memory))) != std::string::npos);
+  CHECK(svg.find(fmt::format(" (rank {})</text>", p.rank)) != std::string::npos);
   // No per-op boxes: a tooltip per row and per (op kind, opacity) drawn in it, none naming an op.
   CHECK(count(svg, "<title>") <= 50 * (1 + 5 * 10));
-  CHECK(svg.find("<title>ranks 0-1: mostly forward, ") != std::string::npos);
+  CHECK(svg.find("<title>ranks 0-1: forward; height = its share of the row&apos;s rank-time in each bin") !=
+        std::string::npos);
   CHECK(svg.find(": forward layer") == std::string::npos);
 
   // The threshold is an option: 16 ranks with max 8 detailed rows give 8 rows of 2.
@@ -396,7 +403,7 @@ TEST_CASE("timeline svg: more ranks than max_detailed_ranks are summarised") {
   CHECK(s16.find(">ranks 14-15</text>") != std::string::npos);
   std::string d16 = timeline_svg(sixteen);
   CHECK(count(d16, "class=\"row-label\"") == 16);
-  CHECK(count(d16, "<title>") == timed_ops(sixteen));
+  CHECK(count(d16, "<title>") == timed_ops(sixteen) + 1);  // and the peak marker's
 
   // 129 ranks: rows of 3, the last one short.
   std::string s129 = timeline_svg(synthetic(129, 10));
@@ -437,7 +444,7 @@ TEST_CASE("timeline svg: ops on several streams of a rank share its row without 
   std::string one_stream = timeline_svg(hand_trace());
   std::string svg = timeline_svg(t);
   CHECK(check_well_formed(svg) == "");
-  CHECK(count(svg, "<title>") == 2);
+  CHECK(count(svg, "<title>") == 2 + 1);  // two ops and the peak marker
   // Row of 34 px: one stream gets 30 px boxes; two streams get two of 14.5 px, one under the other.
   CHECK(one_stream.find("height=\"30.0\" fill=") != std::string::npos);
   CHECK(count(svg, "height=\"14.5\" fill=") == 2);

@@ -12,7 +12,9 @@
 //   (collapsed into the data edge), which keeps big graphs lighter; below, every pair gets one.
 // - Data: solid `color=gray40` edges from the op that last wrote a tensor on the same rank to each later
 //   op of that rank reading it (one edge per writer/reader pair; tooltip lists the tensors), with
-//   `constraint=false` unless the two ops are consecutive (program order already ranks them).
+//   `constraint=false` unless the two ops are consecutive (program order already ranks them). A tensor a
+//   load wrote links only to its first reader (not to every use of a weight); a free links from the last
+//   op that used the tensor.
 // - Messages: `style=bold, color=blue` edges from each Send to its Recv. The k-th send from a to b matches
 //   the k-th receive on b whose peer is a (receives from any source, peer -1, stay unmatched: which send
 //   they take is only known when the schedule runs).
@@ -20,6 +22,7 @@
 //   node "c<g>_<k>" (outside the clusters) and an undirected-looking edge (`dir=none`, dark orange) from
 //   each member's op to it. A point per call keeps the members' ops linked without imposing an order
 //   between ranks.
+// - A `cluster_legend` with one plaintext node says what each edge style means.
 // Output is a pure function of the schedule (ops in rank order then program order): byte-identical text.
 #include "visualize/graph.h"
 
@@ -182,21 +185,33 @@ std::string dependency_dot(const Schedule& schedule) {
     std::size_t from, to;
     std::string tensors;
   };
+  // A loaded tensor (a weight, its optimizer state) links only to its first reader: the later ones follow it
+  // in program order, and an edge from the load to each of them is what tangled the layout. A free links
+  // from the last op that used the tensor (it takes effect after that op), not from the far-away writer.
   std::vector<std::vector<DataEdge>> data(ranks.size());
   for (int r = 0; r < nranks; ++r) {
-    std::map<Tensor, std::size_t> writer;
+    std::map<Tensor, std::size_t> writer, last_use;
+    std::set<Tensor> loaded_unread;  // written by a load, not read yet
     for (std::size_t i = 0; i < ranks[r].size(); ++i) {
       const Op& op = ranks[r][i];
-      std::map<std::size_t, std::string> from;  // writer index -> tensor names, in writer order
+      std::map<std::size_t, std::string> from;  // source index -> tensor names, in source order
       for (const Tensor& t : op.reads) {
-        auto it = writer.find(t);
-        if (it == writer.end()) continue;
+        const auto& source = op.kind == OpKind::Free ? last_use : writer;
+        auto it = source.find(t);
+        if (it == source.end()) continue;
+        if (op.kind != OpKind::Free && ranks[r][it->second].kind == OpKind::Load && !loaded_unread.erase(t)) continue;
         std::string& names = from[it->second];
         if (!names.empty()) names += ", ";
         names += t.str();
       }
       for (auto& [f, names] : from) data[r].push_back(DataEdge{f, i, std::move(names)});
-      for (const Tensor& t : op.writes) writer[t] = i;
+      for (const Tensor& t : op.reads) last_use[t] = i;
+      for (const Tensor& t : op.writes) {
+        writer[t] = i;
+        last_use[t] = i;
+        if (op.kind == OpKind::Load) loaded_unread.insert(t);
+        else loaded_unread.erase(t);
+      }
     }
   }
 
@@ -269,6 +284,21 @@ std::string dependency_dot(const Schedule& schedule) {
         fmt::format_to(w, "  {} -> {} [dir=none, color=darkorange, penwidth=1.5];\n", node_id(r, i), point);
     }
   }
+
+  // Legend: what each edge style means (a table of coloured lines of text, in its own cluster).
+  out += "  // legend\n";
+  out += "  subgraph cluster_legend {\n    label=\"legend\"; style=rounded; color=gray60;\n"
+         "    legend [shape=plaintext, fontsize=9, label=<<table border=\"0\" cellpadding=\"2\" cellspacing=\"0\">"
+         "<tr><td align=\"left\"><font color=\"gray55\">- - - &#8594;</font></td>"
+         "<td align=\"left\">program order (next op on the rank)</td></tr>"
+         "<tr><td align=\"left\"><font color=\"gray40\">&#8212;&#8212; &#8594;</font></td>"
+         "<td align=\"left\">data: reads what the earlier op wrote (a load: its first reader only; a free: the "
+         "last user)</td></tr>"
+         "<tr><td align=\"left\"><font color=\"blue\"><b>&#8212;&#8212; &#8594;</b></font></td>"
+         "<td align=\"left\">message: send to its receive</td></tr>"
+         "<tr><td align=\"left\"><font color=\"darkorange\">&#8212;&#8212; &#8226;</font></td>"
+         "<td align=\"left\">collective: each member to one point per call</td></tr>"
+         "</table>>];\n  }\n";
 
   out += "}\n";
   return out;

@@ -50,4 +50,8 @@ std::string backward_colour(int layer, int layers) { return lighten(layer_colour
 std::string backward_input_colour(int layer, int layers) { return lighten(layer_colour(layer, layers), 0.3); }
 std::string backward_weight_colour(int layer, int layers) { return lighten(layer_colour(layer, layers), 0.62); }
 
+// The first layer's (green): the middle layer's hue is yellow, too close to the update's.
+std::string summary_forward_colour(int layers) { return layer_colour(0, std::max(layers, 1)); }
+std::string summary_backward_colour(int layers) { return backward_colour(0, std::max(layers, 1)); }
+
 }  // namespace trainsim::visualize

@@ -22,13 +22,20 @@ inline constexpr const char* kUpdateColour = "#f2c81f";      ///< optimizer upda
 inline constexpr const char* kPassColour = "#a6a6a6";        ///< send / recv ("pass")
 inline constexpr const char* kLossColour = "#262626";        ///< loss marker
 inline constexpr const char* kNoLayerColour = "#8c7bb8";     ///< collectives without a layer (barrier)
+/// Collectives have their own colours (blues and violets, away from the layers' green-to-red hues), so an
+/// all-reduce never looks like a backward; their label names the layer.
+inline constexpr const char* kAllGatherColour = "#4aa3d8";     ///< all-gather (AG)
+inline constexpr const char* kReduceScatterColour = "#a77fe0"; ///< reduce-scatter (RS)
+inline constexpr const char* kAllReduceColour = "#5a64d0";     ///< all-reduce (AR)
 inline constexpr const char* kMemoryFill = "#6b9be0";        ///< memory step plot, filled at kMemoryOpacity
 inline constexpr const char* kMemoryStroke = "#2f5fa8";      ///< memory step plot outline
 inline constexpr const char* kPeakColour = "#d62728";        ///< peak memory marker
 inline constexpr const char* kTargetColour = "#404040";      ///< target time / memory (dashed)
-/// Summary rows (many ranks): one colour per op category.
-inline constexpr const char* kSummaryForward = "#2e9e4f";
-inline constexpr const char* kSummaryBackward = "#e8873a";
-inline constexpr const char* kSummaryCollective = "#8c6bc8";
+/// Summary rows (many ranks) use the detailed view's colours: forward and backward of the first layer
+/// (green; the middle layer's yellow would read as update), update, all-reduce for every collective,
+/// send/recv.
+std::string summary_forward_colour(int layers);
+/// Backward in summary rows: the backward colour of the first layer.
+std::string summary_backward_colour(int layers);
 
 }  // namespace trainsim::visualize

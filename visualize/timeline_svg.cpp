@@ -6,10 +6,11 @@
 //
 // Many ranks (more than options.max_detailed_ranks): ranks are bucketed into rows of k consecutive ranks
 // ("ranks a-b", at most max_detailed_ranks rows). Each row is cut into time bins of summary_bin_px pixels; a
-// bin is filled with the colour of the op category that kept the row's ranks busiest in it (forward, backward,
-// update, collective, pass) at an opacity equal to the fraction of the row's ranks busy (rounded up to tenths).
-// Adjacent bins with the same colour and opacity are one rectangle. The row's memory lane plots, per bin, the
-// highest memory of any of its ranks. The summary lines of the SVG say so.
+// bin is a stacked column of the shares of the row's rank-time spent in each op category (forward, backward,
+// update, collective, pass; tenths of the row's height), in the detailed view's colours. Adjacent bins with
+// equal columns are one rectangle per segment. The row's memory lane plots, per bin, the highest memory of any
+// of its ranks. The summary lines of the SVG say so. Failure banner, blocked marks, the peak's placement and
+// explanation, and heatmap strips are in timeline_marks.h.
 #include "visualize/timeline_svg.h"
 
 #include <algorithm>
@@ -27,41 +28,13 @@
 
 #include "sim/world.h"
 #include "visualize/palette.h"
+#include "visualize/svg_writer.h"
+#include "visualize/timeline_marks.h"
+#include "visualize/timeline_summary.h"
 
 namespace trainsim::visualize {
 
 namespace {
-
-// ---------------------------------------------------------------- text
-
-void append_escaped(std::string& out, std::string_view s) {
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 forbids most control characters, even escaped.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += ' ';
-        else out += c;
-    }
-  }
-}
-
-/// Estimated width of `s` in pixels at `font` px, sans-serif (DejaVu Sans metrics, slightly generous).
-double text_width(std::string_view s, double font) {
-  double w = 0;
-  for (unsigned char c : s) {
-    if ((c & 0xC0) == 0x80) continue;  // UTF-8 continuation byte
-    if (c == ' ') w += 0.32;
-    else if (c >= 'A' && c <= 'Z') w += 0.70;
-    else if (c == 'i' || c == 'l' || c == 'I' || c == '.' || c == ',' || c == ':' || c == '|') w += 0.30;
-    else w += 0.62;
-  }
-  return w * font;
-}
 
 // ---------------------------------------------------------------- axis
 
@@ -82,50 +55,8 @@ std::string tick_label(double v, double step) {
 
 // ---------------------------------------------------------------- op categories and looks
 
-enum class Cat { Forward, Backward, Update, Collective, Pass, Loss };
-constexpr int kBusyCats = 5;  // categories counted in summary bins (loss takes no time)
-
-Cat category(OpKind k) {
-  switch (k) {
-    case OpKind::Forward: return Cat::Forward;
-    case OpKind::Backward:
-    case OpKind::BackwardInput:
-    case OpKind::BackwardWeight: return Cat::Backward;
-    case OpKind::Update: return Cat::Update;
-    case OpKind::Send:
-    case OpKind::Recv: return Cat::Pass;
-    case OpKind::Loss: return Cat::Loss;
-    default: return Cat::Collective;
-  }
-}
-
-const char* cat_name(Cat c) {
-  switch (c) {
-    case Cat::Forward: return "forward";
-    case Cat::Backward: return "backward";
-    case Cat::Update: return "update";
-    case Cat::Collective: return "collective";
-    case Cat::Pass: return "send/recv";
-    case Cat::Loss: return "loss";
-  }
-  return "?";
-}
-
-const char* summary_colour(Cat c) {
-  switch (c) {
-    case Cat::Forward: return kSummaryForward;
-    case Cat::Backward: return kSummaryBackward;
-    case Cat::Update: return kUpdateColour;
-    case Cat::Collective: return kSummaryCollective;
-    case Cat::Pass: return kPassColour;
-    case Cat::Loss: return kLossColour;
-  }
-  return kPassColour;
-}
-
 struct Look {
   const std::string* fill = nullptr;
-  bool half = false;    // fill-opacity 0.5 (collectives)
   bool dashed = false;  // dashed outline (backward-weight)
 };
 
@@ -143,12 +74,15 @@ class Colours {
       case OpKind::Forward: return {&of(op.layer).fwd};
       case OpKind::Backward: return {&of(op.layer).bwd};
       case OpKind::BackwardInput: return {&of(op.layer).bi};
-      case OpKind::BackwardWeight: return {&of(op.layer).bw, false, true};
+      case OpKind::BackwardWeight: return {&of(op.layer).bw, true};
       case OpKind::Update: return {&update_};
       case OpKind::Send:
       case OpKind::Recv: return {&pass_};
       case OpKind::Loss: return {&loss_};
-      default: return {op.layer < 0 ? &nolayer_ : &of(op.layer).fwd, true};
+      case OpKind::AllGather: return {&ag_};
+      case OpKind::ReduceScatter: return {&rs_};
+      case OpKind::AllReduce: return {&ar_};
+      default: return {&nolayer_};
     }
   }
 
@@ -168,13 +102,20 @@ class Colours {
   }
   int layers_;
   mutable std::map<int, Set> cache_;
-  std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour;
+  std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour,
+              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour;
 };
 
-/// The label drawn inside an op's box: the longest form that fits `width` px at `font` px, or "".
+/// The label drawn inside an op's box: the longest form that fits `width` px at `font` px, or "". Every form
+/// starts with the layer ("L2"), then the batch set for compute ("L2 0 1 2 3", "L2 0-3", with "I"/"W" for
+/// split backwards), the kind for the others ("L2 U", "L2 AR"); the legend says so.
 std::string box_label(const Op& op, double width, double font) {
   if (width < font * 0.62 + 3) return {};
   auto fits = [&](const std::string& s) { return text_width(s, font) + 2 <= width; };
+  const std::string layer = op.layer >= 0 && op.kind != OpKind::Loss ? fmt::format("L{}", op.layer) : std::string();
+  auto with_layer = [&](const std::string& rest) {
+    return layer.empty() ? rest : rest.empty() ? layer : layer + " " + rest;
+  };
   std::string s;
   switch (op.kind) {
     case OpKind::Forward:
@@ -184,9 +125,11 @@ std::string box_label(const Op& op, double width, double font) {
       std::string suffix = op.kind == OpKind::BackwardInput ? "I" : op.kind == OpKind::BackwardWeight ? "W" : "";
       std::string sep = suffix.empty() ? "" : " ";
       if (!op.batches.empty()) {
-        if (op.batches.size() <= 64 && fits(s = op.batches.spaced() + sep + suffix)) return s;
-        if (fits(s = op.batches.str() + sep + suffix)) return s;
+        if (op.batches.size() <= 64 && fits(s = with_layer(op.batches.spaced() + sep + suffix))) return s;
+        if (fits(s = with_layer(op.batches.str() + sep + suffix))) return s;
+        if (fits(s = op.batches.str() + sep + suffix)) return s;  // narrow: the batches before the layer
       }
+      if (fits(s = with_layer(suffix))) return s;
       return fits(suffix) ? suffix : std::string();
     }
     case OpKind::Update: s = "U"; break;
@@ -198,24 +141,9 @@ std::string box_label(const Op& op, double width, double font) {
     case OpKind::Recv: s = op.peer < 0 ? std::string("\u2190*") : fmt::format("\u2190{}", op.peer); break;
     default: return {};
   }
+  if (op.kind != OpKind::Send && op.kind != OpKind::Recv && fits(with_layer(s))) return with_layer(s);
   return fits(s) ? s : std::string();
 }
-
-// ---------------------------------------------------------------- document
-
-struct Svg {
-  std::string s;
-  template <typename... T>
-  void put(fmt::format_string<T...> f, T&&... args) {
-    fmt::format_to(std::back_inserter(s), f, std::forward<T>(args)...);
-  }
-  /// <text> at (x, y) with extra attributes `attrs` (already escaped) and escaped content.
-  void text(double x, double y, std::string_view content, std::string_view attrs = {}) {
-    put("<text x=\"{:.1f}\" y=\"{:.1f}\"{}{}>", x, y, attrs.empty() ? "" : " ", attrs);
-    append_escaped(s, content);
-    s += "</text>\n";
-  }
-};
 
 void open_svg(Svg& svg, double width, double height, const std::string& title) {
   svg.put("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -228,13 +156,18 @@ void open_svg(Svg& svg, double width, double height, const std::string& title) {
 }
 
 std::string empty_svg(const Trace& trace, const TimelineOptions& opt) {
-  std::string title = opt.title.empty() ? std::string("timeline") : opt.title;
+  std::string title = (opt.title.empty() ? std::string("timeline") : opt.title) + (opt.error.empty() ? "" : " - FAILED");
   std::string detail = trace.ranks.empty() ? "no ops: the trace has no ranks"
                                            : fmt::format("no ops: none of the {} ranks ran a timed op", trace.ranks.size());
-  double width = std::ceil(std::max({480.0, text_width(title, 19.8) + 32, text_width(detail, 13) + 32}));
+  std::vector<std::string> banner = opt.error.empty() ? std::vector<std::string>() : failure_lines(opt.error);
+  double width = std::max({480.0, text_width(title, 19.8) + 32, text_width(detail, 13) + 32});
+  for (const auto& l : banner) width = std::max(width, text_width(l, 12.5) + 40);
+  width = std::ceil(width);
+  const double banner_h = failure_banner_height(banner.size());
   Svg svg;
-  open_svg(svg, width, 90, title);
-  svg.text(16, 60, detail, "font-size=\"13\" fill=\"#555555\"");
+  open_svg(svg, width, 90 + banner_h, title);
+  draw_failure_banner(svg, banner, 40, width);
+  svg.text(16, 60 + banner_h, detail, "font-size=\"13\" fill=\"#555555\"");
   svg.put("</svg>\n");
   return std::move(svg.s);
 }
@@ -242,7 +175,7 @@ std::string empty_svg(const Trace& trace, const TimelineOptions& opt) {
 // ---------------------------------------------------------------- legend
 
 struct LegendItem {
-  enum Style { Boxes, Bar, Area, PeakLine, DashedLine } style = Boxes;
+  enum Style { Boxes, Bar, Area, PeakLine, DashedLine, Text } style = Boxes;
   std::vector<std::string> fills;
   double opacity = 1;  // < 1: the boxes fade from `opacity` to 1
   bool dashed = false;
@@ -252,6 +185,7 @@ struct LegendItem {
 double legend_swatch_width(const LegendItem& it) {
   if (it.style == LegendItem::Boxes) return 12.0 * static_cast<double>(std::max<std::size_t>(it.fills.size(), 1));
   if (it.style == LegendItem::Bar) return 4;
+  if (it.style == LegendItem::Text) return 0;
   return 18;
 }
 
@@ -290,6 +224,8 @@ int legend(Svg* svg, const std::vector<LegendItem>& items, double x0, double top
         case LegendItem::PeakLine:
           svg->put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n",
                    x + 9, y, y + 12, kPeakColour);
+          break;
+        case LegendItem::Text:
           break;
         case LegendItem::DashedLine:
           svg->put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"1.2\" "
@@ -330,11 +266,6 @@ void step_plot(Svg& svg, const std::vector<Step>& steps, double x_end, double to
   svg.put("H{:.1f}V{:.1f}Z\"/>\n", x_end, base);
 }
 
-/// "ranks a-b" or "rank a" for a bucket of one.
-std::string bucket_name(const char* singular, int a, int b) {
-  return a == b ? fmt::format("{} {}", singular, a) : fmt::format("{}s {}-{}", singular, a, b);
-}
-
 }  // namespace
 
 std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
@@ -371,7 +302,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
 
   // ---- Horizontal geometry.
   double secs = to_seconds(trace.makespan());
-  if (opt.target_time && *opt.target_time > secs) secs = *opt.target_time;
+  // The time target's line: at the target, or with the floor rule at the first Timesteps that miss it.
+  const double target_line = opt.target_time.value_or(0.0) + (opt.target_time_floor ? 1 : 0);
+  if (opt.target_time && target_line > secs) secs = target_line;
   if (!(secs > 0)) secs = 1;
   const double min_w = std::max(100.0, opt.min_time_width);
   const double time_w = std::clamp(secs * opt.px_per_second, min_w, std::max(min_w, opt.max_time_width));
@@ -384,6 +317,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double tick = nice_step(secs * 90 / time_w);
 
   // ---- Sizes that depend on the number of rows.
+  const bool heat = nrows > opt.memory_heatmap_above;  // memory lanes as heatmap strips
   const double row_h = nrows <= 4 ? 34 : nrows <= 8 ? 28 : nrows <= 16 ? 22 : nrows <= 32 ? 16 : 13;
   const double lane_h = nrows <= 2 ? 72 : nrows <= 4 ? 56 : nrows <= 8 ? 42 : nrows <= 16 ? 30 : nrows <= 32 ? 20 : 15;
   const double lane_gap = nrows <= 16 ? 4 : 2;
@@ -410,7 +344,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double box_font = row_h >= 28 ? 11 : row_h >= 22 ? 10 : row_h >= 16 ? 9 : 8;
 
   // ---- Text of the heading.
-  const std::string title = opt.title.empty() ? std::string("timeline") : opt.title;
+  const std::string title = (opt.title.empty() ? std::string("timeline") : opt.title) +
+                            (opt.error.empty() ? "" : " - FAILED");
+  const std::vector<std::string> banner = opt.error.empty() ? std::vector<std::string>() : failure_lines(opt.error);
   std::string line1 = fmt::format("Timesteps {}  \u00b7  makespan {}  \u00b7  peak memory {} {} on rank {} at t={}",
                                   format_time(trace.timesteps()), format_time(trace.makespan()),
                                   format_memory(peak.memory), unit, peak.rank, format_time(peak.time));
@@ -424,13 +360,14 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   std::string line3;
   if (!detailed)
     line3 = fmt::format(
-        "Summarised: {} ranks in {} rows of {}; each time bin is coloured by the busiest op kind, opacity = "
-        "fraction of the row's ranks busy; memory lanes show the row's highest memory.",
+        "Summarised: {} ranks in {} rows of {}; each time bin stacks the share of the row's rank-time in each op "
+        "kind (forward, backward, update, collective, send/recv); memory lanes show the row's highest memory.",
         nranks, nrows, per_row);
 
   double width = x1 + right_margin;
   width = std::max({width, text_width(title, 19.8) + 32, text_width(line1, 12.5) + 32, text_width(line2, 11) + 32,
                     text_width(line3, 11) + 32});
+  for (const auto& l : banner) width = std::max(width, text_width(l, 12.5) + 40);
   width = std::ceil(width);
 
   // ---- Legend.
@@ -454,21 +391,30 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     if (has_bi) items.push_back({LegendItem::Boxes, {backward_input_colour(0, L)}, 1, false, "backward input (I)"});
     if (has_bw) items.push_back({LegendItem::Boxes, {backward_weight_colour(0, L)}, 1, true, "backward weight (W)"});
     items.push_back({LegendItem::Boxes, {kUpdateColour}, 1, false, "update"});
-    items.push_back({LegendItem::Boxes, {colours.forward(0)}, 0.5, false, "collective (AG, RS, AR, B)"});
+    items.push_back({LegendItem::Boxes, {kAllGatherColour, kReduceScatterColour, kAllReduceColour, kNoLayerColour}, 1,
+                     false, "all-gather (AG), reduce-scatter (RS), all-reduce (AR), barrier (B)"});
     items.push_back({LegendItem::Boxes, {kPassColour}, 1, false, "send/recv (pass)"});
     items.push_back({LegendItem::Bar, {}, 1, false, "loss"});
+    items.push_back({LegendItem::Text, {}, 1, false,
+                     "labels: L2 = layer 2, then a forward's or backward's batches (microbatches: 0 1 2 3 or 0-3), or "
+                     "the op (U update, AG/RS/AR); \u2192N send to rank N, \u2190N receive"});
   } else {
     for (Cat c : {Cat::Forward, Cat::Backward, Cat::Update, Cat::Collective, Cat::Pass})
-      items.push_back({LegendItem::Boxes, {summary_colour(c)}, 1, false, cat_name(c)});
-    items.push_back({LegendItem::Boxes, {kSummaryForward, kSummaryForward, kSummaryForward, kSummaryForward}, 0.2, false,
-                     "opacity: fraction of the row's ranks busy"});
+      items.push_back({LegendItem::Boxes, {summary_colour(c, colours.layers())}, 1, false, cat_name(c)});
+    items.push_back({LegendItem::Text, {}, 1, false,
+                     "each time bin stacks the shares of the row's rank-time spent in each kind (full height = all busy)"});
   }
-  items.push_back({LegendItem::Area, {}, 1, false, detailed ? "memory" : "memory (row's highest)"});
+  if (heat)
+    items.push_back({LegendItem::Boxes, {kMemoryStroke, kMemoryStroke, kMemoryStroke, kMemoryStroke}, 0.2, false,
+                     detailed ? "memory (heatmap: darker = more)" : "memory (row's highest; darker = more)"});
+  else
+    items.push_back({LegendItem::Area, {}, 1, false, detailed ? "memory" : "memory (row's highest)"});
   items.push_back({LegendItem::PeakLine, {}, 1, false, "peak memory"});
   if (opt.target_time || opt.target_memory) items.push_back({LegendItem::DashedLine, {}, 1, false, "target"});
 
   // ---- Vertical layout.
-  double y = 50;  // line1 baseline
+  const double banner_h = failure_banner_height(banner.size());
+  double y = 50 + banner_h;  // line1 baseline
   const double line1_y = y;
   const double line2_y = y += 17;
   const double line3_y = line3.empty() ? y : (y += 16);
@@ -486,11 +432,18 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   auto lane_top = [&](int row) { return lanes_top + row * (lane_h + lane_gap); };
   const double lanes_bottom = lane_top(nrows) - lane_gap;
   const double bottom_axis_y = lanes_bottom + 4;
-  const double height = std::ceil(bottom_axis_y + 26);
+  std::string caption;
+  // The caption explains a missed memory target: what was resident at the peak.
+  if (opt.peak_explanation && peak.memory > 0 && opt.target_memory && peak.memory > *opt.target_memory)
+    caption = peak_caption(peak, *opt.peak_explanation,
+                           static_cast<std::size_t>(std::max(60.0, (width - 32) / (0.6 * 11.5))));
+  const double caption_y = bottom_axis_y + 36;
+  const double height = std::ceil(bottom_axis_y + 26 + (caption.empty() ? 0 : 18));
 
   Svg svg;
   svg.s.reserve(4096 + timed * (detailed ? 200 : 0));
   open_svg(svg, width, height, title);
+  draw_failure_banner(svg, banner, 40, width);
   svg.text(16, line1_y, line1, "font-size=\"12.5\"");
   svg.text(16, line2_y, line2, "font-size=\"11\" fill=\"#555555\"");
   if (!line3.empty()) svg.text(16, line3_y, line3, "font-size=\"11\" fill=\"#555555\"");
@@ -570,7 +523,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     auto draw_box = [&](int rank, const OpRun& r, double xa, double w, double by) {
       Look lk = colours.look(r.op);
       svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}{}><title>", xa, by,
-              std::max(w, 0.1), sub_h, *lk.fill, lk.half ? " fill-opacity=\"0.5\"" : "",
+              std::max(w, 0.1), sub_h, *lk.fill, "",
               lk.dashed ? " stroke-dasharray=\"3,2\" stroke-opacity=\"0.7\"" : "");
       append_escaped(svg.s, title_of(rank, r));
       svg.s += "</title></rect>\n";
@@ -601,7 +554,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
             what += fmt::format("{}{} {}", what.empty() ? "" : ", ", count[k], op_name(static_cast<OpKind>(k)));
         Look lk = colours.look(longest->op);
         svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"{}><title>", c.xa, by,
-                std::max(c.xb - c.xa, 1.0), sub_h, *lk.fill, lk.half ? " fill-opacity=\"0.5\"" : "");
+                std::max(c.xb - c.xa, 1.0), sub_h, *lk.fill, "");
         append_escaped(svg.s, fmt::format("rank {}: {} ops from {} to {}, too short to draw one by one: {}", rank,
                                           c.ops.size(), format_time(c.ops.front()->start),
                                           format_time(c.ops.back()->end), what));
@@ -659,76 +612,23 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       svg.put("</g>\n");
     }
   } else {
-    // Summary rows: busy time per (row, bin, category).
-    const int nbins = std::max(1, static_cast<int>(std::floor(time_w / std::max(1.0, opt.summary_bin_px))));
-    const double bin_s = secs / nbins;
-    std::vector<double> busy(static_cast<std::size_t>(nrows) * nbins * kBusyCats, 0.0);
-    std::vector<std::size_t> row_ops(static_cast<std::size_t>(nrows), 0);
-    for (int rank = 0; rank < nranks; ++rank) {
-      const int row = rank / per_row;
-      for (const auto& r : trace.ranks[rank]) {
-        if (!is_timed(r.op.kind)) continue;
-        ++row_ops[row];
-        Cat c = category(r.op.kind);
-        if (c == Cat::Loss || r.end <= r.start) continue;
-        double s = to_seconds(r.start), e = to_seconds(r.end);
-        int i0 = std::clamp(static_cast<int>(std::floor(s / bin_s)), 0, nbins - 1);
-        int i1 = std::clamp(static_cast<int>(std::ceil(e / bin_s)) - 1, i0, nbins - 1);
-        for (int i = i0; i <= i1; ++i) {
-          double overlap = std::min(e, (i + 1) * bin_s) - std::max(s, i * bin_s);
-          if (overlap > 0) busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats + static_cast<int>(c)] += overlap;
-        }
-      }
-    }
-    std::vector<std::string> paths(kBusyCats * 10);
-    svg.put("<g>\n");
-    for (int row = 0; row < nrows; ++row) {
-      const int members = row_last(row) - row_first(row) + 1;
-      const double ry = rows_top + row * row_h + 1;
-      svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#ffffff\" fill-opacity=\"0\" "
-              "stroke=\"#cccccc\" stroke-width=\"0.5\"><title>",
-              x0, ry, time_w, row_h - 2);
-      append_escaped(svg.s, fmt::format("{}: {} timed ops", bucket_name("rank", row_first(row), row_last(row)),
-                                        row_ops[row]));
-      svg.s += "</title></rect>\n";
-      // Quantised (level, category) per bin; a run of equal bins is one rectangle, and all rectangles of one
-      // (category, level) in the row are one <path> with one tooltip, which keeps big summaries small.
-      auto cell = [&](int i) {
-        const double* b = &busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats];
-        double total = 0;
-        int best = 0;
-        for (int c = 0; c < kBusyCats; ++c) {
-          total += b[c];
-          if (b[c] > b[best]) best = c;
-        }
-        double frac = std::min(1.0, total / (bin_s * members));
-        int level = frac <= 1e-12 ? 0 : std::clamp(static_cast<int>(std::ceil(frac * 10 - 1e-9)), 1, 10);
-        return std::pair<int, int>{level, best};
-      };
-      for (auto& p : paths) p.clear();
-      int i = 0;
-      while (i < nbins) {
-        auto [level, cat] = cell(i);
-        int j = i + 1;
-        while (j < nbins && cell(j) == std::pair<int, int>{level, cat}) ++j;
-        if (level > 0)
-          fmt::format_to(std::back_inserter(paths[cat * 10 + level - 1]), "M{:.1f},{:.1f}h{:.1f}v{:.1f}h{:.1f}z",
-                         px(i * bin_s), ry, px(j * bin_s) - px(i * bin_s), row_h - 2, px(i * bin_s) - px(j * bin_s));
-        i = j;
-      }
-      for (int cat = 0; cat < kBusyCats; ++cat)
-        for (int level = 1; level <= 10; ++level) {
-          const std::string& d = paths[cat * 10 + level - 1];
-          if (d.empty()) continue;
-          svg.put("<path d=\"{}\" fill=\"{}\" fill-opacity=\"{:.1f}\"><title>", d, summary_colour(static_cast<Cat>(cat)),
-                  level / 10.0);
-          append_escaped(svg.s, fmt::format("{}: mostly {}, {}-{}% of the ranks busy",
-                                            bucket_name("rank", row_first(row), row_last(row)),
-                                            cat_name(static_cast<Cat>(cat)), level * 10 - 9, level * 10));
-          svg.s += "</title></path>\n";
-        }
-    }
-    svg.put("</g>\n");
+    SummaryLayout layout;
+    layout.x0 = x0;
+    layout.time_w = time_w;
+    layout.secs = secs;
+    layout.rows_top = rows_top;
+    layout.row_h = row_h;
+    layout.per_row = per_row;
+    layout.bin_px = opt.summary_bin_px;
+    draw_summary_rows(svg, trace, layout, colours.layers());
+  }
+
+  // ---- Blocked ranks (a deadlock): each marked on its row from the time it began to wait.
+  for (const BlockedMark& b : opt.blocked) {
+    if (b.rank < 0 || b.rank >= nranks) continue;
+    const int row = b.rank / per_row;
+    draw_blocked_mark(svg, b, px_t(std::clamp<Time>(b.since, 0, trace.makespan())), x1, rows_top + row * row_h + 2,
+                      row_h - 4);
   }
 
   // ---- Memory lanes.
@@ -739,12 +639,20 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double plot_h = lane_h - lane_pad;
   auto mem_y = [&](int row, double v) { return lane_top(row) + lane_h - std::clamp(v / scale, 0.0, 1.0) * plot_h; };
   svg.text(x0, mem_heading_y,
-           fmt::format("memory per {} in {}; each lane from 0 to {}", detailed ? "rank" : "row of ranks", unit,
-                       format_memory(scale)),
+           heat ? fmt::format("memory per {} in {}, as a heatmap: darker = more, full colour = {}",
+                              detailed ? "rank" : "row of ranks", unit, format_memory(scale))
+                : fmt::format("memory per {} in {}; each lane from 0 to {}", detailed ? "rank" : "row of ranks", unit,
+                              format_memory(scale)),
            "font-size=\"12\" fill=\"#333333\"");
   svg.put("<g fill=\"{}\" fill-opacity=\"0.45\" stroke=\"{}\" stroke-width=\"1\" stroke-linejoin=\"miter\">\n",
           kMemoryFill, kMemoryStroke);
   std::vector<Step> steps;
+  auto draw_lane = [&](const std::vector<Step>& st, double x_end, int row) {
+    if (!heat) return step_plot(svg, st, x_end, lane_top(row) + lane_pad, plot_h, scale);
+    std::vector<std::pair<double, double>> pairs;
+    for (const Step& p : st) pairs.emplace_back(p.x, p.v);
+    heatmap_strip(svg, pairs, x_end, lane_top(row) + 1, lane_h - 2, scale);
+  };
   if (detailed) {
     for (int rank = 0; rank < nranks; ++rank) {
       steps.clear();
@@ -757,7 +665,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       // Held from each op's start until the next op's start: samples out of time order (several streams) are
       // drawn in time order.
       std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.x < b.x; });
-      step_plot(svg, steps, px_t(end), lane_top(rank) + lane_pad, plot_h, scale);
+      // What the first op finds resident (its weights, loaded before any timed op) is held from t=0.
+      if (!steps.empty()) steps.front().x = x0;
+      draw_lane(steps, px_t(end), rank);
     }
   } else {
     const int nbins = std::max(1, static_cast<int>(std::floor(time_w / std::max(1.0, opt.summary_bin_px))));
@@ -776,6 +686,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
         }
         std::stable_sort(samples.begin(), samples.end(),
                          [](const auto& a, const auto& b) { return a.first < b.first; });
+        if (!samples.empty()) samples.front().first = 0;  // held from t=0, as in the detailed lanes
         for (std::size_t k = 0; k < samples.size(); ++k) {
           double s = to_seconds(samples[k].first);
           double e = to_seconds(k + 1 < samples.size() ? samples[k + 1].first : end);
@@ -793,13 +704,13 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
         } else if (last == i - 1 && i > 0) {
           steps.push_back({px(i * bin_s), 0});
         }
-      step_plot(svg, steps, last >= 0 ? px((last + 1) * bin_s) : x0, lane_top(row) + lane_pad, plot_h, scale);
+      draw_lane(steps, last >= 0 ? px((last + 1) * bin_s) : x0, row);
     }
   }
   svg.put("</g>\n");
 
-  // ---- Target memory: a dashed line in every lane.
-  if (opt.target_memory) {
+  // ---- Target memory: a dashed line in every lane (not in heatmap strips, which have no height scale).
+  if (opt.target_memory && !heat) {
     svg.put("<g stroke=\"{}\" stroke-width=\"1.2\" stroke-dasharray=\"6,4\">\n", kTargetColour);
     for (int row = 0; row < nrows; ++row) {
       double ty = mem_y(row, *opt.target_memory);
@@ -820,9 +731,14 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   if (peak.memory > 0 && peak.rank >= 0 && peak.rank < nranks) {
     const int row = peak.rank / per_row;
     const double top = lane_top(row), base = top + lane_h;
-    const double x = px_t(peak.time);
-    const double py = mem_y(row, peak.memory);
-    std::string label = fmt::format("peak {} at {}", format_memory(peak.memory), format_time(peak.time));
+    // Marked where it is held longest (a zero-width spike at the first peak would hide it).
+    const PeakSpan span = peak_held_longest(trace, peak);
+    const double x = std::max(x0, px_t(span.start));
+    const double py = heat ? top + lane_h / 2 : mem_y(row, peak.memory);
+    std::string label = span.start == peak.time
+                            ? fmt::format("peak {} at {}", format_memory(peak.memory), format_time(peak.time))
+                            : fmt::format("peak {} at {}-{} (first at {})", format_memory(peak.memory),
+                                          format_time(span.start), format_time(span.end), format_time(peak.time));
     if (!detailed) label += fmt::format(" (rank {})", peak.rank);
     const double font = 10.5;
     const double tw = text_width(label, font) * 1.1;  // bold
@@ -830,7 +746,12 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     const double tx = right ? x + 4 : x - 4;
     // Under the peak's dot when the lane is tall enough, else along the lane's top.
     const double ty = lane_h >= 40 ? std::min(py + font + 4, base - 3) : top + std::min(lane_h - 2, font + 1);
-    svg.put("<g class=\"peak\">\n");
+    svg.put("<g class=\"peak\"><title>");
+    append_escaped(svg.s, peak_tooltip(peak, span, opt.peak_explanation ? &*opt.peak_explanation : nullptr, unit));
+    svg.put("</title>\n");
+    if (px_t(span.end) > x + 0.5)
+      svg.put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2\"/>\n", x, py,
+              px_t(span.end), py, kPeakColour);
     svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n", x,
             top - 2, base, kPeakColour);
     svg.put("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, py, kPeakColour);
@@ -843,8 +764,11 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
 
   // ---- Target time: a dashed vertical line through rows and lanes.
   if (opt.target_time) {
-    const double x = px(*opt.target_time);
-    std::string label = fmt::format("target {}", format_memory(*opt.target_time));
+    const double x = px(target_line);
+    std::string label = opt.target_time_floor
+                            ? fmt::format("target {}: Timesteps below {} meet it (rounded down)",
+                                          format_memory(*opt.target_time), format_memory(target_line))
+                            : fmt::format("target {}", format_memory(*opt.target_time));
     const bool right = x + text_width(label, 11) + 4 <= width - 4;
     svg.put("<g class=\"target-time\">\n");
     svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\" "
@@ -854,6 +778,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
              fmt::format("font-size=\"11\" fill=\"{}\"{}", kTargetColour, right ? "" : " text-anchor=\"end\""));
     svg.put("</g>\n");
   }
+
+  if (!caption.empty()) svg.text(16, caption_y, caption, fmt::format("class=\"peak-caption\" font-size=\"11.5\" fill=\"{}\"", kPeakColour));
 
   svg.put("</svg>\n");
   return std::move(svg.s);

@@ -2,23 +2,43 @@
 // lane per rank with the peak marked, a time axis and a legend.
 //
 // Up to `max_detailed_ranks` ranks every timed op is a box with a tooltip (<title>): forward in its layer's
-// colour with the batch numbers inside, backward lighter (backward-input "I" and backward-weight "W" in two
-// more tints), update yellow, collectives in the layer hue at half opacity ("AG", "RS", "AR", "B"),
-// send/recv grey, loss a thin dark marker. Load, accumulate and free are not drawn. Ops narrower than
-// `merge_below_px` are merged with their narrow neighbours into one box whose tooltip counts them.
+// colour, backward lighter (backward-input "I" and backward-weight "W" in two more tints), update yellow,
+// all-gather, reduce-scatter and all-reduce in their own colours (blues and violets), send/recv grey, loss a
+// thin dark marker. Every box's label starts with its layer ("L2 0 1 2 3": layer 2, batches 0-3; "L2 AR"); the
+// legend explains the labels. Load, accumulate and free are not drawn. Ops narrower than `merge_below_px` are
+// merged with their narrow neighbours into one box whose tooltip counts them.
 //
 // With more ranks, ranks are bucketed into at most `max_detailed_ranks` rows ("ranks a-b"); each row is cut
-// into time bins of `summary_bin_px` pixels, and each bin is coloured by the op category busiest in it
-// (forward, backward, update, collective, pass) at an opacity equal to the fraction of the row's ranks busy
-// (rounded up to tenths). The row's memory lane plots the highest memory of its ranks in each bin.
+// into time bins of `summary_bin_px` pixels, and each bin stacks the shares of the row's rank-time in each op
+// category (forward, backward, update, collective, pass) in the detailed view's colours. The row's memory lane
+// plots the highest memory of its ranks in each bin.
+//
+// Memory lanes start at t=0 (what the first op finds was held from the start); the peak is marked where its
+// value is held longest; above `memory_heatmap_above` rows each lane is a heatmap strip. A failed run
+// (`error`) gets a banner and its blocked ranks are marked; the time target's line can follow the floor rule.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sim/trace.h"
 
 namespace trainsim::visualize {
+
+/// A rank left waiting when a failed run stopped: its row is marked from `since` on.
+struct BlockedMark {
+  int rank = 0;
+  Time since = 0;
+  std::string what;  ///< the op it waits in and what for (the marker's tooltip)
+};
+
+/// What was resident on the peak rank at the peak: the peak marker's tooltip and the caption under the lanes.
+struct PeakExplanation {
+  std::string op;  ///< the op that started at the peak ("forward layer 2 batches {0-3} (ddp.cpp:20)")
+  std::vector<std::pair<std::string, double>> resident;  ///< each tensor and its size (cost model unit)
+};
 
 /// What to draw besides the trace.
 struct TimelineOptions {
@@ -31,6 +51,14 @@ struct TimelineOptions {
   double px_per_second = 40;             ///< preferred scale (one puzzle step = one second) within those bounds
   double merge_below_px = 1.0;           ///< ops narrower than this are merged into one box with their neighbours
   double summary_bin_px = 5;             ///< width of a time bin in summarised rows, pixels
+  /// The time target is met when floor(Timesteps) <= target (the puzzles' rule): the target line is drawn at
+  /// the boundary target + 1, labelled so. Otherwise at the target itself.
+  bool target_time_floor = false;
+  /// The run failed with this error: a red banner at the top shows its first lines and the title says so.
+  std::string error;
+  std::vector<BlockedMark> blocked;           ///< ranks left waiting (a deadlock), marked on their rows
+  std::optional<PeakExplanation> peak_explanation;  ///< what made the peak: tooltip; caption when over target_memory
+  int memory_heatmap_above = 32;  ///< with more memory rows than this, each is a heatmap strip, not a plot
 };
 
 /// The SVG document (UTF-8 text). Deterministic: the same trace and options give the same bytes.

@@ -2,7 +2,7 @@
 //
 // Targets: Timesteps <= 17, peak memory <= 2,600,000.
 // Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only basic
-// The timeline is written to out/basic.svg. The reference answer is in puzzles/reference/basic.cpp.
+// The timeline is written to out/exercises/basic.svg. The reference answer is in puzzles/reference/basic.cpp.
 #include <tuple>
 #include <vector>
 

@@ -2,7 +2,7 @@
 //
 // Targets: Timesteps <= 5, peak memory <= 1,800,000.
 // Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only ddp
-// The timeline is written to out/ddp.svg. The reference answer is in puzzles/reference/ddp.cpp.
+// The timeline is written to out/exercises/ddp.svg. The reference answer is in puzzles/reference/ddp.cpp.
 #include <tuple>
 #include <vector>
 

@@ -2,7 +2,7 @@
 //
 // Targets: Timesteps <= 66, peak memory <= 3,300,000.
 // Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only pipeline
-// The timeline is written to out/pipeline.svg. The reference answer is in puzzles/reference/pipeline.cpp.
+// The timeline is written to out/exercises/pipeline.svg. The reference answer is in puzzles/reference/pipeline.cpp.
 #include <tuple>
 #include <vector>
 

@@ -2,7 +2,7 @@
 //
 // Targets: Timesteps <= 15, peak memory <= 1,000,000.
 // Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only pipeline_fsdp
-// The timeline is written to out/pipeline_fsdp.svg. The reference answer is in puzzles/reference/pipeline_fsdp.cpp.
+// The timeline is written to out/exercises/pipeline_fsdp.svg. The reference answer is in puzzles/reference/pipeline_fsdp.cpp.
 #include <tuple>
 #include <vector>
 

@@ -2,7 +2,7 @@
 //
 // Targets: Timesteps <= 20, peak memory <= 2,800,000.
 // Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only wsdp
-// The timeline is written to out/wsdp.svg. The reference answer is in puzzles/reference/wsdp.cpp.
+// The timeline is written to out/exercises/wsdp.svg. The reference answer is in puzzles/reference/wsdp.cpp.
 #include <tuple>
 #include <vector>
 
