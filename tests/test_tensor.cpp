@@ -46,3 +46,31 @@ TEST_CASE("shards combine, and only complete tensors shard") {
   CHECK_THROWS_WITH_AS(shard(full, 2, 2), doctest::Contains("out of range"), TensorError);
   CHECK_THROWS_WITH_AS(combine(w0, weight_tensor(3, {1}, 2)), doctest::Contains("different tensors"), TensorError);
 }
+
+TEST_CASE("IdSet: copies, moves and assignments keep inline and heap-held sets apart") {
+  const IdSet one = IdSet::range(2, 6);           // one run: held inline
+  const IdSet many = IdSet{0, 1, 2, 5, 9, 10};    // three runs: held on the heap
+  CHECK(one.runs().size() == 1);
+  REQUIRE(many.runs().size() == 3);
+  IdSet a = many, b = one;  // copies
+  CHECK(a == many);
+  CHECK(b == one);
+  a = one;  // heap -> inline
+  CHECK(a == one);
+  b = many;  // inline -> heap
+  CHECK(b == many);
+  IdSet c = std::move(b);  // the heap block moves; the source is left empty
+  CHECK(c == many);
+  CHECK(b.empty());
+  const IdSet& alias = c;
+  c = alias;  // self-assignment keeps the set
+  CHECK(c == many);
+  IdSet d;
+  d = std::move(c);
+  CHECK(d == many);
+  CHECK(d.str() == "0-2,5,9-10");
+  CHECK((d | one).str() == "0-5,9-10");
+  CHECK((d & one).str() == "2,5");
+  CHECK((d - one).str() == "0-1,9-10");
+  CHECK((many <=> one) == std::strong_ordering::less);  // by runs, as before: [0,3) < [2,6)
+}
