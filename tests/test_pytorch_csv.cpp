@@ -570,3 +570,23 @@ TEST_CASE("pytorch csv: V style goes on past two stages per rank, as PyTorch's s
   CHECK(r.exit_code == 0);
   CHECK(slurp(dir / "v6.sched").find("stage_map 0 1 1 0 0 1\n") != std::string::npos);
 }
+
+TEST_CASE("pytorch csv: ZBV converts to CSV and back, its V placement inferred from the rows") {
+  for (auto [p, m] : {std::pair{2, 3}, std::pair{3, 8}, std::pair{4, 9}}) {
+    CAPTURE(p);
+    CAPTURE(m);
+    GenOptions o;
+    o.stages = p, o.microbatches = m;
+    Schedule s = generate("zbv", o);
+    SimResult direct = simulate(s);
+    REQUIRE(direct.ok);
+    for (int l = 0; l < 2 * p; ++l) CHECK(s.header.stage_map[l] == v_style_rank(l, p));
+    for (CsvForm form : {CsvForm::ComputeOnly, CsvForm::ComputeComms}) {
+      Schedule back = import_pytorch_csv(export_pytorch_csv(s, form), m);  // no stage map given: inferred
+      CHECK(back.header.stage_map == s.header.stage_map);
+      check_valid(back);
+      CHECK(compute_order(back) == compute_order(s));
+      CHECK(simulate(back).summary.makespan == direct.summary.makespan);
+    }
+  }
+}

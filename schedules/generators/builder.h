@@ -111,6 +111,8 @@ Schedule gen_1f1b(const GenOptions& o);
 Schedule gen_interleaved_1f1b(const GenOptions& o);
 Schedule gen_looped_bfs(const GenOptions& o);
 Schedule gen_zb_h1(const GenOptions& o);
+/// ZBV: `stages` ranks, 2 x stages layers in V placement, PyTorch ScheduleZBVZeroBubble's order.
+Schedule gen_zbv(const GenOptions& o);
 /// ddp, zero1, zero2, fsdp.
 Schedule gen_data_parallel(const std::string& kind, const GenOptions& o);
 Schedule gen_pp_fsdp(const GenOptions& o);

@@ -5,7 +5,18 @@
 // them in its cool-down bubble, so no stage holds the activations of more than p microbatches (1F1B's
 // bound, reached by its first stage). This is the authors' handcrafted H1 (their DeepSpeed
 // ZeroBubbleH1Pipeline: warm-up p-s-1 forwards, s rounds of F I, then F I W, then I W, then the W left).
+//
+// ZBV (the same paper, section 6; PyTorch's ScheduleZBVZeroBubble): p ranks hold 2p stages in V placement
+// (rank r holds stage r and stage 2p-1-r), backward split into I and W. Rank r warms up with 2(p-r)-1
+// forwards of its first chunk, then r pairs of (second chunk, first chunk) forwards, then p-r rounds of
+// F I W on its second chunk; the steady state alternates F I W on the first chunk with F I W on the second;
+// the cool-down runs r pairs of I (first, second chunk), then p-r rounds of I and a deferred W on the first
+// chunk, then the W left (second chunk, then first). With fewer than 2p-1 microbatches the order is that of
+// 2p-1 microbatches without the passes of the microbatches that do not exist, as PyTorch does.
 #include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "schedules/generators/builder.h"
 
@@ -36,6 +47,59 @@ Schedule gen_zb_h1(const GenOptions& o) {
     }
     while (i < m) input();
     while (w < m) out.push_back({Pass::W, s, w++});
+  }
+  return build_pipeline(plan);
+}
+
+Schedule gen_zbv(const GenOptions& o) {
+  require_at_least("zbv", "stages", o.stages, 1);
+  require_at_least("zbv", "microbatches", o.microbatches, 1);
+  const int p = o.stages, m = o.microbatches, layers = 2 * p;
+  PipelinePlan plan;
+  plan.world_size = p;
+  plan.layers = layers;
+  plan.microbatches = m;
+  plan.steps.resize(p);
+  for (int l = 0; l < layers; ++l) plan.stage_map.push_back(l < p ? l : layers - 1 - l);  // the V
+  const int n = std::max(2 * p - 1, m);  // microbatches the order is made for
+  for (int r = 0; r < p; ++r) {
+    const int c0 = r, c1 = layers - 1 - r;  // the rank's first and second chunk
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    auto& out = plan.steps[r];
+    auto add = [&](Pass pass, int layer, int mb) {
+      if (mb < m) out.push_back({pass, layer, mb});
+    };
+    auto fiw = [&](int layer, int& f, int& b) {
+      add(Pass::F, layer, f++);
+      add(Pass::I, layer, b);
+      add(Pass::W, layer, b++);
+    };
+    for (int k = 0; k < 2 * (p - r) - 1; ++k) add(Pass::F, c0, f0++);
+    for (int k = 0; k < r; ++k) {
+      add(Pass::F, c1, f1++);
+      add(Pass::F, c0, f0++);
+    }
+    for (int k = 0; k < p - r; ++k) fiw(c1, f1, b1);
+    while (f1 < f0 || f0 < n) {
+      if (f0 < n) add(Pass::F, c0, f0++);
+      add(Pass::I, c0, b0);
+      add(Pass::W, c0, b0++);
+      fiw(c1, f1, b1);
+    }
+    int w0 = b0, w1 = b1;
+    for (int k = 0; k < r; ++k) {
+      add(Pass::I, c0, b0++);
+      add(Pass::I, c1, b1++);
+    }
+    for (int k = 0; k < p - r; ++k) {
+      add(Pass::I, c0, b0++);
+      add(Pass::W, c0, w0++);
+    }
+    while (w1 < b1) add(Pass::W, c1, w1++);
+    while (w0 < b0) add(Pass::W, c0, w0++);
+    if (f0 != n || b0 != n || w0 != n || f1 != n || b1 != n || w1 != n)
+      throw std::logic_error(fmt::format("zbv: rank {} ran {}/{}/{} and {}/{}/{} passes of {} microbatches", r, f0, b0,
+                                         w0, f1, b1, w1, n));
   }
   return build_pipeline(plan);
 }
