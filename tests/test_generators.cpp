@@ -18,7 +18,8 @@ using namespace trainsim::testing;
 
 namespace {
 
-const std::vector<std::string> kPipelineKinds = {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv"};
+const std::vector<std::string> kPipelineKinds = {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv",
+                                                  "dualpipev"};
 const std::vector<std::string> kDataParallelKinds = {"ddp", "zero1", "zero2", "fsdp"};
 
 bool uses_chunks(const std::string& kind) { return kind == "interleaved-1f1b" || kind == "looped-bfs"; }
@@ -111,9 +112,13 @@ TEST_CASE("gen: pipeline kinds validate, round-trip and match their bubble over 
             if (p == 4) refused_at_4.push_back(m);
             continue;
           }
+          if (kind == "dualpipev" && m < 2 * p) {  // PyTorch's ScheduleDualPipeV: at least as many as the stages
+            CHECK(rejection(kind, o).find("at least the number of stages") != std::string::npos);
+            continue;
+          }
           Schedule s = generate(kind, o);
           ++generated;
-          const int layers = uses_chunks(kind) ? p * v : kind == "zbv" ? 2 * p : p;
+          const int layers = uses_chunks(kind) ? p * v : kind == "zbv" || kind == "dualpipev" ? 2 * p : p;
           CHECK(s.header.world_size == p);
           CHECK(s.header.layers == layers);
           CHECK(s.header.microbatches == m);
@@ -136,6 +141,8 @@ TEST_CASE("gen: pipeline kinds validate, round-trip and match their bubble over 
           // rank, and less than interleaved 1F1B's (p-1)/(2m+p-1) over the same 2p stages otherwise.
           if (kind == "zbv" && p == 1) CHECK(bubble == doctest::Approx(0.0));
           if (kind == "zbv" && p > 1 && m >= p) CHECK(bubble < closed_form(p, m, 2));
+          // DualPipeV's overlapped pairs and late split backwards leave no more bubble than ZBV's, same sizes.
+          if (kind == "dualpipev") CHECK(bubble <= simulate(generate("zbv", o)).summary.bubble_fraction + 1e-12);
           // Breadth-first keeps every stage busy between its chunks once there are at least p microbatches.
           if (kind == "looped-bfs" && m >= p) CHECK(bubble == doctest::Approx(closed_form(p, m, v)));
         }

@@ -571,13 +571,15 @@ TEST_CASE("pytorch csv: V style goes on past two stages per rank, as PyTorch's s
   CHECK(slurp(dir / "v6.sched").find("stage_map 0 1 1 0 0 1\n") != std::string::npos);
 }
 
-TEST_CASE("pytorch csv: ZBV converts to CSV and back, its V placement inferred from the rows") {
-  for (auto [p, m] : {std::pair{2, 3}, std::pair{3, 8}, std::pair{4, 9}}) {
+TEST_CASE("pytorch csv: ZBV and DualPipeV convert to CSV and back, their V placement inferred from the rows") {
+  for (auto [kind, p, m] : {std::tuple{"zbv", 2, 3}, std::tuple{"zbv", 3, 8}, std::tuple{"zbv", 4, 9},
+                            std::tuple{"dualpipev", 2, 4}, std::tuple{"dualpipev", 3, 8}, std::tuple{"dualpipev", 4, 11}}) {
+    CAPTURE(kind);
     CAPTURE(p);
     CAPTURE(m);
     GenOptions o;
     o.stages = p, o.microbatches = m;
-    Schedule s = generate("zbv", o);
+    Schedule s = generate(kind, o);
     SimResult direct = simulate(s);
     REQUIRE(direct.ok);
     for (int l = 0; l < 2 * p; ++l) CHECK(s.header.stage_map[l] == v_style_rank(l, p));

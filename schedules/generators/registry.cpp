@@ -11,7 +11,7 @@
 namespace trainsim {
 
 const std::vector<std::string>& generator_kinds() {
-  static const std::vector<std::string> kinds = {"gpipe", "1f1b",  "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv",
+  static const std::vector<std::string> kinds = {"gpipe", "1f1b",  "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev",
                                                  "ddp",   "zero1", "zero2",            "fsdp",       "pp-fsdp"};
   return kinds;
 }
@@ -27,7 +27,7 @@ void check_size(const std::string& kind, const GenOptions& o) {
   auto pos = [](int v) { return static_cast<long long>(std::max(v, 1)); };
   const long long world = data_parallel ? pos(o.dp) : pp_fsdp ? pos(o.stages) * pos(o.dp) : pos(o.stages);
   const long long layers = data_parallel ? (o.layers == 0 ? 4 : pos(o.layers))
-                                         : pos(o.stages) * (chunked ? pos(o.chunks) : kind == "zbv" ? 2 : 1);
+                                         : pos(o.stages) * (chunked ? pos(o.chunks) : kind == "zbv" || kind == "dualpipev" ? 2 : 1);
   const long long microbatches = pos(o.microbatches) * (data_parallel || pp_fsdp ? pos(o.dp) : 1);
   auto over = [&](const char* what, long long v, long long limit) {
     if (v > limit)
@@ -51,6 +51,7 @@ Schedule generate(const std::string& kind, const GenOptions& options) {
   if (kind == "looped-bfs") return gen::gen_looped_bfs(options);
   if (kind == "zb-h1") return gen::gen_zb_h1(options);
   if (kind == "zbv") return gen::gen_zbv(options);
+  if (kind == "dualpipev") return gen::gen_dualpipev(options);
   if (kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp") return gen::gen_data_parallel(kind, options);
   if (kind == "pp-fsdp") return gen::gen_pp_fsdp(options);
   std::string names;

@@ -13,7 +13,13 @@
 // the cool-down runs r pairs of I (first, second chunk), then p-r rounds of I and a deferred W on the first
 // chunk, then the W left (second chunk, then first). With fewer than 2p-1 microbatches the order is that of
 // 2p-1 microbatches without the passes of the microbatches that do not exist, as PyTorch does.
+//
+// DualPipeV (DeepSeek-V3's DualPipe folded into a V; PyTorch's ScheduleDualPipeV): the same placement; in the
+// steady state a rank pairs the forward of one chunk with the full backward of the other (PyTorch's
+// OVERLAP_F_B, here the two passes in order), and near the end splits backwards into I and a W taken from a
+// queue, in eight phases (see gen_dualpipev). Needs at least 2p microbatches.
 #include <algorithm>
+#include <deque>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -100,6 +106,75 @@ Schedule gen_zbv(const GenOptions& o) {
     if (f0 != n || b0 != n || w0 != n || f1 != n || b1 != n || w1 != n)
       throw std::logic_error(fmt::format("zbv: rank {} ran {}/{}/{} and {}/{}/{} passes of {} microbatches", r, f0, b0,
                                          w0, f1, b1, w1, n));
+  }
+  return build_pipeline(plan);
+}
+
+Schedule gen_dualpipev(const GenOptions& o) {
+  require_at_least("dualpipev", "stages", o.stages, 1);
+  require_at_least("dualpipev", "microbatches", o.microbatches, 1);
+  const int p = o.stages, m = o.microbatches, layers = 2 * p;
+  if (m < layers)
+    throw std::invalid_argument(fmt::format("dualpipev: --microbatches must be at least the number of stages, 2 x "
+                                            "--stages = {} (got {}), as PyTorch's ScheduleDualPipeV requires",
+                                            layers, m));
+  PipelinePlan plan;
+  plan.world_size = p;
+  plan.layers = layers;
+  plan.microbatches = m;
+  plan.steps.resize(p);
+  for (int l = 0; l < layers; ++l) plan.stage_map.push_back(l < p ? l : layers - 1 - l);  // the V
+  for (int r = 0; r < p; ++r) {
+    const int s0 = r, s1 = layers - 1 - r;
+    auto& out = plan.steps[r];
+    // Next microbatch per chunk (0: s0, 1: s1) of forwards, of backwards (full or input half), of W passes.
+    int f[2] = {0, 0}, b[2] = {0, 0}, w[2] = {0, 0};
+    std::deque<std::pair<int, int>> weights;  // (chunk, microbatch) whose W is still to run, oldest first
+    auto layer = [&](int c) { return c == 0 ? s0 : s1; };
+    auto fwd = [&](int c) { out.push_back({Pass::F, layer(c), f[c]++}); };
+    auto bwd = [&](int c, bool split) {
+      if (split) weights.emplace_back(c, b[c]);
+      else ++w[c];  // a full backward includes its weight grad
+      out.push_back({split ? Pass::I : Pass::B, layer(c), b[c]++});
+    };
+    auto pending_weight = [&] {
+      if (weights.empty()) return;
+      auto [c, mb] = weights.front();
+      weights.pop_front();
+      ++w[c];
+      out.push_back({Pass::W, layer(c), mb});
+    };
+    for (int k = 0; k < 2 * (p - r - 1); ++k) fwd(0);  // 1: F0
+    for (int k = 0; k < r + 1; ++k) fwd(0), fwd(1);     // 2: F0 F1
+    for (int k = 0; k < p - r - 1; ++k) {               // 3: I1 W F1
+      bwd(1, true);
+      pending_weight();
+      fwd(1);
+    }
+    for (int k = 0; k < m - 2 * p + r + 1; ++k) {  // 4: F0 B1, F1 B0 (overlapped pairs)
+      fwd(0), bwd(1, false);  // (rank p-1's first pair is not overlapped in PyTorch: the same passes)
+      fwd(1), bwd(0, false);
+    }
+    for (int k = 0; k < p - r - 1; ++k) {  // 5: B1, F1 B0
+      bwd(1, false);
+      fwd(1), bwd(0, false);
+    }
+    bool split = false;  // 6: B1 B0, the second half split (odd ranks switch before chunk 1, even after)
+    for (int k = 0; k < r + 1; ++k) {
+      if (k == (r + 1) / 2 && r % 2 == 1) split = true;
+      bwd(1, split);
+      if (k == (r + 1) / 2 && r % 2 == 0) split = true;
+      bwd(0, split);
+    }
+    for (int k = 0; k < p - r - 1; ++k) {  // 7: W, B0
+      pending_weight();
+      bwd(0, split);
+    }
+    for (int k = 0; k < r + 1; ++k) pending_weight();  // 8: the weights left
+    for (int c : {0, 1})
+      if (f[c] != m || b[c] != m || w[c] != m || !weights.empty())
+        throw std::logic_error(fmt::format("dualpipev: rank {} chunk {} ran {}/{}/{} passes of {} microbatches", r, c,
+                                           f[c], b[c], w[c], m));
   }
   return build_pipeline(plan);
 }
