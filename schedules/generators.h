@@ -19,8 +19,10 @@ struct GenOptions {
   bool reshard_after_forward = true;  ///< fsdp: free gathered weights after forward (gather again in backward)
 };
 
-/// The generator kinds: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zbv, ddp, zero1, zero2, fsdp, pp-fsdp.
-/// zbv: `stages` ranks holding 2 x stages layers in V placement (PyTorch's ScheduleZBVZeroBubble).
+/// The generator kinds: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zbv, dualpipev, interleaved-zb, ddp,
+/// zero1, zero2, fsdp, pp-fsdp. zbv and dualpipev: `stages` ranks holding 2 x stages layers in V placement
+/// (PyTorch's ScheduleZBVZeroBubble and ScheduleDualPipeV; dualpipev needs microbatches >= 2 x stages);
+/// interleaved-zb: `chunks` looped chunks per rank (PyTorch's ScheduleInterleavedZeroBubble).
 /// interleaved-1f1b follows Megatron-LM when the microbatches are a multiple of the stages and PyTorch's
 /// ScheduleInterleaved1F1B otherwise (rounds = max(1, m / p) rounds of equal size; refused when m does not
 /// split into them).

@@ -19,10 +19,12 @@ using namespace trainsim::testing;
 namespace {
 
 const std::vector<std::string> kPipelineKinds = {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv",
-                                                  "dualpipev"};
+                                                  "dualpipev", "interleaved-zb"};
 const std::vector<std::string> kDataParallelKinds = {"ddp", "zero1", "zero2", "fsdp"};
 
-bool uses_chunks(const std::string& kind) { return kind == "interleaved-1f1b" || kind == "looped-bfs"; }
+bool uses_chunks(const std::string& kind) {
+  return kind == "interleaved-1f1b" || kind == "looped-bfs" || kind == "interleaved-zb";
+}
 
 std::string label(const std::string& kind, const GenOptions& o) {
   return kind + " stages=" + std::to_string(o.stages) + " microbatches=" + std::to_string(o.microbatches) +
@@ -106,10 +108,10 @@ TEST_CASE("gen: pipeline kinds validate, round-trip and match their bubble over 
           std::string what = label(kind, o);
           INFO(what);
           // PyTorch's ScheduleInterleaved1F1B: rounds = max(1, m / p) rounds of equal size.
-          if (kind == "interleaved-1f1b" && v > 1 && m % std::max(1, m / p) != 0) {
+          if (((kind == "interleaved-1f1b" && v > 1) || kind == "interleaved-zb") && m % std::max(1, m / p) != 0) {
             std::string e = rejection(kind, o);
             CHECK(e.find("rounds") != std::string::npos);
-            if (p == 4) refused_at_4.push_back(m);
+            if (p == 4 && kind == "interleaved-1f1b") refused_at_4.push_back(m);
             continue;
           }
           if (kind == "dualpipev" && m < 2 * p) {  // PyTorch's ScheduleDualPipeV: at least as many as the stages
@@ -141,6 +143,9 @@ TEST_CASE("gen: pipeline kinds validate, round-trip and match their bubble over 
           // rank, and less than interleaved 1F1B's (p-1)/(2m+p-1) over the same 2p stages otherwise.
           if (kind == "zbv" && p == 1) CHECK(bubble == doctest::Approx(0.0));
           if (kind == "zbv" && p > 1 && m >= p) CHECK(bubble < closed_form(p, m, 2));
+          // Interleaved zero bubble: the bubble of zb-h1, (p-1)(F+I-W) = p-1 with unit costs, over v times the work.
+          if (kind == "interleaved-zb" && m >= p)
+            CHECK(bubble == doctest::Approx(static_cast<double>(p - 1) / (2.0 * m * v + p - 1)));
           // DualPipeV's overlapped pairs and late split backwards leave no more bubble than ZBV's, same sizes.
           if (kind == "dualpipev") CHECK(bubble <= simulate(generate("zbv", o)).summary.bubble_fraction + 1e-12);
           // Breadth-first keeps every stage busy between its chunks once there are at least p microbatches.

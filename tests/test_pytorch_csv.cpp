@@ -571,18 +571,21 @@ TEST_CASE("pytorch csv: V style goes on past two stages per rank, as PyTorch's s
   CHECK(slurp(dir / "v6.sched").find("stage_map 0 1 1 0 0 1\n") != std::string::npos);
 }
 
-TEST_CASE("pytorch csv: ZBV and DualPipeV convert to CSV and back, their V placement inferred from the rows") {
+TEST_CASE("pytorch csv: ZBV, DualPipeV and interleaved zero bubble convert to CSV and back, placement inferred") {
   for (auto [kind, p, m] : {std::tuple{"zbv", 2, 3}, std::tuple{"zbv", 3, 8}, std::tuple{"zbv", 4, 9},
-                            std::tuple{"dualpipev", 2, 4}, std::tuple{"dualpipev", 3, 8}, std::tuple{"dualpipev", 4, 11}}) {
+                            std::tuple{"dualpipev", 2, 4}, std::tuple{"dualpipev", 3, 8}, std::tuple{"dualpipev", 4, 11},
+                            std::tuple{"interleaved-zb", 2, 4}, std::tuple{"interleaved-zb", 3, 6},
+                            std::tuple{"interleaved-zb", 4, 10}}) {
     CAPTURE(kind);
     CAPTURE(p);
     CAPTURE(m);
     GenOptions o;
-    o.stages = p, o.microbatches = m;
+    o.stages = p, o.microbatches = m, o.chunks = 2;
     Schedule s = generate(kind, o);
     SimResult direct = simulate(s);
     REQUIRE(direct.ok);
-    for (int l = 0; l < 2 * p; ++l) CHECK(s.header.stage_map[l] == v_style_rank(l, p));
+    const bool v_shape = std::string(kind) != "interleaved-zb";
+    for (int l = 0; l < 2 * p; ++l) CHECK(s.header.stage_map[l] == (v_shape ? v_style_rank(l, p) : l % p));
     for (CsvForm form : {CsvForm::ComputeOnly, CsvForm::ComputeComms}) {
       Schedule back = import_pytorch_csv(export_pytorch_csv(s, form), m);  // no stage map given: inferred
       CHECK(back.header.stage_map == s.header.stage_map);

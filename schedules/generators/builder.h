@@ -115,6 +115,8 @@ Schedule gen_zb_h1(const GenOptions& o);
 Schedule gen_zbv(const GenOptions& o);
 /// DualPipeV: the same placement, PyTorch ScheduleDualPipeV's order (overlapped F/B pairs as two passes).
 Schedule gen_dualpipev(const GenOptions& o);
+/// Interleaved zero bubble: `chunks` looped chunks per rank, PyTorch ScheduleInterleavedZeroBubble's order.
+Schedule gen_interleaved_zb(const GenOptions& o);
 /// ddp, zero1, zero2, fsdp.
 Schedule gen_data_parallel(const std::string& kind, const GenOptions& o);
 Schedule gen_pp_fsdp(const GenOptions& o);

@@ -11,7 +11,7 @@
 namespace trainsim {
 
 const std::vector<std::string>& generator_kinds() {
-  static const std::vector<std::string> kinds = {"gpipe", "1f1b",  "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev",
+  static const std::vector<std::string> kinds = {"gpipe", "1f1b",  "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev", "interleaved-zb",
                                                  "ddp",   "zero1", "zero2",            "fsdp",       "pp-fsdp"};
   return kinds;
 }
@@ -23,7 +23,7 @@ namespace {
 void check_size(const std::string& kind, const GenOptions& o) {
   const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp";
   const bool pp_fsdp = kind == "pp-fsdp";
-  const bool chunked = kind == "interleaved-1f1b" || kind == "looped-bfs";
+  const bool chunked = kind == "interleaved-1f1b" || kind == "looped-bfs" || kind == "interleaved-zb";
   auto pos = [](int v) { return static_cast<long long>(std::max(v, 1)); };
   const long long world = data_parallel ? pos(o.dp) : pp_fsdp ? pos(o.stages) * pos(o.dp) : pos(o.stages);
   const long long layers = data_parallel ? (o.layers == 0 ? 4 : pos(o.layers))
@@ -52,6 +52,7 @@ Schedule generate(const std::string& kind, const GenOptions& options) {
   if (kind == "zb-h1") return gen::gen_zb_h1(options);
   if (kind == "zbv") return gen::gen_zbv(options);
   if (kind == "dualpipev") return gen::gen_dualpipev(options);
+  if (kind == "interleaved-zb") return gen::gen_interleaved_zb(options);
   if (kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp") return gen::gen_data_parallel(kind, options);
   if (kind == "pp-fsdp") return gen::gen_pp_fsdp(options);
   std::string names;

@@ -18,6 +18,11 @@
 // steady state a rank pairs the forward of one chunk with the full backward of the other (PyTorch's
 // OVERLAP_F_B, here the two passes in order), and near the end splits backwards into I and a W taken from a
 // queue, in eight phases (see gen_dualpipev). Needs at least 2p microbatches.
+//
+// Interleaved zero bubble (the paper's ZB1P over looped chunks; PyTorch's ScheduleInterleavedZeroBubble):
+// interleaved 1F1B's order in rounds (as interleaved-1f1b for any microbatch count), with a warm-up shorter
+// by one forward per hop (v - 1) * per_round + (p - 1 - rank), every backward split into I, and rank r
+// deferring its first r weight passes: after that each I is followed by the oldest W not yet run.
 #include <algorithm>
 #include <deque>
 #include <stdexcept>
@@ -106,6 +111,54 @@ Schedule gen_zbv(const GenOptions& o) {
     if (f0 != n || b0 != n || w0 != n || f1 != n || b1 != n || w1 != n)
       throw std::logic_error(fmt::format("zbv: rank {} ran {}/{}/{} and {}/{}/{} passes of {} microbatches", r, f0, b0,
                                          w0, f1, b1, w1, n));
+  }
+  return build_pipeline(plan);
+}
+
+Schedule gen_interleaved_zb(const GenOptions& o) {
+  require_at_least("interleaved-zb", "stages", o.stages, 1);
+  require_at_least("interleaved-zb", "microbatches", o.microbatches, 1);
+  require_at_least("interleaved-zb", "chunks", o.chunks, 1);
+  const int p = o.stages, m = o.microbatches, v = o.chunks;
+  const int rounds = std::max(1, m / p);
+  if (m % rounds != 0)
+    throw std::invalid_argument(fmt::format(
+        "interleaved-zb: {} microbatches do not split into {} rounds of equal size (PyTorch's rule: rounds = "
+        "max(1, microbatches / stages)); choose a multiple of {} or of the stages",
+        m, rounds, rounds));
+  const int per_round = m / rounds, total = m * v;
+  PipelinePlan plan;
+  plan.world_size = p;
+  plan.layers = p * v;
+  plan.microbatches = m;
+  plan.steps.resize(p);
+  for (int l = 0; l < p * v; ++l) plan.stage_map.push_back(l % p);
+  for (int r = 0; r < p; ++r) {
+    const int warmup = std::min((v - 1) * per_round + (p - 1 - r), total);
+    auto fwd_layer = [&](int k) { return ((k / per_round) % v) * p + r; };
+    auto bwd_layer = [&](int k) { return (v - 1 - ((k - warmup) / per_round) % v) * p + r; };
+    std::vector<int> next_f(p * v, 0), next_i(p * v, 0), next_w(p * v, 0);
+    std::vector<int> inputs;  // the layers of the I passes run so far, in order (their W follow in that order)
+    std::size_t weights = 0;
+    auto& out = plan.steps[r];
+    auto forward = [&](int k) {
+      const int l = fwd_layer(k);
+      out.push_back({Pass::F, l, next_f[l]++});
+    };
+    auto weight = [&] {
+      const int l = inputs[weights++];
+      out.push_back({Pass::W, l, next_w[l]++});
+    };
+    auto input = [&](int k) {
+      const int l = bwd_layer(k);
+      out.push_back({Pass::I, l, next_i[l]++});
+      inputs.push_back(l);
+      if (k - warmup >= r) weight();  // rank r keeps r weight passes back
+    };
+    for (int k = 0; k < warmup; ++k) forward(k);
+    for (int k = warmup; k < total; ++k) forward(k), input(k);
+    for (int k = total; k < total + warmup; ++k) input(k);
+    while (weights < inputs.size()) weight();
   }
   return build_pipeline(plan);
 }
