@@ -9,6 +9,7 @@
 #include <string>
 
 #include "schedules/schedule.h"
+#include "sim/cost_model.h"
 #include "sim/trace.h"
 
 namespace trainsim {
@@ -19,6 +20,9 @@ struct SimOptions {
   /// False: keep no per-op records, only `SimResult::summary` (the stream engine; the puzzle engine always
   /// records). Saves a copy of every timed op: what `gen --sim` does at 16,384 ranks.
   bool record_trace = true;
+  /// When set, the stream engine times the schedule with this model instead of the one its header names
+  /// (what-ifs and tests: e.g. passes of equal length); the puzzle engine ignores it. Not owned.
+  const CostModel* cost = nullptr;
 };
 
 /// Outcome of a schedule simulation.

@@ -96,7 +96,9 @@ struct Call {
 
 class StreamSim {
  public:
-  StreamSim(const Schedule& s, const SimOptions& o) : s_(s), o_(o), cost_(make_schedule_cost_model(s)) {
+  StreamSim(const Schedule& s, const SimOptions& o)
+      : s_(s), o_(o), owned_cost_(o.cost ? nullptr : make_schedule_cost_model(s)),
+        cost_(o.cost ? o.cost : owned_cost_.get()) {
     const int world = s.header.world_size;
     offset_.resize(world + 1, 0);
     for (int r = 0; r < world; ++r) offset_[r + 1] = offset_[r] + static_cast<int>(s.ranks[r].size());
@@ -631,7 +633,8 @@ class StreamSim {
 
   const Schedule& s_;
   const SimOptions& o_;
-  std::unique_ptr<CostModel> cost_;
+  std::unique_ptr<CostModel> owned_cost_;  // the header's model, unless SimOptions::cost replaces it
+  const CostModel* cost_;
   std::vector<int> offset_;
   std::vector<Node> nodes_;
   std::vector<std::vector<int>> groups_;

@@ -389,3 +389,49 @@ TEST_CASE("gen: trainsim gen reports bad kinds and options with exit code 2") {
   CHECK(help.exit_code == 0);
   for (const auto& kind : generator_kinds()) CHECK(help.out.find(kind) != std::string::npos);
 }
+
+namespace {
+
+// Every pass of one microbatch through one layer the same length (forward = backward-input = backward-weight =
+// 1 s; a full backward 2 s), nothing else: the costs the zero-bubble papers state their bubbles for.
+class EqualPassCost final : public CostModel {
+ public:
+  std::string name() const override { return "equal-passes"; }
+  Time duration(const Op& op, int) const override {
+    const int n = op.batches.size();
+    switch (op.kind) {
+      case OpKind::Forward:
+      case OpKind::BackwardInput:
+      case OpKind::BackwardWeight: return n * kTicksPerSecond;
+      case OpKind::Backward: return 2 * n * kTicksPerSecond;
+      default: return 0;
+    }
+  }
+  double memory(const Tensor&) const override { return 1; }
+  std::string memory_unit() const override { return "tensors"; }
+};
+
+}  // namespace
+
+TEST_CASE("gen: with forward = backward-input = backward-weight, ZBV and DualPipeV reach the lower bound") {
+  EqualPassCost equal;
+  SimOptions options;
+  options.cost = &equal;
+  for (int p = 1; p <= 6; ++p)
+    for (int m : {2 * p, 2 * p + 1, 3 * p, 16}) {
+      CAPTURE(p);
+      CAPTURE(m);
+      GenOptions o;
+      o.stages = p, o.microbatches = m;
+      // A lower bound for any schedule of this placement: rank p-1 holds stages p-1 and p, so it cannot start
+      // before microbatch 0's forward has crossed p-1 ranks (p-1 seconds), and then has 2m each of F, I and W
+      // to run, one second each. With equal passes both schedules meet it: their only idle time is the fill.
+      const double bound = (p - 1) + 6.0 * m;
+      for (const char* kind : {"zbv", "dualpipev"}) {
+        CAPTURE(kind);
+        SimResult r = simulate(generate(kind, o), options);
+        REQUIRE(r.ok);
+        CHECK(to_seconds(r.summary.makespan) == doctest::Approx(bound));
+      }
+    }
+}
