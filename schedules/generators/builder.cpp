@@ -31,6 +31,26 @@ Tensor opt_shard(int layer, int index, int count, int step) {
   return opt_state_tensor(layer, one(index), count, step);
 }
 
+int microbatches_per_round(const std::string& kind, int p, int m) {
+  const int rounds = std::max(1, m / p);
+  if (m % rounds != 0)
+    throw std::invalid_argument(fmt::format(
+        "{}: {} microbatches do not split into {} rounds of equal size (PyTorch's rule: rounds = max(1, "
+        "microbatches / stages)); choose a multiple of {} or of the stages",
+        kind, m, rounds, rounds));
+  return m / rounds;
+}
+
+PipelinePlan v_shaped_plan(int p, int m) {
+  PipelinePlan plan;
+  plan.world_size = p;
+  plan.layers = 2 * p;
+  plan.microbatches = m;
+  plan.steps.resize(p);
+  for (int l = 0; l < 2 * p; ++l) plan.stage_map.push_back(l < p ? l : 2 * p - 1 - l);
+  return plan;
+}
+
 ScheduleHeader make_header(int world_size, int layers, int microbatches) {
   ScheduleHeader h;
   h.world_size = world_size;

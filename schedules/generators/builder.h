@@ -27,6 +27,11 @@ Tensor weight_full(int layer, int count, int step = 0);
 /// Shard `index` of `count` of layer l's optimizer state.
 Tensor opt_shard(int layer, int index, int count, int step = 0);
 
+/// Microbatches per round when `m` microbatches go in rounds = max(1, m / p) rounds of equal size (PyTorch's
+/// interleaved schedules). Throws std::invalid_argument "KIND: M microbatches do not split into R rounds..."
+/// when they do not divide evenly.
+int microbatches_per_round(const std::string& kind, int p, int m);
+
 /// A header for a generated schedule: unit costs, per-pair channels.
 ScheduleHeader make_header(int world_size, int layers, int microbatches);
 
@@ -88,6 +93,10 @@ struct PipelinePlan {
   std::vector<int> shard_index;
   std::vector<int> group_of;
 };
+
+/// A plan of p ranks holding 2p layers in V placement (layer l on rank l for l < p, then 2p-1-l): the
+/// placement of ZBV and DualPipeV, without steps yet.
+PipelinePlan v_shaped_plan(int p, int m);
 
 /// Builds the schedule of a plan. Each (layer, microbatch) must have one forward and either one full
 /// backward or one backward-input and one backward-weight (on the rank of its backward-input). Activations

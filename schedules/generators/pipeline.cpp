@@ -30,13 +30,7 @@ PipelinePlan looped_plan(int p, int v, int m) {
 // all of them), then one forward and one backward alternate. Each chunk's forwards (backwards) take the
 // microbatches in order.
 PipelinePlan interleaved_in_rounds(PipelinePlan plan, int p, int v, int m) {
-  const int rounds = std::max(1, m / p);
-  if (m % rounds != 0)
-    throw std::invalid_argument(fmt::format(
-        "interleaved-1f1b: {} microbatches do not split into {} rounds of equal size (PyTorch's rule: rounds = "
-        "max(1, microbatches / stages)); choose a multiple of {} or of the stages",
-        m, rounds, rounds));
-  const int per_round = m / rounds, total = m * v;
+  const int per_round = microbatches_per_round("interleaved-1f1b", p, m), total = m * v;
   for (int s = 0; s < p; ++s) {
     const int warmup = std::min((v - 1) * per_round + 2 * (p - 1 - s), total);
     std::vector<int> next_f(v, 0), next_b(v, 0);  // the next microbatch of each chunk

@@ -66,12 +66,7 @@ Schedule gen_zbv(const GenOptions& o) {
   require_at_least("zbv", "stages", o.stages, 1);
   require_at_least("zbv", "microbatches", o.microbatches, 1);
   const int p = o.stages, m = o.microbatches, layers = 2 * p;
-  PipelinePlan plan;
-  plan.world_size = p;
-  plan.layers = layers;
-  plan.microbatches = m;
-  plan.steps.resize(p);
-  for (int l = 0; l < layers; ++l) plan.stage_map.push_back(l < p ? l : layers - 1 - l);  // the V
+  PipelinePlan plan = v_shaped_plan(p, m);
   const int n = std::max(2 * p - 1, m);  // microbatches the order is made for
   for (int r = 0; r < p; ++r) {
     const int c0 = r, c1 = layers - 1 - r;  // the rank's first and second chunk
@@ -120,13 +115,7 @@ Schedule gen_interleaved_zb(const GenOptions& o) {
   require_at_least("interleaved-zb", "microbatches", o.microbatches, 1);
   require_at_least("interleaved-zb", "chunks", o.chunks, 1);
   const int p = o.stages, m = o.microbatches, v = o.chunks;
-  const int rounds = std::max(1, m / p);
-  if (m % rounds != 0)
-    throw std::invalid_argument(fmt::format(
-        "interleaved-zb: {} microbatches do not split into {} rounds of equal size (PyTorch's rule: rounds = "
-        "max(1, microbatches / stages)); choose a multiple of {} or of the stages",
-        m, rounds, rounds));
-  const int per_round = m / rounds, total = m * v;
+  const int per_round = microbatches_per_round("interleaved-zb", p, m), total = m * v;
   PipelinePlan plan;
   plan.world_size = p;
   plan.layers = p * v;
@@ -171,12 +160,7 @@ Schedule gen_dualpipev(const GenOptions& o) {
     throw std::invalid_argument(fmt::format("dualpipev: --microbatches must be at least the number of stages, 2 x "
                                             "--stages = {} (got {}), as PyTorch's ScheduleDualPipeV requires",
                                             layers, m));
-  PipelinePlan plan;
-  plan.world_size = p;
-  plan.layers = layers;
-  plan.microbatches = m;
-  plan.steps.resize(p);
-  for (int l = 0; l < layers; ++l) plan.stage_map.push_back(l < p ? l : layers - 1 - l);  // the V
+  PipelinePlan plan = v_shaped_plan(p, m);
   for (int r = 0; r < p; ++r) {
     const int s0 = r, s1 = layers - 1 - r;
     auto& out = plan.steps[r];
