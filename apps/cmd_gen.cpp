@@ -31,24 +31,34 @@ struct GenArgs {
   bool json = false;
 };
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The fields `gen --sim --json` prints for every cost model: the kind, the outcome, the shape, the timings.
+nlohmann::ordered_json run_json(const GenArgs& a, const Schedule& s, const SimResult& r, double generate_seconds,
+                                double sim_seconds) {
+  nlohmann::ordered_json j;
+  j["kind"] = a.kind;
+  j["ok"] = r.ok;
+  j["error"] = r.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
+  j["world_size"] = s.header.world_size;
+  j["layers"] = s.header.layers;
+  j["microbatches"] = s.header.microbatches;
+  j["cost_model"] = s.header.cost_model;
+  j["ops"] = s.op_count();
+  j["generate_seconds"] = generate_seconds;
+  j["sim_seconds"] = sim_seconds;
+  return j;
+}
+
 // `gen --sim`: simulate the generated schedule in memory and print what `trainsim sim` would.
 int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seconds) {
   if (s.header.cost_model == "hardware") {
     const auto started = std::chrono::steady_clock::now();
     HardwareRun run = simulate_hardware(s);
-    const double sim_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (a.json) {
-      nlohmann::ordered_json j;
-      j["kind"] = a.kind;
-      j["ok"] = run.result.ok;
-      j["error"] = run.result.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.result.error);
-      j["world_size"] = s.header.world_size;
-      j["layers"] = s.header.layers;
-      j["microbatches"] = s.header.microbatches;
-      j["cost_model"] = s.header.cost_model;
-      j["ops"] = s.op_count();
-      j["generate_seconds"] = generate_seconds;
-      j["sim_seconds"] = sim_seconds;
+      nlohmann::ordered_json j = run_json(a, s, run.result, generate_seconds, seconds_since(started));
       if (run.report) j.update(hw::to_json(*run.report));
       std::cout << j.dump(2) << "\n";
     } else if (run.report) {
@@ -65,20 +75,10 @@ int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seco
   options.record_trace = false;
   const auto started = std::chrono::steady_clock::now();
   SimResult r = simulate(s, options);
-  const double sim_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double sim_seconds = seconds_since(started);
   const RunSummary& sum = r.summary;
   if (a.json) {
-    nlohmann::ordered_json j;
-    j["kind"] = a.kind;
-    j["ok"] = r.ok;
-    j["error"] = r.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
-    j["world_size"] = s.header.world_size;
-    j["layers"] = s.header.layers;
-    j["microbatches"] = s.header.microbatches;
-    j["cost_model"] = s.header.cost_model;
-    j["ops"] = s.op_count();
-    j["generate_seconds"] = generate_seconds;
-    j["sim_seconds"] = sim_seconds;
+    nlohmann::ordered_json j = run_json(a, s, r, generate_seconds, sim_seconds);
     j["timesteps"] = to_seconds(sum.timesteps);
     j["makespan"] = to_seconds(sum.makespan);
     j["bubble_fraction"] = sum.bubble_fraction;
@@ -122,15 +122,10 @@ int run(const GenArgs& a) {
     fmt::print(stderr, "trainsim gen: {}\n", e.what());
     return 2;
   }
-  const double generate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double generate_seconds = seconds_since(started);
   if (a.hardware.any()) {
     try {
-      hw::HardwareSetting hs = hardware_setting(a.hardware);
-      if (hs.model.blocks < s.header.layers)
-        throw hw::SpecError(fmt::format("the schedule has {} layers but the model '{}' has {} blocks (each layer needs "
-                                        "at least one block)", s.header.layers, hs.model.preset, hs.model.blocks));
-      s.header.cost_model = "hardware";
-      s.header.hardware = hs;
+      apply_hardware(s, a.hardware);
     } catch (const hw::SpecError& e) {
       fmt::print(stderr, "trainsim gen: {}\n", e.what());
       return 2;

@@ -112,12 +112,7 @@ int run(const SimArgs& a, bool outputs) {
   }
   if (a.hardware.any() || s.header.cost_model == "hardware") {
     try {
-      hw::HardwareSetting hs = hardware_setting(a.hardware, s.header.hardware);
-      if (hs.model.blocks < s.header.layers)
-        throw hw::SpecError(fmt::format("the schedule has {} layers but the model '{}' has {} blocks (each layer needs "
-                                        "at least one block)", s.header.layers, hs.model.preset, hs.model.blocks));
-      s.header.cost_model = "hardware";
-      s.header.hardware = hs;
+      apply_hardware(s, a.hardware);
     } catch (const hw::SpecError& e) {
       if (a.json) std::cout << summary_json(a.file, nullptr, nullptr, e.what()).dump(2) << "\n";
       else fmt::print(stderr, "trainsim: {}\n", e.what());

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "hardware/setting.h"
+#include "schedules/schedule.h"
 
 namespace trainsim::apps {
 
@@ -34,5 +35,10 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o);
 /// The setting the options describe, on top of `base` (a schedule's block) when given. Without a base,
 /// --model, --device and --network are required. Throws hw::SpecError naming the option, file and field.
 hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::optional<hw::HardwareSetting>& base = {});
+
+/// Switches `schedule` to the hardware cost model with the setting the options give on top of its header's
+/// block (used by `sim`, `validate` and `gen`). Throws hw::SpecError as hardware_setting does, and when the
+/// model has fewer blocks than the schedule has layers (each layer needs at least one block).
+void apply_hardware(Schedule& schedule, const HardwareOptions& o);
 
 }  // namespace trainsim::apps

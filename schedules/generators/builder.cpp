@@ -41,6 +41,16 @@ int microbatches_per_round(const std::string& kind, int p, int m) {
   return m / rounds;
 }
 
+PipelinePlan looped_plan(int p, int v, int m) {
+  PipelinePlan plan;
+  plan.world_size = p;
+  plan.layers = p * v;
+  plan.microbatches = m;
+  plan.steps.resize(p);
+  for (int l = 0; l < p * v; ++l) plan.stage_map.push_back(l % p);
+  return plan;
+}
+
 PipelinePlan v_shaped_plan(int p, int m) {
   PipelinePlan plan;
   plan.world_size = p;

@@ -97,6 +97,9 @@ struct PipelinePlan {
 /// A plan of p ranks holding 2p layers in V placement (layer l on rank l for l < p, then 2p-1-l): the
 /// placement of ZBV and DualPipeV, without steps yet.
 PipelinePlan v_shaped_plan(int p, int m);
+/// A plan of p ranks holding p * v layers in loop placement (layer = chunk * p + rank, on that rank), without
+/// steps yet: GPipe, 1F1B and the interleaved schedules.
+PipelinePlan looped_plan(int p, int v, int m);
 
 /// Builds the schedule of a plan. Each (layer, microbatch) must have one forward and either one full
 /// backward or one backward-input and one backward-weight (on the rank of its backward-input). Activations

@@ -12,17 +12,6 @@ namespace trainsim::gen {
 
 namespace {
 
-// A plan of p ranks and layers = p * v with loop placement: layer = chunk * p + stage, on rank stage.
-PipelinePlan looped_plan(int p, int v, int m) {
-  PipelinePlan plan;
-  plan.world_size = p;
-  plan.layers = p * v;
-  plan.microbatches = m;
-  plan.steps.resize(p);
-  for (int l = 0; l < p * v; ++l) plan.stage_map.push_back(l % p);
-  return plan;
-}
-
 // Interleaved 1F1B when the microbatches are not a multiple of the ranks, as PyTorch's
 // ScheduleInterleaved1F1B orders it (torch/distributed/pipelining/schedules.py): the m microbatches go in
 // rounds = max(1, m / p) rounds of m / rounds each (m must divide evenly); a rank runs the chunks of one

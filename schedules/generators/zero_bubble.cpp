@@ -116,12 +116,7 @@ Schedule gen_interleaved_zb(const GenOptions& o) {
   require_at_least("interleaved-zb", "chunks", o.chunks, 1);
   const int p = o.stages, m = o.microbatches, v = o.chunks;
   const int per_round = microbatches_per_round("interleaved-zb", p, m), total = m * v;
-  PipelinePlan plan;
-  plan.world_size = p;
-  plan.layers = p * v;
-  plan.microbatches = m;
-  plan.steps.resize(p);
-  for (int l = 0; l < p * v; ++l) plan.stage_map.push_back(l % p);
+  PipelinePlan plan = looped_plan(p, v, m);
   for (int r = 0; r < p; ++r) {
     const int warmup = std::min((v - 1) * per_round + (p - 1 - r), total);
     auto fwd_layer = [&](int k) { return ((k / per_round) % v) * p + r; };
