@@ -1,37 +1,16 @@
 // trainsim: distributed LLM training schedules. Thin front end: parses, calls the libraries.
-#include <climits>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include <CLI/CLI.hpp>
 
 #include "apps/commands.h"
 #include "apps/suggest.h"
-
-namespace {
-
-// glibc's allocator, tuned for a process that builds one large in-memory schedule and keeps it: freed memory
-// stays in the heap for the next allocation instead of going back to the kernel, the heap grows in 256 MiB
-// steps, and only blocks of 32 MiB and more are mapped on their own. Without it, `gen pp-fsdp --stages 16
-// --dp 1024 --microbatches 64 --sim` spent two thirds of its time in the kernel faulting pages it had freed
-// and asked for again (bench/README.md). Untouched pages of the heap cost no resident memory.
-void tune_allocator() {
-#ifdef __GLIBC__
-  mallopt(M_TRIM_THRESHOLD, INT_MAX);
-  mallopt(M_TOP_PAD, 256 << 20);
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-#endif
-}
-
-}  // namespace
+#include "apps/tune_allocator.h"
 
 int main(int argc, char** argv) {
-  tune_allocator();
+  trainsim::apps::tune_allocator();
   CLI::App app{"trainsim: simulate, check and draw distributed LLM training schedules"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "trainsim 0.1.0");

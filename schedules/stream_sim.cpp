@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <queue>
 #include <unordered_map>
 
 // Boost.Unordered's open-addressing map: interning a tensor is one probe in a flat array, no node per entry.
@@ -29,15 +30,23 @@ SimError op_error(const Op& op, const std::string& what) {
   return SimError(fmt::format("rank {}: {}{}: {}", op.rank, op.describe(), where_suffix(op), what));
 }
 
-// Hash of a tensor's identity, for interning tensors to small ids per rank.
+// Hash of a tensor's identity, for interning tensors to small ids per rank: every field mixed in with a
+// multiply-xorshift step (the sets run by run), one pass, no allocation.
 struct TensorHash {
+  static constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ull;
+  static std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+    h = (h ^ v) * kMul;
+    return h ^ (h >> 32);
+  }
+  static std::uint64_t pack(int lo, int hi) {
+    return static_cast<std::uint32_t>(lo) | (static_cast<std::uint64_t>(static_cast<std::uint32_t>(hi)) << 32);
+  }
   std::size_t operator()(const Tensor& t) const noexcept {
-    std::size_t h = static_cast<std::size_t>(t.kind) * 0x9E3779B97F4A7C15ull;
-    auto mix = [&h](long v) { h = (h ^ static_cast<std::size_t>(v)) * 0x100000001B3ull + (h >> 29); };
-    mix(t.layer), mix(t.step), mix(t.num_shards);
-    for (const auto& [lo, hi] : t.batches.runs()) mix(lo), mix(hi);
-    mix(-1);
-    for (const auto& [lo, hi] : t.shards.runs()) mix(lo), mix(hi);
+    std::uint64_t h = mix(static_cast<std::uint64_t>(t.kind) + 1, pack(t.layer, t.step));
+    h = mix(h, pack(t.num_shards, static_cast<int>(t.batches.runs().size())));
+    for (const auto& [lo, hi] : t.batches.runs()) h = mix(h, pack(lo, hi));
+    h = mix(h, t.shards.runs().size());
+    for (const auto& [lo, hi] : t.shards.runs()) h = mix(h, pack(lo, hi));
     return h;
   }
 };
@@ -78,10 +87,11 @@ struct RankTensors {
 struct Node {
   int rank = 0, index = 0;
   int pending = 0;            // dependencies not yet ended
+  int call = -1;              // collectives: the call it belongs to
+  int member = -1;            // collectives: the rank's position in the call's group
+  bool done = false;
   Time ready = 0;             // the latest end among the dependencies that ended
   Time start = 0, end = 0;
-  bool done = false;
-  int call = -1;              // collectives: the call it belongs to
 };
 
 // One collective call: the k-th call of a group, one op per member.
@@ -175,7 +185,7 @@ class StreamSim {
     edges_.shrink_to_fit();
   }
 
-  void check_groups() const {
+  void check_groups() {
     const int world = s_.header.world_size;
     if (static_cast<int>(s_.ranks.size()) != world)
       throw SimError(fmt::format("the schedule has op lists for {} ranks but world_size is {}", s_.ranks.size(), world));
@@ -188,6 +198,11 @@ class StreamSim {
         if (seen[r]++) throw SimError(fmt::format("group {}: rank {} is listed twice", g, r));
       }
     }
+    std::size_t slots = 0;
+    for (const auto& g : groups_) slots += g.size();
+    member_.reserve(slots);
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      for (int r : groups_[g]) member_.try_emplace(slot_key(static_cast<int>(g), r));
   }
 
   // Program order on one rank: the algebra and residency of every op (as the ledger says at issue), and
@@ -201,6 +216,14 @@ class StreamSim {
     std::map<int, int> far_stream_tail;
     const auto& ops = s_.ranks[rank];
     ts.memory_begin.assign(1, 0);
+    ts.memory_begin.reserve(ops.size() + 1);
+    // Most ops write one new tensor and frees drop them again: about one tensor per two ops, sized up front
+    // so that the table is not rehashed as it grows.
+    const std::size_t expect = ops.size() / 2 + 16;
+    ts.ids.reserve(expect);
+    ts.tensor.reserve(expect), ts.bytes.reserve(expect), ts.count.reserve(expect);
+    ts.writer.reserve(expect), ts.users_head.reserve(expect);
+    ts.user_pool.reserve(2 * ops.size()), ts.memory_ids.reserve(ops.size());
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
       const int id = id_of(rank, i);
@@ -225,9 +248,9 @@ class StreamSim {
       if (is_collective(op.kind)) {
         if (op.group < 0 || op.group >= static_cast<int>(groups_.size()))
           throw op_error(op, fmt::format("group {} does not exist", op.group));
-        const auto& m = groups_[op.group];
-        if (std::find(m.begin(), m.end(), rank) == m.end())
-          throw op_error(op, fmt::format("rank {} is not a member of group {} (ranks {})", rank, op.group, rank_list(m)));
+        if (!member_.contains(slot_key(op.group, rank)))
+          throw op_error(op, fmt::format("rank {} is not a member of group {} (ranks {})", rank, op.group,
+                                         rank_list(groups_[op.group])));
       }
       int& tail = op.stream >= 0 && op.stream < 64 ? stream_tail[op.stream] : far_stream_tail.try_emplace(op.stream, -1).first->second;
       depend(id, tail);
@@ -262,7 +285,7 @@ class StreamSim {
         if (op.peer >= 0) channels_[{op.peer, rank}].recvs.push_back(id);
         else any_recvs_.push_back(id);
       }
-      if (is_collective(op.kind)) calls_of_[{op.group, rank}].push_back(id);
+      if (is_collective(op.kind)) member_.find(slot_key(op.group, rank))->second.calls.push_back(id);
     }
     // What only issuing needs goes now (the next rank reuses the memory): the lookup, writers and users.
     ts.ids = {};
@@ -334,14 +357,14 @@ class StreamSim {
     for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
       const auto& members = groups_[g];
       std::size_t most = 0;
-      for (int r : members) most = std::max(most, calls_of_[{g, r}].size());
+      for (int r : members) most = std::max(most, member_.at(slot_key(g, r)).calls.size());
       for (std::size_t k = 0; k < most; ++k) {
         Call call;
         call.group = g, call.seq = k;
         call.nodes.assign(members.size(), -1);
         int first = -1;
         for (std::size_t m = 0; m < members.size(); ++m) {
-          const auto& mine = calls_of_[{g, members[m]}];
+          const auto& mine = member_.at(slot_key(g, members[m])).calls;
           if (k >= mine.size()) continue;
           const int id = mine[k];
           const Op& op = op_of(id);
@@ -354,6 +377,7 @@ class StreamSim {
           }
           call.nodes[m] = id;
           nodes_[id].call = static_cast<int>(calls_.size());
+          nodes_[id].member = static_cast<int>(m);
         }
         if (std::find(call.nodes.begin(), call.nodes.end(), -1) == call.nodes.end()) combine_inputs(call);
         calls_.push_back(std::move(call));
@@ -534,57 +558,86 @@ class StreamSim {
     return s + cycle_text(find_wait_cycle(world + static_cast<int>(call_edges.size()), world, blocked, edge));
   }
 
-  // Memory of rank `r` over time; every timed op's sample; the limit.
-  void sample_memory(int r) {
-    struct Event {
-      Time time;
-      int index;
-      int id;  // interned tensor; negative (-1 - id) for a release
-    };
-    const RankTensors& ts = tensors_[r];
+  // Rank `r`'s ops that ran, in (start, program order). Each stream runs its ops one after the other in
+  // program order, so per stream the starts never decrease and the order is a merge of the streams' lists
+  // (a heap over the streams' heads): no sort of the whole rank.
+  std::vector<int> ops_by_start(int r) const {
     const auto& ops = s_.ranks[r];
-    std::vector<Event> events;
-    events.reserve(ts.memory_ids.size());
+    auto start_of = [&](int i) { return nodes_[id_of(r, i)].start; };
+    std::vector<std::pair<int, std::vector<int>>> lanes;  // (stream, its ops that ran, in program order)
+    std::size_t last = 0, ran = 0;
+    bool monotone = true;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       if (!nodes_[id_of(r, i)].done) continue;  // (after a deadlock: what ran before it)
-      const Time start = nodes_[id_of(r, i)].start;
-      const bool release = ops[i].kind == OpKind::Free;
-      for (int k = ts.memory_begin[i]; k < ts.memory_begin[i + 1]; ++k)
-        events.push_back({start, i, release ? -1 - ts.memory_ids[k] : ts.memory_ids[k]});
+      const int stream = ops[i].stream;
+      if (last >= lanes.size() || lanes[last].first != stream) {
+        last = 0;
+        while (last < lanes.size() && lanes[last].first != stream) ++last;
+        if (last == lanes.size()) lanes.emplace_back(stream, std::vector<int>{});
+      }
+      auto& lane = lanes[last].second;
+      monotone = monotone && (lane.empty() || start_of(lane.back()) <= start_of(i));
+      lane.push_back(i);
+      ++ran;
     }
-    auto by_time = [](const auto& a, const auto& b) { return a.time != b.time ? a.time < b.time : a.index < b.index; };
-    std::stable_sort(events.begin(), events.end(), by_time);
-    // Timed ops by (start, program order), each sampled after the events before it.
-    struct Sample {
-      Time time;
-      int index;
-    };
-    std::vector<Sample> order;
-    for (int i = 0; i < static_cast<int>(ops.size()); ++i)
-      if (is_timed(ops[i].kind) && nodes_[id_of(r, i)].done) order.push_back({nodes_[id_of(r, i)].start, i});
-    std::sort(order.begin(), order.end(), by_time);
-    std::vector<double> sample(ops.size(), 0.0);
-    double total = 0;
-    std::size_t e = 0;
-    for (auto [start, i] : order) {
-      for (; e < events.size() && (events[e].time < start || (events[e].time == start && events[e].index < i)); ++e)
-        total += events[e].id >= 0 ? ts.bytes[events[e].id] : -ts.bytes[-1 - events[e].id];
-      sample[i] = total;
-      if (o_.memory_limit && total > *o_.memory_limit) {
-        MemoryLedger resident(*cost_, r);  // what is resident now, for the message
-        for (std::size_t k = 0; k < e; ++k)
-          events[k].id >= 0 ? resident.add(ts.tensor[events[k].id])
-                            : static_cast<void>(resident.remove(ts.tensor[-1 - events[k].id]));
-        const Op& op = ops[i];
-        limit_errors_.push_back({start, r, fmt::format(
-            "rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}", r,
-            format_time(start), op.describe(), where_suffix(op), format_memory(total), cost_->memory_unit(),
-            format_memory(*o_.memory_limit), resident.summary())});
-        break;
+    auto later = [&](int a, int b) { return start_of(a) != start_of(b) ? start_of(a) > start_of(b) : a > b; };
+    std::vector<int> order;
+    order.reserve(ran);
+    if (lanes.size() == 1) {
+      order = std::move(lanes.front().second);
+    } else {
+      using Head = std::pair<int, std::size_t>;  // (op, lane)
+      auto head_later = [&](const Head& a, const Head& b) { return later(a.first, b.first); };
+      std::priority_queue<Head, std::vector<Head>, decltype(head_later)> heads(head_later);
+      std::vector<std::size_t> at(lanes.size(), 0);
+      for (std::size_t k = 0; k < lanes.size(); ++k) heads.push({lanes[k].second.front(), k});
+      while (!heads.empty()) {
+        auto [i, k] = heads.top();
+        heads.pop();
+        order.push_back(i);
+        if (++at[k] < lanes[k].second.size()) heads.push({lanes[k].second[at[k]], k});
       }
     }
+    // Stream order makes every lane monotone; should a cost model ever break that, sort instead.
+    if (!monotone) std::sort(order.begin(), order.end(), [&](int a, int b) { return later(b, a); });
+    return order;
+  }
+
+  // Memory of rank `r` over time; every timed op's sample; the limit.
+  void sample_memory(int r) {
+    const RankTensors& ts = tensors_[r];
+    const auto& ops = s_.ranks[r];
+    // In (start, program order), each timed op is sampled before its own allocations and releases apply.
+    const std::vector<int> order = ops_by_start(r);
+    std::vector<double> sample(ops.size(), 0.0);
+    double total = 0;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const int i = order[k];
+      if (is_timed(ops[i].kind)) {
+        sample[i] = total;
+        if (o_.memory_limit && total > *o_.memory_limit) {
+          MemoryLedger resident(*cost_, r);  // what is resident now, for the message
+          for (std::size_t j = 0; j < k; ++j) {
+            const int before = order[j];
+            for (int e = ts.memory_begin[before]; e < ts.memory_begin[before + 1]; ++e)
+              ops[before].kind == OpKind::Free ? static_cast<void>(resident.remove(ts.tensor[ts.memory_ids[e]]))
+                                               : resident.add(ts.tensor[ts.memory_ids[e]]);
+          }
+          const Op& op = ops[i];
+          const Time start = nodes_[id_of(r, i)].start;
+          limit_errors_.push_back({start, r, fmt::format(
+              "rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}", r,
+              format_time(start), op.describe(), where_suffix(op), format_memory(total), cost_->memory_unit(),
+              format_memory(*o_.memory_limit), resident.summary())});
+          break;
+        }
+      }
+      const double sign = ops[i].kind == OpKind::Free ? -1.0 : 1.0;
+      for (int e = ts.memory_begin[i]; e < ts.memory_begin[i + 1]; ++e) total += sign * ts.bytes[ts.memory_ids[e]];
+    }
     std::vector<OpRun>& runs = trace_.ranks[r];
-    if (o_.record_trace) runs.reserve(order.size());
+    if (o_.record_trace)
+      runs.reserve(std::count_if(order.begin(), order.end(), [&](int i) { return is_timed(ops[i].kind); }));
     Time busy = 0;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       if (!is_timed(ops[i].kind) || !nodes_[id_of(r, i)].done) continue;
@@ -596,14 +649,12 @@ class StreamSim {
       if (is_compute(ops[i].kind)) busy += n.end - n.start;
       ++summary_.timed_ops;
       if (!o_.record_trace) continue;
-      runs.push_back(OpRun{ops[i], n.start, n.end, sample[i]});
+      runs.emplace_back(ops[i], n.start, n.end, sample[i]);  // built in place: the op is copied once
       Op& op = runs.back().op;
       if (op.kind == OpKind::Recv) op.peer = matched_src_[id_of(r, i)];
       if (n.call >= 0) {
         const Call& c = calls_[n.call];
-        const auto& members = groups_[c.group];
-        auto m = std::find(members.begin(), members.end(), r) - members.begin();
-        if (!c.results.empty()) op.writes = {c.results[m]};
+        if (!c.results.empty()) op.writes = {c.results[n.member]};
       }
     }
     busy_ += static_cast<double>(busy);
@@ -643,7 +694,14 @@ class StreamSim {
   std::vector<int> matched_src_;
   std::vector<char> paired_;  // sends matched with a recv
   std::vector<int> unmatched_sends_;
-  std::map<std::pair<int, int>, std::vector<int>> calls_of_;  // (group, rank) -> its collectives in order
+  // A rank's membership of a group, keyed by slot_key(group, rank): its collectives in order.
+  struct Membership {
+    std::vector<int> calls;
+  };
+  static std::uint64_t slot_key(int group, int rank) {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(group)) << 32 | static_cast<std::uint32_t>(rank);
+  }
+  boost::unordered_flat_map<std::uint64_t, Membership> member_;
   std::vector<Call> calls_;
   std::vector<LimitError> limit_errors_;
   std::vector<RankTensors> tensors_;  // per rank

@@ -1,5 +1,7 @@
 #include "sim/algebra.h"
 
+#include <algorithm>
+#include <array>
 #include <span>
 #include <fmt/format.h>
 
@@ -37,8 +39,9 @@ std::string check_weight(const Tensor& w, int layer) {
   return "";
 }
 
-std::string check_writes(const Op& op, const TensorList& want) {
-  if (op.writes == want) return "";
+// The op writes exactly `want`, in order (compared in place: this runs for every compute op).
+std::string check_writes(const Op& op, std::span<const Tensor> want) {
+  if (std::equal(op.writes.begin(), op.writes.end(), want.begin(), want.end())) return "";
   return fmt::format("it writes {}, but {} gives {}", list(op.writes), op.describe(), list(want));
 }
 
@@ -79,7 +82,7 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::Activation, TensorKind::Weight})).empty()) return e;
       if (!(e = check_weight(*w, l)).empty()) return e;
       if (a->layer != l) return fmt::format("the input is {}, the activation of layer {}, not {}", a->str(), a->layer, l);
-      return check_writes(op, {activation_tensor(l + 1, a->batches)});
+      return check_writes(op, std::array{activation_tensor(l + 1, a->batches)});
     case OpKind::Backward:
     case OpKind::BackwardInput:
     case OpKind::BackwardWeight: {
@@ -94,16 +97,17 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (a->batches != g->batches)
         return fmt::format("batch mismatch: activation {} has batches {{{}}}, activation grad {} has {{{}}}", a->str(),
                            a->batches.str(), g->str(), g->batches.str());
-      TensorList want;
-      if (op.kind != OpKind::BackwardInput) want.push_back(weight_grad_tensor(l, a->batches));
-      if (op.kind != OpKind::BackwardWeight) want.push_back(activation_grad_tensor(l, a->batches));
-      return check_writes(op, want);
+      Tensor want[2];
+      std::size_t n = 0;
+      if (op.kind != OpKind::BackwardInput) want[n++] = weight_grad_tensor(l, a->batches);
+      if (op.kind != OpKind::BackwardWeight) want[n++] = activation_grad_tensor(l, a->batches);
+      return check_writes(op, std::span<const Tensor>(want, n));
     }
     case OpKind::Loss:
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::Activation})).empty()) return e;
       if (a->layer != layers)
         return fmt::format("the input is {}, but the loss needs the final activation (layer {})", a->str(), layers);
-      return check_writes(op, {activation_grad_tensor(layers, a->batches)});
+      return check_writes(op, std::array{activation_grad_tensor(layers, a->batches)});
     case OpKind::Update: {
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::WeightGrad, TensorKind::Weight, TensorKind::OptState})).empty())
         return e;
@@ -131,7 +135,8 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       }
       Tensor no = o;
       ++no.step;
-      return check_writes(op, {nw, no});
+      const Tensor want[] = {nw, no};
+      return check_writes(op, want);
     }
     default: return "";
   }

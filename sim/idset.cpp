@@ -60,8 +60,8 @@ void IdSet::assign(const Run* runs, std::size_t n) {
   n_ = static_cast<std::uint32_t>(n);
 }
 
-bool operator==(const IdSet& a, const IdSet& b) noexcept {
-  return a.n_ == b.n_ && std::equal(a.data(), a.data() + a.n_, b.data());
+bool IdSet::equal_heap(const IdSet& a, const IdSet& b) noexcept {
+  return std::equal(a.u_.many, a.u_.many + a.n_, b.u_.many);
 }
 
 std::strong_ordering operator<=>(const IdSet& a, const IdSet& b) noexcept {
@@ -122,10 +122,20 @@ bool IdSet::contains(int id) const {
 
 bool IdSet::contains(const IdSet& other) const { return (*this & other) == other; }
 
-bool IdSet::intersects(const IdSet& other) const { return !(*this & other).empty(); }
+bool IdSet::intersects(const IdSet& other) const {
+  auto a = runs(), b = other.runs();
+  for (std::size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    if (std::max(a[i].first, b[j].first) < std::min(a[i].second, b[j].second)) return true;
+    if (a[i].second < b[j].second) ++i; else ++j;
+  }
+  return false;
+}
 
 IdSet IdSet::operator|(const IdSet& other) const {
   auto a = runs(), b = other.runs();
+  // Two runs that touch or overlap (a weight grad summed over consecutive microbatches): one run, no merge.
+  if (a.size() == 1 && b.size() == 1 && a[0].first <= b[0].second && b[0].first <= a[0].second)
+    return range(std::min(a[0].first, b[0].first), std::max(a[0].second, b[0].second));
   Runs out;
   std::size_t i = 0, j = 0;
   while (i < a.size() || j < b.size()) {

@@ -78,13 +78,20 @@ class IdSet {
   /// Space-separated ids, as the puzzles' timeline prints batches: "0 1 2 3".
   std::string spaced() const;
 
-  friend bool operator==(const IdSet& a, const IdSet& b) noexcept;
+  /// Same ids (compared run by run; one-run sets without a call).
+  friend bool operator==(const IdSet& a, const IdSet& b) noexcept {
+    if (a.n_ != b.n_) return false;
+    if (a.n_ == 0) return true;
+    if (a.n_ == 1) return a.u_.one == b.u_.one;  // inline: the interning hash map compares sets this way
+    return equal_heap(a, b);
+  }
   friend std::strong_ordering operator<=>(const IdSet& a, const IdSet& b) noexcept;
 
  private:
   // Sets `runs` (sorted, disjoint, non-adjacent, each lo < hi) as this set's runs.
   void assign(const Run* runs, std::size_t n);
   void copy_heap(const IdSet& other);
+  static bool equal_heap(const IdSet& a, const IdSet& b) noexcept;
   const Run* data() const { return n_ <= 1 ? &u_.one : u_.many; }
   void release() noexcept {
     if (n_ > 1) delete[] u_.many;

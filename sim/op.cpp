@@ -36,16 +36,6 @@ const char* puzzle_event_name(OpKind k) {
   }
 }
 
-bool is_timed(OpKind k) { return k != OpKind::Load && k != OpKind::Accumulate && k != OpKind::Free; }
-bool is_p2p(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
-bool is_collective(OpKind k) {
-  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Barrier;
-}
-bool is_compute(OpKind k) {
-  return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::BackwardInput ||
-         k == OpKind::BackwardWeight || k == OpKind::Loss || k == OpKind::Update;
-}
-
 std::string Op::describe() const {
   std::string s = op_name(kind);
   if (layer >= 0 && kind != OpKind::Loss) s += fmt::format(" layer {}", layer);

@@ -41,13 +41,18 @@ const char* op_name(OpKind k);
 /// The name the LLM Training Puzzles give the event ("forward", "pass", "allgather", "scatterreduce", ...).
 const char* puzzle_event_name(OpKind k);
 /// True for ops that take time and are sampled for memory (not Load, Accumulate, Free).
-bool is_timed(OpKind k);
+constexpr bool is_timed(OpKind k) { return k != OpKind::Load && k != OpKind::Accumulate && k != OpKind::Free; }
 /// True for Send and Recv.
-bool is_p2p(OpKind k);
+constexpr bool is_p2p(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
 /// True for AllGather, ReduceScatter, AllReduce, Barrier.
-bool is_collective(OpKind k);
+constexpr bool is_collective(OpKind k) {
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Barrier;
+}
 /// True for Forward, Backward, BackwardInput, BackwardWeight, Loss, Update.
-bool is_compute(OpKind k);
+constexpr bool is_compute(OpKind k) {
+  return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::BackwardInput ||
+         k == OpKind::BackwardWeight || k == OpKind::Loss || k == OpKind::Update;
+}
 
 /// The tensors an op reads or writes: most ops read or write one or two, held inline; more spill to the
 /// heap (same interface as std::vector).
