@@ -5,46 +5,11 @@
 
 #include <fmt/format.h>
 
+#include "sim/exposed_comm.h"
+
 namespace trainsim::hw {
 
 namespace {
-
-using Interval = std::pair<Time, Time>;
-
-// Sorted, merged intervals.
-std::vector<Interval> merge(std::vector<Interval> v) {
-  std::sort(v.begin(), v.end());
-  std::vector<Interval> out;
-  for (const auto& i : v) {
-    if (i.second <= i.first) continue;
-    if (!out.empty() && i.first <= out.back().second) out.back().second = std::max(out.back().second, i.second);
-    else out.push_back(i);
-  }
-  return out;
-}
-
-Time length(const std::vector<Interval>& v) {
-  Time t = 0;
-  for (const auto& i : v) t += i.second - i.first;
-  return t;
-}
-
-// Length of a minus b (both merged).
-Time difference(const std::vector<Interval>& a, const std::vector<Interval>& b) {
-  Time t = 0;
-  std::size_t j = 0;
-  for (const auto& i : a) {
-    Time cur = i.first;
-    while (j < b.size() && b[j].second <= cur) ++j;
-    for (std::size_t k = j; k < b.size() && b[k].first < i.second; ++k) {
-      if (b[k].first > cur) t += b[k].first - cur;
-      cur = std::max(cur, b[k].second);
-      if (cur >= i.second) break;
-    }
-    if (cur < i.second) t += i.second - cur;
-  }
-  return t;
-}
 
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
@@ -64,18 +29,16 @@ StepReport make_report(const Trace& trace, const HardwareSetting& s, int microba
   }
   double busy = 0, exposed = 0;
   for (int rank = 0; rank < world; ++rank) {
-    std::vector<Interval> compute, comm;
+    const std::vector<OpRun>& runs = trace.ranks[rank];
     RankReport rr;
     rr.rank = rank;
-    for (const OpRun& run : trace.ranks[rank]) {
-      if (is_compute(run.op.kind)) compute.push_back({run.start, run.end});
-      else if (is_p2p(run.op.kind) || is_collective(run.op.kind)) comm.push_back({run.start, run.end});
+    for (const OpRun& run : runs)
       if (is_timed(run.op.kind)) rr.peak_memory_bytes = std::max(rr.peak_memory_bytes, run.memory);
-    }
-    auto c = merge(compute), m = merge(comm);
-    rr.compute_s = to_seconds(length(c));
-    rr.comm_s = to_seconds(length(m));
-    rr.exposed_comm_s = to_seconds(difference(m, c));
+    // The same intervals as the timeline's exposed-communication marks (sim/exposed_comm.h).
+    const auto c = compute_intervals(runs), m = comm_intervals(runs);
+    rr.compute_s = to_seconds(total_length(c));
+    rr.comm_s = to_seconds(total_length(m));
+    rr.exposed_comm_s = to_seconds(total_length(subtract_intervals(m, c)));
     rr.bubble_fraction = span > 0 ? 1.0 - rr.compute_s / r.step_time_s : 0;
     busy += rr.compute_s;
     exposed += rr.exposed_comm_s;

@@ -29,7 +29,7 @@ struct RankReport {
   double compute_s = 0;         ///< time its compute ops (stream 0 work: forward, backward, loss, update) ran
   double bubble_fraction = 0;   ///< 1 - compute_s / step time
   double comm_s = 0;            ///< time during which at least one of its communication ops ran
-  double exposed_comm_s = 0;    ///< ... and none of its compute ops
+  double exposed_comm_s = 0;    ///< ... and none of its compute ops (sim/exposed_comm.h)
   double peak_memory_bytes = 0;
 };
 

@@ -202,7 +202,10 @@ TEST_CASE("timeline svg: hand-built trace shows rows, boxes, tooltips and the pe
   CHECK(count(svg, "<path d=") == 2 + 1);  // two lanes and the legend's memory swatch
   // A tooltip per timed op (load and free are not drawn).
   CHECK(timed_ops(t) == 10);
-  CHECK(count(svg, "<title>") == timed_ops(t) + 1);  // and the peak marker's
+  // and the peak marker's, and one per exposed-communication strip (rank 0's send; rank 1's all-gather and
+  // receive, back to back, and its reduce-scatter)
+  CHECK(count(svg, "class=\"exposed\"") == 3);
+  CHECK(count(svg, "<title>") == timed_ops(t) + 1 + 3);
   CHECK(svg.find("rank 0: load") == std::string::npos);
   CHECK(svg.find("rank 0: free") == std::string::npos);
   CHECK(svg.find("<title>rank 0: forward layer 0 batches {0-3}\nstart 0, end 4\nmemory at start 10 MB</title>") !=
@@ -336,7 +339,7 @@ TEST_CASE("timeline svg: narrow boxes shorten or drop their labels; sub-pixel op
   CHECK(check_well_formed(svg) == "");
   CHECK(count(svg, ">L0 0 1 2 3 4 5 6 7</text>") == 1);    // the 10 s box (240 px)
   CHECK(count(svg, ">0-7</text>") == 2);                   // the 1 s boxes (24 px) are shortened
-  CHECK(count(svg, "<title>") == 4 + 1 + 1);               // the ten tiny sends are one box; the peak
+  CHECK(count(svg, "<title>") == 4 + 1 + 1 + 1);  // the ten tiny sends are one box; the peak; their exposure
   CHECK(svg.find("10 ops from 50 to 50.1, too short to draw one by one: 10 send") != std::string::npos);
 }
 
@@ -403,7 +406,9 @@ TEST_CASE("timeline svg: more ranks than max_detailed_ranks are summarised") {
   CHECK(s16.find(">ranks 14-15</text>") != std::string::npos);
   std::string d16 = timeline_svg(sixteen);
   CHECK(count(d16, "class=\"row-label\"") == 16);
-  CHECK(count(d16, "<title>") == timed_ops(sixteen) + 1);  // and the peak marker's
+  // and the peak marker's, and each exposed-communication strip's (every send and all-reduce: one stream)
+  CHECK(count(d16, "class=\"exposed\"") == 16 * 8);
+  CHECK(count(d16, "<title>") == timed_ops(sixteen) + 1 + 16 * 8);
 
   // 129 ranks: rows of 3, the last one short.
   std::string s129 = timeline_svg(synthetic(129, 10));
@@ -418,7 +423,11 @@ TEST_CASE("timeline svg: long runs stay of sensible size") {
   opt.target_time = 500;
   opt.target_memory = 200000;
   std::string svg = timeline_svg(t, opt);
-  CHECK(svg.size() < 64 * 1000 * 220);
+  // About 220 bytes per op, and 160 per exposed-communication strip (every send and all-reduce here: 40% of
+  // the ops, on one stream).
+  const std::size_t strips = count(svg, "class=\"exposed\"");
+  CHECK(strips == 64 * 400);
+  CHECK(svg.size() < 64 * 1000 * 220 + strips * 160);
   CHECK(check_well_formed(svg) == "");
   CHECK(count(svg, "class=\"row-label\"") == 64);
   // Width capped: the time area is at most 2400 px.

@@ -61,6 +61,7 @@ struct Parsed {
   std::map<int, long long> pid_of_rank;
   std::map<std::pair<long long, long long>, std::string> thread_names;  // (pid, tid) -> name
   std::vector<json> complete, instants, flow_starts, flow_ends, counters;
+  std::vector<json> exposed;  // the "exposed comm" threads' slices (X events of cat "exposed-comm")
 };
 
 Parsed parse(const std::string& text) {
@@ -80,6 +81,8 @@ Parsed parse(const std::string& text) {
       p.pid_of_rank[rank] = pid;
     } else if (ph == "M" && e.at("name") == "thread_name") {
       p.thread_names[{e.at("pid").get<long long>(), e.at("tid").get<long long>()}] = e.at("args").at("name");
+    } else if (ph == "X" && e.at("cat") == "exposed-comm") {
+      p.exposed.push_back(e);
     } else if (ph == "X") {
       p.complete.push_back(e);
     } else if (ph == "i") {
@@ -285,7 +288,12 @@ TEST_CASE("perfetto trace json: hand-made trace, exact values, streams, instants
   std::set<std::string> rank0_threads;
   for (const auto& [key, name] : p.thread_names)
     if (p.rank_of_pid.at(key.first) == 0) rank0_threads.insert(name);
-  CHECK(rank0_threads == std::set<std::string>{"compute", "comm 1"});
+  // (and, its communication taking time under a model other than the puzzles', the exposed-communication track)
+  CHECK(rank0_threads == std::set<std::string>{"compute", "comm 1", "exposed comm"});
+  // Rank 0's sends from 1 s to 1.2 s run after its forward: exposed, one slice over both.
+  REQUIRE(p.exposed.size() == 5);  // and rank 1's send, rank 2's three receives
+  CHECK(p.exposed[0].at("ts").get<double>() == 1e6);
+  CHECK(p.exposed[0].at("dur").get<double>() == 2e5);
   // Thread ids do not repeat across processes (Perfetto names threads by tid alone).
   std::set<long long> tids;
   for (const auto& [key, name] : p.thread_names) CHECK(tids.insert(key.second).second);

@@ -31,6 +31,7 @@ inline constexpr const char* kMemoryFill = "#6b9be0";        ///< memory step pl
 inline constexpr const char* kMemoryStroke = "#2f5fa8";      ///< memory step plot outline
 inline constexpr const char* kPeakColour = "#d62728";        ///< peak memory marker
 inline constexpr const char* kTargetColour = "#404040";      ///< target time / memory (dashed)
+inline constexpr const char* kExposedColour = "#e8400c";     ///< exposed communication strips (red-orange)
 /// Summary rows (many ranks) use the detailed view's colours: forward and backward of the first layer
 /// (green; the middle layer's yellow would read as update), update, all-reduce for every collective,
 /// send/recv.

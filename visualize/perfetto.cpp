@@ -9,6 +9,12 @@
 //   stream. Perfetto's JSON importer names threads by tid alone, so tids are unique over the whole trace:
 //   tid = rank * S + stream + 1 with S = 1 + the highest stream in the trace (with every op on stream 0,
 //   tid == pid: the rank's main thread).
+// - Exposed communication (sim/exposed_comm.h: the rank's communication running while none of its compute
+//   runs), when the trace poses the question (marks_exposed_comm: not the puzzle model, and some
+//   communication takes time): per rank one more thread, "exposed comm", tid = R * S + rank + 1 with R the
+//   number of ranks (after every stream's tid, so unique and leaving the stream tids as they are), sorted
+//   after the rank's streams (sort_index S), with one complete event per exposed interval: name "exposed
+//   comm", cat "exposed-comm", ts and dur the interval's, no args. They follow the rank's op events.
 // - Ops: one complete event ("ph":"X") per timed op (is_timed), name = op_name + " L<layer>" ("forward
 //   L2"; no suffix without a layer), cat = "compute", "p2p" or "collective"; zero-duration ops (loss, and
 //   every non-compute op under the unit cost model) are X events with dur 0. Untimed ops (load, free,
@@ -38,6 +44,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "sim/exposed_comm.h"
 
 namespace trainsim::visualize {
 
@@ -97,6 +105,8 @@ std::string perfetto_trace_json(const Trace& trace) {
   const long long stride = static_cast<long long>(max_stream) + 1;
   auto pid_of = [](int rank) { return static_cast<long long>(rank) + 1; };
   auto tid_of = [&](int rank, int stream) { return static_cast<long long>(rank) * stride + stream + 1; };
+  const bool show_exposed = marks_exposed_comm(trace);
+  auto exposed_tid_of = [&](int rank) { return static_cast<long long>(nranks) * stride + rank + 1; };
 
   // Match sends to receives: per (src, dst), the k-th send to the k-th receive naming src.
   // flow_out[rank][i] / flow_in[rank][i]: flow id of op i (0 = none).
@@ -155,6 +165,12 @@ std::string perfetto_trace_json(const Trace& trace) {
       emit(Json{{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid_of(rank, s)},
                 {"args", {{"sort_index", s}}}});
     }
+    if (show_exposed) {
+      emit(Json{{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", exposed_tid_of(rank)},
+                {"args", {{"name", "exposed comm"}}}});
+      emit(Json{{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", exposed_tid_of(rank)},
+                {"args", {{"sort_index", stride}}}});
+    }
 
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const OpRun& run = runs[i];
@@ -179,6 +195,10 @@ std::string perfetto_trace_json(const Trace& trace) {
         emit(Json{{"ph", "C"}, {"name", "memory"}, {"pid", pid}, {"ts", micros(run.start)},
                   {"args", {{unit, run.memory}}}});
     }
+    if (show_exposed)
+      for (const TimeInterval& i : exposed_comm_intervals(runs))
+        emit(Json{{"ph", "X"}, {"name", "exposed comm"}, {"cat", "exposed-comm"}, {"pid", pid},
+                  {"tid", exposed_tid_of(rank)}, {"ts", micros(i.start)}, {"dur", micros(i.end - i.start)}});
     if (!runs.empty()) {
       Time last_end = 0;
       for (const auto& r : runs) last_end = std::max(last_end, r.end);

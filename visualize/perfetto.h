@@ -8,7 +8,8 @@
 namespace trainsim::visualize {
 
 /// Trace Event Format JSON: a process per rank, a thread per stream, complete events with real durations
-/// (microseconds), flow events from each send to its receive, memory as a counter track per rank.
+/// (microseconds), flow events from each send to its receive, memory as a counter track per rank, and a
+/// thread "exposed comm" per rank with a slice per exposed-communication interval (sim/exposed_comm.h).
 std::string perfetto_trace_json(const Trace& trace);
 
 }  // namespace trainsim::visualize

@@ -10,7 +10,7 @@
 // update, collective, pass; tenths of the row's height), in the detailed view's colours. Adjacent bins with
 // equal columns are one rectangle per segment. The row's memory lane plots, per bin, the highest memory of any
 // of its ranks. The summary lines of the SVG say so. Failure banner, blocked marks, the peak's placement and
-// explanation, and heatmap strips are in timeline_marks.h.
+// explanation, and heatmap strips are in timeline_marks.h; exposed-communication strips in timeline_exposed.h.
 #include "visualize/timeline_svg.h"
 
 #include <algorithm>
@@ -29,6 +29,7 @@
 #include "sim/world.h"
 #include "visualize/palette.h"
 #include "visualize/svg_writer.h"
+#include "visualize/timeline_exposed.h"
 #include "visualize/timeline_marks.h"
 #include "visualize/timeline_summary.h"
 
@@ -175,7 +176,7 @@ std::string empty_svg(const Trace& trace, const TimelineOptions& opt) {
 // ---------------------------------------------------------------- legend
 
 struct LegendItem {
-  enum Style { Boxes, Bar, Area, PeakLine, DashedLine, Text } style = Boxes;
+  enum Style { Boxes, Bar, Area, PeakLine, DashedLine, Strip, Text } style = Boxes;
   std::vector<std::string> fills;
   double opacity = 1;  // < 1: the boxes fade from `opacity` to 1
   bool dashed = false;
@@ -224,6 +225,10 @@ int legend(Svg* svg, const std::vector<LegendItem>& items, double x0, double top
         case LegendItem::PeakLine:
           svg->put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n",
                    x + 9, y, y + 12, kPeakColour);
+          break;
+        case LegendItem::Strip:
+          svg->put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"18\" height=\"4\" fill=\"{}\"/>\n", x, y + 8,
+                   kExposedColour);
           break;
         case LegendItem::Text:
           break;
@@ -311,7 +316,23 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double label_w = detailed ? 84 : 110;
   const double x0 = 16 + label_w;
   const double x1 = x0 + time_w;
-  const double right_margin = 84;
+  // Exposed communication (sim/exposed_comm.h), when the trace poses the question: strips on detailed rows,
+  // each row's total (a bucket's mean) in the right margin, the mean and the most in the heading.
+  const bool show_exposed = marks_exposed_comm(trace);
+  const std::vector<std::vector<TimeInterval>> exposed =
+      show_exposed ? exposed_comm(trace) : std::vector<std::vector<TimeInterval>>();
+  std::vector<std::string> exposed_totals;  // per row
+  double right_margin = 84;
+  if (show_exposed) {
+    for (int row = 0; row < nrows; ++row) {
+      double sum = 0;
+      for (int rank = row_first(row); rank <= row_last(row); ++rank)
+        sum += static_cast<double>(total_length(exposed[rank]));
+      const Time mean = static_cast<Time>(std::llround(sum / (row_last(row) - row_first(row) + 1)));
+      exposed_totals.push_back(fmt::format("exposed {}{}", per_row > 1 ? "mean " : "", short_seconds(mean)));
+      right_margin = std::max(right_margin, std::ceil(text_width(exposed_totals.back(), 10) + 14));
+    }
+  }
   auto px = [&](double s) { return x0 + s / secs * time_w; };
   auto px_t = [&](Time t) { return px(to_seconds(t)); };
   const double tick = nice_step(secs * 90 / time_w);
@@ -357,6 +378,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
                                   trace.batches == 1 ? "" : "es", timed);
   if (opt.target_time) line2 += fmt::format("  \u00b7  target time {}", format_memory(*opt.target_time));
   if (opt.target_memory) line2 += fmt::format("  \u00b7  target memory {} {}", format_memory(*opt.target_memory), unit);
+  if (show_exposed) line2 += "  \u00b7  " + exposed_heading(exposed, trace.makespan());
   std::string line3;
   if (!detailed)
     line3 = fmt::format(
@@ -395,6 +417,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
                      false, "all-gather (AG), reduce-scatter (RS), all-reduce (AR), barrier (B)"});
     items.push_back({LegendItem::Boxes, {kPassColour}, 1, false, "send/recv (pass)"});
     items.push_back({LegendItem::Bar, {}, 1, false, "loss"});
+    if (show_exposed)
+      items.push_back({LegendItem::Strip, {}, 1, false,
+                       "exposed communication (under the rank: its communication runs and none of its compute does)"});
     items.push_back({LegendItem::Text, {}, 1, false,
                      "labels: L2 = layer 2, then a forward's or backward's batches (microbatches: 0 1 2 3 or 0-3), or "
                      "the op (U update, AG/RS/AR); \u2192N send to rank N, \u2190N receive"});
@@ -471,6 +496,12 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     svg.text(x0 - 8, lane_top(row) + lane_h / 2 + row_font * 0.35, mem, "class=\"lane-label\" fill=\"#555555\"");
   }
   svg.put("</g>\n");
+  if (show_exposed) {
+    svg.put("<g font-size=\"10\" fill=\"{}\">\n", kExposedColour);
+    for (int row = 0; row < nrows; ++row)
+      svg.text(x1 + 6, rows_top + row * row_h + row_h / 2 + 3.5, exposed_totals[row], "class=\"exposed-total\"");
+    svg.put("</g>\n");
+  }
 
   // ---- Time axis (top and bottom) with a grid.
   const long long nticks = static_cast<long long>(std::floor(secs / tick + 1e-9));
@@ -606,6 +637,16 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       svg.s += "</title></rect>\n";
     }
     svg.put("</g>\n");
+    // Exposed communication: a strip along the bottom of the row, over the boxes' lower edge.
+    if (show_exposed) {
+      const double strip_h = row_h >= 28 ? 4 : row_h >= 16 ? 3 : 2;
+      const double px_per_second = time_w / secs;
+      svg.put("<g class=\"exposed-comm\" fill=\"{}\">\n", kExposedColour);
+      for (int rank = 0; rank < nranks; ++rank)
+        draw_exposed_strips(svg, rank, exposed_strips(exposed[rank], px_per_second), x0, px_per_second,
+                            rows_top + (rank + 1) * row_h - strip_h, strip_h);
+      svg.put("</g>\n");
+    }
     if (!labels.empty()) {
       svg.put("<g font-size=\"{}\" text-anchor=\"middle\" fill=\"#111111\" pointer-events=\"none\">\n", font);
       for (const auto& l : labels) svg.text(l.x, l.y, l.text);

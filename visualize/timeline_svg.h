@@ -13,6 +13,13 @@
 // category (forward, backward, update, collective, pass) in the detailed view's colours. The row's memory lane
 // plots the highest memory of its ranks in each bin.
 //
+// Exposed communication (sim/exposed_comm.h: a rank's communication running while none of its compute runs)
+// is marked when the trace poses the question (marks_exposed_comm: not under the puzzle model, and some
+// communication takes time): a red-orange strip (<rect class="exposed">, titled with its span and length)
+// along the bottom of the rank's row over each exposed interval (intervals less than a pixel apart share one
+// strip), the row's total in seconds in the right margin ("exposed 0.5 s"; a bucket of ranks: its mean), the
+// mean and the most over ranks in the heading, and a legend entry. Summarised rows get the totals only.
+//
 // Memory lanes start at t=0 (what the first op finds was held from the start); the peak is marked where its
 // value is held longest; above `memory_heatmap_above` rows each lane is a heatmap strip. A failed run
 // (`error`) gets a banner and its blocked ranks are marked; the time target's line can follow the floor rule.
