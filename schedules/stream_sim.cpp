@@ -254,7 +254,10 @@ class StreamSim {
       }
       int& tail = op.stream >= 0 && op.stream < 64 ? stream_tail[op.stream] : far_stream_tail.try_emplace(op.stream, -1).first->second;
       depend(id, tail);
-      tail = id;
+      // A free waits for the tensor's users (below) and what its stream ran before it, but holds nothing up:
+      // the memory goes back when the last user ends, as CUDA's caching allocator frees a block another
+      // stream still uses (record_stream), without making the compute after it wait for a send in flight.
+      if (op.kind != OpKind::Free) tail = id;
       for (int tid : read_ids_) {
         depend(id, ts.writer[tid]);
         if (op.kind == OpKind::Free) {

@@ -5,7 +5,8 @@
 // (0 = compute, 1.. = communication), first in first out, and starts when its stream is free and the ops
 // it depends on have ended:
 // - the op that wrote each tensor it reads (on its rank);
-// - for a free, every earlier op that used the tensor (memory is released when its last user ends);
+// - for a free, every earlier op that used the tensor (memory is released when its last user ends); a free
+//   holds nothing up: the next op on its stream waits for the op before the free, not for the free;
 // - for a recv, the matched send (the k-th send from `src` to `dst` is the k-th recv from `src` on `dst`, as
 //   NCCL matches; a `recv from any` is matched to the one rank that sends that tensor): a send is eager (as
 //   NCCL isend with a buffer: it never waits for the receiver) and the recv starts once the send has ended;

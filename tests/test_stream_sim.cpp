@@ -204,3 +204,54 @@ TEST_CASE("stream semantics: without per-op records the summary equals the trace
     CHECK(full.summary.makespan == expect.makespan);  // and the recording run fills its summary too
   }
 }
+
+namespace {
+
+// Forward 1 s per batch, backward 2 s, a send 5 s (a slow link), everything else free; every tensor 1 unit.
+struct SlowSendCost final : CostModel {
+  std::string name() const override { return "slow-send"; }
+  Time duration(const Op& op, int) const override {
+    switch (op.kind) {
+      case OpKind::Forward: return seconds(op.batches.size());
+      case OpKind::Backward: return seconds(2 * op.batches.size());
+      case OpKind::Send: return seconds(5);
+      default: return 0;
+    }
+  }
+  double memory(const Tensor&) const override { return 1; }
+  std::string memory_unit() const override { return "tensors"; }
+};
+
+}  // namespace
+
+TEST_CASE("stream semantics: a free after a send on another stream holds the memory, not the compute stream") {
+  // gpipe on 2 stages, rank 0's sends on stream 1. Rank 0 runs `forward {0}; send A1{0} (stream 1); free A1{0};
+  // load A0{1}; forward {1}`: the second forward starts when the first ends (t=1), while the send runs until
+  // t=6, and A1{0} stays resident until then (the free takes effect when its last user, the send, ends).
+  Schedule s = gen("gpipe", 2, 2);
+  for (Op& op : s.ranks[0])
+    if (op.kind == OpKind::Send) op.stream = 1;
+  SlowSendCost cost;
+  SimOptions options;
+  options.cost = &cost;
+  SimResult r = simulate(s, options);
+  INFO(r.error);
+  REQUIRE(r.ok);
+  std::vector<const OpRun*> forwards, sends;
+  for (const OpRun& run : r.trace.ranks[0]) {
+    if (run.op.kind == OpKind::Forward) forwards.push_back(&run);
+    if (run.op.kind == OpKind::Send) sends.push_back(&run);
+  }
+  REQUIRE(forwards.size() == 2);
+  REQUIRE(sends.size() == 2);
+  CHECK(forwards[0]->end == seconds(1));
+  CHECK(sends[0]->start == seconds(1));
+  CHECK(sends[0]->end == seconds(6));
+  CHECK(forwards[1]->start == seconds(1));  // not t=6: the free does not hold the compute stream
+  // The second send waits for the first on stream 1. When it starts (t=6) the first send's A1{0} was freed
+  // at that same moment, so what is resident is W0 O0, A0{0} (kept for the backward), A0{1} and A1{1}.
+  CHECK(sends[1]->start == seconds(6));
+  CHECK(sends[1]->memory == doctest::Approx(5));
+  // During the second forward, A1{0} is still resident (its send is in flight): W0 O0 A0{0} A1{0} A0{1}.
+  CHECK(forwards[1]->memory == doctest::Approx(5));
+}
