@@ -49,13 +49,20 @@ struct TensorHash {
     for (const auto& [lo, hi] : t.shards.runs()) h = mix(h, pack(lo, hi));
     return h;
   }
+  std::size_t operator()(const Tensor* t) const noexcept { return (*this)(*t); }
+};
+
+// Tensors compared by value through pointers into the schedule's ops.
+struct SameTensor {
+  bool operator()(const Tensor* a, const Tensor* b) const noexcept { return *a == *b; }
 };
 
 // One rank's tensors, interned: id -> tensor, its memory, how many instances are resident (at issue), the
-// last op that wrote it and the ops that used it since.
+// last op that wrote it and the ops that used it since. Tensors are held as pointers to their first mention
+// in the schedule's ops (the schedule outlives the simulation): no tensor is copied.
 struct RankTensors {
-  boost::unordered_flat_map<Tensor, int, TensorHash> ids;
-  std::vector<Tensor> tensor;
+  boost::unordered_flat_map<const Tensor*, int, TensorHash, SameTensor> ids;
+  std::vector<const Tensor*> tensor;
   std::vector<double> bytes;
   std::vector<int> count, writer;
   // The ops that used each tensor since it was last written, as linked lists in one pool: users_head[id]
@@ -66,9 +73,9 @@ struct RankTensors {
   std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
 
   int intern(const Tensor& t, const CostModel& cost, int rank) {
-    auto [it, fresh] = ids.try_emplace(t, static_cast<int>(tensor.size()));
+    auto [it, fresh] = ids.try_emplace(&t, static_cast<int>(tensor.size()));
     if (fresh) {
-      tensor.push_back(t);
+      tensor.push_back(&t);
       bytes.push_back(cost.memory(t, rank));
       count.push_back(0), writer.push_back(-1), users_head.push_back(-1);
     }
@@ -78,7 +85,7 @@ struct RankTensors {
   std::string summary(const CostModel& cost, int rank) const {
     MemoryLedger ledger(cost, rank);
     for (std::size_t id = 0; id < tensor.size(); ++id)
-      for (int k = 0; k < count[id]; ++k) ledger.add(tensor[id]);
+      for (int k = 0; k < count[id]; ++k) ledger.add(*tensor[id]);
     return ledger.summary();
   }
 };
@@ -623,8 +630,8 @@ class StreamSim {
           for (std::size_t j = 0; j < k; ++j) {
             const int before = order[j];
             for (int e = ts.memory_begin[before]; e < ts.memory_begin[before + 1]; ++e)
-              ops[before].kind == OpKind::Free ? static_cast<void>(resident.remove(ts.tensor[ts.memory_ids[e]]))
-                                               : resident.add(ts.tensor[ts.memory_ids[e]]);
+              ops[before].kind == OpKind::Free ? static_cast<void>(resident.remove(*ts.tensor[ts.memory_ids[e]]))
+                                               : resident.add(*ts.tensor[ts.memory_ids[e]]);
           }
           const Op& op = ops[i];
           const Time start = nodes_[id_of(r, i)].start;
