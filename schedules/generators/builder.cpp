@@ -74,42 +74,38 @@ ScheduleHeader make_header(int world_size, int layers, int microbatches) {
 // ---- RankProgram ----------------------------------------------------------------------------------------
 
 void RankProgram::load(TensorList ts) {
-  Op op;
+  Op& op = ops_.emplace_back();
   op.kind = OpKind::Load;
   op.rank = rank_;
   op.writes = std::move(ts);
-  ops_.push_back(std::move(op));
 }
 
 void RankProgram::free(TensorList ts) {
   if (ts.empty()) return;
-  Op op;
+  Op& op = ops_.emplace_back();
   op.kind = OpKind::Free;
   op.rank = rank_;
   op.reads = std::move(ts);
-  ops_.push_back(std::move(op));
 }
 
 void RankProgram::send(int to, Tensor t) {
-  Op op;
+  Op& op = ops_.emplace_back();
   op.kind = OpKind::Send;
   op.rank = rank_;
   op.peer = to;
-  op.reads = {std::move(t)};
-  ops_.push_back(std::move(op));
+  op.reads.push_back(std::move(t));
 }
 
 void RankProgram::recv(int from, Tensor t) {
-  Op op;
+  Op& op = ops_.emplace_back();
   op.kind = OpKind::Recv;
   op.rank = rank_;
   op.peer = from;
-  op.writes = {std::move(t)};
-  ops_.push_back(std::move(op));
+  op.writes.push_back(std::move(t));
 }
 
 void RankProgram::compute(OpKind kind, int layer, IdSet batches, TensorList reads, TensorList writes) {
-  Op op;
+  Op& op = ops_.emplace_back();
   op.kind = kind;
   op.rank = rank_;
   op.layer = kind == OpKind::Loss ? layers_ : layer;
@@ -117,30 +113,27 @@ void RankProgram::compute(OpKind kind, int layer, IdSet batches, TensorList read
   op.reads = std::move(reads);
   op.writes = std::move(writes);
   fill_defaults(op, layers_, microbatches_);
-  ops_.push_back(std::move(op));
 }
 
 void RankProgram::collective(OpKind kind, int layer, int group, Tensor in, Tensor out) {
-  Op op;
+  Op& op = ops_.emplace_back();
   op.kind = kind;
   op.rank = rank_;
   op.layer = layer;
   op.group = group;
-  op.reads = {std::move(in)};
-  op.writes = {std::move(out)};
-  ops_.push_back(std::move(op));
+  op.reads.push_back(std::move(in));
+  op.writes.push_back(std::move(out));
 }
 
 void RankProgram::add_grad(const Tensor& g) {
   for (auto& [layer, s] : sums_) {
     if (layer != g.layer) continue;
     Tensor total = sum(s, g);  // throws TensorError on a generator bug
-    Op op;
+    Op& op = ops_.emplace_back();  // built in place: no op is moved
     op.kind = OpKind::Accumulate;
     op.rank = rank_;
     op.reads = {s, g};
     op.writes = {total};
-    ops_.push_back(std::move(op));
     free({s, g});
     s = total;
     return;
