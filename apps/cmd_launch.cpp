@@ -167,7 +167,25 @@ int run(const LaunchArgs& a) {
     for (auto& k : kids)
       if (k.running) kill(k.pid, sig);
   };
+  // The first failure names the job's cause. A rank that exits with an error is often reacting to another
+  // rank's death that has not been reaped yet (the dead rank's peers can exit within milliseconds of it, and
+  // on a loaded machine before it is waitable), so an error exit is held for kHold: a rank killed by a
+  // signal in that time is the cause instead.
+  constexpr auto kHold = std::chrono::milliseconds(500);
+  struct Held {
+    int rank, code;
+    std::string how;
+    Clock::time_point until;
+  };
+  std::optional<Held> held;
+  auto announce = [&](int r, int code, const std::string& how) {
+    failed_rank = r, first_failure = code;
+    held.reset();
+    fmt::print(stderr, "{}: rank {} {}; the other ranks get {:g} s to stop on their own\n", kCmd, r, how, a.grace);
+    term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.grace));
+  };
   for (;;) {
+    if (held && (Clock::now() >= held->until || running == 0)) announce(held->rank, held->code, held->how);
     std::vector<pollfd> fds;
     std::vector<std::pair<int, Stream*>> owners;
     for (int r = 0; r < a.nproc; ++r)
@@ -225,11 +243,10 @@ int run(const LaunchArgs& a) {
         k.running = false, --running;
         k.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (k.code != 0 && failed_rank < 0) {
-          failed_rank = r, first_failure = k.code;
-          std::string how = WIFEXITED(status) ? fmt::format("exited with code {}", k.code)
-                                              : fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
-          fmt::print(stderr, "{}: rank {} {}; the other ranks get {:g} s to stop on their own\n", kCmd, r, how, a.grace);
-          term_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.grace));
+          if (WIFSIGNALED(status))
+            announce(r, k.code, fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status))));
+          else if (!held)
+            held = Held{r, k.code, fmt::format("exited with code {}", k.code), Clock::now() + kHold};
         }
       }
     }

@@ -103,14 +103,14 @@ void TcpGroup::on_frame(Link& from, Frame&& f) {
     case kBye:
       return;
     case kError:
-      local_fail(f.tag);
-      if (rank_ == 0)  // tell the others
+      if (rank_ == 0)  // tell the others, before this rank's own handler may start closing the links
         for (auto& l : links_)
           if (l && l.get() != &from) {
             Frame e;
             e.kind = kError, e.tag = f.tag;
             l->send(std::move(e));
           }
+      local_fail(f.tag);
       return;
     case kGather: {
       std::lock_guard lock(mu_);
@@ -168,13 +168,16 @@ void TcpGroup::fail(const std::string& why) {
     std::lock_guard lock(mu_);
     if (!failed_.empty()) return;
   }
-  local_fail(why);
+  // The others are told first: the local failure handler wakes this process's main thread, which may close
+  // the group at once, and a link drops what is queued after its goodbye (a rank then waited for its
+  // timeout instead of hearing of the failure).
   for (auto& l : links_)
     if (l) {
       Frame e;
       e.kind = kError, e.src = rank_, e.tag = why;
       l->send(std::move(e));
     }
+  local_fail(why);
 }
 
 void TcpGroup::set_failure_handler(std::function<void(const std::string&)> handler) {
