@@ -2,19 +2,26 @@
 //
 // DOT conventions (dependency_dot):
 // - `digraph trainsim` with newrank=true; one `subgraph cluster_rank<N>` per rank, labelled "rank N".
+//   A rank whose ops use more than one stream (`Op::stream`) gets, inside its cluster, one
+//   `subgraph cluster_rank<N>_stream<S>` per stream in ascending order (dashed outline), labelled "compute"
+//   for stream 0 and "comm S" otherwise, holding that stream's ops; a one-stream rank has no sub-cluster.
 // - One node per op, id "r<rank>_<index>" (index in the rank's op list, every kind counted). The label is
 //   compact ("F L0 {0}", "B L2 {0-3}", "send -> r1\nA2{0}", "all-gather L1 g0\nW1[0-3/4]", "load\nW0, O0");
 //   the tooltip is describe() plus where. Shapes by kind: compute ops are filled boxes (forward light blue,
 //   backward light green, loss light red, update light yellow), send/recv grey ellipses, collectives
 //   light orange hexagons, load/free/accumulate small plain text.
-// - Program order: consecutive ops of a rank, `style=dashed, color=gray80, constraint=true`. Above
-//   kLargeSchedule ops in all, the program-order edge of a pair already joined by a data edge is left out
-//   (collapsed into the data edge), which keeps big graphs lighter; below, every pair gets one.
+// - Program order on a stream: each op to the next op of the same rank on the same stream (stream order),
+//   `style=dashed, color=gray80, constraint=true`; on a one-stream rank that is every consecutive pair.
+//   Ops on different streams get no dashed edge: they wait only on data, messages and collectives
+//   (docs/design.md §3, stream semantics).
+//   Above kLargeSchedule ops in all, the program-order edge of a pair already joined by a data edge is left
+//   out (collapsed into the data edge), which keeps big graphs lighter; below, every pair gets one.
 // - Data: solid `color=gray40` edges from the op that last wrote a tensor on the same rank to each later
 //   op of that rank reading it (one edge per writer/reader pair; tooltip lists the tensors), with
-//   `constraint=false` unless the two ops are consecutive (program order already ranks them). A tensor a
-//   load wrote links only to its first reader (not to every use of a weight); a free links from the last
-//   op that used the tensor.
+//   `constraint=false` when both ops are on one stream and the reader is not the writer's next op there
+//   (stream order already ranks them), `constraint=true` otherwise (the next op on the stream, or another
+//   stream: nothing else ranks those). A tensor a load wrote links only to its first reader (not to every
+//   use of a weight); a free links from the last op that used the tensor.
 // - Messages: `style=bold, color=blue` edges from each Send to its Recv. The k-th send from a to b matches
 //   the k-th receive on b whose peer is a (receives from any source, peer -1, stay unmatched: which send
 //   they take is only known when the schedule runs).
@@ -22,7 +29,9 @@
 //   node "c<g>_<k>" (outside the clusters) and an undirected-looking edge (`dir=none`, dark orange) from
 //   each member's op to it. A point per call keeps the members' ops linked without imposing an order
 //   between ranks.
-// - A `cluster_legend` with one plaintext node says what each edge style means.
+// - A `cluster_legend` with one plaintext node says what each edge style means; the dashed edge reads
+//   "program order on a stream (next op on the same stream)" when some rank has several streams, else
+//   "program order (next op on the rank)".
 // Output is a pure function of the schedule (ops in rank order then program order): byte-identical text.
 #include "visualize/graph.h"
 
@@ -54,6 +63,12 @@ namespace {
 
 /// Above this many ops, program-order edges duplicated by a data edge are collapsed.
 constexpr std::size_t kLargeSchedule = 5000;
+
+/// "No next op on this stream".
+constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+/// A stream sub-cluster's label: "compute" for stream 0, "comm S" for a communication stream.
+std::string stream_label(int stream) { return stream == 0 ? std::string("compute") : fmt::format("comm {}", stream); }
 
 /// A DOT double-quoted string: backslash and quote escaped, newlines as the centred-line escape "\n".
 std::string quote(const std::string& s) {
@@ -165,16 +180,46 @@ std::string dependency_dot(const Schedule& schedule) {
                  schedule.header.world_size, schedule.header.layers, schedule.header.microbatches,
                  schedule.op_count());
 
-  // Nodes, clustered by rank.
+  // Stream order: per rank, the next op on each op's stream (kNone for the last), and whether the rank uses
+  // more than one stream. On a one-stream rank the next op on the stream is simply the next op.
+  std::vector<std::vector<std::size_t>> next(ranks.size());
+  std::vector<std::map<int, std::vector<std::size_t>>> by_stream(ranks.size());  // stream -> op indices
+  bool any_multi = false;
+  for (int r = 0; r < nranks; ++r) {
+    next[r].assign(ranks[r].size(), kNone);
+    std::map<int, std::size_t> last;  // stream -> its latest op so far
+    for (std::size_t i = 0; i < ranks[r].size(); ++i) {
+      const int stream = ranks[r][i].stream;
+      if (auto it = last.find(stream); it != last.end()) next[r][it->second] = i;
+      last[stream] = i;
+      by_stream[r][stream].push_back(i);
+    }
+    any_multi = any_multi || by_stream[r].size() > 1;
+  }
+
+  // Nodes, clustered by rank; on a rank with several streams, in one sub-cluster per stream (ascending).
+  auto write_node = [&](int r, std::size_t i, const char* indent) {
+    const Op& op = ranks[r][i];
+    std::string tip = op.describe();
+    if (!op.where.empty()) tip += " (" + op.where + ")";
+    fmt::format_to(w, "{}{} [label={}, tooltip={}, {}];\n", indent, node_id(r, i), quote(label(op)), quote(tip),
+                   node_style(op.kind));
+  };
   for (int r = 0; r < nranks; ++r) {
     fmt::format_to(w, "  subgraph cluster_rank{} {{\n    label={}; style=rounded; color=gray60;\n", r,
                    quote("rank " + std::to_string(r)));
-    for (std::size_t i = 0; i < ranks[r].size(); ++i) {
-      const Op& op = ranks[r][i];
-      std::string tip = op.describe();
-      if (!op.where.empty()) tip += " (" + op.where + ")";
-      fmt::format_to(w, "    {} [label={}, tooltip={}, {}];\n", node_id(r, i), quote(label(op)), quote(tip),
-                     node_style(op.kind));
+    if (by_stream[r].size() <= 1) {
+      for (std::size_t i = 0; i < ranks[r].size(); ++i) write_node(r, i, "    ");
+    } else {
+      for (const auto& [stream, ops] : by_stream[r]) {
+        // (A stream is never negative in a parsed schedule; one built in code gets a quoted, still valid id.)
+        std::string id = fmt::format("cluster_rank{}_stream{}", r, stream);
+        fmt::format_to(w,
+                       "    subgraph {} {{\n      label={}; style=\"rounded,dashed\"; color=gray75; fontsize=10;\n",
+                       stream < 0 ? quote(id) : id, quote(stream_label(stream)));
+        for (std::size_t i : ops) write_node(r, i, "      ");
+        out += "    }\n";
+      }
     }
     out += "  }\n";
   }
@@ -215,27 +260,34 @@ std::string dependency_dot(const Schedule& schedule) {
     }
   }
 
+  // Program order on a stream: each op to the next op on its stream (on a one-stream rank, the next op).
+  // Ops on different streams wait only on data, messages and collectives, so no dashed edge joins them.
   out += "  // program order\n";
   for (int r = 0; r < nranks; ++r) {
-    std::set<std::size_t> joined;  // i such that a data edge i -> i+1 exists
+    std::set<std::size_t> joined;  // i such that a data edge from i to the next op on its stream exists
     if (large)
       for (const auto& e : data[r])
-        if (e.to == e.from + 1) joined.insert(e.from);
-    for (std::size_t i = 0; i + 1 < ranks[r].size(); ++i) {
-      if (joined.count(i)) continue;
+        if (e.to == next[r][e.from]) joined.insert(e.from);
+    for (std::size_t i = 0; i < ranks[r].size(); ++i) {
+      if (next[r][i] == kNone || joined.count(i)) continue;
       fmt::format_to(w, "  {} -> {} [style=dashed, color=gray80, constraint=true];\n", node_id(r, i),
-                     node_id(r, i + 1));
+                     node_id(r, next[r][i]));
     }
   }
 
-  // Data edges always point forward in program order, which already ranks the ops: only those between
-  // consecutive ops constrain the layout (they may stand in for a collapsed program-order edge). Letting the
-  // long ones (a weight's load to each of its uses) constrain it makes dot ten times slower for nothing.
+  // Data edges always point forward in program order. Between two ops of one stream, stream order already
+  // ranks them: only an edge to the next op on the stream constrains the layout (it may stand in for a
+  // collapsed program-order edge). Letting the long ones (a weight's load to each of its uses) constrain it
+  // makes dot ten times slower for nothing. Between two streams nothing else ranks the ops, so those edges
+  // constrain it (a receive on a communication stream sits above the compute that reads the message).
   out += "  // data\n";
   for (int r = 0; r < nranks; ++r)
-    for (const auto& e : data[r])
+    for (const auto& e : data[r]) {
+      const bool ranks_layout =
+          e.to == next[r][e.from] || ranks[r][e.from].stream != ranks[r][e.to].stream;
       fmt::format_to(w, "  {} -> {} [color=gray40, constraint={}, tooltip={}];\n", node_id(r, e.from),
-                     node_id(r, e.to), e.to == e.from + 1 ? "true" : "false", quote(e.tensors));
+                     node_id(r, e.to), ranks_layout ? "true" : "false", quote(e.tensors));
+    }
 
   // Messages: the k-th send a -> b to the k-th receive on b naming a.
   out += "  // messages\n";
@@ -290,7 +342,9 @@ std::string dependency_dot(const Schedule& schedule) {
   out += "  subgraph cluster_legend {\n    label=\"legend\"; style=rounded; color=gray60;\n"
          "    legend [shape=plaintext, fontsize=9, label=<<table border=\"0\" cellpadding=\"2\" cellspacing=\"0\">"
          "<tr><td align=\"left\"><font color=\"gray55\">- - - &#8594;</font></td>"
-         "<td align=\"left\">program order (next op on the rank)</td></tr>"
+         "<td align=\"left\">";
+  out += any_multi ? "program order on a stream (next op on the same stream)" : "program order (next op on the rank)";
+  out += "</td></tr>"
          "<tr><td align=\"left\"><font color=\"gray40\">&#8212;&#8212; &#8594;</font></td>"
          "<td align=\"left\">data: reads what the earlier op wrote (a load: its first reader only; a free: the "
          "last user)</td></tr>"

@@ -14,7 +14,9 @@ namespace trainsim::visualize {
 /// get the DOT text only (bench/README.md).
 inline constexpr std::size_t kMaxRenderedOps = 600;
 
-/// DOT text of the op dependency graph.
+/// DOT text of the op dependency graph: a cluster per rank (and per stream on a rank using several), dashed
+/// program-order edges along each stream, data, message and collective edges, and a legend (conventions at
+/// the top of visualize/graph.cpp). Byte-identical for the same schedule.
 std::string dependency_dot(const Schedule& schedule);
 /// Renders DOT text to SVG with the Graphviz library (libgvc, layout "dot"). Throws std::runtime_error.
 std::string render_dot_svg(const std::string& dot);
