@@ -659,8 +659,9 @@ class StreamSim {
       if (is_compute(ops[i].kind)) busy += n.end - n.start;
       ++summary_.timed_ops;
       if (!o_.record_trace) continue;
-      runs.emplace_back(ops[i], n.start, n.end, sample[i]);  // built in place: the op is copied once
-      Op& op = runs.back().op;
+      OpRun& run = runs.emplace_back();  // built in place: the op is copied once, not copied and moved
+      run.op = ops[i], run.start = n.start, run.end = n.end, run.memory = sample[i];
+      Op& op = run.op;
       if (op.kind == OpKind::Recv) op.peer = matched_src_[id_of(r, i)];
       if (n.call >= 0) {
         const Call& c = calls_[n.call];
