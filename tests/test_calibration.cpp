@@ -183,8 +183,12 @@ TEST_CASE("perfetto_steps_json: one timeline of several steps, each op with its 
   CHECK(other["step_makespan_median_us"].get<double>() == doctest::Approx((ms_a + ms_b) / 2));
   CHECK(other["makespan_us"].get<double>() == doctest::Approx(2e6 + ms_b));
   int in_a = 0, in_b = 0;
+  auto is_op = [](const nlohmann::json& e) {  // an op's complete event (not, e.g., an exposed-communication slice)
+    const std::string cat = e.value("cat", "");
+    return e["ph"] == "X" && (cat == "compute" || cat == "p2p" || cat == "collective");
+  };
   for (const auto& e : j["traceEvents"]) {
-    if (e["ph"] != "X") continue;
+    if (!is_op(e)) continue;
     REQUIRE(e["args"].contains("step"));
     (e["args"]["step"] == 4 ? in_a : in_b)++;
     if (e["args"]["step"] == 5) CHECK(e["ts"].get<double>() >= 2e6);
@@ -245,7 +249,7 @@ rank 1
   const nlohmann::json j = nlohmann::json::parse(slurp(trace));
   std::map<int, double> first_start, last_end;
   for (const auto& e : j["traceEvents"]) {
-    if (e["ph"] != "X") continue;
+    if (e["ph"] != "X" || !e.contains("args") || !e["args"].contains("step")) continue;  // ops only
     const int s = e["args"]["step"].get<int>();
     const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
     first_start[s] = first_start.count(s) ? std::min(first_start[s], ts) : ts;
