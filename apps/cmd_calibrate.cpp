@@ -38,7 +38,8 @@ int run(CalibrateArgs a) {
     return 2;
   }
   nlohmann::ordered_json j = hw::to_json(c.device);
-  j["calibration"] = {{"traces", c.traces}, {"compute_ops", c.compute_ops}, {"comm_ops", c.comm_ops}};
+  j["calibration"] = {{"traces", c.traces},   {"steps", c.steps},     {"compute_ops", c.compute_ops},
+                      {"comm_ops", c.comm_ops}, {"gap_ops", c.gap_ops}};
   if (!write_output("trainsim calibrate", a.out, j.dump(2) + "\n")) {
     return 2;
   }
@@ -49,11 +50,12 @@ int run(CalibrateArgs a) {
     }
   }
   const hw::EfficiencyTable& e = c.device.efficiency;
-  fmt::print("{} compute ops, {} communications from {} trace{}\n", c.compute_ops, c.comm_ops, c.traces.size(),
+  fmt::print("{} compute ops, {} communications, {} dispatch gaps (per-op medians over {} step{}) from {} trace{}\n",
+             c.compute_ops, c.comm_ops, c.gap_ops, c.steps, c.steps == 1 ? "" : "s", c.traces.size(),
              c.traces.size() == 1 ? "" : "s");
   fmt::print("efficiency: forward {:.4g}  backward_input {:.4g}  backward_weight {:.4g}  attention {:.4g}  memory {:.4g}  "
-             "op overhead {:.4g} s (of peak {:.4g} FLOP/s, {:.4g} bytes/s)\n",
-             e.forward, e.backward_input, e.backward_weight, e.attention, e.memory, e.op_overhead_s,
+             "op overhead {:.4g} s  dispatch {:.4g} s (of peak {:.4g} FLOP/s, {:.4g} bytes/s)\n",
+             e.forward, e.backward_input, e.backward_weight, e.attention, e.memory, e.op_overhead_s, e.dispatch_s,
              c.device.peak_flops, c.device.hbm_bandwidth);
   if (c.network_fitted)
     fmt::print("network: latency {:.4g} s, bandwidth {:.4g} bytes/s{}\n", c.network.intra_latency_s,
@@ -71,7 +73,9 @@ void add_calibrate_command(CLI::App& app, int* exit_code) {
       "Fit a device description's efficiency table (and a network's latency and bandwidth) to measured replay "
       "traces (trainsim replay FILE --trace T). --model names the model the replays trained (default: small). "
       "Exits 2 on bad input.");
-  cmd->add_option("traces", a->traces, "Measured traces (Chrome/Perfetto JSON of trainsim replay --trace)")
+  cmd->add_option("traces", a->traces,
+                  "Measured traces (Chrome/Perfetto JSON of trainsim replay --trace; with --trace-steps K each op's "
+                  "time is its median over the K steps)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", a->out, "Write the calibrated device JSON here")->required();

@@ -42,6 +42,7 @@ struct ReplayArgs {
   double tolerance = 1e-5;
   std::string data;
   std::string save, resume, trace, svg;
+  int trace_steps = 1;
   bool json = false;
   double timeout = 300;
   int microbatches = 0;
@@ -137,6 +138,8 @@ int run(const ReplayArgs& a) {
   o.save_dir = a.save;
   o.resume_dir = a.resume;
   o.timeout_seconds = a.timeout;
+  if (a.trace_steps < 1) return usage(fmt::format("--trace-steps must be at least 1, got {}", a.trace_steps));
+  o.trace_steps = a.trace_steps;
   if (!a.data.empty()) o.data_files = {a.data};
   o.schedule_name = a.file;
   if (!(a.rendezvous_timeout > 0))
@@ -211,7 +214,7 @@ int run(const ReplayArgs& a) {
 
   bool wrote = true;
   if (!r.trace.ranks.empty()) {
-    if (!a.trace.empty() && !write_output(kCmd, a.trace, visualize::perfetto_trace_json(r.trace))) {
+    if (!a.trace.empty() && !write_output(kCmd, a.trace, visualize::perfetto_steps_json(r.steps))) {
       wrote = false;
     }
     if (!a.svg.empty()) {
@@ -295,7 +298,13 @@ void add_replay_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--data", a->data, "Training text (bytes are tokens); default: the fortunes package's files");
   cmd->add_option("--save", a->save, "Write a checkpoint here at the end (each rank's state and a manifest)");
   cmd->add_option("--resume", a->resume, "Continue from this checkpoint (same schedule, model, settings and data)");
-  cmd->add_option("--trace", a->trace, "Write the last step's measured Chrome/Perfetto trace JSON here");
+  cmd->add_option("--trace", a->trace,
+                  "Write the measured Chrome/Perfetto trace JSON of the last step (or of the last --trace-steps "
+                  "steps) here");
+  cmd->add_option("--trace-steps", a->trace_steps,
+                  "Steps --trace records: the last K, never the first of a run of several (it warms up); "
+                  "otherData.steps has each one's makespan, for trainsim calibrate's medians")
+      ->capture_default_str();
   cmd->add_option("--svg", a->svg, "Write the last step's measured timeline SVG here");
   cmd->add_option("--timeout", a->timeout, "Seconds any rank may wait in a communication before the job fails")
       ->check(finite_number(0, true, "seconds", "SECONDS>0"))

@@ -39,6 +39,14 @@ CheckpointInfo describe_run(const Schedule& s, const ReplayOptions& o, const Tok
   return info;
 }
 
+// When a step started: the earliest start of any of its work on any rank (ns since the job's epoch).
+std::int64_t step_start(const std::vector<std::vector<WorkTiming>>& timings) {
+  std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
+  for (const auto& rank : timings)
+    for (const WorkTiming& w : rank) t0 = std::min(t0, w.start_ns);
+  return t0 == std::numeric_limits<std::int64_t>::max() ? 0 : t0;
+}
+
 // The measured timeline of one step: each rank's timed ops in program order, time zero at the step's start.
 Trace measured_trace(const Schedule& s, const std::vector<std::vector<WorkTiming>>& timings, const std::string& backend) {
   Trace t;
@@ -47,9 +55,7 @@ Trace measured_trace(const Schedule& s, const std::vector<std::vector<WorkTiming
   t.batches = s.header.microbatches;
   t.cost_model = "measured (" + backend + ")";
   t.memory_unit = "bytes";
-  std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
-  for (const auto& rank : timings)
-    for (const WorkTiming& w : rank) t0 = std::min(t0, w.start_ns);
+  const std::int64_t t0 = step_start(timings);
   t.ranks.resize(s.ranks.size());
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     std::vector<WorkTiming> ws = timings[r];
@@ -216,20 +222,29 @@ struct Job {
     return out;
   }
 
-  // After rank r's step: note its output; with one process per rank, rank 0 collects every rank's.
+  // After rank r's step: note its output (with one process per rank, rank 0 collects every rank's), then
+  // wait until every rank has ended the step, so that the next step starts on every rank at once. Without
+  // the wait a rank that ends early starts the next step while another still runs this one, and the
+  // measured step (first start to last end over the ranks) holds the other rank's tail of the step before
+  // (docs/executor.md §3, "Between steps").
   void report(int step_index, int r, StepOutput out) {
     if (!pg) {
-      std::lock_guard lock(mu);
-      outputs[step_index][r] = std::move(out);
+      std::unique_lock lock(mu);
+      auto& row = outputs[step_index];
+      row[r] = std::move(out);
       cv.notify_all();
+      cv.wait(lock, [&] { return failed || std::all_of(row.begin(), row.end(), [](auto& x) { return x.has_value(); }); });
       return;
     }
     auto blobs = pg->gather(encode_step(out, devices[r]->memory().peak_bytes()), o.timeout_seconds);
-    std::lock_guard lock(mu);
-    outputs[step_index][r] = std::move(out);
-    for (std::size_t q = 0; q < blobs.size(); ++q)
-      if (static_cast<int>(q) != r) outputs[step_index][q] = decode_step(blobs[q], peaks[q]);
+    {
+      std::lock_guard lock(mu);
+      outputs[step_index][r] = std::move(out);
+      for (std::size_t q = 0; q < blobs.size(); ++q)
+        if (static_cast<int>(q) != r) outputs[step_index][q] = decode_step(blobs[q], peaks[q]);
+    }
     cv.notify_all();
+    pg->broadcast(std::string(), o.timeout_seconds);  // rank 0 answers once it has every rank's output
   }
 
   // Runs steps [first, last); fills the result's losses and timings. Returns false on failure.
@@ -279,9 +294,18 @@ struct Job {
     if (failed) return false;
     if (!collects) return true;
     res.tokens_per_s = tokens * (last - first) / std::max(res.seconds, 1e-9);
-    std::vector<std::vector<WorkTiming>> timings;
-    for (int r = 0; r < world; ++r) timings.push_back(outputs.back()[r]->timings);
-    res.trace = measured_trace(s, timings, backend.name());
+    // The measured steps: the last trace_steps, without the first step when there are more.
+    const int ran = last - first;
+    const int kept = std::clamp(o.trace_steps, 1, ran > 1 ? ran - 1 : 1);
+    std::int64_t origin = 0;
+    for (int i = ran - kept; i < ran; ++i) {
+      std::vector<std::vector<WorkTiming>> timings;
+      for (int r = 0; r < world; ++r) timings.push_back(outputs[i][r]->timings);
+      const std::int64_t t0 = step_start(timings);
+      if (i == ran - kept) origin = t0;
+      res.steps.push_back(StepTrace{first + i, t0 - origin, measured_trace(s, timings, backend.name())});
+    }
+    res.trace = res.steps.back().trace;
     for (int r = 0; r < world; ++r) res.peak_bytes.push_back(devices[r] ? devices[r]->memory().peak_bytes() : peaks[r]);
     return true;
   }
@@ -360,6 +384,8 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
     o.model.validate();
     o.optimizer.validate();
     if (o.steps < 1) throw std::invalid_argument(fmt::format("--steps must be at least 1, got {}", o.steps));
+    if (o.trace_steps < 1)
+      throw std::invalid_argument(fmt::format("--trace-steps must be at least 1, got {}", o.trace_steps));
     ModelShapes shapes(o.model, schedule.header.layers);
     TokenData data(o.data_files.empty() ? TokenData::default_files() : o.data_files);
     data.check_fits(o.model);

@@ -34,6 +34,9 @@ struct ReplayOptions {
   std::string save_dir;        ///< write a checkpoint here at the end
   std::string resume_dir;      ///< continue from this checkpoint
   double timeout_seconds = 300;  ///< longest wait of any communication before the job fails
+  /// Measured steps kept in ReplayResult::steps: the last `trace_steps` steps, but never the run's first step
+  /// when more than one step runs (it warms up the caches and the allocator). At least 1.
+  int trace_steps = 1;
   std::string schedule_name;   ///< where the schedule came from (messages, checkpoint manifest)
   FaultInjection fault;        ///< tests only
   /// Set when every rank is its own process: called once the run is planned, with what every rank must agree
@@ -69,6 +72,7 @@ struct ReplayResult {
   bool clip = false;                    ///< clipping by the global norm ran
   std::string clip_note;                ///< why not, when it did not
   Trace trace;                          ///< the last step as measured (host clock, bytes)
+  std::vector<StepTrace> steps;         ///< the last ReplayOptions::trace_steps steps as measured, in order
   std::string model_description, data_description;
   // With check:
   bool checked = false;

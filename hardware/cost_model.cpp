@@ -13,6 +13,11 @@ HardwareCostModel::HardwareCostModel(HardwareSetting setting, int layers, int wo
       forward_layers_(std::move(forward_layers)) {}
 
 double HardwareCostModel::seconds_of(const Op& op, int group_size) const {
+  const double busy = busy_seconds(op, group_size);
+  return is_timed(op.kind) ? busy + setting_.device.efficiency.dispatch_s : busy;
+}
+
+double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
   const int L = static_cast<int>(sizes_.layers().size());
   switch (op.kind) {
     case OpKind::Forward:

@@ -6,6 +6,8 @@
 // once). Collectives take the ring formulas (hardware/comm.h) over the group's link: intra-node when every
 // member sits on one node, else inter-node. All-gather: S = the gathered tensor; reduce-scatter and
 // all-reduce: S = the input grad; barrier: an all-reduce of no bytes. Load, free, accumulate: no time.
+// Every timed op (compute, send, recv, collective) then takes the device's efficiency.dispatch_s more: the
+// time from its inputs being ready to its start that no op's own time holds (hardware/device.h).
 // Memory is in bytes (hardware/memory.h), rank-aware: the input of a layer's forward holds that forward's
 // saved activations on the ranks that run it.
 #pragma once
@@ -31,12 +33,14 @@ class HardwareCostModel final : public CostModel {
   double memory(const Tensor& t, int rank) const override;
   std::string memory_unit() const override { return "bytes"; }
 
-  /// Seconds of an op (before rounding to nanoseconds).
+  /// Seconds of an op (before rounding to nanoseconds): its busy time plus, for a timed op, dispatch_s.
   double seconds_of(const Op& op, int group_size) const;
   const HardwareSetting& setting() const { return setting_; }
   const TensorSizes& sizes() const { return sizes_; }
 
  private:
+  double busy_seconds(const Op& op, int group_size) const;  // without dispatch_s
+
   HardwareSetting setting_;
   TensorSizes sizes_;
   int world_size_;

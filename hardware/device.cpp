@@ -17,6 +17,7 @@ void DeviceSpec::validate(const std::string& where) const {
                          {e.memory, "efficiency.memory"}})
     need(v > 0 && v <= 1, name, v, "must be in (0, 1] (a fraction of the peak)");
   need(e.op_overhead_s >= 0, "efficiency.op_overhead_s", e.op_overhead_s, "must be at least 0 (seconds)");
+  need(e.dispatch_s >= 0, "efficiency.dispatch_s", e.dispatch_s, "must be at least 0 (seconds)");
 }
 
 const std::vector<Field<DeviceSpec>>& device_fields() {
@@ -35,6 +36,7 @@ const std::vector<Field<DeviceSpec>>& device_fields() {
       eff("attention", &EfficiencyTable::attention),
       eff("memory", &EfficiencyTable::memory),
       eff("op_overhead_s", &EfficiencyTable::op_overhead_s),
+      eff("dispatch_s", &EfficiencyTable::dispatch_s),
   };
   return f;
 }

@@ -1,6 +1,6 @@
 // Accelerator descriptions for the hardware cost model (DESIGN §2): peak dense FLOP/s, memory bandwidth and
 // capacity, and the efficiency table that turns FLOPs and bytes into seconds. Calibration
-// (hardware/calibrate.h) replaces the table with one fitted to measured traces.
+// (schedules/calibration.h) replaces the table with one fitted to measured traces.
 #pragma once
 
 #include <string>
@@ -12,11 +12,12 @@
 
 namespace trainsim::hw {
 
-/// Fraction of the peak each kind of work reaches, and a fixed cost per op.
+/// Fraction of the peak each kind of work reaches, and fixed costs per op.
 ///
-/// An op's time is gemm_flops / (peak_flops x the pass's efficiency) + attention_flops / (peak_flops x
+/// A compute op's time is gemm_flops / (peak_flops x the pass's efficiency) + attention_flops / (peak_flops x
 /// attention) + bytes / (hbm_bandwidth x memory) + op_overhead_s (hardware/op_costs.h says what each op's
-/// FLOPs and bytes are).
+/// FLOPs and bytes are). Every timed op (compute, send, recv, collective) also takes dispatch_s more
+/// (hardware/cost_model.h).
 struct EfficiencyTable {
   double forward = 1;          ///< matrix multiplies of the forward
   double backward_input = 1;   ///< matrix multiplies of the input-grad half of the backward
@@ -24,6 +25,10 @@ struct EfficiencyTable {
   double attention = 1;        ///< the attention core (QK^T, softmax, attention x V), forward and backward
   double memory = 1;           ///< fraction of hbm_bandwidth reached by memory-bound ops
   double op_overhead_s = 0;    ///< seconds added to every compute op (launch and scheduling overhead)
+  /// Seconds from the moment an op could start (its stream free, its inputs there) to the moment it does,
+  /// added to every timed op: thread wake-ups and event waits on the CPU backend, launch latency on a GPU.
+  /// Not in any op's own time; `trainsim calibrate` fits it from the gaps between measured ops.
+  double dispatch_s = 0;
 
   friend bool operator==(const EfficiencyTable&, const EfficiencyTable&) = default;
 };

@@ -2,16 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "hardware/comm.h"
 #include "hardware/memory.h"
+#include "schedules/measured_trace.h"
+#include "schedules/op_gaps.h"
 #include "schedules/text_format.h"
 
 namespace trainsim {
@@ -58,25 +58,11 @@ std::pair<double, double> fit_two(const std::vector<double>& u, const std::vecto
   return {0.0, vv > 0 ? std::max(vy / vv, 0.0) : 0.0};  // latency 0, bandwidth only
 }
 
-nlohmann::json read_trace(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::invalid_argument(fmt::format("{}: cannot open the trace", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::invalid_argument(fmt::format("{}: not valid JSON: {}", path, e.what()));
-  }
-}
-
 // The shards an update works on: its optimizer state's, from the reads ("O0[0/2]").
-double shard_fraction(const nlohmann::json& args) {
-  if (!args.contains("reads") || !args["reads"].is_array()) return 1;
-  for (const auto& r : args["reads"]) {
-    if (!r.is_string()) continue;
+double shard_fraction(const std::vector<std::string>& reads) {
+  for (const std::string& r : reads) {
     try {
-      Tensor t = parse_tensor(r.get<std::string>());
+      Tensor t = parse_tensor(r);
       if (t.kind == TensorKind::OptState) return static_cast<double>(t.shards.size()) / t.num_shards;
     } catch (const std::invalid_argument&) {
     }
@@ -97,64 +83,130 @@ int batch_count(const std::string& text) {
   return n;
 }
 
+// The same op in every traced step of one trace: rank and position in the rank's step.
+using OpKey = std::pair<int, std::size_t>;
+
+// What one trace contributes: per-op medians over its steps.
+struct TraceSamples {
+  std::vector<Sample> compute;
+  std::vector<CommSample> comm;
+  std::vector<double> gaps;  // per op: the median of its dispatch gaps over the steps
+  int steps = 0;
+};
+
+TraceSamples trace_samples(const MeasuredTrace& t, const hw::HardwareSetting& base) {
+  hw::TensorSizes sizes(base, t.layers);  // throws SpecError when the model has too few blocks
+  const std::vector<hw::LayerContent> content = sizes.layers();
+  const int layers = t.layers;
+  std::map<OpKey, const MeasuredOp*> first_seen;
+  std::map<OpKey, std::vector<double>> durations, gaps;
+  std::map<std::pair<int, int>, std::vector<double>> call_times;  // (group, k-th call) -> per step: shortest member
+  struct CallShape {
+    double multiplier = 1;  // 2 for an all-reduce (reduce-scatter + all-gather)
+    double bytes = 0;       // the tensor the ring formulas take
+    int members = 0;        // members that recorded the call
+  };
+  std::map<std::pair<int, int>, CallShape> call_shape;
+  auto same_op = [](const MeasuredOp& a, const MeasuredOp& b) {
+    return a.kind == b.kind && a.layer == b.layer && a.batches == b.batches && a.peer == b.peer && a.group == b.group;
+  };
+  for (const MeasuredStep& step : t.steps) {
+    const auto step_gaps = dispatch_gaps(step);
+    std::map<std::pair<int, int>, std::vector<double>> calls;  // this step's (group, k) -> member durations
+    for (std::size_t r = 0; r < step.ranks.size(); ++r) {
+      std::map<int, int> next_call;  // group -> calls seen on this rank
+      for (std::size_t i = 0; i < step.ranks[r].size(); ++i) {
+        const MeasuredOp& op = step.ranks[r][i];
+        const OpKey key{static_cast<int>(r), i};
+        auto [it, fresh] = first_seen.emplace(key, &op);
+        if (!fresh && !same_op(*it->second, op)) continue;  // not the same op list in every step
+        durations[key].push_back(op.seconds());
+        if (step_gaps[r][i] == step_gaps[r][i]) gaps[key].push_back(step_gaps[r][i]);
+        if (is_collective(op.kind) && op.kind != OpKind::Barrier) {
+          const std::pair<int, int> call{op.group, next_call[op.group]++};
+          calls[call].push_back(op.seconds());
+          if (!call_shape.count(call)) {
+            double bytes = 0;
+            const auto& names = op.kind == OpKind::AllGather ? op.writes : op.reads;
+            if (!names.empty()) bytes = sizes.wire_bytes(parse_tensor(names.front()));
+            call_shape[call] = {static_cast<double>(op.kind == OpKind::AllReduce ? 2 : 1), bytes, 0};
+          }
+        }
+      }
+    }
+    for (auto& [call, members] : calls) {
+      if (members.size() < 2) continue;
+      call_times[call].push_back(*std::min_element(members.begin(), members.end()));
+      call_shape[call].members = std::max(call_shape[call].members, static_cast<int>(members.size()));
+    }
+  }
+  TraceSamples out;
+  out.steps = static_cast<int>(t.steps.size());
+  for (const auto& [key, op_ptr] : first_seen) {
+    const MeasuredOp& op = *op_ptr;
+    const double seconds = median(durations[key]);
+    if (auto g = gaps.find(key); g != gaps.end() && !g->second.empty()) out.gaps.push_back(median(g->second));
+    if (is_compute(op.kind)) {
+      const int layer = op.kind == OpKind::Loss ? layers - 1 : op.layer;
+      if (layer < 0 || layer >= layers) continue;
+      const int batches = batch_count(op.batches);
+      const double params = op.kind == OpKind::Update ? sizes.layer_parameters(layer) * shard_fraction(op.reads) : 0;
+      out.compute.push_back({op.kind, hw::compute_work(base, content[layer], op.kind, batches, params), seconds});
+    } else if (op.kind == OpKind::Send && !op.reads.empty()) {
+      out.comm.push_back({1, sizes.wire_bytes(parse_tensor(op.reads.front())), seconds});
+    }
+  }
+  for (const auto& [call, times] : call_times) {
+    const CallShape& c = call_shape[call];
+    const double n = c.members;
+    out.comm.push_back({c.multiplier * (n - 1), c.multiplier * (n - 1) / n * c.bytes, median(times)});
+  }
+  return out;
+}
+
+// What makes two traces traces of the same schedule: the layers and every rank's op list (kind, layer,
+// batches, peer, group of each op) in their first step.
+std::string op_list(const MeasuredTrace& t) {
+  std::string out = std::to_string(t.layers);
+  if (t.steps.empty()) return out;
+  for (const auto& rank : t.steps.front().ranks) {
+    out += '|';
+    for (const MeasuredOp& op : rank)
+      out += fmt::format("{} {} {} {} {};", op_name(op.kind), op.layer, op.batches, op.peer, op.group);
+  }
+  return out;
+}
+
 }  // namespace
 
 Calibration calibrate(const std::vector<std::string>& files, const hw::HardwareSetting& base) {
   if (files.empty()) throw std::invalid_argument("calibrate: no trace given");
   std::vector<Sample> samples;
   std::vector<CommSample> comm;
+  std::vector<double> gaps;
+  int steps = 0;
+  // Traces of the same schedule (replays repeated to spread a shared machine's load over them) pool their
+  // steps: each op's median is over all of them. Groups in the order of their first trace.
+  std::vector<MeasuredTrace> groups;
+  std::map<std::string, std::size_t> group_of;
   for (const std::string& path : files) {
-    nlohmann::json j = read_trace(path);
-    if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array() || !j.contains("otherData"))
-      throw std::invalid_argument(fmt::format("{}: not a trainsim trace (no traceEvents and otherData)", path));
-    const auto& other = j["otherData"];
-    if (!other.contains("layers") || !other["layers"].is_number_integer())
-      throw std::invalid_argument(fmt::format("{}: field 'otherData.layers': expected an integer", path));
-    const int layers = other["layers"].get<int>();
-    std::vector<hw::LayerContent> content;
-    hw::TensorSizes sizes(base, layers);  // throws SpecError when the model has too few blocks
-    content = sizes.layers();
-    // Collective calls: (group, k-th call on each member) -> durations.
-    std::map<std::pair<int, int>, std::vector<double>> calls;
-    std::map<std::pair<int, int>, CommSample> call_shape;
-    std::map<std::pair<int, int>, int> next_call;  // (pid, group) -> count
-    for (const auto& e : j["traceEvents"]) {
-      if (!e.is_object() || e.value("ph", "") != "X") continue;
-      const std::string name = e.value("name", "");
-      const double seconds = e.value("dur", 0.0) * 1e-6;
-      const auto& args = e.contains("args") ? e["args"] : nlohmann::json::object();
-      std::string kind_name = name.substr(0, name.find(' '));
-      auto kind = op_kind_from_name(kind_name);
-      if (!kind) continue;
-      int layer = -1;
-      if (auto at = name.find(" L"); at != std::string::npos) layer = std::stoi(name.substr(at + 2));
-      if (is_compute(*kind)) {
-        if (*kind == OpKind::Loss) layer = layers - 1;
-        if (layer < 0 || layer >= layers) continue;
-        int batches = batch_count(args.value("batches", std::string()));
-        double params = *kind == OpKind::Update ? sizes.layer_parameters(layer) * shard_fraction(args) : 0;
-        samples.push_back({*kind, hw::compute_work(base, content[layer], *kind, batches, params), seconds});
-      } else if (*kind == OpKind::Send && args.contains("reads") && args["reads"].is_array() && !args["reads"].empty()) {
-        Tensor t = parse_tensor(args["reads"][0].get<std::string>());
-        comm.push_back({1, sizes.wire_bytes(t), seconds});
-      } else if (is_collective(*kind) && *kind != OpKind::Barrier) {
-        const int group = args.value("group", 0), pid = e.value("pid", 0);
-        const int k = next_call[{pid, group}]++;
-        calls[{group, k}].push_back(seconds);
-        double bytes = 0;
-        const char* key = *kind == OpKind::AllGather ? "writes" : "reads";
-        if (args.contains(key) && args[key].is_array() && !args[key].empty())
-          bytes = sizes.wire_bytes(parse_tensor(args[key][0].get<std::string>()));
-        call_shape[{group, k}] = {0, bytes, static_cast<double>(*kind == OpKind::AllReduce ? 2 : 1)};
-      }
+    MeasuredTrace t = read_measured_trace(path);
+    auto [it, fresh] = group_of.emplace(op_list(t), groups.size());
+    if (fresh) groups.push_back(std::move(t));
+    else for (MeasuredStep& st : t.steps) groups[it->second].steps.push_back(std::move(st));
+  }
+  for (const MeasuredTrace& t : groups) {
+    TraceSamples ts;
+    try {
+      ts = trace_samples(t, base);
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      throw std::invalid_argument(what.rfind(t.path, 0) == 0 ? what : fmt::format("{}: {}", t.path, what));
     }
-    for (auto& [key, durations] : calls) {
-      const int n = static_cast<int>(durations.size());
-      if (n < 2) continue;
-      const double mult = call_shape[key].seconds;  // 2 for all-reduce
-      comm.push_back({mult * (n - 1), mult * (n - 1.0) / n * call_shape[key].bytes,
-                      *std::min_element(durations.begin(), durations.end())});
-    }
+    samples.insert(samples.end(), ts.compute.begin(), ts.compute.end());
+    comm.insert(comm.end(), ts.comm.begin(), ts.comm.end());
+    gaps.insert(gaps.end(), ts.gaps.begin(), ts.gaps.end());
+    steps += ts.steps;
   }
   if (samples.empty()) throw std::invalid_argument(fmt::format("calibrate: no compute op in {}", files.front()));
 
@@ -210,6 +262,15 @@ Calibration calibrate(const std::vector<std::string>& files, const hw::HardwareS
     }
     c.comm_ops = static_cast<int>(comm.size());
   }
+  // 5. Dispatch: least squares of one constant over the ops' median gaps, i.e. their mean (the sum of the gaps
+  // on a path is what the step pays, so the mean, not the median, of the per-op values).
+  if (!gaps.empty()) {
+    double sum = 0;
+    for (double g : gaps) sum += g;
+    e.dispatch_s = sum / static_cast<double>(gaps.size());
+  }
+  c.gap_ops = static_cast<int>(gaps.size());
+  c.steps = steps;
   c.device.validate("calibrate");
   return c;
 }

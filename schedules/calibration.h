@@ -1,9 +1,18 @@
 // Calibration of a device (and network) description from measured traces: the executor's `trainsim replay
-// FILE --trace T` writes the last step of a replay as Chrome/Perfetto JSON (host clock; the format of
-// visualize/perfetto.h), and `trainsim calibrate T... -o DEVICE.json` fits the efficiency table of
-// hardware/device.h to it.
+// FILE --trace T [--trace-steps K]` writes the last K steps of a replay as Chrome/Perfetto JSON (host clock;
+// the format of visualize/perfetto.h, read back by schedules/measured_trace.h), and `trainsim calibrate
+// T... -o DEVICE.json` fits the efficiency table of hardware/device.h to them.
 //
-// The fit, in order (every op's FLOPs and bytes from hardware/op_costs.h for the model the replays trained):
+// Medians first: an op is the same op in every traced step of a trace (its rank and position in the rank's
+// step), and in every step of the other traces of the same schedule (traces whose op lists are the same:
+// replays repeated, e.g. interleaved with other schedules' to spread a shared machine's load over all of
+// them); its time is the median of its durations over those steps, and a collective call's the median over
+// the steps of its shortest member. One slow step (another process took the core) therefore moves nothing
+// while most steps agree. A trace of one step (as replays wrote before --trace-steps) gives each op its one
+// time.
+//
+// The fit, in order, on those per-op times (every op's FLOPs and bytes from hardware/op_costs.h for the model
+// the replays trained):
 // 1. memory-bound ops (update, loss): time = bytes / (hbm_bandwidth x memory) + op_overhead_s, least squares
 //    over the ops (the intercept only when at least two sizes were measured; both kept >= 0);
 // 2. forward ops: efficiency.forward = their FLOPs / (peak x (their time - bytes and overhead terms)), summed
@@ -14,8 +23,14 @@
 // 4. communication: sends and collectives (a collective's time is the shortest over its members: the others
 //    include waiting for the last to arrive) against the alpha-beta formulas of hardware/comm.h, least
 //    squares for latency and bandwidth, written to the network description.
+// 5. dispatch: each op's gap, the time from the moment it could start to its start, which no op's own time
+//    holds (thread wake-ups and event waits; schedules/op_gaps.h defines it, a recv's gap being the time
+//    from its message's send to its end), median over the steps per op; efficiency.dispatch_s is the least
+//    squares constant over the ops' medians, their mean (a step pays the sum of the gaps on its critical
+//    path, so the mean and not the median: a few long wake-ups per step are part of the cost). The cost model
+//    adds it to every timed op (hardware/cost_model.h).
 // Efficiencies are fractions of the base device's peak_flops, clamped to (0, 1]: calibrate a device whose
-// peak is at least what it reaches.
+// peak is at least what it reaches. The same traces give the same numbers (no randomness, fixed order).
 #pragma once
 
 #include <string>
@@ -31,13 +46,16 @@ struct Calibration {
   hw::NetworkSpec network;  ///< the base network with fitted latency and bandwidth (when measured)
   int compute_ops = 0;      ///< measured compute ops used
   int comm_ops = 0;         ///< measured sends and collective calls used
+  int gap_ops = 0;          ///< ops whose dispatch gap was measured (efficiency.dispatch_s)
+  int steps = 0;            ///< traced steps over all the traces
   bool network_fitted = false;
   std::vector<std::string> traces;
 };
 
-/// Fits `base`'s device and network to the traces (files). The model, microbatch size and sequence length
-/// of `base` must be the ones the replays trained (their layer count is read from each trace). Throws
-/// std::invalid_argument naming the file and the problem (unreadable, not a trace, no compute op).
+/// Fits `base`'s device and network to the traces (files, one step or several each). The model, microbatch
+/// size and sequence length of `base` must be the ones the replays trained (their layer count is read from
+/// each trace). Throws std::invalid_argument naming the file and the problem (unreadable, not a trace, a
+/// malformed event, no compute op).
 Calibration calibrate(const std::vector<std::string>& trace_files, const hw::HardwareSetting& base);
 
 }  // namespace trainsim

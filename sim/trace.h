@@ -60,4 +60,12 @@ struct Trace {
   RunSummary summary() const;
 };
 
+/// One step of a run of several (the steps a replay measured): its trace, time zero at the step's start, and
+/// where the step starts on a timeline the steps share (nanoseconds after the first step's start).
+struct StepTrace {
+  int step = 0;    ///< 0-based training step
+  Time start = 0;  ///< the step's start on the shared timeline
+  Trace trace;
+};
+
 }  // namespace trainsim

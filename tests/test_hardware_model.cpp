@@ -170,6 +170,20 @@ TEST_CASE("the cost model picks intra- or inter-node links from where the group'
   Op recv = send;
   recv.kind = OpKind::Recv;
   CHECK(cost.seconds_of(recv, 1) == 0);  // the send carries the transfer
+  // A device's dispatch time goes on every timed op (compute and communication), not on load or free.
+  HardwareSetting d = s;
+  d.device.efficiency.dispatch_s = 1e-3;
+  HardwareCostModel with(d, 4, 16, groups, std::vector<std::vector<char>>(16, std::vector<char>(5, 1)));
+  Op fwd;
+  fwd.kind = OpKind::Forward, fwd.layer = 1, fwd.batches = IdSet{0};
+  CHECK(cost.seconds_of(fwd, 1) > 0);
+  for (const Op& op : {fwd, send, recv, ag}) {
+    CAPTURE(op_name(op.kind));
+    CHECK(with.seconds_of(op, 2) == doctest::Approx(cost.seconds_of(op, 2) + 1e-3));
+  }
+  Op load;
+  load.kind = OpKind::Load, load.writes = {weight_tensor(1)};
+  CHECK(with.seconds_of(load, 1) == 0);
 }
 
 TEST_CASE("model presets: published dimensions and the executor's own models") {

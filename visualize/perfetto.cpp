@@ -31,6 +31,13 @@
 //   {"units": 16384}) with a sample at the start of each timed op (the ops the simulator samples memory
 //   for) and a final sample at the end of the rank's last op holding the last op's memory.
 // - otherData: generator, world_size, layers, batches, cost_model, memory_unit, makespan_us, timesteps_us.
+// - Several steps (perfetto_steps_json, a replay's measured steps): the steps follow each other on one
+//   timeline, each at its start; every op event (X and i) has args.step, the 0-based training step; the
+//   flows match sends to receives over the whole file (in order per pair, so within each step); makespan_us
+//   and timesteps_us are those of the whole timeline, and otherData.steps lists each step as {"step",
+//   "start_us", "makespan_us"} (its own makespan: the end of its last op after its start), with
+//   otherData.step_makespan_median_us their median (the mean of the two middle ones for an even count).
+//   Readers that know one step only (no otherData.steps) see a trace of the whole timeline.
 // Events are written in a fixed order (metadata, then per rank per op), one per line, so the same trace
 // always gives byte-identical text.
 #include "visualize/perfetto.h"
@@ -93,9 +100,9 @@ Json op_args(const OpRun& run) {
   return args;
 }
 
-}  // namespace
-
-std::string perfetto_trace_json(const Trace& trace) {
+// The trace's JSON; `step_of[rank][i]` (when not empty) is op i's step, written as args.step, and `more`
+// goes into otherData after the common fields.
+std::string trace_json(const Trace& trace, const std::vector<std::vector<int>>& step_of, const Json& more) {
   const int nranks = std::max(trace.world_size, static_cast<int>(trace.ranks.size()));
   const std::string unit = trace.memory_unit.empty() ? std::string("memory") : trace.memory_unit;
 
@@ -176,12 +183,14 @@ std::string perfetto_trace_json(const Trace& trace) {
       const OpRun& run = runs[i];
       const Op& op = run.op;
       const long long tid = tid_of(rank, op.stream);
+      Json args = op_args(run);
+      if (static_cast<std::size_t>(rank) < step_of.size() && i < step_of[rank].size()) args["step"] = step_of[rank][i];
       if (is_timed(op.kind)) {
         emit(Json{{"ph", "X"}, {"name", event_name(op)}, {"cat", category(op.kind)}, {"pid", pid}, {"tid", tid},
-                  {"ts", micros(run.start)}, {"dur", micros(run.end - run.start)}, {"args", op_args(run)}});
+                  {"ts", micros(run.start)}, {"dur", micros(run.end - run.start)}, {"args", std::move(args)}});
       } else {
         emit(Json{{"ph", "i"}, {"s", "t"}, {"name", event_name(op)}, {"cat", category(op.kind)}, {"pid", pid},
-                  {"tid", tid}, {"ts", micros(run.start)}, {"args", op_args(run)}});
+                  {"tid", tid}, {"ts", micros(run.start)}, {"args", std::move(args)}});
       }
       if (static_cast<std::size_t>(rank) < flow_out.size()) {
         if (std::uint64_t id = flow_out[rank][i])
@@ -216,10 +225,43 @@ std::string perfetto_trace_json(const Trace& trace) {
   other["memory_unit"] = trace.memory_unit;
   other["makespan_us"] = micros(trace.makespan());
   other["timesteps_us"] = micros(trace.timesteps());
+  for (const auto& [key, value] : more.items()) other[key] = value;
   out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":";
   out += other.dump(-1, ' ', false, Json::error_handler_t::replace);
   out += "}\n";
   return out;
+}
+
+}  // namespace
+
+std::string perfetto_trace_json(const Trace& trace) { return trace_json(trace, {}, Json::object()); }
+
+std::string perfetto_steps_json(const std::vector<StepTrace>& steps) {
+  if (steps.empty()) return perfetto_trace_json(Trace{});
+  Trace all;
+  const Trace& head = steps.front().trace;
+  all.world_size = head.world_size, all.layers = head.layers, all.batches = head.batches;
+  all.cost_model = head.cost_model, all.memory_unit = head.memory_unit;
+  std::vector<std::vector<int>> step_of;
+  Json list = Json::array();
+  std::vector<Time> makespans;
+  for (const StepTrace& st : steps) {
+    if (all.ranks.size() < st.trace.ranks.size()) all.ranks.resize(st.trace.ranks.size());
+    if (step_of.size() < st.trace.ranks.size()) step_of.resize(st.trace.ranks.size());
+    all.world_size = std::max(all.world_size, st.trace.world_size);
+    for (std::size_t r = 0; r < st.trace.ranks.size(); ++r)
+      for (OpRun run : st.trace.ranks[r]) {
+        run.start += st.start, run.end += st.start;
+        all.ranks[r].push_back(std::move(run));
+        step_of[r].push_back(st.step);
+      }
+    makespans.push_back(st.trace.makespan());
+    list.push_back(Json{{"step", st.step}, {"start_us", micros(st.start)}, {"makespan_us", micros(makespans.back())}});
+  }
+  std::sort(makespans.begin(), makespans.end());
+  const std::size_t n = makespans.size();
+  const Time median = n % 2 ? makespans[n / 2] : (makespans[n / 2 - 1] + makespans[n / 2]) / 2;
+  return trace_json(all, step_of, Json{{"steps", list}, {"step_makespan_median_us", micros(median)}});
 }
 
 }  // namespace trainsim::visualize

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "sim/trace.h"
 
@@ -11,5 +12,10 @@ namespace trainsim::visualize {
 /// (microseconds), flow events from each send to its receive, memory as a counter track per rank, and a
 /// thread "exposed comm" per rank with a slice per exposed-communication interval (sim/exposed_comm.h).
 std::string perfetto_trace_json(const Trace& trace);
+
+/// The same for several steps of one run (a replay's measured steps, in order): one timeline, each step at
+/// its start, args.step on every op event, otherData.steps ({"step", "start_us", "makespan_us"} per step) and
+/// otherData.step_makespan_median_us (the conventions are in perfetto.cpp). No steps: an empty trace.
+std::string perfetto_steps_json(const std::vector<StepTrace>& steps);
 
 }  // namespace trainsim::visualize

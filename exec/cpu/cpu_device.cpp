@@ -34,7 +34,8 @@ CpuDevice::~CpuDevice() {
     stopping_ = true;
     if (!aborted_) aborted_ = true, abort_reason_ = "the device was destroyed";
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
+  idle_cv_.notify_all();
   for (auto& w : workers_)
     if (w && w->thread.joinable()) w->thread.join();
 }
@@ -56,7 +57,7 @@ EventPtr CpuDevice::submit(int stream, const std::vector<EventPtr>& after, std::
     w->queue.push_back(Work{after, std::move(work), tag, done});
     ++pending_;
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
   return done;
 }
 
@@ -71,7 +72,7 @@ void CpuDevice::run(Worker& w) {
         if (e && !static_cast<Done&>(*e).done) return false;
       return true;
     };
-    cv_.wait(lock, ready);
+    work_cv_.wait(lock, ready);
     if (w.queue.empty()) return;  // stopping
     Work work = std::move(w.queue.front());
     w.queue.pop_front();
@@ -106,21 +107,22 @@ void CpuDevice::run(Worker& w) {
     --pending_;
     work.fn = nullptr;  // release what the work held (buffers of freed tensors) before waking waiters
     work.after.clear();
-    cv_.notify_all();
+    if (workers_.size() > 1) work_cv_.notify_all();  // another stream may wait for this event
+    if (pending_ == 0 || aborted_) idle_cv_.notify_all();
     if (stopping_ && w.queue.empty()) return;
   }
 }
 
 void CpuDevice::synchronize() {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return pending_ == 0 || aborted_; });
+  idle_cv_.wait(lock, [&] { return pending_ == 0 || aborted_; });
   if (error_) std::rethrow_exception(error_);
   if (aborted_) throw CommError(abort_reason_);
 }
 
 void CpuDevice::drain() noexcept {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return pending_ == 0; });
+  idle_cv_.wait(lock, [&] { return pending_ == 0; });
 }
 
 void CpuDevice::abort(const std::string& why) {
@@ -130,7 +132,8 @@ void CpuDevice::abort(const std::string& why) {
     aborted_ = true;
     abort_reason_ = why;
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
+  idle_cv_.notify_all();
 }
 
 void CpuDevice::download(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }

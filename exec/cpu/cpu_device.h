@@ -1,5 +1,9 @@
 // The CPU backend's device: host memory, CpuKernels<float>, and one worker thread per stream, each running
 // its stream's work in submission order after that work's events (the CUDA stream model on threads).
+// Two condition variables: the workers wait on one (new work, a finished event), synchronize() and drain()
+// on the other, woken only when nothing is left (or on an abort): a finished op wakes no thread that cannot
+// go on, so the rank's issuing thread, asleep in synchronize() for the whole step, does not take a core
+// from the ranks' workers after every op.
 #pragma once
 
 #include <chrono>
@@ -46,7 +50,8 @@ class CpuDevice final : public Device {
   HostAllocator memory_;
   CpuKernels<float> kernels_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable work_cv_;  // workers: new work, or an event completed
+  std::condition_variable idle_cv_;  // synchronize(), drain(): nothing pending, or aborted
   std::vector<std::unique_ptr<Worker>> workers_;  // by stream index
   std::size_t pending_ = 0;
   bool aborted_ = false, stopping_ = false;
