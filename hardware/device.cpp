@@ -80,14 +80,16 @@ DeviceSpec device_preset(const std::string& name) {
     d.peak_flops = 312e12, d.hbm_bandwidth = 2.039e12, d.memory_bytes = 80e9;
     d.efficiency = uncalibrated_gpu();
   } else if (name == "cpu") {
-    // The executor's CPU backend on the development machine (2 cores shared with other builds, fp32
-    // OpenBLAS), as fitted by `trainsim calibrate` on replays of gpipe and ddp with the `small` model
-    // (bench/calibration_fidelity.sh; bench/README.md, "Hardware cost model"), rounded to 3 digits.
-    // peak_flops and hbm_bandwidth are nominal scales (1e11 FLOP/s, 1e10 bytes/s) that the fitted
-    // efficiencies are fractions of; memory_bytes a RAM budget for one replay (8 GiB).
+    // The executor's CPU backend on the development machine (2 cores, idle, fp32 OpenBLAS, one thread per
+    // rank), as fitted by `trainsim calibrate` on 3 rounds x 3 traced steps of gpipe and ddp replays with
+    // the `small` model on 2026-11-24 (bench/calibration_fidelity.sh; bench/README.md, "Hardware cost
+    // model"), rounded to 3 digits. peak_flops and hbm_bandwidth are nominal scales (1e11 FLOP/s, 1e10
+    // bytes/s) that the fitted efficiencies are fractions of; memory_bytes a RAM budget for one replay
+    // (8 GiB).
     d.peak_flops = 1e11, d.hbm_bandwidth = 1e10, d.memory_bytes = 8.0 * (1ull << 30);
-    d.efficiency.forward = 0.192, d.efficiency.backward_input = 0.173, d.efficiency.backward_weight = 0.173;
-    d.efficiency.attention = 0.192, d.efficiency.memory = 0.276, d.efficiency.op_overhead_s = 6.54e-3;
+    d.efficiency.forward = 0.859, d.efficiency.backward_input = 0.866, d.efficiency.backward_weight = 0.866;
+    d.efficiency.attention = 0.859, d.efficiency.memory = 0.878, d.efficiency.op_overhead_s = 2.41e-3;
+    d.efficiency.dispatch_s = 1.83e-4;
   } else if (name != "custom") {
     std::string list;
     for (const auto& n : device_preset_names()) list += (list.empty() ? "" : ", ") + n;
