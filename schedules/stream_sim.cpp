@@ -575,17 +575,15 @@ class StreamSim {
     const auto& ops = s_.ranks[r];
     auto start_of = [&](int i) { return nodes_[id_of(r, i)].start; };
     std::vector<std::pair<int, std::vector<int>>> lanes;  // (stream, its ops that ran, in program order)
-    std::size_t last = 0, ran = 0;
+    boost::unordered_flat_map<int, std::size_t> lane_of;  // stream -> lane (a rank may use many streams)
+    std::size_t ran = 0;
     bool monotone = true;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       if (!nodes_[id_of(r, i)].done) continue;  // (after a deadlock: what ran before it)
       const int stream = ops[i].stream;
-      if (last >= lanes.size() || lanes[last].first != stream) {
-        last = 0;
-        while (last < lanes.size() && lanes[last].first != stream) ++last;
-        if (last == lanes.size()) lanes.emplace_back(stream, std::vector<int>{});
-      }
-      auto& lane = lanes[last].second;
+      auto [at, fresh] = lane_of.try_emplace(stream, lanes.size());
+      if (fresh) lanes.emplace_back(stream, std::vector<int>{});
+      auto& lane = lanes[at->second].second;
       monotone = monotone && (lane.empty() || start_of(lane.back()) <= start_of(i));
       lane.push_back(i);
       ++ran;
