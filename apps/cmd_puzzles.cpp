@@ -14,6 +14,7 @@
 #include "apps/text_file.h"
 #include "puzzles/explain.h"
 #include "puzzles/runner.h"
+#include "puzzles/timeline_options.h"
 #include "schedules/text_format.h"
 #include "visualize/timeline_svg.h"
 
@@ -42,26 +43,6 @@ std::string schedule_text(const puzzles::PuzzleResult& r) {
     at = nl + 1;
   }
   return head + text;
-}
-
-visualize::TimelineOptions timeline_options(const puzzles::Puzzle& p, const puzzles::PuzzleResult& r, bool exercise) {
-  visualize::TimelineOptions opt;
-  opt.title = fmt::format("{} - {}{}", p.name, p.title, exercise ? " (your solution)" : "");
-  // Targets are judged, and drawn, only for runs that completed.
-  if (r.completed()) {
-    opt.target_time = p.target_time;
-    opt.target_time_floor = true;
-    opt.target_memory = p.target_memory;
-  }
-  opt.error = r.error;
-  for (const auto& b : r.blocked) opt.blocked.push_back({b.rank, b.since, b.what});
-  if (!r.peak_resident.empty() || !r.peak_op.empty()) {
-    visualize::PeakExplanation why;
-    why.op = r.peak_op;
-    for (const auto& t : r.peak_resident) why.resident.emplace_back(t.name, t.size);
-    opt.peak_explanation = std::move(why);
-  }
-  return opt;
 }
 
 int run(const PuzzlesArgs& args) {
@@ -104,7 +85,7 @@ int run(const PuzzlesArgs& args) {
     }
     std::filesystem::path svg = svg_dir / (p->name + ".svg");
     if (!write_output("trainsim puzzles", svg.string(),
-                      visualize::timeline_svg(r.trace, timeline_options(*p, r, args.exercises)))) {
+                      visualize::timeline_svg(r.trace, puzzles::timeline_options(*p, r, args.exercises)))) {
       return 2;
     }
     all_ok = all_ok && r.passed();

@@ -14,6 +14,7 @@
 #include "cli_helpers.h"
 #include "puzzles/explain.h"
 #include "puzzles/runner.h"
+#include "puzzles/timeline_options.h"
 #include "text_helpers.h"
 #include "visualize/timeline_marks.h"
 #include "visualize/timeline_svg.h"
@@ -64,21 +65,6 @@ Task forward_then_receive(Model& model) {
   activations[2] = co_await model.receive();
 }
 
-TimelineOptions puzzle_options(const Puzzle& p, const PuzzleResult& r) {
-  TimelineOptions opt;
-  opt.title = p.name;
-  if (r.completed()) {
-    opt.target_time = p.target_time;
-    opt.target_time_floor = true;
-    opt.target_memory = p.target_memory;
-  }
-  opt.error = r.error;
-  for (const auto& b : r.blocked) opt.blocked.push_back({b.rank, b.since, b.what});
-  visualize::PeakExplanation why{r.peak_op, {}};
-  for (const auto& t : r.peak_resident) why.resident.emplace_back(t.name, t.size);
-  opt.peak_explanation = why;
-  return opt;
-}
 
 }  // namespace
 
@@ -106,7 +92,7 @@ TEST_CASE("a missed memory target names what was resident on the peak rank and t
   CHECK(text.find("(over the target by 21,440)") != std::string::npos);
 
   // The SVG: the peak marker's tooltip lists the tensors; a caption line says the same.
-  std::string svg = timeline_svg(r.trace, puzzle_options(puzzle("basic"), r));
+  std::string svg = timeline_svg(r.trace, timeline_options(puzzle("basic"), r, false));
   std::size_t g = svg.find("<g class=\"peak\"><title>");
   REQUIRE(g != std::string::npos);
   std::string title = svg.substr(g, svg.find("</title>", g) - g);
@@ -118,7 +104,7 @@ TEST_CASE("a missed memory target names what was resident on the peak rank and t
   // A run within its target gets no caption and no explanation text.
   PuzzleResult ok = run_puzzle(puzzle("basic"));
   CHECK(memory_miss_text(ok).empty());
-  CHECK(count(timeline_svg(ok.trace, puzzle_options(puzzle("basic"), ok)), "class=\"peak-caption\"") == 0);
+  CHECK(count(timeline_svg(ok.trace, timeline_options(puzzle("basic"), ok, false)), "class=\"peak-caption\"") == 0);
 }
 
 TEST_CASE("a deadlocked run is drawn as failed: banner with the error, blocked ranks marked at their wait") {
@@ -129,8 +115,8 @@ TEST_CASE("a deadlocked run is drawn as failed: banner with the error, blocked r
   CHECK(r.blocked[2].since == seconds(1));
   CHECK(r.blocked[2].what.find("recv from any rank") == 0);
 
-  std::string svg = timeline_svg(r.trace, puzzle_options(puzzle("ddp"), r));
-  CHECK(svg.find(">ddp - FAILED</text>") != std::string::npos);
+  std::string svg = timeline_svg(r.trace, timeline_options(puzzle("ddp"), r, false));
+  CHECK(svg.find(">ddp - Puzzle 2 - Distributed Data Parallel - FAILED</text>") != std::string::npos);
   CHECK(count(svg, "<g class=\"failure\">") == 1);
   CHECK(svg.find(">RUN FAILED - this timeline stops at the error:</text>") != std::string::npos);
   CHECK(svg.find(">deadlock: no event is left at t=1 and ranks 0, 1, 2, 3 are blocked</text>") != std::string::npos);
@@ -142,14 +128,14 @@ TEST_CASE("a deadlocked run is drawn as failed: banner with the error, blocked r
 
   // An exercise that fails before any op still shows the banner.
   PuzzleResult ex = run_puzzle(puzzle("ddp"), /*exercise=*/true);
-  std::string empty = timeline_svg(ex.trace, puzzle_options(puzzle("ddp"), ex));
+  std::string empty = timeline_svg(ex.trace, timeline_options(puzzle("ddp"), ex, true));
   CHECK(count(empty, "<g class=\"failure\">") == 1);
   CHECK(empty.find(">not implemented: write your solution") != std::string::npos);
 }
 
 TEST_CASE("the time target's line sits at the floor boundary, labelled with the rule") {
   PuzzleResult r = run_puzzle(puzzle("basic"));
-  TimelineOptions opt = puzzle_options(puzzle("basic"), r);
+  TimelineOptions opt = timeline_options(puzzle("basic"), r, false);
   std::string svg = timeline_svg(r.trace, opt);
   std::string label = fmt::format(">target {}: Timesteps below {} meet it (rounded down)</text>",
                                   format_memory(opt.target_time.value()), format_memory(*opt.target_time + 1));
