@@ -252,12 +252,15 @@ class StreamSim {
       }
       if (op.kind == OpKind::Recv && op.peer >= h.world_size)
         throw op_error(op, fmt::format("rank {} does not exist (world size {})", op.peer, h.world_size));
+      Membership* membership = nullptr;  // collectives: this rank's place in the op's group
       if (is_collective(op.kind)) {
         if (op.group < 0 || op.group >= static_cast<int>(groups_.size()))
           throw op_error(op, fmt::format("group {} does not exist", op.group));
-        if (!member_.contains(slot_key(op.group, rank)))
+        auto m = member_.find(slot_key(op.group, rank));
+        if (m == member_.end())
           throw op_error(op, fmt::format("rank {} is not a member of group {} (ranks {})", rank, op.group,
                                          rank_list(groups_[op.group])));
+        membership = &m->second;
       }
       int& tail = op.stream >= 0 && op.stream < 64 ? stream_tail[op.stream] : far_stream_tail.try_emplace(op.stream, -1).first->second;
       depend(id, tail);
@@ -295,7 +298,7 @@ class StreamSim {
         if (op.peer >= 0) channels_[{op.peer, rank}].recvs.push_back(id);
         else any_recvs_.push_back(id);
       }
-      if (is_collective(op.kind)) member_.find(slot_key(op.group, rank))->second.calls.push_back(id);
+      if (membership) membership->calls.push_back(id);
     }
     // What only issuing needs goes now (the next rank reuses the memory): the lookup, writers and users.
     ts.ids = {};
