@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -91,14 +92,17 @@ struct RankTensors {
 };
 
 // One op of the schedule as a node of the dependency graph. Node ids number every rank's ops in order.
+// `end` doubles as the node's state while it is timed: kNew, kActive (its dependencies are being timed),
+// kBlocked (it never runs: it waits, directly or not, for a cycle, a missing message or a call a member
+// never makes), or its end time (>= 0) once done. Until a node is done, `start` holds its ready time: the
+// latest end among the dependencies that ended.
 struct Node {
-  int rank = 0, index = 0;
-  int pending = 0;            // dependencies not yet ended
+  static constexpr Time kNew = -1, kActive = -2, kBlocked = -3;
+  const Op* op = nullptr;
+  Time start = 0, end = kNew;
   int call = -1;              // collectives: the call it belongs to
   int member = -1;            // collectives: the rank's position in the call's group
-  bool done = false;
-  Time ready = 0;             // the latest end among the dependencies that ended
-  Time start = 0, end = 0;
+  bool done() const { return end >= 0; }
 };
 
 // One collective call: the k-th call of a group, one op per member.
@@ -107,8 +111,7 @@ struct Call {
   std::uint64_t seq = 0;
   std::vector<int> nodes;     // by member index; -1 where the member never calls it
   std::vector<Tensor> results;
-  int arrived = 0;
-  Time latest = 0;
+  Time state = Node::kNew;    // as Node::end: kNew, kActive, kBlocked, or >= 0 once its members ran
 };
 
 class StreamSim {
@@ -121,11 +124,11 @@ class StreamSim {
     for (int r = 0; r < world; ++r) offset_[r + 1] = offset_[r] + static_cast<int>(s.ranks[r].size());
     nodes_.resize(offset_[world]);
     for (int r = 0; r < world; ++r)
-      for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) nodes_[offset_[r] + i].rank = r, nodes_[offset_[r] + i].index = i;
+      for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) nodes_[offset_[r] + i].op = &s.ranks[r][i];
     groups_.push_back({});
     for (int r = 0; r < world; ++r) groups_[0].push_back(r);
     for (const auto& g : s.header.groups) groups_.push_back(g);
-    matched_src_.assign(nodes_.size(), -1);
+    matched_send_.assign(nodes_.size(), -1);
     paired_.assign(nodes_.size(), 0);
     trace_.world_size = world;
     trace_.layers = s.header.layers;
@@ -138,13 +141,14 @@ class StreamSim {
 
   void run() {
     check_groups();
-    // About three edges per op (stream order, a writer or two, a send): reserved so that the list is not
-    // copied as it grows (pages reserved and never written cost no memory).
-    edges_.reserve(4 * nodes_.size());
+    // About three dependencies per op (stream order, a writer or two, the users a free waits for): reserved
+    // so that the list is not copied as it grows (pages reserved and never written cost no memory).
+    deps_.reserve(4 * nodes_.size());
+    dep_begin_.reserve(nodes_.size() + 1);
+    dep_begin_.push_back(0);
     for (int r = 0; r < s_.header.world_size; ++r) issue(r);
     match_p2p();
     form_calls();
-    index_edges();
     time();
     timed_ = true;
     if (int blocked = count_unfinished(); blocked > 0) throw DeadlockError(deadlock_report());
@@ -171,26 +175,19 @@ class StreamSim {
   const RunSummary& summary() const { return summary_; }
 
  private:
-  const Op& op_of(int id) const { return s_.ranks[nodes_[id].rank][nodes_[id].index]; }
+  const Op& op_of(int id) const { return *nodes_[id].op; }
   int id_of(int rank, int index) const { return offset_[rank] + index; }
 
+  // Node `node` (the op being issued, the newest node) waits for node `on` of the same rank. Each node's
+  // dependencies on its own rank are a range of deps_ (dep_begin_), appended as the ops are issued in id
+  // order; a recv's message is its matched send (matched_send_), a collective's the other members (its call).
   void depend(int node, int on) {
     if (on < 0 || on == node) return;
-    edges_.push_back({on, node});
-    ++nodes_[node].pending;
+    deps_.push_back(on);
   }
 
-  // The dependency edges as adjacency lists in one array (next_of(id) = the nodes that wait for id).
-  void index_edges() {
-    next_begin_.assign(nodes_.size() + 1, 0);
-    for (const auto& [from, to] : edges_) ++next_begin_[from + 1];
-    for (std::size_t i = 0; i < nodes_.size(); ++i) next_begin_[i + 1] += next_begin_[i];
-    next_.resize(edges_.size());
-    std::vector<int> at(next_begin_.begin(), next_begin_.end() - 1);
-    for (const auto& [from, to] : edges_) next_[at[from]++] = to;
-    edges_.clear();
-    edges_.shrink_to_fit();
-  }
+  // The source rank of a matched recv, or -1.
+  int matched_src(int id) const { return matched_send_[id] >= 0 ? op_of(matched_send_[id]).rank : -1; }
 
   void check_groups() {
     const int world = s_.header.world_size;
@@ -293,6 +290,8 @@ class StreamSim {
         }
       }
       ts.memory_begin.push_back(static_cast<int>(ts.memory_ids.size()));
+      if (deps_.size() > UINT32_MAX) throw op_error(op, "the schedule has more than 2^32 dependencies between its ops");
+      dep_begin_.push_back(static_cast<std::uint32_t>(deps_.size()));
       if (op.kind == OpKind::Send) channels_[{rank, op.peer}].sends.push_back(id);
       if (op.kind == OpKind::Recv) {
         if (op.peer >= 0) channels_[{op.peer, rank}].recvs.push_back(id);
@@ -347,9 +346,8 @@ class StreamSim {
         if (!paired_[send_id]) unmatched_sends_.push_back(send_id);
     }
     std::sort(unmatched_sends_.begin(), unmatched_sends_.end());
-    // A recv that no send matches waits for ever (reported as a deadlock, with what it waits for).
-    for (int id = 0; id < static_cast<int>(nodes_.size()); ++id)
-      if (op_of(id).kind == OpKind::Recv && matched_src_[id] < 0) ++nodes_[id].pending;
+    // A recv that no send matches waits for ever (time() blocks it; reported as a deadlock, with what it
+    // waits for).
   }
 
   void pair_up(int send_id, int recv_id) {
@@ -359,8 +357,7 @@ class StreamSim {
     if (payload != recv.writes.front())
       throw op_error(recv, fmt::format("expected {} but rank {} sent {}{}", recv.writes.front().str(), send.rank,
                                        payload.str(), where_suffix(send)));
-    depend(recv_id, send_id);
-    matched_src_[recv_id] = send.rank;
+    matched_send_[recv_id] = send_id;
     paired_[send_id] = 1;
   }
 
@@ -432,31 +429,123 @@ class StreamSim {
     }
   }
 
-  // Longest path: a node starts when its last dependency ends (a collective when its last member is ready).
+  // Longest path, by a depth-first search over each node's dependencies (with a stack of its own: a chain of
+  // dependencies can be as long as the schedule): a node starts when the last of its dependencies ends, and
+  // a collective's members when the last of them is ready. The search reads each dependency once and needs
+  // no list of the nodes that wait for a node. A node that waits, directly or not, for itself (a cycle), for
+  // a recv no send matches or for a call a member never makes is blocked: it never runs.
   void time() {
-    std::vector<int> work;
     for (int id = 0; id < static_cast<int>(nodes_.size()); ++id)
-      if (nodes_[id].pending == 0) work.push_back(id);
-    std::reverse(work.begin(), work.end());
-    while (!work.empty()) {
-      int id = work.back();
-      work.pop_back();
-      Node& n = nodes_[id];
-      const Op& op = op_of(id);
-      if (n.call >= 0) {
-        Call& c = calls_[n.call];
-        ++c.arrived;
-        c.latest = std::max(c.latest, n.ready);
-        if (c.arrived < static_cast<int>(c.nodes.size())) continue;
-        const int size = static_cast<int>(c.nodes.size());
-        for (int member : c.nodes) finish(member, c.latest, cost_->duration(op_of(member), size), work);
-        continue;
-      }
-      finish(id, n.ready, is_timed(op.kind) ? cost_->duration(op, 1) : 0, work);
+      if (nodes_[id].end == Node::kNew) resolve(id);
+  }
+
+  // A task of the search: a node (>= 0), or, for a collective's node, its call c (as ~c): a call's
+  // dependencies are all its members'.
+  int task_of(int id) const { return nodes_[id].call >= 0 ? ~nodes_[id].call : id; }
+  Time& state(int task) { return task >= 0 ? nodes_[task].end : calls_[~task].state; }
+
+  struct Frame {
+    int task;
+    int member = -1;                  // calls: the member whose dependencies are read
+    std::uint32_t at = 0, stop = 0;   // the dependencies left to read, in deps_
+    bool message = false;             // a recv: its message (the matched send) is still to read
+    bool blocked = false;             // a dependency is blocked or on a cycle
+  };
+
+  void push(int task) {
+    state(task) = Node::kActive;
+    Frame& f = stack_.emplace_back();
+    f.task = task;
+    if (task >= 0) {
+      f.at = dep_begin_[task], f.stop = dep_begin_[task + 1];
+      f.message = op_of(task).kind == OpKind::Recv;
     }
   }
 
-  void finish(int id, Time start, Time duration, std::vector<int>& work) {
+  // The node whose dependencies the frame reads now.
+  int reader(const Frame& f) const { return f.task >= 0 ? f.task : calls_[~f.task].nodes[f.member]; }
+
+  // The dependency the frame is at (kNoMessage for a recv no send matches), or false once it read them all.
+  static constexpr int kNoMessage = -1;
+  bool peek(Frame& f, int& dep) {
+    for (;;) {
+      if (f.at < f.stop) return dep = deps_[f.at], true;
+      if (f.task >= 0) {
+        if (!f.message) return false;
+        return dep = matched_send_[f.task], true;
+      }
+      const Call& c = calls_[~f.task];
+      if (f.member + 1 >= static_cast<int>(c.nodes.size())) return false;
+      const int node = c.nodes[++f.member];
+      if (node < 0) {
+        f.blocked = true;  // a member that never makes the call
+        continue;
+      }
+      f.at = dep_begin_[node], f.stop = dep_begin_[node + 1];
+    }
+  }
+  static void advance(Frame& f) {
+    if (f.at < f.stop) ++f.at;
+    else f.message = false;
+  }
+
+  void resolve(int root) {
+    push(task_of(root));
+    while (!stack_.empty()) {
+      Frame& f = stack_.back();
+      int dep;
+      if (!peek(f, dep)) {
+        const Frame done = f;
+        stack_.pop_back();
+        complete(done);
+        continue;
+      }
+      if (dep == kNoMessage) {
+        f.blocked = true;
+      } else {
+        const int task = task_of(dep);
+        const Time st = state(task);
+        if (st == Node::kNew) {
+          push(task);  // (f is not used after this: the push may move the stack)
+          continue;    // the dependency is read again once it is timed
+        }
+        if (st == Node::kActive || st == Node::kBlocked) {
+          f.blocked = true;  // kActive: the dependency waits for this node: a cycle
+        } else {
+          Time& ready = nodes_[reader(f)].start;
+          ready = std::max(ready, nodes_[dep].end);
+        }
+      }
+      advance(f);
+    }
+  }
+
+  // All of a task's dependencies were read: it runs (a call: all its members at once), or it is blocked.
+  void complete(const Frame& f) {
+    if (f.task >= 0) {
+      if (f.blocked) {
+        nodes_[f.task].end = Node::kBlocked;
+        return;
+      }
+      const Op& op = op_of(f.task);
+      finish(f.task, nodes_[f.task].start, is_timed(op.kind) ? cost_->duration(op, 1) : 0);
+      return;
+    }
+    Call& c = calls_[~f.task];
+    if (f.blocked) {
+      c.state = Node::kBlocked;
+      for (int member : c.nodes)
+        if (member >= 0) nodes_[member].end = Node::kBlocked;
+      return;
+    }
+    Time latest = 0;
+    for (int member : c.nodes) latest = std::max(latest, nodes_[member].start);
+    const int size = static_cast<int>(c.nodes.size());
+    for (int member : c.nodes) finish(member, latest, cost_->duration(op_of(member), size));
+    c.state = latest;
+  }
+
+  void finish(int id, Time start, Time duration) {
     if (duration < 0 || duration > kMaxTime - start) {
       const Op& op = op_of(id);
       throw SimError(fmt::format("rank {}: {}{} starts at t={} and takes {} s: simulated time would pass its limit of "
@@ -467,27 +556,27 @@ class StreamSim {
     Node& n = nodes_[id];
     n.start = start;
     n.end = start + duration;
-    n.done = true;
     last_time_ = std::max(last_time_, n.end);
-    for (int k = next_begin_[id]; k < next_begin_[id + 1]; ++k) {
-      const int next = next_[k];
-      Node& m = nodes_[next];
-      m.ready = std::max(m.ready, n.end);
-      if (--m.pending == 0) work.push_back(next);
-    }
   }
 
   int count_unfinished() const {
     int k = 0;
-    for (const Node& n : nodes_) k += !n.done;
+    for (const Node& n : nodes_) k += !n.done();
     return k;
+  }
+
+  // True when every dependency of node `id` ran (a collective's member is then ready for its call).
+  bool arrived(int id) const {
+    for (std::uint32_t k = dep_begin_[id]; k < dep_begin_[id + 1]; ++k)
+      if (!nodes_[deps_[k]].done()) return false;
+    return op_of(id).kind != OpKind::Recv || (matched_send_[id] >= 0 && nodes_[matched_send_[id]].done());
   }
 
   // What rank `r`'s first unfinished op waits for: the ranks, and in words.
   std::pair<std::vector<int>, std::string> waits(int id) const {
     const Op& op = op_of(id);
     if (op.kind == OpKind::Recv) {
-      int src = matched_src_[id] >= 0 ? matched_src_[id] : op.peer;
+      int src = matched_src(id) >= 0 ? matched_src(id) : op.peer;
       if (src < 0) return {{}, "waiting for a message from any rank"};
       return {{src}, fmt::format("waiting for a message from rank {}", src)};
     }
@@ -496,7 +585,7 @@ class StreamSim {
       std::vector<int> missing;
       const auto& members = groups_[c.group];
       for (std::size_t m = 0; m < members.size(); ++m)
-        if (c.nodes[m] < 0 || nodes_[c.nodes[m]].pending > 0) missing.push_back(members[m]);
+        if (c.nodes[m] < 0 || !arrived(c.nodes[m])) missing.push_back(members[m]);
       return {missing, fmt::format("collective #{} of group {}, waiting for rank{} {}", c.seq, c.group,
                                    missing.size() == 1 ? "" : "s", rank_list(missing))};
     }
@@ -509,7 +598,7 @@ class StreamSim {
     std::vector<int> blocked;
     for (int r = 0; r < world; ++r)
       for (int i = 0; i < static_cast<int>(s_.ranks[r].size()); ++i)
-        if (!nodes_[id_of(r, i)].done) {
+        if (!nodes_[id_of(r, i)].done()) {
           first[r] = id_of(r, i);
           blocked.push_back(r);
           break;
@@ -523,7 +612,7 @@ class StreamSim {
       for (int w : on)
         if (first[w] < 0) finished.push_back(w);
       const Op& op = op_of(first[r]);
-      s += fmt::format("\n  rank {} at t={}: {}{}: {}", r, format_time(nodes_[first[r]].ready), op.describe(),
+      s += fmt::format("\n  rank {} at t={}: {}{}: {}", r, format_time(nodes_[first[r]].start), op.describe(),
                        where_suffix(op), detail);
       if (!finished.empty())
         s += fmt::format(" (rank{} {} finished without it)", finished.size() == 1 ? "" : "s", rank_list(finished));
@@ -552,7 +641,7 @@ class StreamSim {
       if (id < 0) return -1;
       if (nodes_[id].call >= 0) return i == 0 ? call_node.at(nodes_[id].call) : -1;
       const Op& op = op_of(id);
-      if (op.kind == OpKind::Recv && matched_src_[id] < 0 && op.peer < 0) {
+      if (op.kind == OpKind::Recv && matched_send_[id] < 0 && op.peer < 0) {
         // Any source: the nearest rank below on the stack waits for this one, which waits for it: a cycle.
         for (std::size_t k = stack.size() - 1; k-- > 0;)
           if (stack[k] < world) return i == 0 ? stack[k] : -1;
@@ -565,7 +654,7 @@ class StreamSim {
     };
     const bool all_receive_from_any = std::all_of(blocked.begin(), blocked.end(), [&](int r) {
       const Op& op = op_of(first[r]);
-      return op.kind == OpKind::Recv && matched_src_[first[r]] < 0 && op.peer < 0;
+      return op.kind == OpKind::Recv && matched_send_[first[r]] < 0 && op.peer < 0;
     });
     if (all_receive_from_any) return s + no_sender_text();
     return s + cycle_text(find_wait_cycle(world + static_cast<int>(call_edges.size()), world, blocked, edge));
@@ -582,7 +671,7 @@ class StreamSim {
     std::size_t ran = 0;
     bool monotone = true;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
-      if (!nodes_[id_of(r, i)].done) continue;  // (after a deadlock: what ran before it)
+      if (!nodes_[id_of(r, i)].done()) continue;  // (after a deadlock: what ran before it)
       const int stream = ops[i].stream;
       auto [at, fresh] = lane_of.try_emplace(stream, lanes.size());
       if (fresh) lanes.emplace_back(stream, std::vector<int>{});
@@ -651,7 +740,7 @@ class StreamSim {
       runs.reserve(std::count_if(order.begin(), order.end(), [&](int i) { return is_timed(ops[i].kind); }));
     Time busy = 0;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
-      if (!is_timed(ops[i].kind) || !nodes_[id_of(r, i)].done) continue;
+      if (!is_timed(ops[i].kind) || !nodes_[id_of(r, i)].done()) continue;
       const Node& n = nodes_[id_of(r, i)];
       // The trace's figures (sim/trace.cpp), in the same order: ranks in order, ops in program order.
       summary_.timesteps = std::max(summary_.timesteps, n.start);
@@ -663,7 +752,7 @@ class StreamSim {
       OpRun& run = runs.emplace_back();  // built in place: the op is copied once, not copied and moved
       run.op = ops[i], run.start = n.start, run.end = n.end, run.memory = sample[i];
       Op& op = run.op;
-      if (op.kind == OpKind::Recv) op.peer = matched_src_[id_of(r, i)];
+      if (op.kind == OpKind::Recv) op.peer = matched_src(id_of(r, i));
       if (n.call >= 0) {
         const Call& c = calls_[n.call];
         if (!c.results.empty()) op.writes = {c.results[n.member]};
@@ -703,7 +792,7 @@ class StreamSim {
   std::vector<std::vector<int>> groups_;
   std::map<std::pair<int, int>, Channel> channels_;  // (src, dst)
   std::vector<int> any_recvs_;
-  std::vector<int> matched_src_;
+  std::vector<int> matched_send_;  // a recv's matched send, or -1
   std::vector<char> paired_;  // sends matched with a recv
   std::vector<int> unmatched_sends_;
   // A rank's membership of a group, keyed by slot_key(group, rank): its collectives in order.
@@ -718,8 +807,9 @@ class StreamSim {
   std::vector<LimitError> limit_errors_;
   std::vector<RankTensors> tensors_;  // per rank
   std::vector<int> read_ids_;         // scratch: the interned reads of the op being issued
-  std::vector<std::pair<int, int>> edges_;  // (from, to) while the graph is built
-  std::vector<int> next_begin_, next_;      // then as adjacency lists (index_edges)
+  std::vector<int> deps_;                  // each node's dependencies on its own rank, node after node
+  std::vector<std::uint32_t> dep_begin_;   // node id's are deps_[dep_begin_[id], dep_begin_[id + 1])
+  std::vector<Frame> stack_;               // the search of time()
   Time last_time_ = 0;
   RunSummary summary_;
   double busy_ = 0;  // compute time summed over the ranks
