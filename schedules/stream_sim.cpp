@@ -62,13 +62,17 @@ struct SameTensor {
 // last op that wrote it and the ops that used it since. Tensors are held as pointers to their first mention
 // in the schedule's ops (the schedule outlives the simulation): no tensor is copied.
 struct RankTensors {
+  // While the rank is issued: how many instances of a tensor are resident, the last op that wrote it (-1:
+  // none) and the newest entry of the list of ops that used it since (-1: none).
+  struct Live {
+    int count = 0, writer = -1, users = -1;
+  };
   boost::unordered_flat_map<const Tensor*, int, TensorHash, SameTensor> ids;
   std::vector<const Tensor*> tensor;
   std::vector<double> bytes;
-  std::vector<int> count, writer;
-  // The ops that used each tensor since it was last written, as linked lists in one pool: users_head[id]
-  // is the newest entry (-1: none), an entry is (op, next entry). Cleared lists leave their entries unused.
-  std::vector<int> users_head;
+  std::vector<Live> live;
+  // The ops that used each tensor since it was last written, as linked lists in one pool: an entry is (op,
+  // next entry). Cleared lists leave their entries unused.
   std::vector<std::pair<int, int>> user_pool;
   std::vector<int> memory_ids;    // per op: the ids it allocates (writes) or releases (a free's reads)
   std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
@@ -78,7 +82,7 @@ struct RankTensors {
     if (fresh) {
       tensor.push_back(&t);
       bytes.push_back(cost.memory(t, rank));
-      count.push_back(0), writer.push_back(-1), users_head.push_back(-1);
+      live.emplace_back();
     }
     return it->second;
   }
@@ -86,7 +90,7 @@ struct RankTensors {
   std::string summary(const CostModel& cost, int rank) const {
     MemoryLedger ledger(cost, rank);
     for (std::size_t id = 0; id < tensor.size(); ++id)
-      for (int k = 0; k < count[id]; ++k) ledger.add(*tensor[id]);
+      for (int k = 0; k < live[id].count; ++k) ledger.add(*tensor[id]);
     return ledger.summary();
   }
 };
@@ -225,8 +229,7 @@ class StreamSim {
     // so that the table is not rehashed as it grows.
     const std::size_t expect = ops.size() / 2 + 16;
     ts.ids.reserve(expect);
-    ts.tensor.reserve(expect), ts.bytes.reserve(expect), ts.count.reserve(expect);
-    ts.writer.reserve(expect), ts.users_head.reserve(expect);
+    ts.tensor.reserve(expect), ts.bytes.reserve(expect), ts.live.reserve(expect);
     ts.user_pool.reserve(2 * ops.size()), ts.memory_ids.reserve(ops.size());
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
@@ -235,7 +238,7 @@ class StreamSim {
       read_ids_.clear();
       for (const Tensor& t : op.reads) {
         const int tid = ts.intern(t, *cost_, rank);
-        if (ts.count[tid] == 0)
+        if (ts.live[tid].count == 0)
           throw op_error(op, fmt::format("it reads {} ({}), which is not resident; resident: {}", t.str(),
                                          long_name(t.kind), ts.summary(*cost_, rank)));
         read_ids_.push_back(tid);
@@ -266,26 +269,29 @@ class StreamSim {
       // stream still uses (record_stream), without making the compute after it wait for a send in flight.
       if (op.kind != OpKind::Free) tail = id;
       for (int tid : read_ids_) {
-        depend(id, ts.writer[tid]);
+        RankTensors::Live& t = ts.live[tid];
+        depend(id, t.writer);
         if (op.kind == OpKind::Free) {
-          for (int u = ts.users_head[tid]; u >= 0; u = ts.user_pool[u].second) depend(id, ts.user_pool[u].first);
+          for (int u = t.users; u >= 0; u = ts.user_pool[u].second) depend(id, ts.user_pool[u].first);
         } else {
-          ts.user_pool.emplace_back(id, ts.users_head[tid]);
-          ts.users_head[tid] = static_cast<int>(ts.user_pool.size()) - 1;
+          ts.user_pool.emplace_back(id, t.users);
+          t.users = static_cast<int>(ts.user_pool.size()) - 1;
         }
       }
       if (op.kind == OpKind::Free) {
         for (int tid : read_ids_) {
-          --ts.count[tid];
+          RankTensors::Live& t = ts.live[tid];
+          --t.count;
           ts.memory_ids.push_back(tid);
-          if (ts.count[tid] == 0) ts.writer[tid] = -1, ts.users_head[tid] = -1;
+          if (t.count == 0) t.writer = -1, t.users = -1;
         }
       } else {
-        for (const Tensor& t : op.writes) {
-          const int tid = ts.intern(t, *cost_, rank);
-          ++ts.count[tid];
-          ts.writer[tid] = id;
-          ts.users_head[tid] = -1;
+        for (const Tensor& w : op.writes) {
+          const int tid = ts.intern(w, *cost_, rank);
+          RankTensors::Live& t = ts.live[tid];
+          ++t.count;
+          t.writer = id;
+          t.users = -1;
           ts.memory_ids.push_back(tid);
         }
       }
@@ -301,8 +307,7 @@ class StreamSim {
     }
     // What only issuing needs goes now (the next rank reuses the memory): the lookup, writers and users.
     ts.ids = {};
-    ts.writer = {};
-    ts.users_head = {};
+    ts.live = {};
     ts.user_pool = {};
   }
 
@@ -667,15 +672,25 @@ class StreamSim {
     const auto& ops = s_.ranks[r];
     auto start_of = [&](int i) { return nodes_[id_of(r, i)].start; };
     std::vector<std::pair<int, std::vector<int>>> lanes;  // (stream, its ops that ran, in program order)
-    boost::unordered_flat_map<int, std::size_t> lane_of;  // stream -> lane (a rank may use many streams)
+    // stream -> lane: streams below 64 (all real schedules) in an array, others in a map (a rank may use many)
+    std::array<int, 64> near_lane;
+    near_lane.fill(-1);
+    boost::unordered_flat_map<int, std::size_t> far_lane;
     std::size_t ran = 0;
     bool monotone = true;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       if (!nodes_[id_of(r, i)].done()) continue;  // (after a deadlock: what ran before it)
       const int stream = ops[i].stream;
-      auto [at, fresh] = lane_of.try_emplace(stream, lanes.size());
-      if (fresh) lanes.emplace_back(stream, std::vector<int>{});
-      auto& lane = lanes[at->second].second;
+      std::size_t k;
+      if (stream >= 0 && stream < 64) {
+        if (near_lane[stream] < 0) near_lane[stream] = static_cast<int>(lanes.size()), lanes.emplace_back(stream, std::vector<int>{});
+        k = near_lane[stream];
+      } else {
+        auto [at, fresh] = far_lane.try_emplace(stream, lanes.size());
+        if (fresh) lanes.emplace_back(stream, std::vector<int>{});
+        k = at->second;
+      }
+      auto& lane = lanes[k].second;
       monotone = monotone && (lane.empty() || start_of(lane.back()) <= start_of(i));
       lane.push_back(i);
       ++ran;

@@ -39,6 +39,15 @@ std::string check_weight(const Tensor& w, int layer) {
   return "";
 }
 
+// True when `t` is the unsharded tensor of `kind`, `layer` and `batches` at step 0 (what activation_tensor,
+// activation_grad_tensor and weight_grad_tensor make with their defaults), compared field by field without
+// building it: this runs for every compute op.
+bool is_plain(const Tensor& t, TensorKind kind, int layer, const IdSet& batches) {
+  static const IdSet whole{0};
+  return t.kind == kind && t.layer == layer && t.step == 0 && t.num_shards == 1 && t.shards == whole &&
+         t.batches == batches;
+}
+
 // The op writes exactly `want`, in order (compared in place: this runs for every compute op).
 std::string check_writes(const Op& op, std::span<const Tensor> want) {
   if (std::equal(op.writes.begin(), op.writes.end(), want.begin(), want.end())) return "";
@@ -82,6 +91,7 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::Activation, TensorKind::Weight})).empty()) return e;
       if (!(e = check_weight(*w, l)).empty()) return e;
       if (a->layer != l) return fmt::format("the input is {}, the activation of layer {}, not {}", a->str(), a->layer, l);
+      if (op.writes.size() == 1 && is_plain(op.writes[0], TensorKind::Activation, l + 1, a->batches)) return "";
       return check_writes(op, std::array{activation_tensor(l + 1, a->batches)});
     case OpKind::Backward:
     case OpKind::BackwardInput:
@@ -97,6 +107,10 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (a->batches != g->batches)
         return fmt::format("batch mismatch: activation {} has batches {{{}}}, activation grad {} has {{{}}}", a->str(),
                            a->batches.str(), g->str(), g->batches.str());
+      if (op.writes.size() == (op.kind == OpKind::Backward ? 2u : 1u) &&
+          (op.kind == OpKind::BackwardInput || is_plain(op.writes[0], TensorKind::WeightGrad, l, a->batches)) &&
+          (op.kind == OpKind::BackwardWeight || is_plain(op.writes.back(), TensorKind::ActivationGrad, l, a->batches)))
+        return "";
       Tensor want[2];
       std::size_t n = 0;
       if (op.kind != OpKind::BackwardInput) want[n++] = weight_grad_tensor(l, a->batches);
@@ -107,6 +121,7 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::Activation})).empty()) return e;
       if (a->layer != layers)
         return fmt::format("the input is {}, but the loss needs the final activation (layer {})", a->str(), layers);
+      if (op.writes.size() == 1 && is_plain(op.writes[0], TensorKind::ActivationGrad, layers, a->batches)) return "";
       return check_writes(op, std::array{activation_grad_tensor(layers, a->batches)});
     case OpKind::Update: {
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::WeightGrad, TensorKind::Weight, TensorKind::OptState})).empty())
@@ -116,9 +131,11 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (w->layer != l) return fmt::format("the weight is {}, not layer {}'s", w->str(), l);
       if (dw.layer != l) return fmt::format("the weight grad is {}, not layer {}'s", dw.str(), l);
       if (o.layer != l) return fmt::format("the optimizer state is {}, not layer {}'s", o.str(), l);
-      IdSet all = IdSet::range(0, microbatches);
-      if (dw.batches != all) {
-        IdSet missing = all - dw.batches;
+      const auto& runs = dw.batches.runs();
+      const bool every_batch = microbatches > 0 ? runs.size() == 1 && runs.front() == IdSet::Run{0, microbatches}
+                                                : dw.batches.empty();
+      if (!every_batch) {
+        IdSet missing = IdSet::range(0, microbatches) - dw.batches;
         return fmt::format("the weight grad {} is missing batches {{{}}}; an update needs the grad of every batch",
                            dw.str(), missing.str());
       }
@@ -127,6 +144,16 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (w->step != o.step)
         return fmt::format("weight {} is at step {} but its optimizer state {} is at step {}", w->str(), w->step,
                            o.str(), o.step);
+      // The writes compared in place first (this runs for every update): the weight and the optimizer state
+      // one step on, the weight holding the state's shards (updated_weight, when it does not throw).
+      if (op.writes.size() == 2 && (o.num_shards == w->num_shards ? w->shards.contains(o.shards) : w->complete())) {
+        const Tensor &nw = op.writes[0], &no = op.writes[1];
+        if (nw.kind == TensorKind::Weight && nw.layer == w->layer && nw.step == w->step + 1 &&
+            nw.batches == w->batches && nw.shards == o.shards && nw.num_shards == o.num_shards &&
+            no.kind == o.kind && no.layer == o.layer && no.step == o.step + 1 && no.num_shards == o.num_shards &&
+            no.batches == o.batches && no.shards == o.shards)
+          return "";
+      }
       Tensor nw;
       try {
         nw = updated_weight(*w, o);
