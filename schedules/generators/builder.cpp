@@ -132,10 +132,16 @@ void RankProgram::add_grad(const Tensor& g) {
     Op& op = ops_.emplace_back();  // built in place: no op is moved
     op.kind = OpKind::Accumulate;
     op.rank = rank_;
-    op.reads = {s, g};
-    op.writes = {total};
-    free({s, g});
-    s = total;
+    op.reads.reserve(2);  // (lists sized once and filled in place: this runs for every backward)
+    op.reads.push_back(s);
+    op.reads.push_back(g);
+    op.writes.push_back(total);
+    TensorList drop;
+    drop.reserve(2);
+    drop.push_back(std::move(s));
+    drop.push_back(g);
+    free(std::move(drop));
+    s = std::move(total);
     return;
   }
   sums_.emplace_back(g.layer, g);
@@ -259,6 +265,7 @@ Schedule build_pipeline(const PipelinePlan& plan) {
   std::vector<std::vector<Time>> end(P);
   {
     std::vector<Time> clock(P, 0);
+    Op op;  // the pass being timed (one op reused: only its kind, layer and batches matter to the cost model)
     auto finished = [&](const Where& w) { return w.index < static_cast<int>(end[w.rank].size()); };
     for (bool progress = true; progress;) {
       progress = false;
@@ -273,7 +280,6 @@ Schedule build_pipeline(const PipelinePlan& plan) {
             if (!finished(*dep)) break;
             ready = end[dep->rank][dep->index];
           }
-          Op op;
           op.kind = s.pass == Pass::F ? OpKind::Forward
                     : s.pass == Pass::B ? OpKind::Backward
                     : s.pass == Pass::I ? OpKind::BackwardInput
@@ -404,12 +410,12 @@ Schedule build_pipeline(const PipelinePlan& plan) {
         case Pass::B:
         case Pass::I: {
           bool full = s.pass == Pass::B;
-          TensorList writes;
-          if (full) writes.push_back(weight_grad_tensor(l, b));
+          TensorList writes;  // (lists sized once: each growth past the inline tensor is a heap allocation)
+          if (full) writes.reserve(2), writes.push_back(weight_grad_tensor(l, b));
           writes.push_back(g_in);
-          prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {a, g_out, w}, writes);
+          prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {a, g_out, w}, std::move(writes));
           TensorList drop;
-          if (full) drop = {a, g_out};
+          if (full) drop.reserve(3), drop.push_back(a), drop.push_back(g_out);
           if (sent) prog.send(sent->dst, g_in);
           if (sent || l == 0) drop.push_back(g_in);
           prog.free(drop);
