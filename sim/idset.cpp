@@ -25,8 +25,9 @@ void append(Runs& out, int lo, int hi) {
 }  // namespace
 
 void IdSet::copy_heap(const IdSet& other) {
-  u_.many = new Run[other.n_];
-  std::copy(other.u_.many, other.u_.many + other.n_, u_.many);
+  Run* runs = new Run[other.n_];
+  std::copy(other.many(), other.many() + other.n_, runs);
+  set_many(runs);
 }
 
 IdSet& IdSet::operator=(const IdSet& other) {
@@ -39,9 +40,9 @@ IdSet& IdSet::operator=(IdSet&& other) noexcept {
     release();
     n_ = other.n_;
     if (n_ <= 1) new (&u_.one) Run(other.u_.one);
-    else u_.many = other.u_.many;
+    else set_many(other.many());
     other.n_ = 0;
-    other.u_.many = nullptr;
+    new (&other.u_.one) Run(0, 0);
   }
   return *this;
 }
@@ -52,16 +53,16 @@ void IdSet::assign(const Run* runs, std::size_t n) {
     release();
     new (&u_.one) Run(one);
   } else {
-    Run* many = new Run[n];
-    std::copy(runs, runs + n, many);
+    Run* heap = new Run[n];
+    std::copy(runs, runs + n, heap);
     release();
-    u_.many = many;
+    set_many(heap);
   }
   n_ = static_cast<std::uint32_t>(n);
 }
 
 bool IdSet::equal_heap(const IdSet& a, const IdSet& b) noexcept {
-  return std::equal(a.u_.many, a.u_.many + a.n_, b.u_.many);
+  return std::equal(a.many(), a.many() + a.n_, b.many());
 }
 
 std::strong_ordering operator<=>(const IdSet& a, const IdSet& b) noexcept {

@@ -2,12 +2,15 @@
 //
 // Batch and shard sets in schedules are almost always contiguous ("microbatches 0-255", "shards 0-1023"),
 // so intervals keep a tensor identity small however many ranks or microbatches a schedule has. A set of one
-// run (or none) is held inline, with no heap allocation: 16 bytes, copied as two ints; only sets of two or
-// more runs allocate. Copying tensors and ops is the simulator's most frequent operation (bench/README.md).
+// run (or none) is held inline, with no heap allocation: 12 bytes (4-byte aligned: the pointer to the runs
+// of a larger set is kept as bytes), copied as two ints; only sets of two or more runs allocate. Copying
+// tensors and ops is the simulator's most frequent operation, and a 16,384-rank schedule holds tens of
+// millions of sets (bench/README.md).
 #pragma once
 
 #include <compare>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <new>
 #include <span>
@@ -23,16 +26,16 @@ class IdSet {
   /// A half-open run [first, second) of ids.
   using Run = std::pair<int, int>;
 
-  IdSet() noexcept : n_(0) { u_.many = nullptr; }
+  IdSet() noexcept : n_(0) {}
   IdSet(const IdSet& other) : n_(other.n_) {
     if (n_ <= 1) new (&u_.one) Run(other.u_.one);  // the common case, inline: no call, no branch on the heap
     else copy_heap(other);
   }
   IdSet(IdSet&& other) noexcept : n_(other.n_) {
     if (n_ <= 1) new (&u_.one) Run(other.u_.one);
-    else u_.many = other.u_.many;
+    else set_many(other.many());
     other.n_ = 0;
-    other.u_.many = nullptr;
+    new (&other.u_.one) Run(0, 0);
   }
   IdSet& operator=(const IdSet& other);
   IdSet& operator=(IdSet&& other) noexcept;
@@ -92,17 +95,27 @@ class IdSet {
   void assign(const Run* runs, std::size_t n);
   void copy_heap(const IdSet& other);
   static bool equal_heap(const IdSet& a, const IdSet& b) noexcept;
-  const Run* data() const { return n_ <= 1 ? &u_.one : u_.many; }
+  const Run* data() const { return n_ <= 1 ? &u_.one : many(); }
+  // The heap runs of a set of two or more runs (the pointer is stored as bytes, so that the set needs only
+  // 4-byte alignment and a tensor of two sets packs into 40 bytes).
+  Run* many() const noexcept {
+    Run* p;
+    std::memcpy(&p, u_.bytes, sizeof p);
+    return p;
+  }
+  void set_many(Run* p) noexcept { std::memcpy(u_.bytes, &p, sizeof p); }
   void release() noexcept {
-    if (n_ > 1) delete[] u_.many;
+    if (n_ > 1) delete[] many();
   }
 
-  std::uint32_t n_;  // number of runs: 0 or 1 inline (u_.one), more on the heap (u_.many, exactly n_ runs)
+  std::uint32_t n_;  // number of runs: 0 or 1 inline (u_.one), more on the heap (many(), exactly n_ runs)
   union Storage {
     Run one;
-    Run* many;
-    Storage() noexcept : many(nullptr) {}
+    unsigned char bytes[sizeof(Run*)];
+    Storage() noexcept : one(0, 0) {}
   } u_;
 };
+
+static_assert(sizeof(IdSet) == 12 && alignof(IdSet) == 4, "an id set packs into 12 bytes (see above)");
 
 }  // namespace trainsim

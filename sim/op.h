@@ -56,8 +56,9 @@ constexpr bool is_compute(OpKind k) {
 
 /// The tensors an op reads or writes (same interface as std::vector): one is held inline, more go to the
 /// heap. Sends, receives, loads, collectives and most frees carry one tensor per list; an inline second
-/// slot made every op 96 bytes larger (336 instead of 240) for fewer heap lists in forwards, backwards and
-/// accumulates: 5.5 GB instead of 5.0 GB peak for the 16,384-rank pp-fsdp `gen --sim` (bench/README.md).
+/// slot made every op larger (336 bytes instead of 240, with 48-byte tensors then) for fewer heap lists in
+/// forwards, backwards and accumulates: 5.5 GB instead of 5.0 GB peak for the 16,384-rank pp-fsdp
+/// `gen --sim` (bench/README.md). With 40-byte tensors a list is 64 bytes and an op 216.
 using TensorList = boost::container::small_vector<Tensor, 1>;
 
 /// One primitive performed by one rank.

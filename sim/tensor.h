@@ -40,7 +40,7 @@ struct TensorError : std::runtime_error {
 /// - WeightGrad: gradient of layer l's weight summed over a batch set, for a shard set.
 /// Unsharded tensors have shards {0} of 1.
 ///
-/// Laid out in 48 bytes (the ints before the sets); ordered by kind, layer, step, batches, shards, count.
+/// Laid out in 40 bytes (the ints before the sets, 4-byte aligned); ordered by kind, layer, step, batches, shards, count.
 struct Tensor {
   TensorKind kind = TensorKind::Weight;
   int layer = 0;
