@@ -86,6 +86,23 @@ struct RankTensors {
     }
     return it->second;
   }
+  // The id of a tensor an op reads. Most reads are of a tensor one of the last few ops wrote (the activation
+  // a recv brought, the output a send or a free takes), so those are compared first, by value, before the
+  // table is probed.
+  static constexpr int kRecent = 4;
+  std::array<std::pair<const Tensor*, int>, kRecent> recent{};  // (tensor, id) of the last writes, a ring
+  int recent_next = 0;
+  int intern_read(const Tensor& t, const CostModel& cost, int rank) {
+    for (const auto& [written, id] : recent)
+      if (written && *written == t) return id;
+    return intern(t, cost, rank);
+  }
+  int intern_write(const Tensor& t, const CostModel& cost, int rank) {
+    const int id = intern(t, cost, rank);
+    recent[recent_next] = {&t, id};
+    recent_next = (recent_next + 1) % kRecent;
+    return id;
+  }
   // The resident tensors as the ledger prints them ("W0, O0, A0{0}").
   std::string summary(const CostModel& cost, int rank) const {
     MemoryLedger ledger(cost, rank);
@@ -237,7 +254,7 @@ class StreamSim {
       if (std::string p = algebra_problem(op, h.layers, h.microbatches); !p.empty()) throw op_error(op, p);
       read_ids_.clear();
       for (const Tensor& t : op.reads) {
-        const int tid = ts.intern(t, *cost_, rank);
+        const int tid = ts.intern_read(t, *cost_, rank);
         if (ts.live[tid].count == 0)
           throw op_error(op, fmt::format("it reads {} ({}), which is not resident; resident: {}", t.str(),
                                          long_name(t.kind), ts.summary(*cost_, rank)));
@@ -287,7 +304,7 @@ class StreamSim {
         }
       } else {
         for (const Tensor& w : op.writes) {
-          const int tid = ts.intern(w, *cost_, rank);
+          const int tid = ts.intern_write(w, *cost_, rank);
           RankTensors::Live& t = ts.live[tid];
           ++t.count;
           t.writer = id;
