@@ -354,19 +354,16 @@ class Parser {
     if (op.kind == OpKind::Loss) op.layer = h.layers;
     if (op.kind == OpKind::Recv) op.peer = -2;  // must be given
     enum { Args, Reads, Writes } part = Args;
-    bool has_reads = false, has_writes = false;
     for (std::size_t i = 1; i < toks.size(); ++i) {
       const Token& t = toks[i];
       if (t.text == ":") {
         if (part != Args) fail(t, "':' (the tensors read) must come before '->' and only once");
         part = Reads;
-        has_reads = true;
         continue;
       }
       if (t.text == "->") {
         if (part == Writes) fail(t, "'->' is given twice");
         part = Writes;
-        has_writes = true;
         continue;
       }
       if (part != Args) {
@@ -417,9 +414,10 @@ class Parser {
     bool needs_layer = is_compute(op.kind) && op.kind != OpKind::Loss;
     if (needs_layer && op.layer < 0) fail(toks[0], fmt::format("{} needs a layer (L<n>)", op_name(op.kind)));
     bool needs_batches = needs_layer && op.kind != OpKind::Update;
-    if ((needs_batches || op.kind == OpKind::Loss) && op.batches.empty() && !has_reads)
+    // (The batches of an op that lists its reads come from its activation; a ':' with nothing after it lists
+    // none, and would print as a batch set '{}' that does not parse back.)
+    if ((needs_batches || op.kind == OpKind::Loss) && op.batches.empty() && op.reads.empty())
       fail(toks[0], fmt::format("{} needs a batch set ({{0-3}})", op_name(op.kind)));
-    (void)has_writes;
     if (op.batches.empty() && (needs_batches || op.kind == OpKind::Loss))
       for (const Tensor& t : op.reads)
         if (t.kind == TensorKind::Activation) op.batches = t.batches;

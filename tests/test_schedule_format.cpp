@@ -113,6 +113,10 @@ TEST_CASE("parse errors name file, line and column, and what was expected") {
   CHECK(parse_error(header() + "p2p sometimes\n") == "bad.sched:5:5: expected one-slot or per-pair, got 'sometimes'");
   CHECK(parse_error(header() + "rank 0\n  all-reduce L0 group 3 : dW0{0} -> dW0{0-1}\n") ==
         "bad.sched:6:23: group 3 is not defined in the header");
+  // Found by fuzz_sched_parse: an empty read list (':' then a comment) stood in for the batch set, and the
+  // op printed as 'loss {}', which does not parse back.
+  CHECK(parse_error(header() + "rank 0\n  loss : # dW1{0-3}\n") == "bad.sched:6:3: loss needs a batch set ({0-3})");
+  CHECK(parse_error(header() + "rank 0\n  forward L0 :\n") == "bad.sched:6:3: forward needs a batch set ({0-3})");
 }
 
 TEST_CASE("reading a missing file is a parse error, not a crash") {
