@@ -255,3 +255,16 @@ TEST_CASE("stream semantics: a free after a send on another stream holds the mem
   // During the second forward, A1{0} is still resident (its send is in flight): W0 O0 A0{0} A1{0} A0{1}.
   CHECK(forwards[1]->memory == doctest::Approx(5));
 }
+
+TEST_CASE("stream semantics: chains of dependencies as long as the schedule are timed without recursion") {
+  // GPipe over 2 stages: rank 1's first gradient send waits, through its stream order, for every op it ran
+  // before (all its forwards), and the engine meets that chain first from rank 0's first receive: the
+  // timing search goes about 150,000 ops deep, past what a recursive search could on an 8 MiB stack.
+  const int p = 2, m = 50000;
+  SimOptions summary_only;
+  summary_only.record_trace = false;
+  SimResult r = simulate(gen("gpipe", p, m), summary_only);
+  REQUIRE(r.ok);
+  // Unit costs: a forward and a backward take one second each per batch, so the bubble is (p-1)/(m+p-1).
+  CHECK(r.summary.bubble_fraction == doctest::Approx(static_cast<double>(p - 1) / (m + p - 1)));
+}
