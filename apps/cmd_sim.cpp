@@ -157,7 +157,7 @@ int run(const SimArgs& a, bool outputs) {
       o.title = std::filesystem::path(a.file).filename().string();
       if (!r.ok) {  // an invalid run's partial timeline says so: a banner, and its blocked ranks marked
         o.error = r.error;
-        o.blocked = visualize::blocked_from_report(r.error);
+        for (const auto& b : r.blocked) o.blocked.push_back({b.rank, b.since, b.op + ": " + b.detail});
       }
       wrote = write_output(a.command, a.svg, visualize::timeline_svg(r.trace, o)) && wrote;
     }

@@ -148,6 +148,9 @@ SimResult simulate(const Schedule& schedule, const SimOptions& options) {
     world.run();
     check_updates(schedule);
     result.ok = true;
+  } catch (const DeadlockError& e) {
+    result.error = e.what();
+    result.blocked = world.blocked_ranks();
   } catch (const std::exception& e) {
     result.error = e.what();
   }

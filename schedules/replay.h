@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "schedules/schedule.h"
 #include "sim/cost_model.h"
@@ -31,6 +32,9 @@ struct SimResult {
   std::string error;  ///< the first problem found, naming the file:line, rank and op; empty when ok
   Trace trace;        ///< what ran, up to the problem (empty ranks when `SimOptions::record_trace` is false)
   RunSummary summary; ///< the trace's figures (makespan, bubble, peak memory...), with or without the records
+  /// After a deadlock: every rank left waiting, in rank order, with when it began to wait, the op it waits
+  /// in and what for (the error's report lists the first 16 of them in words); empty otherwise.
+  std::vector<World::BlockedRank> blocked;
 };
 
 /// Simulates `schedule` with the cost model its header names. Never throws for a bad schedule: the

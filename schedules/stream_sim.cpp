@@ -172,7 +172,10 @@ class StreamSim {
     form_calls();
     time();
     timed_ = true;
-    if (int blocked = count_unfinished(); blocked > 0) throw DeadlockError(deadlock_report());
+    if (int blocked = count_unfinished(); blocked > 0) {
+      blocked_ = blocked_ranks();
+      throw DeadlockError(deadlock_report());
+    }
     for (int id : unmatched_sends_) {
       const Op& op = op_of(id);
       throw SimError(fmt::format("rank {}: send of {} to rank {}{} was never received", op.rank, op.reads.front().str(),
@@ -191,6 +194,8 @@ class StreamSim {
 
   /// True once the ops were timed (after a deadlock too: the trace then holds what ran before it).
   bool timed() const { return timed_; }
+  /// After a deadlock: every rank left waiting (SimResult::blocked).
+  std::vector<World::BlockedRank>& blocked() { return blocked_; }
 
   Trace& trace() { return trace_; }
   const RunSummary& summary() const { return summary_; }
@@ -614,6 +619,30 @@ class StreamSim {
     return {{}, "waiting for an op of its own that cannot start"};
   }
 
+  // Every rank with an op that never ran: its first such op, when that op was ready, and what it waits for
+  // (a collective's words made once per call: one call of thousands of members can block thousands of ranks).
+  std::vector<World::BlockedRank> blocked_ranks() const {
+    std::vector<World::BlockedRank> out;
+    std::unordered_map<int, std::string> call_detail;
+    for (int r = 0; r < s_.header.world_size; ++r)
+      for (int i = 0; i < static_cast<int>(s_.ranks[r].size()); ++i) {
+        const int id = id_of(r, i);
+        if (nodes_[id].done()) continue;
+        const Op& op = op_of(id);
+        std::string detail;
+        if (const int c = nodes_[id].call; c >= 0) {
+          auto [it, fresh] = call_detail.try_emplace(c);
+          if (fresh) it->second = waits(id).second;
+          detail = it->second;
+        } else {
+          detail = waits(id).second;
+        }
+        out.push_back({r, nodes_[id].start, op.describe() + where_suffix(op), std::move(detail)});
+        break;
+      }
+    return out;
+  }
+
   std::string deadlock_report() const {
     const int world = s_.header.world_size;
     std::vector<int> first(world, -1);  // each rank's first unfinished op
@@ -847,6 +876,7 @@ class StreamSim {
   double busy_ = 0;  // compute time summed over the ranks
   bool timed_ = false, filled_ = false;
   Trace trace_;
+  std::vector<World::BlockedRank> blocked_;  // after a deadlock
 };
 
 }  // namespace
@@ -870,6 +900,7 @@ SimResult simulate_streams(const Schedule& schedule, const SimOptions& options) 
   }
   result.trace = std::move(sim.trace());
   result.summary = sim.summary();
+  result.blocked = std::move(sim.blocked());
   return result;
 }
 

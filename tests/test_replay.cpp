@@ -146,6 +146,27 @@ TEST_CASE("a deadlocked schedule is reported with the wait-for cycle") {
   CHECK(has(e, "wait-for cycle: rank 0 -> rank 1 -> rank 0"));
 }
 
+TEST_CASE("a deadlock gives the blocked ranks as data too, with both engines") {
+  for (const std::string model : {"unit", "puzzle"}) {
+    CAPTURE(model);
+    std::string text = two_ranks("  load -> W0 O0\n  recv from 1 -> A0{1}\n", "  load -> W0 O0\n  recv from 0 -> A0{0}\n");
+    text.replace(text.find("cost_model unit"), 15, "cost_model " + model);
+    SimResult r = simulate(parse_schedule(text, "t.sched"));
+    REQUIRE(!r.ok);
+    REQUIRE(r.blocked.size() == 2);
+    CHECK(r.blocked[0].rank == 0);
+    CHECK(r.blocked[1].rank == 1);
+    CHECK(r.blocked[0].since == 0);
+    CHECK(r.blocked[0].op.find("t.sched:9") != std::string::npos);
+    CHECK(r.blocked[0].detail == "waiting for a message from rank 1");
+    CHECK(r.blocked[1].detail == "waiting for a message from rank 0");
+  }
+  // Any other problem lists no blocked rank.
+  SimResult r = simulate(parse_schedule(two_ranks("  load -> W0 O0\n  forward L0 {0}\n", ddp_rank(1)), "t.sched"));
+  REQUIRE(!r.ok);
+  CHECK(r.blocked.empty());
+}
+
 TEST_CASE("memory over the limit names the rank, time, op and what is resident") {
   std::string e = sim_error(two_ranks(ddp_rank(0), ddp_rank(1)), 700000);
   CHECK(has(e, "rank 0: memory limit exceeded at t=1: loss batches {0} (t.sched:10) starts with 786432 units resident "

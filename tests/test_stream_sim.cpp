@@ -154,6 +154,11 @@ TEST_CASE("stream semantics: a deadlock over many ranks is reported in bounded s
   CHECK(r.error.find("wait-for cycle: rank 0 -> rank 1 -> rank 2") != std::string::npos);
   CHECK(r.error.find("more ranks) -> rank 0") != std::string::npos);
   CHECK(r.error.size() < 4000);
+  // The report lists 16 ranks in words; the result lists every blocked rank as data (what the timeline marks).
+  REQUIRE(r.blocked.size() == static_cast<std::size_t>(n));
+  CHECK(r.blocked.back().rank == n - 1);
+  CHECK(r.blocked.back().op == "recv from rank 0 (ring.sched:" + std::to_string(7 + 4 * (n - 1) + 2) + ")");
+  CHECK(r.blocked.back().detail == "waiting for a message from rank 0");
 }
 
 TEST_CASE("stream semantics: after a deadlock the trace holds what ran before it") {

@@ -44,26 +44,6 @@ void draw_failure_banner(Svg& svg, const std::vector<std::string>& lines, double
   svg.put("</g>\n");
 }
 
-std::vector<BlockedMark> blocked_from_report(const std::string& error) {
-  std::vector<BlockedMark> out;
-  if (error.rfind("deadlock:", 0) != 0) return out;
-  std::size_t at = 0;
-  while ((at = error.find("\n  rank ", at)) != std::string::npos) {
-    at += 8;
-    std::size_t eol = error.find('\n', at);
-    std::string line = error.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
-    std::size_t t = line.find(" at t="), colon = line.find(": ", t == std::string::npos ? 0 : t);
-    if (t == std::string::npos || colon == std::string::npos) continue;
-    try {
-      out.push_back({std::stoi(line.substr(0, t)), seconds(std::stod(line.substr(t + 6, colon - t - 6))),
-                     line.substr(colon + 2)});
-    } catch (const std::exception&) {
-      // not a rank line ("... and N more blocked ranks")
-    }
-  }
-  return out;
-}
-
 void draw_blocked_mark(Svg& svg, const BlockedMark& mark, double x, double x_end, double top, double height) {
   svg.put("<g class=\"blocked\"><title>");
   append_escaped(svg.s, fmt::format("rank {} blocked from t={} until the run stopped: {}", mark.rank,

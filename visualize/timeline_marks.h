@@ -19,9 +19,6 @@ double failure_banner_height(std::size_t lines);
 /// Draws the banner (class "failure") from `top`, `width` wide.
 void draw_failure_banner(Svg& svg, const std::vector<std::string>& lines, double top, double width);
 
-/// The blocked ranks a deadlock report lists, one per line "  rank R at t=T: what" (the simulators' wording);
-/// empty for any other error. For engines that give the report only as text (`trainsim sim`).
-std::vector<BlockedMark> blocked_from_report(const std::string& error);
 /// Marks a blocked rank's row (class "blocked"): a red line at `x` and a hatched band to `x_end`, titled.
 void draw_blocked_mark(Svg& svg, const BlockedMark& mark, double x, double x_end, double top, double height);
 

@@ -664,10 +664,14 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     draw_summary_rows(svg, trace, layout, colours.layers());
   }
 
-  // ---- Blocked ranks (a deadlock): each marked on its row from the time it began to wait.
+  // ---- Blocked ranks (a deadlock): each marked on its row from the time it began to wait (a row of several
+  // ranks: its first blocked rank's mark, the list being in rank order).
+  int marked_row = -1;
   for (const BlockedMark& b : opt.blocked) {
     if (b.rank < 0 || b.rank >= nranks) continue;
     const int row = b.rank / per_row;
+    if (row == marked_row) continue;
+    marked_row = row;
     draw_blocked_mark(svg, b, px_t(std::clamp<Time>(b.since, 0, trace.makespan())), x1, rows_top + row * row_h + 2,
                       row_h - 4);
   }

@@ -63,7 +63,7 @@ struct TimelineOptions {
   bool target_time_floor = false;
   /// The run failed with this error: a red banner at the top shows its first lines and the title says so.
   std::string error;
-  std::vector<BlockedMark> blocked;           ///< ranks left waiting (a deadlock), marked on their rows
+  std::vector<BlockedMark> blocked;           ///< ranks left waiting (a deadlock), in rank order, marked on their rows (a row of several ranks: its first)
   std::optional<PeakExplanation> peak_explanation;  ///< what made the peak: tooltip; caption when over target_memory
   int memory_heatmap_above = 32;  ///< with more memory rows than this, each is a heatmap strip, not a plot
 };
