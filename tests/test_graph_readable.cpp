@@ -14,11 +14,15 @@
 
 #include "schedules/generators.h"
 #include "schedules/text_format.h"
+#include "dot_helpers.h"
 #include "text_helpers.h"
 #include "visualize/graph.h"
 
 using namespace trainsim;
 using trainsim::testing::count;
+using trainsim::testing::dot_edges;
+using trainsim::testing::is_data;
+using trainsim::testing::is_program_order;
 
 TEST_CASE("dependency dot of a 4-rank, 8-microbatch 1F1B: loads link to first readers, frees to last users, legend") {
   GenOptions o;
@@ -70,28 +74,6 @@ TEST_CASE("dependency dot of a 4-rank, 8-microbatch 1F1B: loads link to first re
 }
 
 namespace {
-
-struct DotEdge {
-  int from_rank;
-  std::size_t from;
-  int to_rank;
-  std::size_t to;
-  std::string attrs;
-};
-
-/// Edges between op nodes ("  r<a>_<i> -> r<b>_<j> [attrs];").
-std::vector<DotEdge> dot_edges(const std::string& dot) {
-  static const std::regex re(R"(\n  r(\d+)_(\d+) -> r(\d+)_(\d+) \[([^\]]*)\];)");
-  std::vector<DotEdge> edges;
-  for (auto it = std::sregex_iterator(dot.begin(), dot.end(), re); it != std::sregex_iterator(); ++it) {
-    const auto& m = *it;
-    edges.push_back(DotEdge{std::stoi(m[1]), std::stoul(m[2]), std::stoi(m[3]), std::stoul(m[4]), m[5]});
-  }
-  return edges;
-}
-
-bool dashed(const DotEdge& e) { return e.attrs.rfind("style=dashed, color=gray80", 0) == 0; }
-bool data_edge(const DotEdge& e) { return e.attrs.rfind("color=gray40", 0) == 0; }
 
 /// The stream sub-cluster each node is declared in: (rank, op index) -> stream, -1 outside any.
 std::map<std::pair<int, std::size_t>, int> node_streams(const std::string& dot) {
@@ -167,7 +149,7 @@ TEST_CASE("dependency dot with streams: a sub-cluster per stream, program order 
   std::set<std::pair<std::pair<int, std::size_t>, std::size_t>> got;
   std::size_t cross_data = 0;
   for (const auto& e : dot_edges(dot)) {
-    if (dashed(e)) {
+    if (is_program_order(e)) {
       REQUIRE(e.from_rank == e.to_rank);
       const Op& a = s.ranks[e.from_rank][e.from];
       const Op& b = s.ranks[e.to_rank][e.to];
@@ -175,7 +157,7 @@ TEST_CASE("dependency dot with streams: a sub-cluster per stream, program order 
       CAPTURE(b.describe());
       CHECK(a.stream == b.stream);
       CHECK(got.insert({{e.from_rank, e.from}, e.to}).second);
-    } else if (data_edge(e) && s.ranks[e.from_rank][e.from].stream != s.ranks[e.to_rank][e.to].stream) {
+    } else if (is_data(e) && s.ranks[e.from_rank][e.from].stream != s.ranks[e.to_rank][e.to].stream) {
       // A receive on the comm stream feeding compute: nothing else ranks the pair, so it constrains the layout.
       CHECK(e.attrs.find("constraint=true") != std::string::npos);
       ++cross_data;
@@ -204,7 +186,7 @@ TEST_CASE("dependency dot with streams: only ranks using several streams get sub
   CHECK(plain.find("program order on a stream") == std::string::npos);
   std::size_t dashed_edges = 0;
   for (const auto& e : dot_edges(plain))
-    if (dashed(e)) {
+    if (is_program_order(e)) {
       CHECK(e.to == e.from + 1);
       ++dashed_edges;
     }
@@ -263,7 +245,7 @@ rank 1
                            "r1_3 -> r1_4 [style=dashed", "r1_1 -> r1_2 [style=dashed"})
     CHECK_MESSAGE(count(dot, edge) == 1, edge);
   std::size_t dashed_edges = 0;
-  for (const auto& e : dot_edges(dot)) dashed_edges += dashed(e);
+  for (const auto& e : dot_edges(dot)) dashed_edges += is_program_order(e);
   CHECK(dashed_edges == 8);
   // No dashed edge between a compute op and the send or receive next to it in program order.
   for (const char* edge : {"r0_2 -> r0_3 [style=dashed", "r0_3 -> r0_4 [style=dashed", "r0_5 -> r0_6 [style=dashed",
@@ -298,10 +280,10 @@ TEST_CASE("dependency dot with streams: large schedules collapse program order p
   const std::string dot = visualize::dependency_dot(s);
   std::size_t program = 0, data = 0;
   for (const auto& e : dot_edges(dot)) {
-    if (dashed(e)) {
+    if (is_program_order(e)) {
       ++program;
       CHECK(e.to == e.from + 2);
-    } else if (data_edge(e)) {
+    } else if (is_data(e)) {
       ++data;
       CHECK(e.to == e.from + 2);
       CHECK(e.attrs.find("constraint=true") != std::string::npos);

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dot_helpers.h"
 #include "text_helpers.h"
 #include "puzzles/runner.h"
 #include "visualize/graph.h"
@@ -29,6 +30,11 @@ using trainsim::visualize::perfetto_trace_json;
 using trainsim::visualize::render_dot_svg;
 
 using trainsim::testing::count;
+using trainsim::testing::DotEdge;
+using trainsim::testing::dot_edges;
+using trainsim::testing::is_data;
+using trainsim::testing::is_message;
+using trainsim::testing::is_program_order;
 
 namespace {
 
@@ -340,33 +346,6 @@ TEST_CASE("perfetto trace json: an unmatched send has no flow, an empty trace is
 
 // ---- DOT -------------------------------------------------------------------------------------------
 
-namespace {
-
-struct Edge {
-  int from_rank;
-  std::size_t from;
-  int to_rank;
-  std::size_t to;
-  std::string attrs;
-};
-
-/// Edges between op nodes ("r<a>_<i> -> r<b>_<j> [attrs]").
-std::vector<Edge> op_edges(const std::string& dot) {
-  static const std::regex re(R"(\n  r(\d+)_(\d+) -> r(\d+)_(\d+) \[([^\]]*)\];)");
-  std::vector<Edge> edges;
-  for (auto it = std::sregex_iterator(dot.begin(), dot.end(), re); it != std::sregex_iterator(); ++it) {
-    const auto& m = *it;
-    edges.push_back(Edge{std::stoi(m[1]), std::stoul(m[2]), std::stoi(m[3]), std::stoul(m[4]), m[5]});
-  }
-  return edges;
-}
-
-bool is_data(const Edge& e) { return e.attrs.rfind("color=gray40", 0) == 0; }
-bool is_message(const Edge& e) { return e.attrs.rfind("style=bold, color=blue", 0) == 0; }
-bool is_program_order(const Edge& e) { return e.attrs.rfind("style=dashed, color=gray80", 0) == 0; }
-
-}  // namespace
-
 TEST_CASE("dependency dot: gpipe schedule, clusters, nodes, program order, data and message edges") {
   const auto& r = gpipe_run();
   REQUIRE(r.schedule.has_value());
@@ -389,7 +368,7 @@ TEST_CASE("dependency dot: gpipe schedule, clusters, nodes, program order, data 
   CHECK(count(dot, " [label=") == nodes);
   CHECK(nodes == s.op_count());
 
-  std::vector<Edge> edges = op_edges(dot);
+  std::vector<DotEdge> edges = dot_edges(dot);
   std::size_t program = 0, messages = 0, sends = 0, fwd_to_bwd = 0;
   for (const auto& ops : s.ranks)
     for (const auto& op : ops) sends += op.kind == OpKind::Send;
@@ -477,7 +456,7 @@ TEST_CASE("dependency dot: collectives, escaping, last writer wins, unmatched re
   // Escaped where in the tooltip.
   CHECK(dot.find(R"((dir\\file \"q\".cpp:3))") != std::string::npos);
   // Data edge from the last writer only.
-  std::vector<Edge> edges = op_edges(dot);
+  std::vector<DotEdge> edges = dot_edges(dot);
   std::vector<std::pair<std::size_t, std::size_t>> data0;
   for (const auto& e : edges)
     if (is_data(e) && e.from_rank == 0) data0.emplace_back(e.from, e.to);
@@ -502,7 +481,7 @@ TEST_CASE("dependency dot: large schedules collapse program order into data edge
     s.ranks[0].push_back(op);
   }
   std::string dot = dependency_dot(s);
-  std::vector<Edge> edges = op_edges(dot);
+  std::vector<DotEdge> edges = dot_edges(dot);
   std::size_t program = 0, data = 0;
   for (const auto& e : edges) {
     program += is_program_order(e);
