@@ -173,8 +173,9 @@ class StreamSim {
     time();
     timed_ = true;
     if (int blocked = count_unfinished(); blocked > 0) {
-      blocked_ = blocked_ranks();
-      throw DeadlockError(deadlock_report());
+      const std::vector<int> first = first_unfinished();
+      blocked_ = blocked_ranks(first);
+      throw DeadlockError(deadlock_report(first));
     }
     for (int id : unmatched_sends_) {
       const Op& op = op_of(id);
@@ -619,41 +620,48 @@ class StreamSim {
     return {{}, "waiting for an op of its own that cannot start"};
   }
 
-  // Every rank with an op that never ran: its first such op, when that op was ready, and what it waits for
-  // (a collective's words made once per call: one call of thousands of members can block thousands of ranks).
-  std::vector<World::BlockedRank> blocked_ranks() const {
-    std::vector<World::BlockedRank> out;
-    std::unordered_map<int, std::string> call_detail;
+  // Each rank's first op that never ran, or -1 for a rank that finished.
+  std::vector<int> first_unfinished() const {
+    std::vector<int> first(s_.header.world_size, -1);
     for (int r = 0; r < s_.header.world_size; ++r)
-      for (int i = 0; i < static_cast<int>(s_.ranks[r].size()); ++i) {
-        const int id = id_of(r, i);
-        if (nodes_[id].done()) continue;
-        const Op& op = op_of(id);
-        std::string detail;
-        if (const int c = nodes_[id].call; c >= 0) {
-          auto [it, fresh] = call_detail.try_emplace(c);
-          if (fresh) it->second = waits(id).second;
-          detail = it->second;
-        } else {
-          detail = waits(id).second;
-        }
-        out.push_back({r, nodes_[id].start, op.describe() + where_suffix(op), std::move(detail)});
-        break;
-      }
-    return out;
-  }
-
-  std::string deadlock_report() const {
-    const int world = s_.header.world_size;
-    std::vector<int> first(world, -1);  // each rank's first unfinished op
-    std::vector<int> blocked;
-    for (int r = 0; r < world; ++r)
       for (int i = 0; i < static_cast<int>(s_.ranks[r].size()); ++i)
         if (!nodes_[id_of(r, i)].done()) {
           first[r] = id_of(r, i);
-          blocked.push_back(r);
           break;
         }
+    return first;
+  }
+
+  // Every rank with an op that never ran (`first`: first_unfinished()): that op, when it was ready, and what
+  // it waits for (a collective's words made once per call: one call of thousands of members can block
+  // thousands of ranks).
+  std::vector<World::BlockedRank> blocked_ranks(const std::vector<int>& first) const {
+    std::vector<World::BlockedRank> out;
+    std::unordered_map<int, std::string> call_detail;
+    for (int r = 0; r < s_.header.world_size; ++r) {
+      const int id = first[r];
+      if (id < 0) continue;
+      const Op& op = op_of(id);
+      std::string detail;
+      if (const int c = nodes_[id].call; c >= 0) {
+        auto [it, fresh] = call_detail.try_emplace(c);
+        if (fresh) it->second = waits(id).second;
+        detail = it->second;
+      } else {
+        detail = waits(id).second;
+      }
+      out.push_back({r, nodes_[id].start, op.describe() + where_suffix(op), std::move(detail)});
+    }
+    return out;
+  }
+
+  // The deadlock's words (`first`: first_unfinished()): the blocked ranks, the first kListedRanks with what
+  // they wait for, and the wait-for cycle.
+  std::string deadlock_report(const std::vector<int>& first) const {
+    const int world = s_.header.world_size;
+    std::vector<int> blocked;
+    for (int r = 0; r < world; ++r)
+      if (first[r] >= 0) blocked.push_back(r);
     std::string s = fmt::format("deadlock: no event is left at t={} and rank{} {} {} blocked", format_time(last_time_),
                                 blocked.size() == 1 ? "" : "s", rank_list(blocked), blocked.size() == 1 ? "is" : "are");
     for (std::size_t k = 0; k < blocked.size() && k < kListedRanks; ++k) {
