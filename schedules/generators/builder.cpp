@@ -418,7 +418,7 @@ Schedule build_pipeline(const PipelinePlan& plan) {
           if (full) drop.reserve(3), drop.push_back(a), drop.push_back(g_out);
           if (sent) prog.send(sent->dst, g_in);
           if (sent || l == 0) drop.push_back(g_in);
-          prog.free(drop);
+          prog.free(std::move(drop));
           if (full) {
             prog.add_grad(weight_grad_tensor(l, b));
             grad_done(l);

@@ -72,7 +72,7 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
         if (o.reshard_after_forward) {
           TensorList drop;
           release(l, drop);
-          prog.free(drop);
+          prog.free(std::move(drop));
         }
       }
       prog.compute(OpKind::Loss, L, b);
@@ -85,7 +85,7 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
         TensorList drop = {a, g_out};
         if (l == 0) drop.push_back(g_in);
         release(l, drop);
-        prog.free(drop);
+        prog.free(std::move(drop));
         if (shard_grads) {
           if (n > 1) {
             Tensor part = weight_grad_tensor(l, cohort, one(r), n);
