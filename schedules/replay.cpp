@@ -1,21 +1,15 @@
 #include "schedules/replay.h"
 
-#include <map>
-
 #include <fmt/format.h>
 
 #include "sim/algebra.h"
 #include "schedules/stream_sim.h"
+#include "schedules/update_check.h"
 #include "sim/rank.h"
 
 namespace trainsim {
 
 namespace {
-
-SimError op_error(const Op& op, const std::string& what) {
-  return SimError(fmt::format("rank {}: {}{}: {}", op.rank, op.describe(),
-                              op.where.empty() ? std::string() : fmt::format(" ({})", op.where), what));
-}
 
 // One rank's program: execute its ops in order.
 Task interpret(World& world, const Schedule& s, int rank) {
@@ -76,58 +70,12 @@ Task interpret(World& world, const Schedule& s, int rank) {
   }
 }
 
-// Every layer updated exactly once over all its shards (the algebra already checked every batch's grad).
-// Costs O(updates log updates), not O(layers) nor O(shards): a 100-byte file may declare a million layers.
-void check_updates(const Schedule& s) {
-  const int layers = s.header.layers;
-  std::map<int, Tensor> covered;  // layer -> the shards updated so far
-  for (const auto& ops : s.ranks)
-    for (const Op& op : ops) {
-      if (op.kind != OpKind::Update) continue;
-      const Tensor& w = op.writes.front();
-      if (w.step != 1)
-        throw op_error(op, fmt::format("layer {} is updated again (to step {}); every layer is updated exactly once",
-                                       op.layer, w.step));
-      const Tensor& shards = w;
-      auto [it, fresh] = covered.try_emplace(op.layer, shards);
-      if (fresh) continue;
-      Tensor& c = it->second;
-      if (c.num_shards != shards.num_shards) {
-        // Mixed shardings of one layer: count shard fractions by the finer one when both cover fully.
-        if (!(c.complete() || shards.complete()))
-          throw op_error(op, fmt::format("layer {} is updated in {} shards here but in {} elsewhere", op.layer,
-                                         shards.num_shards, c.num_shards));
-        if (shards.complete()) c = shards;
-      } else {
-        c.shards = c.shards | shards.shards;
-      }
-    }
-  int expected = 0;  // layers 0..expected-1 are covered completely
-  for (const auto& [l, c] : covered) {
-    if (l != expected) break;
-    if (!c.complete())
-      throw SimError(fmt::format("layer {}: shards {} of {} are never updated", l,
-                                 (IdSet::range(0, c.num_shards) - c.shards).str(), c.num_shards));
-    ++expected;
-  }
-  if (expected < layers) throw SimError(fmt::format("layer {} is never updated", expected));
-}
-
 }  // namespace
 
 SimResult simulate(const Schedule& schedule, const SimOptions& options) {
   if (schedule.header.cost_model != "puzzle") {
     // Stream semantics (schedules/stream_sim.h); the puzzles keep their blocking rules below.
-    SimResult result = simulate_streams(schedule, options);
-    if (result.ok) {
-      try {
-        check_updates(schedule);
-      } catch (const std::exception& e) {
-        result.ok = false;
-        result.error = e.what();
-      }
-    }
-    return result;
+    return simulate_streams(schedule, options);  // (the updates checked there too)
   }
   auto cost = make_cost_model(schedule.header.cost_model);
   const ScheduleHeader& h = schedule.header;
@@ -146,7 +94,11 @@ SimResult simulate(const Schedule& schedule, const SimOptions& options) {
     for (const auto& g : h.groups) world.add_group(g);
     for (int r = 0; r < h.world_size; ++r) world.spawn(r, interpret(world, schedule, r));
     world.run();
-    check_updates(schedule);
+    std::vector<const Op*> updates;
+    for (const auto& ops : schedule.ranks)
+      for (const Op& op : ops)
+        if (op.kind == OpKind::Update) updates.push_back(&op);
+    check_updates(updates, h.layers);
     result.ok = true;
   } catch (const DeadlockError& e) {
     result.error = e.what();

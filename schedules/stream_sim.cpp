@@ -15,6 +15,7 @@
 
 #include "sim/algebra.h"
 #include "schedules/cost_models.h"
+#include "schedules/update_check.h"
 #include "sim/cost_model.h"
 #include "sim/errors.h"
 #include "sim/ledger.h"
@@ -24,12 +25,7 @@ namespace trainsim {
 
 namespace {
 
-
 std::string where_suffix(const Op& op) { return op.where.empty() ? std::string() : fmt::format(" ({})", op.where); }
-
-SimError op_error(const Op& op, const std::string& what) {
-  return SimError(fmt::format("rank {}: {}{}: {}", op.rank, op.describe(), where_suffix(op), what));
-}
 
 // Hash of a tensor's identity, for interning tensors to small ids per rank: every field mixed in with a
 // multiply-xorshift step (the sets run by run), one pass, no allocation.
@@ -58,56 +54,71 @@ struct SameTensor {
   bool operator()(const Tensor* a, const Tensor* b) const noexcept { return *a == *b; }
 };
 
-// One rank's tensors, interned: id -> tensor, its memory, how many instances are resident (at issue), the
-// last op that wrote it and the ops that used it since. Tensors are held as pointers to their first mention
-// in the schedule's ops (the schedule outlives the simulation): no tensor is copied.
+// One rank's tensors, interned to ids: id -> tensor and its memory; and what each op allocates or releases.
+// Tensors are held as pointers to their first mention in the schedule's ops (the schedule outlives the
+// simulation): no tensor is copied.
 struct RankTensors {
-  // While the rank is issued: how many instances of a tensor are resident, the last op that wrote it (-1:
-  // none) and the newest entry of the list of ops that used it since (-1: none).
+  std::vector<const Tensor*> tensor;
+  std::vector<double> bytes;
+  std::vector<int> memory_ids;    // per op: the ids it allocates (writes) or releases (a free's reads)
+  std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
+};
+
+// What only issuing a rank needs: the interning table, and per tensor id how many instances are resident,
+// the last op that wrote it and the ops that used it since. One of these serves every rank in turn (reset
+// between ranks, keeping its memory): a rank's ops are issued together.
+struct Issuing {
+  // How many instances of a tensor are resident, the last op that wrote it (-1: none) and the newest entry
+  // of the list of ops that used it since (-1: none).
   struct Live {
     int count = 0, writer = -1, users = -1;
   };
   boost::unordered_flat_map<const Tensor*, int, TensorHash, SameTensor> ids;
-  std::vector<const Tensor*> tensor;
-  std::vector<double> bytes;
   std::vector<Live> live;
   // The ops that used each tensor since it was last written, as linked lists in one pool: an entry is (op,
   // next entry). Cleared lists leave their entries unused.
   std::vector<std::pair<int, int>> user_pool;
-  std::vector<int> memory_ids;    // per op: the ids it allocates (writes) or releases (a free's reads)
-  std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
+  // (tensor, id) of the last few writes, a ring: most reads are of a tensor one of the last few ops wrote
+  // (the activation a recv brought, the output a send or a free takes), so those are compared first, by
+  // value, before the table is probed.
+  static constexpr int kRecent = 4;
+  std::array<std::pair<const Tensor*, int>, kRecent> recent{};
+  int recent_next = 0;
 
-  int intern(const Tensor& t, const CostModel& cost, int rank) {
-    auto [it, fresh] = ids.try_emplace(&t, static_cast<int>(tensor.size()));
+  // Ready for a rank of `ops` ops. A table far larger than the rank needs is dropped rather than cleared
+  // (clearing costs its capacity: a huge rank followed by thousands of small ones would cost their number
+  // times its size).
+  void reset(std::size_t ops) {
+    if (ids.bucket_count() > 8 * ops + 1024) ids = {};
+    else ids.clear();
+    live.clear(), user_pool.clear();
+    recent = {}, recent_next = 0;
+  }
+  int intern(const Tensor& t, RankTensors& ts, const CostModel& cost, int rank) {
+    auto [it, fresh] = ids.try_emplace(&t, static_cast<int>(ts.tensor.size()));
     if (fresh) {
-      tensor.push_back(&t);
-      bytes.push_back(cost.memory(t, rank));
+      ts.tensor.push_back(&t);
+      ts.bytes.push_back(cost.memory(t, rank));
       live.emplace_back();
     }
     return it->second;
   }
-  // The id of a tensor an op reads. Most reads are of a tensor one of the last few ops wrote (the activation
-  // a recv brought, the output a send or a free takes), so those are compared first, by value, before the
-  // table is probed.
-  static constexpr int kRecent = 4;
-  std::array<std::pair<const Tensor*, int>, kRecent> recent{};  // (tensor, id) of the last writes, a ring
-  int recent_next = 0;
-  int intern_read(const Tensor& t, const CostModel& cost, int rank) {
+  int intern_read(const Tensor& t, RankTensors& ts, const CostModel& cost, int rank) {
     for (const auto& [written, id] : recent)
       if (written && *written == t) return id;
-    return intern(t, cost, rank);
+    return intern(t, ts, cost, rank);
   }
-  int intern_write(const Tensor& t, const CostModel& cost, int rank) {
-    const int id = intern(t, cost, rank);
+  int intern_write(const Tensor& t, RankTensors& ts, const CostModel& cost, int rank) {
+    const int id = intern(t, ts, cost, rank);
     recent[recent_next] = {&t, id};
     recent_next = (recent_next + 1) % kRecent;
     return id;
   }
-  // The resident tensors as the ledger prints them ("W0, O0, A0{0}").
-  std::string summary(const CostModel& cost, int rank) const {
+  // The resident tensors of the rank being issued, as the ledger prints them ("W0, O0, A0{0}").
+  std::string summary(const RankTensors& ts, const CostModel& cost, int rank) const {
     MemoryLedger ledger(cost, rank);
-    for (std::size_t id = 0; id < tensor.size(); ++id)
-      for (int k = 0; k < live[id].count; ++k) ledger.add(*tensor[id]);
+    for (std::size_t id = 0; id < ts.tensor.size(); ++id)
+      for (int k = 0; k < live[id].count; ++k) ledger.add(*ts.tensor[id]);
     return ledger.summary();
   }
 };
@@ -130,8 +141,11 @@ struct Node {
 struct Call {
   int group = 0;
   std::uint64_t seq = 0;
+  OpKind kind = OpKind::Barrier;  // the members' op, and its layer
+  int layer = -1;
   std::vector<int> nodes;     // by member index; -1 where the member never calls it
-  std::vector<Tensor> results;
+  Tensor result;              // once combined: the inputs folded (result_of gives each member's output)
+  bool combined = false;      // every member calls it and the outputs are as the members expect
   Time state = Node::kNew;    // as Node::end: kNew, kActive, kBlocked, or >= 0 once its members ran
 };
 
@@ -150,6 +164,8 @@ class StreamSim {
     for (int r = 0; r < world; ++r) groups_[0].push_back(r);
     for (const auto& g : s.header.groups) groups_.push_back(g);
     matched_send_.assign(nodes_.size(), -1);
+    kind_.resize(nodes_.size());
+    duration_.resize(nodes_.size());
     paired_.assign(nodes_.size(), 0);
     trace_.world_size = world;
     trace_.layers = s.header.layers;
@@ -199,6 +215,8 @@ class StreamSim {
   std::vector<World::BlockedRank>& blocked() { return blocked_; }
 
   Trace& trace() { return trace_; }
+  /// The updates issued, in rank and program order.
+  const std::vector<const Op*>& updates() const { return updates_; }
   const RunSummary& summary() const { return summary_; }
 
  private:
@@ -241,29 +259,30 @@ class StreamSim {
   void issue(int rank) {
     const ScheduleHeader& h = s_.header;
     RankTensors& ts = tensors_[rank];
+    const auto& ops = s_.ranks[rank];
+    Issuing& is = issuing_;
+    is.reset(ops.size());
     // The last op issued on each stream: streams below 64 (all real schedules) in an array, others in a map.
     std::array<int, 64> stream_tail;
     stream_tail.fill(-1);
     std::map<int, int> far_stream_tail;
-    const auto& ops = s_.ranks[rank];
     ts.memory_begin.assign(1, 0);
     ts.memory_begin.reserve(ops.size() + 1);
     // Most ops write one new tensor and frees drop them again: about one tensor per two ops, sized up front
     // so that the table is not rehashed as it grows.
     const std::size_t expect = ops.size() / 2 + 16;
-    ts.ids.reserve(expect);
-    ts.tensor.reserve(expect), ts.bytes.reserve(expect), ts.live.reserve(expect);
-    ts.user_pool.reserve(2 * ops.size()), ts.memory_ids.reserve(ops.size());
+    is.ids.reserve(expect), is.live.reserve(expect), is.user_pool.reserve(2 * ops.size());
+    ts.tensor.reserve(expect), ts.bytes.reserve(expect), ts.memory_ids.reserve(ops.size());
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
       const int id = id_of(rank, i);
       if (std::string p = algebra_problem(op, h.layers, h.microbatches); !p.empty()) throw op_error(op, p);
       read_ids_.clear();
       for (const Tensor& t : op.reads) {
-        const int tid = ts.intern_read(t, *cost_, rank);
-        if (ts.live[tid].count == 0)
+        const int tid = is.intern_read(t, ts, *cost_, rank);
+        if (is.live[tid].count == 0)
           throw op_error(op, fmt::format("it reads {} ({}), which is not resident; resident: {}", t.str(),
-                                         long_name(t.kind), ts.summary(*cost_, rank)));
+                                         long_name(t.kind), is.summary(ts, *cost_, rank)));
         read_ids_.push_back(tid);
       }
       if (op.kind == OpKind::Send && op.reads.size() != 1) throw op_error(op, "a send carries exactly one tensor");
@@ -291,27 +310,32 @@ class StreamSim {
       // the memory goes back when the last user ends, as CUDA's caching allocator frees a block another
       // stream still uses (record_stream), without making the compute after it wait for a send in flight.
       if (op.kind != OpKind::Free) tail = id;
+      // What timing and sampling read of the op, kept by node so that they need not visit the op again: its
+      // kind and its duration (a collective's for its group's size; the cost models are pure functions).
+      kind_[id] = op.kind;
+      if (is_timed(op.kind)) duration_[id] = cost_->duration(op, membership ? static_cast<int>(groups_[op.group].size()) : 1);
+      if (op.kind == OpKind::Update) updates_.push_back(&op);
       for (int tid : read_ids_) {
-        RankTensors::Live& t = ts.live[tid];
+        Issuing::Live& t = is.live[tid];
         depend(id, t.writer);
         if (op.kind == OpKind::Free) {
-          for (int u = t.users; u >= 0; u = ts.user_pool[u].second) depend(id, ts.user_pool[u].first);
+          for (int u = t.users; u >= 0; u = is.user_pool[u].second) depend(id, is.user_pool[u].first);
         } else {
-          ts.user_pool.emplace_back(id, t.users);
-          t.users = static_cast<int>(ts.user_pool.size()) - 1;
+          is.user_pool.emplace_back(id, t.users);
+          t.users = static_cast<int>(is.user_pool.size()) - 1;
         }
       }
       if (op.kind == OpKind::Free) {
         for (int tid : read_ids_) {
-          RankTensors::Live& t = ts.live[tid];
+          Issuing::Live& t = is.live[tid];
           --t.count;
           ts.memory_ids.push_back(tid);
           if (t.count == 0) t.writer = -1, t.users = -1;
         }
       } else {
         for (const Tensor& w : op.writes) {
-          const int tid = ts.intern_write(w, *cost_, rank);
-          RankTensors::Live& t = ts.live[tid];
+          const int tid = is.intern_write(w, ts, *cost_, rank);
+          Issuing::Live& t = is.live[tid];
           ++t.count;
           t.writer = id;
           t.users = -1;
@@ -328,10 +352,6 @@ class StreamSim {
       }
       if (membership) membership->calls.push_back(id);
     }
-    // What only issuing needs goes now (the next rank reuses the memory): the lookup, writers and users.
-    ts.ids = {};
-    ts.live = {};
-    ts.user_pool = {};
   }
 
   // Sends and receives: in order per (source, destination) pair; a recv from any source is matched to the
@@ -390,71 +410,167 @@ class StreamSim {
   }
 
   // Collectives: the k-th call of every member of a group forms call k; members must agree on the kind and
-  // layer, and the inputs must combine to what each member expects.
+  // layer, and the inputs must combine to what each member expects. A group is formed member by member (a
+  // member's calls are near each other in memory, a call's members are on different ranks, far apart); should
+  // any check fail there, the group is formed again call by call, which throws the first problem in call
+  // order, as the messages name it.
   void form_calls() {
     for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
-      const auto& members = groups_[g];
-      std::size_t most = 0;
-      for (int r : members) most = std::max(most, member_.at(slot_key(g, r)).calls.size());
-      for (std::size_t k = 0; k < most; ++k) {
-        Call call;
-        call.group = g, call.seq = k;
-        call.nodes.assign(members.size(), -1);
-        int first = -1;
-        for (std::size_t m = 0; m < members.size(); ++m) {
-          const auto& mine = member_.at(slot_key(g, members[m])).calls;
-          if (k >= mine.size()) continue;
-          const int id = mine[k];
+      const std::size_t base = calls_.size();
+      if (form_group_by_member(g)) continue;
+      calls_.resize(base);
+      form_group_in_order(g);
+    }
+  }
+
+  // The collective's input on a member: its tensor, or none.
+  static const Tensor& input_of(const Op& op) {
+    static const Tensor none;
+    return op.reads.empty() ? none : op.reads.front();
+  }
+  // The inputs of members 0..m-1 folded (`acc`) with member m's: the union of shards for an all-gather, the
+  // sum for an all-reduce and a reduce-scatter, the first input for a barrier. Throws TensorError.
+  static void fold(OpKind kind, Tensor& acc, const Tensor& in) {
+    if (kind == OpKind::AllGather) acc = combine(acc, in);
+    else if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter) acc = sum(acc, in);
+  }
+  // What a complete call gives member `m`: its reduce-scatter shard, or the folded inputs.
+  static Tensor result_of(const Call& c, int m) {
+    return c.kind == OpKind::ReduceScatter ? shard(c.result, m, static_cast<int>(c.nodes.size())) : c.result;
+  }
+
+  // True when member `m`'s output `mine` of a call of `n` members is what the call gives it, given that
+  // `first` is what it gives the member that expects `first`: the same tensor, or for a reduce-scatter the
+  // same tensor but for the shard, which is m of n.
+  static bool same_output(OpKind kind, const Tensor& first, const Tensor& mine, int m, int n) {
+    if (kind != OpKind::ReduceScatter) return mine == first;
+    return mine.kind == first.kind && mine.layer == first.layer && mine.step == first.step &&
+           mine.batches == first.batches && mine.num_shards == n && mine.shards.size() == 1 && mine.shards.first() == m;
+  }
+
+  // Forms group `g`'s calls member by member; false (the calls left half formed) when a check fails.
+  bool form_group_by_member(int g) {
+    const auto& members = groups_[g];
+    const int n = static_cast<int>(members.size());
+    std::vector<const std::vector<int>*> mine(n);
+    std::size_t most = 0;
+    for (int m = 0; m < n; ++m) {
+      mine[m] = &member_.at(slot_key(g, members[m])).calls;
+      most = std::max(most, mine[m]->size());
+    }
+    const std::size_t base = calls_.size();
+    calls_.resize(base + most);
+    std::vector<int> callers(most, 0);
+    for (std::size_t k = 0; k < most; ++k) {
+      Call& c = calls_[base + k];
+      c.group = g, c.seq = k;
+      c.nodes.assign(n, -1);
+    }
+    // One pass over each member's calls: the kind and layer agree, the inputs fold in member order, as
+    // combine_inputs folds them (a call some member never makes is folded too, and not used), and each
+    // output is what the first member with an output expects, but for the shard of a reduce-scatter; that
+    // first output is compared with the folded inputs at the end. A member's calls are visited once.
+    std::vector<std::pair<const Tensor*, int>> first_output(most, {nullptr, -1});  // (output, member)
+    try {
+      for (int m = 0; m < n; ++m)
+        for (std::size_t k = 0; k < mine[m]->size(); ++k) {
+          const int id = (*mine[m])[k];
           const Op& op = op_of(id);
-          if (first < 0) {
-            first = id;
-          } else if (const Op& a = op_of(first); a.kind != op.kind || a.layer != op.layer) {
-            throw CollectiveMismatchError(fmt::format(
-                "collective mismatch in group {} at call #{}: rank {} calls {}{} but rank {} called {}{}", g, k,
-                op.rank, op.describe(), where_suffix(op), a.rank, a.describe(), where_suffix(a)));
+          Call& c = calls_[base + k];
+          if (callers[k]++ == 0) {
+            c.kind = op.kind, c.layer = op.layer;
+            c.result = input_of(op);
+          } else if (op.kind != c.kind || op.layer != c.layer) {
+            return false;
+          } else {
+            fold(c.kind, c.result, input_of(op));
           }
-          call.nodes[m] = id;
-          nodes_[id].call = static_cast<int>(calls_.size());
-          nodes_[id].member = static_cast<int>(m);
+          if (!op.writes.empty()) {
+            auto& [out, at] = first_output[k];
+            if (!out) out = &op.writes.front(), at = m;
+            else if (!same_output(c.kind, *out, op.writes.front(), m, n)) return false;
+          }
+          c.nodes[m] = id;
+          nodes_[id].call = static_cast<int>(base + k);
+          nodes_[id].member = m;
         }
-        if (std::find(call.nodes.begin(), call.nodes.end(), -1) == call.nodes.end()) combine_inputs(call);
-        calls_.push_back(std::move(call));
+      for (std::size_t k = 0; k < most; ++k) {
+        if (callers[k] != n) continue;
+        Call& c = calls_[base + k];
+        if (c.kind == OpKind::ReduceScatter && !c.result.complete()) return false;
+        c.combined = true;
+        if (const auto& [out, at] = first_output[k]; out && *out != result_of(c, at)) return false;
       }
+    } catch (const TensorError&) {
+      return false;
+    }
+    return true;
+  }
+
+  // Forms group `g`'s calls call by call, throwing the first problem.
+  void form_group_in_order(int g) {
+    const auto& members = groups_[g];
+    std::size_t most = 0;
+    for (int r : members) most = std::max(most, member_.at(slot_key(g, r)).calls.size());
+    for (std::size_t k = 0; k < most; ++k) {
+      Call call;
+      call.group = g, call.seq = k;
+      call.nodes.assign(members.size(), -1);
+      int first = -1;
+      for (std::size_t m = 0; m < members.size(); ++m) {
+        const auto& mine = member_.at(slot_key(g, members[m])).calls;
+        if (k >= mine.size()) continue;
+        const int id = mine[k];
+        const Op& op = op_of(id);
+        if (first < 0) {
+          first = id;
+          call.kind = op.kind, call.layer = op.layer;
+        } else if (const Op& a = op_of(first); a.kind != op.kind || a.layer != op.layer) {
+          throw CollectiveMismatchError(fmt::format(
+              "collective mismatch in group {} at call #{}: rank {} calls {}{} but rank {} called {}{}", g, k,
+              op.rank, op.describe(), where_suffix(op), a.rank, a.describe(), where_suffix(a)));
+        }
+        call.nodes[m] = id;
+        nodes_[id].call = static_cast<int>(calls_.size());
+        nodes_[id].member = static_cast<int>(m);
+      }
+      if (std::find(call.nodes.begin(), call.nodes.end(), -1) == call.nodes.end()) combine_inputs(call);
+      calls_.push_back(std::move(call));
     }
   }
 
   void combine_inputs(Call& call) {
     const int n = static_cast<int>(call.nodes.size());
     const Op& first = op_of(call.nodes[0]);
-    auto input = [&](int m) { return op_of(call.nodes[m]).reads.empty() ? Tensor{} : op_of(call.nodes[m]).reads.front(); };
     auto fail = [&](int m, const std::exception& e) {
       return SimError(fmt::format("{} layer {} (collective #{} of group {}): rank {}{} and the ranks before it: {}",
                                   op_name(first.kind), first.layer, call.seq, call.group, op_of(call.nodes[m]).rank,
                                   where_suffix(op_of(call.nodes[m])), e.what()));
     };
-    Tensor acc = input(0);
+    Tensor acc = input_of(first);
     for (int m = 1; m < n; ++m) {
       try {
-        if (first.kind == OpKind::AllGather) acc = combine(acc, input(m));
-        else if (first.kind == OpKind::AllReduce || first.kind == OpKind::ReduceScatter) acc = sum(acc, input(m));
+        fold(first.kind, acc, input_of(op_of(call.nodes[m])));
       } catch (const TensorError& e) {
         throw fail(m, e);
       }
     }
-    call.results.assign(n, acc);
+    call.result = acc;
     for (int m = 0; m < n; ++m) {
+      Tensor result = acc;
       if (first.kind == OpKind::ReduceScatter) {
         try {
-          call.results[m] = shard(acc, m, n);
+          result = shard(acc, m, n);
         } catch (const TensorError& e) {
           throw fail(m, e);
         }
       }
       const Op& op = op_of(call.nodes[m]);
-      if (!op.writes.empty() && op.writes.front() != call.results[m])
+      if (!op.writes.empty() && op.writes.front() != result)
         throw op_error(op, fmt::format("it expects {} but the {} gives {}", op.writes.front().str(), op_name(op.kind),
-                                       call.results[m].str()));
+                                       result.str()));
     }
+    call.combined = true;
   }
 
   // Longest path, by a depth-first search over each node's dependencies (with a stack of its own: a chain of
@@ -486,7 +602,7 @@ class StreamSim {
     f.task = task;
     if (task >= 0) {
       f.at = dep_begin_[task], f.stop = dep_begin_[task + 1];
-      f.message = op_of(task).kind == OpKind::Recv;
+      f.message = kind_[task] == OpKind::Recv;
     }
   }
 
@@ -555,8 +671,7 @@ class StreamSim {
         nodes_[f.task].end = Node::kBlocked;
         return;
       }
-      const Op& op = op_of(f.task);
-      finish(f.task, nodes_[f.task].start, is_timed(op.kind) ? cost_->duration(op, 1) : 0);
+      finish(f.task, nodes_[f.task].start, duration_[f.task]);
       return;
     }
     Call& c = calls_[~f.task];
@@ -568,8 +683,7 @@ class StreamSim {
     }
     Time latest = 0;
     for (int member : c.nodes) latest = std::max(latest, nodes_[member].start);
-    const int size = static_cast<int>(c.nodes.size());
-    for (int member : c.nodes) finish(member, latest, cost_->duration(op_of(member), size));
+    for (int member : c.nodes) finish(member, latest, duration_[member]);
     c.state = latest;
   }
 
@@ -719,12 +833,23 @@ class StreamSim {
     return s + cycle_text(find_wait_cycle(world + static_cast<int>(call_edges.size()), world, blocked, edge));
   }
 
-  // Rank `r`'s ops that ran, in (start, program order). Each stream runs its ops one after the other in
-  // program order, so per stream the starts never decrease and the order is a merge of the streams' lists
-  // (a heap over the streams' heads): no sort of the whole rank.
-  std::vector<int> ops_by_start(int r) const {
+  // Rank `r`'s ops that ran, in (start, program order), into `order`. Each stream runs its ops one after the
+  // other in program order, so per stream the starts never decrease and the order is a merge of the streams'
+  // lists (a heap over the streams' heads): no sort of the whole rank. Returns false, leaving `order` empty,
+  // when that order is program order (one stream, or starts that never decrease): the caller then walks the
+  // ops that ran in program order, and nothing is built.
+  bool ops_by_start(int r, std::vector<int>& order) const {
     const auto& ops = s_.ranks[r];
     auto start_of = [&](int i) { return nodes_[id_of(r, i)].start; };
+    order.clear();
+    Time last = 0;
+    bool program_order = true;
+    for (int i = 0; i < static_cast<int>(ops.size()) && program_order; ++i) {
+      if (!nodes_[id_of(r, i)].done()) continue;  // (after a deadlock: what ran before it)
+      program_order = start_of(i) >= last;
+      last = start_of(i);
+    }
+    if (program_order) return false;
     std::vector<std::pair<int, std::vector<int>>> lanes;  // (stream, its ops that ran, in program order)
     // stream -> lane: streams below 64 (all real schedules) in an array, others in a map (a rank may use many)
     std::array<int, 64> near_lane;
@@ -733,7 +858,7 @@ class StreamSim {
     std::size_t ran = 0;
     bool monotone = true;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
-      if (!nodes_[id_of(r, i)].done()) continue;  // (after a deadlock: what ran before it)
+      if (!nodes_[id_of(r, i)].done()) continue;
       const int stream = ops[i].stream;
       std::size_t k;
       if (stream >= 0 && stream < 64) {
@@ -750,50 +875,53 @@ class StreamSim {
       ++ran;
     }
     auto later = [&](int a, int b) { return start_of(a) != start_of(b) ? start_of(a) > start_of(b) : a > b; };
-    std::vector<int> order;
     order.reserve(ran);
-    if (lanes.size() == 1) {
-      order = std::move(lanes.front().second);
-    } else {
-      using Head = std::pair<int, std::size_t>;  // (op, lane)
-      auto head_later = [&](const Head& a, const Head& b) { return later(a.first, b.first); };
-      std::priority_queue<Head, std::vector<Head>, decltype(head_later)> heads(head_later);
-      std::vector<std::size_t> at(lanes.size(), 0);
-      for (std::size_t k = 0; k < lanes.size(); ++k) heads.push({lanes[k].second.front(), k});
-      while (!heads.empty()) {
-        auto [i, k] = heads.top();
-        heads.pop();
-        order.push_back(i);
-        if (++at[k] < lanes[k].second.size()) heads.push({lanes[k].second[at[k]], k});
-      }
+    using Head = std::pair<int, std::size_t>;  // (op, lane)
+    auto head_later = [&](const Head& a, const Head& b) { return later(a.first, b.first); };
+    std::priority_queue<Head, std::vector<Head>, decltype(head_later)> heads(head_later);
+    std::vector<std::size_t> at(lanes.size(), 0);
+    for (std::size_t k = 0; k < lanes.size(); ++k) heads.push({lanes[k].second.front(), k});
+    while (!heads.empty()) {
+      auto [i, k] = heads.top();
+      heads.pop();
+      order.push_back(i);
+      if (++at[k] < lanes[k].second.size()) heads.push({lanes[k].second[at[k]], k});
     }
     // Stream order makes every lane monotone; should a cost model ever break that, sort instead.
     if (!monotone) std::sort(order.begin(), order.end(), [&](int a, int b) { return later(b, a); });
-    return order;
+    return true;
   }
 
   // Memory of rank `r` over time; every timed op's sample; the limit.
   void sample_memory(int r) {
     const RankTensors& ts = tensors_[r];
     const auto& ops = s_.ranks[r];
+    // The rank's nodes and their kinds (the ops themselves are visited only to record them).
+    const Node* node = &nodes_[offset_[r]];
+    const OpKind* kind = &kind_[offset_[r]];
     // In (start, program order), each timed op is sampled before its own allocations and releases apply.
-    const std::vector<int> order = ops_by_start(r);
-    std::vector<double> sample(ops.size(), 0.0);
+    std::vector<int>& order = order_;
+    const bool reordered = ops_by_start(r, order);
+    const std::size_t ran = reordered ? order.size() : ops.size();
+    std::vector<double>& sample = sample_;  // by op; written for every timed op that ran before it is read
+    sample.resize(ops.size());
     double total = 0;
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      const int i = order[k];
-      if (is_timed(ops[i].kind)) {
+    for (std::size_t k = 0; k < ran; ++k) {
+      const int i = reordered ? order[k] : static_cast<int>(k);
+      if (!reordered && !node[i].done()) continue;
+      if (is_timed(kind[i])) {
         sample[i] = total;
         if (o_.memory_limit && total > *o_.memory_limit) {
           MemoryLedger resident(*cost_, r);  // what is resident now, for the message
           for (std::size_t j = 0; j < k; ++j) {
-            const int before = order[j];
+            const int before = reordered ? order[j] : static_cast<int>(j);
+            if (!reordered && !node[before].done()) continue;
             for (int e = ts.memory_begin[before]; e < ts.memory_begin[before + 1]; ++e)
-              ops[before].kind == OpKind::Free ? static_cast<void>(resident.remove(*ts.tensor[ts.memory_ids[e]]))
+              kind[before] == OpKind::Free ? static_cast<void>(resident.remove(*ts.tensor[ts.memory_ids[e]]))
                                                : resident.add(*ts.tensor[ts.memory_ids[e]]);
           }
           const Op& op = ops[i];
-          const Time start = nodes_[id_of(r, i)].start;
+          const Time start = node[i].start;
           limit_errors_.push_back({start, r, fmt::format(
               "rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}", r,
               format_time(start), op.describe(), where_suffix(op), format_memory(total), cost_->memory_unit(),
@@ -801,21 +929,24 @@ class StreamSim {
           break;
         }
       }
-      const double sign = ops[i].kind == OpKind::Free ? -1.0 : 1.0;
+      const double sign = kind[i] == OpKind::Free ? -1.0 : 1.0;
       for (int e = ts.memory_begin[i]; e < ts.memory_begin[i + 1]; ++e) total += sign * ts.bytes[ts.memory_ids[e]];
     }
     std::vector<OpRun>& runs = trace_.ranks[r];
-    if (o_.record_trace)
-      runs.reserve(std::count_if(order.begin(), order.end(), [&](int i) { return is_timed(ops[i].kind); }));
+    if (o_.record_trace) {
+      std::size_t timed = 0;
+      for (int i = 0; i < static_cast<int>(ops.size()); ++i) timed += is_timed(kind[i]) && node[i].done();
+      runs.reserve(timed);
+    }
     Time busy = 0;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
-      if (!is_timed(ops[i].kind) || !nodes_[id_of(r, i)].done()) continue;
-      const Node& n = nodes_[id_of(r, i)];
+      if (!is_timed(kind[i]) || !node[i].done()) continue;
+      const Node& n = node[i];
       // The trace's figures (sim/trace.cpp), in the same order: ranks in order, ops in program order.
       summary_.timesteps = std::max(summary_.timesteps, n.start);
       summary_.makespan = std::max(summary_.makespan, n.end);
       if (sample[i] > summary_.peak.memory) summary_.peak = MemoryPeak{sample[i], r, n.start};
-      if (is_compute(ops[i].kind)) busy += n.end - n.start;
+      if (is_compute(kind[i])) busy += n.end - n.start;
       ++summary_.timed_ops;
       if (!o_.record_trace) continue;
       OpRun& run = runs.emplace_back();  // built in place: the op is copied once, not copied and moved
@@ -824,7 +955,7 @@ class StreamSim {
       if (op.kind == OpKind::Recv) op.peer = matched_src(id_of(r, i));
       if (n.call >= 0) {
         const Call& c = calls_[n.call];
-        if (!c.results.empty()) op.writes = {c.results[n.member]};
+        if (c.combined) op.writes = {result_of(c, n.member)};
       }
     }
     busy_ += static_cast<double>(busy);
@@ -862,6 +993,9 @@ class StreamSim {
   std::map<std::pair<int, int>, Channel> channels_;  // (src, dst)
   std::vector<int> any_recvs_;
   std::vector<int> matched_send_;  // a recv's matched send, or -1
+  std::vector<OpKind> kind_;       // by node: its op's kind
+  std::vector<Time> duration_;     // by node: its op's duration (0 for untimed ops)
+  std::vector<const Op*> updates_; // the updates, in rank and program order (check_updates)
   std::vector<char> paired_;  // sends matched with a recv
   std::vector<int> unmatched_sends_;
   // A rank's membership of a group, keyed by slot_key(group, rank): its collectives in order.
@@ -875,10 +1009,13 @@ class StreamSim {
   std::vector<Call> calls_;
   std::vector<LimitError> limit_errors_;
   std::vector<RankTensors> tensors_;  // per rank
+  Issuing issuing_;                   // the rank being issued
   std::vector<int> read_ids_;         // scratch: the interned reads of the op being issued
   std::vector<int> deps_;                  // each node's dependencies on its own rank, node after node
   std::vector<std::uint32_t> dep_begin_;   // node id's are deps_[dep_begin_[id], dep_begin_[id + 1])
   std::vector<Frame> stack_;               // the search of time()
+  std::vector<int> order_;                 // scratch of sample_memory: a rank's ops in start order
+  std::vector<double> sample_;             // scratch of sample_memory: memory resident as each op starts
   Time last_time_ = 0;
   RunSummary summary_;
   double busy_ = 0;  // compute time summed over the ranks
@@ -901,6 +1038,7 @@ SimResult simulate_streams(const Schedule& schedule, const SimOptions& options) 
     sim.run();
     sim.fill_trace();
     sim.throw_memory_limit();
+    check_updates(sim.updates(), schedule.header.layers);
     result.ok = true;
   } catch (const std::exception& e) {
     result.error = e.what();

@@ -21,22 +21,23 @@ std::string list(std::span<const Tensor> ts) {
   return s.empty() ? "nothing" : s;
 }
 
-// Checks that `reads` holds exactly the kinds listed (one each).
+// Checks that `ts` holds exactly the kinds listed (one each): "" when it does, else what is wrong. The test
+// comes first and the words are made only on failure (this runs for every compute op).
 std::string expect_kinds(const char* what, std::span<const Tensor> ts, std::initializer_list<TensorKind> kinds) {
   bool ok = ts.size() == kinds.size();
   for (TensorKind k : kinds) ok = ok && find_kind(ts, k);
-  if (ok) return "";
+  if (ok) [[likely]] return {};
   std::string want;
   for (TensorKind k : kinds) want += (want.empty() ? "" : ", ") + std::string(long_name(k));
   return fmt::format("{} must be one each of: {} (got {})", what, want, list(ts));
 }
 
+// "" when `w` is the complete weight of `layer`, else what is wrong.
 std::string check_weight(const Tensor& w, int layer) {
+  if (w.layer == layer && w.complete()) [[likely]] return {};
   if (w.layer != layer) return fmt::format("the weight is {}, not layer {}'s", w.str(), layer);
-  if (!w.complete())
-    return fmt::format("the weight {} is not complete (holds shards {} of {}); all-gather it first", w.str(),
-                       w.shards.str(), w.num_shards);
-  return "";
+  return fmt::format("the weight {} is not complete (holds shards {} of {}); all-gather it first", w.str(),
+                     w.shards.str(), w.num_shards);
 }
 
 // True when `t` is the unsharded tensor of `kind`, `layer` and `batches` at step 0 (what activation_tensor,

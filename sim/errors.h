@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <string>
 
 namespace trainsim {
 
@@ -22,5 +23,10 @@ struct CollectiveMismatchError : SimError {
 struct MemoryLimitError : SimError {
   using SimError::SimError;
 };
+
+struct Op;
+/// The error about one op, in the form every such error takes: "rank R: <the op> (<file:line>): <what>"
+/// (the where part only when the op has one). Defined in sim/op.cpp.
+SimError op_error(const Op& op, const std::string& what);
 
 }  // namespace trainsim

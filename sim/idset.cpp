@@ -107,7 +107,7 @@ void IdSet::insert(int id) {
   *this = *this | IdSet::range(id, id + 1);
 }
 
-int IdSet::size() const {
+int IdSet::size_heap() const {
   int n = 0;
   for (auto [lo, hi] : runs()) n += hi - lo;
   return n;
@@ -121,7 +121,17 @@ bool IdSet::contains(int id) const {
   return id < it->second;
 }
 
-bool IdSet::contains(const IdSet& other) const { return (*this & other) == other; }
+bool IdSet::contains(const IdSet& other) const {
+  // Every run of `other` lies inside one run of this set (runs are disjoint and non-adjacent): one merge pass,
+  // nothing built.
+  auto a = runs();
+  std::size_t i = 0;
+  for (const Run& r : other.runs()) {
+    while (i < a.size() && a[i].second < r.second) ++i;
+    if (i == a.size() || a[i].first > r.first) return false;
+  }
+  return true;
+}
 
 bool IdSet::intersects(const IdSet& other) const {
   auto a = runs(), b = other.runs();

@@ -57,8 +57,8 @@ class IdSet {
 
   /// Adds one id. Throws std::invalid_argument for a negative id.
   void insert(int id);
-  /// Number of ids.
-  int size() const;
+  /// Number of ids (one-run sets inline, without a call).
+  int size() const { return n_ == 1 ? u_.one.second - u_.one.first : n_ == 0 ? 0 : size_heap(); }
   bool empty() const { return n_ == 0; }
   bool contains(int id) const;
   /// True when every id of `other` is in this set.
@@ -94,6 +94,7 @@ class IdSet {
   // Sets `runs` (sorted, disjoint, non-adjacent, each lo < hi) as this set's runs.
   void assign(const Run* runs, std::size_t n);
   void copy_heap(const IdSet& other);
+  int size_heap() const;
   static bool equal_heap(const IdSet& a, const IdSet& b) noexcept;
   const Run* data() const { return n_ <= 1 ? &u_.one : many(); }
   // The heap runs of a set of two or more runs (the pointer is stored as bytes, so that the set needs only

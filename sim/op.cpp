@@ -2,7 +2,14 @@
 
 #include <fmt/format.h>
 
+#include "sim/errors.h"
+
 namespace trainsim {
+
+SimError op_error(const Op& op, const std::string& what) {
+  return SimError(fmt::format("rank {}: {}{}: {}", op.rank, op.describe(),
+                              op.where.empty() ? std::string() : fmt::format(" ({})", op.where), what));
+}
 
 const char* op_name(OpKind k) {
   switch (k) {

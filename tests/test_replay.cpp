@@ -139,6 +139,46 @@ TEST_CASE("collectives: the same sequence in every member, agreeing on the tenso
   }
 }
 
+TEST_CASE("collective problems are reported in call order, whichever member shows them") {
+  // Three ranks; the stream engine forms a group's calls member by member and, on any problem, again call
+  // by call: the message must be the first problem in call order, and name the member that shows it.
+  auto three_ranks = [](const std::string& r0, const std::string& r1, const std::string& r2) {
+    return "trainsim-schedule 1\nworld_size 3\nlayers 2\nmicrobatches 3\ncost_model unit\np2p per-pair\nrank 0\n" +
+           r0 + "rank 1\n" + r1 + "rank 2\n" + r2;
+  };
+  auto gather = [](int r, const std::string& out) {
+    const std::string w = "W0[" + std::to_string(r) + "/3]";
+    return "  load -> " + w + " W1[" + std::to_string(r) + "/3]\n  all-gather L0 : " + w + " -> " + out + "\n";
+  };
+  SUBCASE("a wrong output in call #0 comes before a mismatch in call #1") {
+    const std::string good = "W0[0-2/3]";
+    std::string e = sim_error(three_ranks(gather(0, good) + "  all-gather L1 : W1[0/3] -> W1[0-2/3]\n",
+                                          gather(1, good) + "  barrier\n",
+                                          gather(2, "W0[2/3]") + "  all-gather L1 : W1[2/3] -> W1[0-2/3]\n"));
+    CHECK(has(e, "rank 2: all-gather layer 0 (t.sched:17): it expects W0[2/3] but the all-gather gives W0[0-2/3]"));
+  }
+  SUBCASE("a mismatch in call #0 comes before a wrong output in call #1") {
+    std::string e = sim_error(three_ranks(gather(0, "W0[0-2/3]") + "  all-gather L1 : W1[0/3] -> W1[0/3]\n",
+                                          gather(1, "W0[0-2/3]") + "  all-gather L1 : W1[1/3] -> W1[0-2/3]\n",
+                                          "  load -> W0[2/3] W1[2/3]\n  barrier\n  all-gather L1 : W1[2/3] -> W1[0-2/3]\n"));
+    CHECK(has(e, "collective mismatch in group 0 at call #0: rank 2 calls barrier"));
+  }
+  SUBCASE("a reduce-scatter shard expected by the wrong member") {
+    auto rs = [](int shard) {  // (empty grads: the only weight grads a load may bring)
+      return "  load -> dW0{}\n  reduce-scatter L0 : dW0{} -> dW0{}[" + std::to_string(shard) + "/3]\n";
+    };
+    std::string e = sim_error(three_ranks(rs(0), rs(2), rs(2)));
+    CHECK(has(e, "rank 1: reduce-scatter layer 0 (t.sched:12): it expects dW0{}[2/3] but the reduce-scatter gives "
+                 "dW0{}[1/3]"));
+  }
+  SUBCASE("inputs that do not combine, in a call one member never makes: a deadlock, not a combine error") {
+    std::string e = sim_error(three_ranks("  load -> W0[0/3]\n  all-gather L0 : W0[0/3] -> W0[0-2/3]\n",
+                                          "  load -> O0[1/3]\n  all-gather L0 : O0[1/3] -> O0[0-2/3]\n", ""));
+    CHECK(has(e, "deadlock"));
+    CHECK_FALSE(has(e, "combining"));
+  }
+}
+
 TEST_CASE("a deadlocked schedule is reported with the wait-for cycle") {
   std::string e = sim_error(two_ranks("  recv from 1 -> A0{1}\n", "  recv from 0 -> A0{0}\n"));
   CHECK(has(e, "deadlock: no event is left at t=0 and ranks 0, 1 are blocked"));

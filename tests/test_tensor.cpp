@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <vector>
 
 #include "sim/idset.h"
 #include "sim/tensor.h"
@@ -17,6 +18,29 @@ TEST_CASE("IdSet keeps sorted disjoint runs") {
   CHECK(IdSet::range(0, 8).contains(IdSet{3, 7}));
   CHECK_FALSE(IdSet{0, 1}.intersects(IdSet{2, 3}));
   CHECK_THROWS_AS(IdSet{}.insert(-1), std::invalid_argument);
+}
+
+TEST_CASE("IdSet::contains(set) agrees with its definition, (a & b) == b, on many-run sets") {
+  // Sets over ids 0..11 from the bits of k: every pair of 2^12 would be slow, so a stride through them.
+  auto of_bits = [](unsigned k) {
+    std::vector<int> ids;
+    for (int i = 0; i < 12; ++i)
+      if (k >> i & 1) ids.push_back(i);
+    return IdSet::of(ids);
+  };
+  int checked = 0;
+  for (unsigned x = 0; x < 4096; x += 7)
+    for (unsigned y = 0; y < 4096; y += 13) {
+      const IdSet a = of_bits(x), b = of_bits(y);
+      CHECK(a.contains(b) == ((a & b) == b));
+      CHECK(a.contains(b) == ((x & y) == y));
+      ++checked;
+    }
+  CHECK(checked > 100000);
+  CHECK(IdSet{0, 1, 5, 6}.contains(IdSet{5}));
+  CHECK_FALSE(IdSet{0, 1, 5, 6}.contains(IdSet{1, 2}));
+  CHECK(IdSet{}.contains(IdSet{}));
+  CHECK_FALSE(IdSet{}.contains(IdSet{0}));
 }
 
 TEST_CASE("tensor names") {
