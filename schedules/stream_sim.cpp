@@ -251,7 +251,11 @@ class StreamSim {
     for (const auto& g : groups_) slots += g.size();
     member_.reserve(slots);
     for (std::size_t g = 0; g < groups_.size(); ++g)
-      for (int r : groups_[g]) member_.try_emplace(slot_key(static_cast<int>(g), r));
+      for (std::size_t m = 0; m < groups_[g].size(); ++m)
+        member_.try_emplace(slot_key(static_cast<int>(g), groups_[g][m])).first->second.member = static_cast<int>(m);
+    forming_.resize(groups_.size());
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      forming_[g].at_issue = std::is_sorted(groups_[g].begin(), groups_[g].end());
   }
 
   // Program order on one rank: the algebra and residency of every op (as the ledger says at issue), and
@@ -350,7 +354,10 @@ class StreamSim {
         if (op.peer >= 0) channels_[{op.peer, rank}].recvs.push_back(id);
         else any_recvs_.push_back(id);
       }
-      if (membership) membership->calls.push_back(id);
+      if (membership) {
+        form_at_issue(op.group, membership->member, static_cast<int>(membership->calls.size()), id, op);
+        membership->calls.push_back(id);
+      }
     }
   }
 
@@ -416,11 +423,72 @@ class StreamSim {
   // order, as the messages name it.
   void form_calls() {
     for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
-      const std::size_t base = calls_.size();
-      if (form_group_by_member(g)) continue;
-      calls_.resize(base);
+      if (forming_[g].at_issue) {
+        if (finish_formed(g)) continue;
+        // (the calls formed at issue are left unused: every member's node is given its new call)
+      } else {
+        const std::size_t base = calls_.size();
+        if (form_group_by_member(g)) continue;
+        calls_.resize(base);
+      }
       form_group_in_order(g);
     }
+  }
+
+  // Rank `op.rank`, member `m` of group `g`, issues its k-th call of the group, op `id` (groups formed at
+  // issue, see Forming).
+  void form_at_issue(int g, int m, int k, int id, const Op& op) {
+    Forming& f = forming_[g];
+    if (!f.at_issue || f.failed) return;
+    if (k == static_cast<int>(f.call.size())) {
+      f.call.push_back(static_cast<int>(calls_.size()));
+      f.callers.push_back(0);
+      f.first_output.emplace_back(nullptr, -1);
+      Call& c = calls_.emplace_back();
+      c.group = g, c.seq = k;
+      c.nodes.assign(groups_[g].size(), -1);
+    }
+    Call& c = calls_[f.call[k]];
+    try {
+      if (f.callers[k]++ == 0) {
+        c.kind = op.kind, c.layer = op.layer;
+        c.result = input_of(op);
+      } else if (op.kind != c.kind || op.layer != c.layer) {
+        f.failed = true;
+      } else {
+        fold(c.kind, c.result, input_of(op));
+      }
+    } catch (const TensorError&) {
+      f.failed = true;
+    }
+    if (!op.writes.empty()) {
+      auto& [out, at] = f.first_output[k];
+      if (!out) out = &op.writes.front(), at = m;
+      else if (!same_output(c.kind, *out, op.writes.front(), m, static_cast<int>(c.nodes.size()))) f.failed = true;
+    }
+    c.nodes[m] = id;
+    nodes_[id].call = f.call[k];
+    nodes_[id].member = m;
+  }
+
+  // The checks left for a group formed at issue, once every member was issued: a call every member makes
+  // is combined, and its first output is what it gives. False when the group must be formed again.
+  bool finish_formed(int g) {
+    Forming& f = forming_[g];
+    const int n = static_cast<int>(groups_[g].size());
+    if (f.failed) return false;
+    try {
+      for (std::size_t k = 0; k < f.call.size(); ++k) {
+        if (f.callers[k] != n) continue;
+        Call& c = calls_[f.call[k]];
+        if (c.kind == OpKind::ReduceScatter && !c.result.complete()) return false;
+        c.combined = true;
+        if (const auto& [out, at] = f.first_output[k]; out && *out != result_of(c, at)) return false;
+      }
+    } catch (const TensorError&) {
+      return false;
+    }
+    return true;
   }
 
   // The collective's input on a member: its tensor, or none.
@@ -1000,13 +1068,26 @@ class StreamSim {
   std::vector<int> unmatched_sends_;
   // A rank's membership of a group, keyed by slot_key(group, rank): its collectives in order.
   struct Membership {
-    std::vector<int> calls;
+    int member = 0;          // the rank's place in the group's member list
+    std::vector<int> calls;  // its collectives, in program order
+  };
+  // A group's calls as they are formed while the ranks are issued, for a group whose members are listed in
+  // increasing rank order (so that issuing ranks in order visits each call's members in member order, as
+  // combine_inputs folds them), while each op is at hand: the checks of form_group_by_member, one member at
+  // a time. A problem marks the group, which is then formed again call by call for its message.
+  struct Forming {
+    bool at_issue = false;   // members listed in increasing rank order
+    bool failed = false;
+    std::vector<int> call;   // k -> its index in calls_
+    std::vector<int> callers;                            // k -> members that made call k so far
+    std::vector<std::pair<const Tensor*, int>> first_output;  // k -> (output, member) of the first to expect one
   };
   static std::uint64_t slot_key(int group, int rank) {
     return static_cast<std::uint64_t>(static_cast<std::uint32_t>(group)) << 32 | static_cast<std::uint32_t>(rank);
   }
   boost::unordered_flat_map<std::uint64_t, Membership> member_;
   std::vector<Call> calls_;
+  std::vector<Forming> forming_;  // by group
   std::vector<LimitError> limit_errors_;
   std::vector<RankTensors> tensors_;  // per rank
   Issuing issuing_;                   // the rank being issued

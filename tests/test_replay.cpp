@@ -179,6 +179,33 @@ TEST_CASE("collective problems are reported in call order, whichever member show
   }
 }
 
+TEST_CASE("a group listed out of rank order combines in its member order, and reports in call order") {
+  // Group 1 lists ranks 2, 0, 1: member m gets shard m of a reduce-scatter. (Such a group is formed after
+  // issue, member by member; a group in rank order while the ranks are issued.)
+  auto group_of_three = [](const std::string& shard0, const std::string& shard1, const std::string& shard2,
+                           const std::string& then0, const std::string& then1, const std::string& then2) {
+    auto rank = [](int r, const std::string& shard, const std::string& then) {
+      return "rank " + std::to_string(r) + "\n  load -> dW0{} W1[0/3]\n  reduce-scatter L0 group 1 : dW0{} -> dW0{}[" +
+             shard + "/3]\n" + then;
+    };
+    return "trainsim-schedule 1\nworld_size 3\nlayers 2\nmicrobatches 3\ncost_model unit\np2p per-pair\ngroup 1 2 0 1\n" +
+           rank(0, shard0, then0) + rank(1, shard1, then1) + rank(2, shard2, then2);
+  };
+  const std::string barrier = "  barrier group 1\n";
+  // Shards by member: rank 2 is member 0, rank 0 member 1, rank 1 member 2. The collectives agree; the
+  // schedule then fails only for the layer it never updates.
+  CHECK(sim_error(group_of_three("1", "2", "0", barrier, barrier, barrier)) == "layer 0 is never updated");
+  std::string e = sim_error(group_of_three("1", "0", "0", barrier, barrier, barrier));
+  CHECK(has(e, "rank 1: reduce-scatter layer 0 in group 1 (t.sched:14): it expects dW0{}[0/3] but the reduce-scatter "
+               "gives dW0{}[2/3]"));
+  // A wrong output in call #0 comes before a mismatch in call #1.
+  const std::string gather = "  all-gather L1 group 1 : W1[0/3] -> W1[0/3]\n";
+  e = sim_error(group_of_three("1", "0", "0", gather, barrier, gather));
+  CHECK(has(e, "it expects dW0{}[0/3] but the reduce-scatter gives dW0{}[2/3]"));
+  e = sim_error(group_of_three("1", "2", "0", gather, barrier, gather));
+  CHECK(has(e, "collective mismatch in group 1 at call #1"));
+}
+
 TEST_CASE("a deadlocked schedule is reported with the wait-for cycle") {
   std::string e = sim_error(two_ranks("  recv from 1 -> A0{1}\n", "  recv from 0 -> A0{0}\n"));
   CHECK(has(e, "deadlock: no event is left at t=0 and ranks 0, 1 are blocked"));
