@@ -94,11 +94,11 @@ SimResult simulate(const Schedule& schedule, const SimOptions& options) {
     for (const auto& g : h.groups) world.add_group(g);
     for (int r = 0; r < h.world_size; ++r) world.spawn(r, interpret(world, schedule, r));
     world.run();
-    std::vector<const Op*> updates;
+    UpdateCheck updates(h.layers);
     for (const auto& ops : schedule.ranks)
       for (const Op& op : ops)
-        if (op.kind == OpKind::Update) updates.push_back(&op);
-    check_updates(updates, h.layers);
+        if (op.kind == OpKind::Update) updates.add(op);
+    updates.finish();
     result.ok = true;
   } catch (const DeadlockError& e) {
     result.error = e.what();

@@ -153,7 +153,7 @@ class StreamSim {
  public:
   StreamSim(const Schedule& s, const SimOptions& o)
       : s_(s), o_(o), owned_cost_(o.cost ? nullptr : make_schedule_cost_model(s)),
-        cost_(o.cost ? o.cost : owned_cost_.get()) {
+        cost_(o.cost ? o.cost : owned_cost_.get()), updates_(s.header.layers) {
     const int world = s.header.world_size;
     offset_.resize(world + 1, 0);
     for (int r = 0; r < world; ++r) offset_[r + 1] = offset_[r] + static_cast<int>(s.ranks[r].size());
@@ -215,8 +215,8 @@ class StreamSim {
   std::vector<World::BlockedRank>& blocked() { return blocked_; }
 
   Trace& trace() { return trace_; }
-  /// The updates issued, in rank and program order.
-  const std::vector<const Op*>& updates() const { return updates_; }
+  /// The updates issued, counted (UpdateCheck::finish throws their first problem).
+  const UpdateCheck& updates() const { return updates_; }
   const RunSummary& summary() const { return summary_; }
 
  private:
@@ -318,7 +318,7 @@ class StreamSim {
       // kind and its duration (a collective's for its group's size; the cost models are pure functions).
       kind_[id] = op.kind;
       if (is_timed(op.kind)) duration_[id] = cost_->duration(op, membership ? static_cast<int>(groups_[op.group].size()) : 1);
-      if (op.kind == OpKind::Update) updates_.push_back(&op);
+      if (op.kind == OpKind::Update) updates_.add(op);
       for (int tid : read_ids_) {
         Issuing::Live& t = is.live[tid];
         depend(id, t.writer);
@@ -1063,7 +1063,7 @@ class StreamSim {
   std::vector<int> matched_send_;  // a recv's matched send, or -1
   std::vector<OpKind> kind_;       // by node: its op's kind
   std::vector<Time> duration_;     // by node: its op's duration (0 for untimed ops)
-  std::vector<const Op*> updates_; // the updates, in rank and program order (check_updates)
+  UpdateCheck updates_;            // the updates, counted as they are issued
   std::vector<char> paired_;  // sends matched with a recv
   std::vector<int> unmatched_sends_;
   // A rank's membership of a group, keyed by slot_key(group, rank): its collectives in order.
@@ -1119,7 +1119,7 @@ SimResult simulate_streams(const Schedule& schedule, const SimOptions& options) 
     sim.run();
     sim.fill_trace();
     sim.throw_memory_limit();
-    check_updates(sim.updates(), schedule.header.layers);
+    sim.updates().finish();
     result.ok = true;
   } catch (const std::exception& e) {
     result.error = e.what();

@@ -1,45 +1,46 @@
 #include "schedules/update_check.h"
 
-#include <map>
-
 #include <fmt/format.h>
-
-#include "sim/errors.h"
 
 namespace trainsim {
 
 // The algebra already checked every batch's grad: this counts layers and shards only.
-void check_updates(std::span<const Op* const> updates, int layers) {
-  std::map<int, Tensor> covered;  // layer -> the shards updated so far
-  for (const Op* update : updates) {
-    const Op& op = *update;
-    const Tensor& w = op.writes.front();
-    if (w.step != 1)
-      throw op_error(op, fmt::format("layer {} is updated again (to step {}); every layer is updated exactly once",
-                                     op.layer, w.step));
-    const Tensor& shards = w;
-    auto [it, fresh] = covered.try_emplace(op.layer, shards);
-    if (fresh) continue;
-    Tensor& c = it->second;
-    if (c.num_shards != shards.num_shards) {
-      // Mixed shardings of one layer: count shard fractions by the finer one when both cover fully.
-      if (!(c.complete() || shards.complete()))
-        throw op_error(op, fmt::format("layer {} is updated in {} shards here but in {} elsewhere", op.layer,
-                                       shards.num_shards, c.num_shards));
-      if (shards.complete()) c = shards;
-    } else {
-      c.shards = c.shards | shards.shards;
-    }
+void UpdateCheck::add(const Op& op) {
+  if (problem_) return;
+  const Tensor& w = op.writes.front();
+  if (w.step != 1) {
+    problem_ = op_error(op, fmt::format("layer {} is updated again (to step {}); every layer is updated exactly once",
+                                        op.layer, w.step));
+    return;
   }
+  const Tensor& shards = w;
+  auto [it, fresh] = covered_.try_emplace(op.layer, shards);
+  if (fresh) return;
+  Tensor& c = it->second;
+  if (c.num_shards != shards.num_shards) {
+    // Mixed shardings of one layer: count shard fractions by the finer one when both cover fully.
+    if (!(c.complete() || shards.complete())) {
+      problem_ = op_error(op, fmt::format("layer {} is updated in {} shards here but in {} elsewhere", op.layer,
+                                          shards.num_shards, c.num_shards));
+      return;
+    }
+    if (shards.complete()) c = shards;
+  } else {
+    c.shards = c.shards | shards.shards;
+  }
+}
+
+void UpdateCheck::finish() const {
+  if (problem_) throw *problem_;
   int expected = 0;  // layers 0..expected-1 are covered completely
-  for (const auto& [l, c] : covered) {
+  for (const auto& [l, c] : covered_) {
     if (l != expected) break;
     if (!c.complete())
       throw SimError(fmt::format("layer {}: shards {} of {} are never updated", l,
                                  (IdSet::range(0, c.num_shards) - c.shards).str(), c.num_shards));
     ++expected;
   }
-  if (expected < layers) throw SimError(fmt::format("layer {} is never updated", expected));
+  if (expected < layers_) throw SimError(fmt::format("layer {} is never updated", expected));
 }
 
 }  // namespace trainsim

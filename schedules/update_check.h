@@ -1,18 +1,33 @@
 // The whole-schedule check of updates (DESIGN §1): every layer is updated exactly once, over all its shards.
-// The op algebra (sim/algebra.h) checks each update alone; this checks them together, after a simulation.
+// The op algebra (sim/algebra.h) checks each update alone; this checks them together, fed each update as a
+// simulation meets it and asked at the end.
 #pragma once
 
-#include <span>
+#include <map>
+#include <optional>
 
+#include "sim/errors.h"
 #include "sim/op.h"
 
 namespace trainsim {
 
-/// Checks that `updates` (every Update op of a schedule of `layers` layers, in rank and program order)
-/// update each layer once (each writes step 1) and together cover all its shards. Throws SimError naming
-/// the first op updated twice, a layer's shards never updated, or a layer never updated. Each update must
-/// write its weight first (the algebra's order). O(updates log updates): a 100-byte file may declare a
-/// million layers.
-void check_updates(std::span<const Op* const> updates, int layers);
+/// Coverage of the layers by the updates of one schedule of `layers` layers. O(updates log updates): a
+/// 100-byte file may declare a million layers.
+class UpdateCheck {
+ public:
+  explicit UpdateCheck(int layers) : layers_(layers) {}
+  /// Counts one Update op (its first write is the weight it updates, as the algebra orders it); updates come
+  /// in rank and program order. Never throws: the first problem (a layer updated twice, a layer updated in
+  /// two incompatible shardings) is kept, and later updates are ignored.
+  void add(const Op& update);
+  /// Throws SimError: the first problem add() met, else the first layer whose shards are not all updated,
+  /// or the first layer never updated.
+  void finish() const;
+
+ private:
+  int layers_;
+  std::map<int, Tensor> covered_;  // layer -> the shards updated so far
+  std::optional<SimError> problem_;
+};
 
 }  // namespace trainsim
