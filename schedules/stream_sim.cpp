@@ -27,9 +27,11 @@ namespace {
 
 std::string where_suffix(const Op& op) { return op.where.empty() ? std::string() : fmt::format(" ({})", op.where); }
 
-// Hash of a tensor's identity, for interning tensors to small ids per rank: every field mixed in with a
-// multiply-xorshift step (the sets run by run), one pass, no allocation.
+// Hash of a tensor's identity, for interning tensors to small ids per rank: the fields and each set's runs
+// (a set of one run, almost every set, without a loop), mixed in with a multiply-xorshift step; one pass, no
+// allocation. Mixed well enough to be used as is (is_avalanching).
 struct TensorHash {
+  using is_avalanching = void;
   static constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ull;
   static std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
     h = (h ^ v) * kMul;
@@ -38,13 +40,16 @@ struct TensorHash {
   static std::uint64_t pack(int lo, int hi) {
     return static_cast<std::uint32_t>(lo) | (static_cast<std::uint64_t>(static_cast<std::uint32_t>(hi)) << 32);
   }
-  std::size_t operator()(const Tensor& t) const noexcept {
-    std::uint64_t h = mix(static_cast<std::uint64_t>(t.kind) + 1, pack(t.layer, t.step));
-    h = mix(h, pack(t.num_shards, static_cast<int>(t.batches.runs().size())));
-    for (const auto& [lo, hi] : t.batches.runs()) h = mix(h, pack(lo, hi));
-    h = mix(h, t.shards.runs().size());
-    for (const auto& [lo, hi] : t.shards.runs()) h = mix(h, pack(lo, hi));
+  static std::uint64_t add_set(std::uint64_t h, const IdSet& s) {
+    const auto runs = s.runs();
+    if (runs.size() <= 1) return mix(h, runs.empty() ? 0 : pack(runs.front().first, runs.front().second));
+    h = mix(h, runs.size() << 56);
+    for (const auto& [lo, hi] : runs) h = mix(h, pack(lo, hi));
     return h;
+  }
+  std::size_t operator()(const Tensor& t) const noexcept {
+    const std::uint64_t h = mix(pack(t.layer, t.step), pack(t.num_shards, static_cast<int>(t.kind)));
+    return add_set(add_set(h, t.batches), t.shards);
   }
   std::size_t operator()(const Tensor* t) const noexcept { return (*this)(*t); }
 };
