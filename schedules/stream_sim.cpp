@@ -422,10 +422,11 @@ class StreamSim {
   }
 
   // Collectives: the k-th call of every member of a group forms call k; members must agree on the kind and
-  // layer, and the inputs must combine to what each member expects. A group is formed member by member (a
-  // member's calls are near each other in memory, a call's members are on different ranks, far apart); should
-  // any check fail there, the group is formed again call by call, which throws the first problem in call
-  // order, as the messages name it.
+  // layer, and the inputs must combine to what each member expects. A group whose members are listed in
+  // rank order was formed while the ranks were issued (form_at_issue), and only its last checks are left;
+  // another group is formed now, member by member (a member's calls are near each other in memory, a call's
+  // members are on different ranks, far apart). Should any check fail either way, the group is formed again
+  // call by call, which throws the first problem in call order, as the messages name it.
   void form_calls() {
     for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
       if (forming_[g].at_issue) {
@@ -970,8 +971,8 @@ class StreamSim {
     const RankTensors& ts = tensors_[r];
     const auto& ops = s_.ranks[r];
     // The rank's nodes and their kinds (the ops themselves are visited only to record them).
-    const Node* node = &nodes_[offset_[r]];
-    const OpKind* kind = &kind_[offset_[r]];
+    const Node* node = nodes_.data() + offset_[r];  // (data(): a rank may have no ops, the schedule none)
+    const OpKind* kind = kind_.data() + offset_[r];
     // In (start, program order), each timed op is sampled before its own allocations and releases apply.
     std::vector<int>& order = order_;
     const bool reordered = ops_by_start(r, order);

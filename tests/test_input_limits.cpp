@@ -127,6 +127,21 @@ TEST_CASE("simulated time past 2^63 ns is an error naming the op, not negative t
   CHECK(format_time(0) == "0");
 }
 
+TEST_CASE("ranks without ops, and a schedule without any, simulate to an error, not undefined behaviour") {
+  // Found by fuzz_sched_sim (UBSan: a reference into an empty node list while sampling memory).
+  for (const char* model : {"unit", "puzzle"}) {
+    CAPTURE(model);
+    const std::string head = fmt::format("trainsim-schedule 1\nworld_size 2\nlayers 2\nmicrobatches 2\ncost_model {}\n", model);
+    SimResult none = simulate(parse_schedule(head + "rank 0\n # load -> W0\nrank 1\n", "t.sched"));
+    CHECK_FALSE(none.ok);
+    CHECK(none.error == "layer 0 is never updated");
+    CHECK(none.trace.ranks.size() == 2);
+    CHECK(none.summary.makespan == 0);
+    SimResult one = simulate(parse_schedule(head + "rank 0\n  load -> W0 O0 W1 O1\nrank 1\n", "t.sched"));
+    CHECK(one.error == "layer 0 is never updated");
+  }
+}
+
 TEST_CASE("a memory limit that is NaN, infinite or negative is refused, not silently turned off") {
   Schedule s = parse_schedule(ddp(), "t.sched");
   for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
