@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <sys/resource.h>
 #include <vector>
@@ -81,26 +82,45 @@ void run(const std::string& label, const std::string& kind, const GenOptions& o)
   std::fflush(stdout);
 }
 
+// `trainsim_bench KIND --profile N`: only N summary-only simulations of the schedule, for a profiler to sample
+// (`perf record -e cpu-clock ./trainsim_bench fsdp --profile 200`); prints the mean rate.
+int profile(const std::string& kind, const GenOptions& o, int n) {
+  Schedule s = generate(kind, o);
+  SimOptions summary_only;
+  summary_only.record_trace = false;
+  auto t0 = std::chrono::steady_clock::now();
+  bool ok = true;
+  for (int k = 0; k < n; ++k) ok = simulate(s, summary_only).ok && ok;
+  fmt::print("{}: {} simulations of {} ops, {:.0f} simulated ops/s{}\n", kind, n, s.op_count(),
+             static_cast<double>(s.op_count()) * n / seconds_since(t0), ok ? "" : " (INVALID)");
+  return ok ? 0 : 1;
+}
+
+// The two schedules.
+GenOptions options_of(const std::string& kind) {
+  GenOptions o;
+  if (kind == "1f1b") {
+    o.stages = 64;
+    o.microbatches = 256;
+  } else {
+    o.dp = 1024;
+    o.layers = 8;
+    o.microbatches = 1;
+  }
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   trainsim::apps::tune_allocator();  // as the trainsim command runs
   std::string only = argc > 1 ? argv[1] : "";
+  if (argc > 3 && std::string(argv[2]) == "--profile" && (only == "1f1b" || only == "fsdp"))
+    return profile(only, options_of(only), std::max(1, std::atoi(argv[3])));
   fmt::print("| schedule | ranks | ops | generate s | simulate s (median) | simulated ops/s | summary-only s (median) | summary-only ops/s "
              "| print .sched s | parse .sched s | timeline SVG s | Perfetto JSON s | peak RSS MiB | result |\n");
   fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  if (only.empty() || only == "1f1b") {
-    GenOptions o;
-    o.stages = 64;
-    o.microbatches = 256;
-    run("1f1b, 64 stages x 256 microbatches", "1f1b", o);
-  }
-  if (only.empty() || only == "fsdp") {
-    GenOptions o;
-    o.dp = 1024;
-    o.layers = 8;
-    o.microbatches = 1;
-    run("fsdp (ZeRO-3), 1,024 ranks x 8 layers", "fsdp", o);
-  }
+  if (only.empty() || only == "1f1b") run("1f1b, 64 stages x 256 microbatches", "1f1b", options_of("1f1b"));
+  if (only.empty() || only == "fsdp") run("fsdp (ZeRO-3), 1,024 ranks x 8 layers", "fsdp", options_of("fsdp"));
   return 0;
 }
