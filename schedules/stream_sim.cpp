@@ -421,6 +421,19 @@ class StreamSim {
     paired_[send_id] = 1;
   }
 
+  // A group's calls as they are formed, member after member (add_member). A group whose members are listed
+  // in increasing rank order is formed while the ranks are issued (issuing ranks in order visits each call's
+  // members in member order, as combine_inputs folds them), each op at hand; another after issue
+  // (form_group_by_member). A problem marks the group, which is then formed again call by call for its
+  // message.
+  struct Forming {
+    bool at_issue = false;   // members listed in increasing rank order
+    bool failed = false;
+    std::vector<int> call;   // k -> its index in calls_
+    std::vector<int> callers;                            // k -> members that made call k so far
+    std::vector<std::pair<const Tensor*, int>> first_output;  // k -> (output, member) of the first to expect one
+  };
+
   // Collectives: the k-th call of every member of a group forms call k; members must agree on the kind and
   // layer, and the inputs must combine to what each member expects. A group whose members are listed in
   // rank order was formed while the ranks were issued (form_at_issue), and only its last checks are left;
@@ -430,7 +443,7 @@ class StreamSim {
   void form_calls() {
     for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
       if (forming_[g].at_issue) {
-        if (finish_formed(g)) continue;
+        if (finish_forming(forming_[g], g)) continue;
         // (the calls formed at issue are left unused: every member's node is given its new call)
       } else {
         const std::size_t base = calls_.size();
@@ -444,8 +457,28 @@ class StreamSim {
   // Rank `op.rank`, member `m` of group `g`, issues its k-th call of the group, op `id` (groups formed at
   // issue, see Forming).
   void form_at_issue(int g, int m, int k, int id, const Op& op) {
-    Forming& f = forming_[g];
-    if (!f.at_issue || f.failed) return;
+    if (Forming& f = forming_[g]; f.at_issue && !f.failed) add_member(f, g, m, k, id, op);
+  }
+
+  // Forms group `g`'s calls member by member, after issue; false (the calls left half formed) when a
+  // check fails.
+  bool form_group_by_member(int g) {
+    const auto& members = groups_[g];
+    Forming f;
+    for (int m = 0; m < static_cast<int>(members.size()) && !f.failed; ++m) {
+      const auto& mine = member_.at(slot_key(g, members[m])).calls;
+      for (std::size_t k = 0; k < mine.size() && !f.failed; ++k)
+        add_member(f, g, m, static_cast<int>(k), mine[k], op_of(mine[k]));
+    }
+    return finish_forming(f, g);
+  }
+
+  // Member `m` of group `g` makes its k-th call of the group, op `id`, members coming in member order: the
+  // kind and layer agree with the call's first member, its input is folded into the call's result as
+  // combine_inputs folds them (a call some member never makes is folded too, and not used), and its output
+  // is what the first member with an output expects, but for the shard of a reduce-scatter (that first
+  // output is compared with the folded inputs at the end, finish_forming). A problem marks `f` failed.
+  void add_member(Forming& f, int g, int m, int k, int id, const Op& op) {
     if (k == static_cast<int>(f.call.size())) {
       f.call.push_back(static_cast<int>(calls_.size()));
       f.callers.push_back(0);
@@ -477,10 +510,9 @@ class StreamSim {
     nodes_[id].member = m;
   }
 
-  // The checks left for a group formed at issue, once every member was issued: a call every member makes
-  // is combined, and its first output is what it gives. False when the group must be formed again.
-  bool finish_formed(int g) {
-    Forming& f = forming_[g];
+  // The checks left once every member of group `g` was added: a call every member makes is combined, and
+  // its first output is what it gives. False when the group must be formed again.
+  bool finish_forming(Forming& f, int g) {
     const int n = static_cast<int>(groups_[g].size());
     if (f.failed) return false;
     try {
@@ -512,7 +544,6 @@ class StreamSim {
   static Tensor result_of(const Call& c, int m) {
     return c.kind == OpKind::ReduceScatter ? shard(c.result, m, static_cast<int>(c.nodes.size())) : c.result;
   }
-
   // True when member `m`'s output `mine` of a call of `n` members is what the call gives it, given that
   // `first` is what it gives the member that expects `first`: the same tensor, or for a reduce-scatter the
   // same tensor but for the shard, which is m of n.
@@ -520,65 +551,6 @@ class StreamSim {
     if (kind != OpKind::ReduceScatter) return mine == first;
     return mine.kind == first.kind && mine.layer == first.layer && mine.step == first.step &&
            mine.batches == first.batches && mine.num_shards == n && mine.shards.size() == 1 && mine.shards.first() == m;
-  }
-
-  // Forms group `g`'s calls member by member; false (the calls left half formed) when a check fails.
-  bool form_group_by_member(int g) {
-    const auto& members = groups_[g];
-    const int n = static_cast<int>(members.size());
-    std::vector<const std::vector<int>*> mine(n);
-    std::size_t most = 0;
-    for (int m = 0; m < n; ++m) {
-      mine[m] = &member_.at(slot_key(g, members[m])).calls;
-      most = std::max(most, mine[m]->size());
-    }
-    const std::size_t base = calls_.size();
-    calls_.resize(base + most);
-    std::vector<int> callers(most, 0);
-    for (std::size_t k = 0; k < most; ++k) {
-      Call& c = calls_[base + k];
-      c.group = g, c.seq = k;
-      c.nodes.assign(n, -1);
-    }
-    // One pass over each member's calls: the kind and layer agree, the inputs fold in member order, as
-    // combine_inputs folds them (a call some member never makes is folded too, and not used), and each
-    // output is what the first member with an output expects, but for the shard of a reduce-scatter; that
-    // first output is compared with the folded inputs at the end. A member's calls are visited once.
-    std::vector<std::pair<const Tensor*, int>> first_output(most, {nullptr, -1});  // (output, member)
-    try {
-      for (int m = 0; m < n; ++m)
-        for (std::size_t k = 0; k < mine[m]->size(); ++k) {
-          const int id = (*mine[m])[k];
-          const Op& op = op_of(id);
-          Call& c = calls_[base + k];
-          if (callers[k]++ == 0) {
-            c.kind = op.kind, c.layer = op.layer;
-            c.result = input_of(op);
-          } else if (op.kind != c.kind || op.layer != c.layer) {
-            return false;
-          } else {
-            fold(c.kind, c.result, input_of(op));
-          }
-          if (!op.writes.empty()) {
-            auto& [out, at] = first_output[k];
-            if (!out) out = &op.writes.front(), at = m;
-            else if (!same_output(c.kind, *out, op.writes.front(), m, n)) return false;
-          }
-          c.nodes[m] = id;
-          nodes_[id].call = static_cast<int>(base + k);
-          nodes_[id].member = m;
-        }
-      for (std::size_t k = 0; k < most; ++k) {
-        if (callers[k] != n) continue;
-        Call& c = calls_[base + k];
-        if (c.kind == OpKind::ReduceScatter && !c.result.complete()) return false;
-        c.combined = true;
-        if (const auto& [out, at] = first_output[k]; out && *out != result_of(c, at)) return false;
-      }
-    } catch (const TensorError&) {
-      return false;
-    }
-    return true;
   }
 
   // Forms group `g`'s calls call by call, throwing the first problem.
@@ -1076,17 +1048,6 @@ class StreamSim {
   struct Membership {
     int member = 0;          // the rank's place in the group's member list
     std::vector<int> calls;  // its collectives, in program order
-  };
-  // A group's calls as they are formed while the ranks are issued, for a group whose members are listed in
-  // increasing rank order (so that issuing ranks in order visits each call's members in member order, as
-  // combine_inputs folds them), while each op is at hand: the checks of form_group_by_member, one member at
-  // a time. A problem marks the group, which is then formed again call by call for its message.
-  struct Forming {
-    bool at_issue = false;   // members listed in increasing rank order
-    bool failed = false;
-    std::vector<int> call;   // k -> its index in calls_
-    std::vector<int> callers;                            // k -> members that made call k so far
-    std::vector<std::pair<const Tensor*, int>> first_output;  // k -> (output, member) of the first to expect one
   };
   static std::uint64_t slot_key(int group, int rank) {
     return static_cast<std::uint64_t>(static_cast<std::uint32_t>(group)) << 32 | static_cast<std::uint32_t>(rank);
