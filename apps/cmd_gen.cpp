@@ -11,6 +11,7 @@
 
 #include "apps/commands.h"
 #include "apps/hardware_options.h"
+#include "apps/stage_line.h"
 #include "apps/text_file.h"
 #include "schedules/generators.h"
 #include "schedules/hardware_sim.h"
@@ -53,10 +54,12 @@ nlohmann::ordered_json run_json(const GenArgs& a, const Schedule& s, const SimRe
 }
 
 // `gen --sim`: simulate the generated schedule in memory and print what `trainsim sim` would.
-int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seconds) {
+int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seconds, StageLine& stage) {
+  stage.show(fmt::format("simulating {} ops on {} ranks", s.op_count(), s.header.world_size));
   if (s.header.cost_model == "hardware") {
     const auto started = std::chrono::steady_clock::now();
     HardwareRun run = simulate_hardware(s);
+    stage.clear();
     if (a.json) {
       nlohmann::ordered_json j = run_json(a, s, run.result, generate_seconds, seconds_since(started));
       if (run.report) j.update(hw::to_json(*run.report));
@@ -76,6 +79,7 @@ int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seco
   const auto started = std::chrono::steady_clock::now();
   SimResult r = simulate(s, options);
   const double sim_seconds = seconds_since(started);
+  stage.clear();
   const RunSummary& sum = r.summary;
   if (a.json) {
     nlohmann::ordered_json j = run_json(a, s, r, generate_seconds, sim_seconds);
@@ -115,14 +119,18 @@ int run(const GenArgs& a) {
   GenOptions opts = a.options;
   opts.reshard_after_forward = !a.no_reshard;
   Schedule s;
+  StageLine stage("trainsim gen");
+  stage.show(fmt::format("generating {}", a.kind));
   const auto started = std::chrono::steady_clock::now();
   try {
     s = generate(a.kind, opts);
   } catch (const std::invalid_argument& e) {
+    stage.clear();
     fmt::print(stderr, "trainsim gen: {}\n", e.what());
     return 2;
   }
   const double generate_seconds = seconds_since(started);
+  stage.clear();
   if (a.hardware.any()) {
     try {
       apply_hardware(s, a.hardware);
@@ -136,11 +144,13 @@ int run(const GenArgs& a) {
     return 2;
   }
   if (a.sim) {
-    int code = simulate_generated(a, s, generate_seconds);
+    int code = simulate_generated(a, s, generate_seconds, stage);
     if (a.out != "-" && !write_output("trainsim gen", a.out, print_schedule(s))) return 2;
     return code;
   }
+  stage.show(fmt::format("writing {} ops", s.op_count()));
   std::string text = print_schedule(s);
+  stage.clear();
   if (a.out == "-") {
     std::cout << text;
     std::cout.flush();

@@ -13,6 +13,7 @@
 #include "apps/json_text.h"
 #include "apps/hardware_options.h"
 #include "apps/schedule_input.h"
+#include "apps/stage_line.h"
 #include "apps/text_file.h"
 #include "schedules/hardware_sim.h"
 #include "schedules/replay.h"
@@ -99,17 +100,22 @@ int run(const SimArgs& a, bool outputs) {
     }
   }
   Schedule s;
+  StageLine stage(a.command);
+  stage.show(fmt::format("reading {}", a.file));
   try {
     s = load_schedule_input(a.file, a.input);  // a .sched file, a PyTorch CSV (converted here) or a puzzle
   } catch (const ParseError& e) {
+    stage.clear();
     if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, e.what())) << "\n";
     else fmt::print(stderr, "{}\n", e.what());
     return 1;
   } catch (const std::invalid_argument& e) {  // unreadable, a CSV that does not import, no such puzzle
+    stage.clear();
     if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, e.what())) << "\n";
     else fmt::print(stderr, "{}: {}\n", a.command, e.what());
     return 2;
   }
+  stage.clear();
   if (a.hardware.any() || s.header.cost_model == "hardware") {
     try {
       apply_hardware(s, a.hardware);
@@ -125,6 +131,7 @@ int run(const SimArgs& a, bool outputs) {
   opts.record_trace = s.header.cost_model == "hardware" || (outputs && (!a.svg.empty() || !a.trace.empty()));
   SimResult r;
   std::optional<hw::StepReport> report;
+  stage.show(fmt::format("simulating {} ops on {} ranks", s.op_count(), s.header.world_size));
   if (s.header.cost_model == "hardware" && !a.memory_limit) {
     HardwareRun run = simulate_hardware(s);
     r = std::move(run.result);
@@ -133,6 +140,7 @@ int run(const SimArgs& a, bool outputs) {
     r = simulate(s, opts);
     if (r.ok && s.header.cost_model == "hardware") report = hw::make_report(r.trace, *s.header.hardware, s.header.microbatches);
   }
+  stage.clear();
   if (a.json) {
     auto j = summary_json(a.file, &s, &r, r.error);
     if (report && outputs) j.update(hw::to_json(*report));
@@ -159,9 +167,17 @@ int run(const SimArgs& a, bool outputs) {
         o.error = r.error;
         for (const auto& b : r.blocked) o.blocked.push_back({b.rank, b.since, b.op + ": " + b.detail});
       }
-      wrote = write_output(a.command, a.svg, visualize::timeline_svg(r.trace, o)) && wrote;
+      stage.show("drawing the timeline");
+      std::string svg = visualize::timeline_svg(r.trace, o);
+      stage.clear();
+      wrote = write_output(a.command, a.svg, svg) && wrote;
     }
-    if (!a.trace.empty()) wrote = write_output(a.command, a.trace, visualize::perfetto_trace_json(r.trace)) && wrote;
+    if (!a.trace.empty()) {
+      stage.show("writing the trace");
+      std::string trace = visualize::perfetto_trace_json(r.trace);
+      stage.clear();
+      wrote = write_output(a.command, a.trace, trace) && wrote;
+    }
     if (!a.dot.empty()) wrote = write_graph(a, s) && wrote;
   }
   if (!wrote) return 2;

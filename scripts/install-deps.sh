@@ -14,6 +14,7 @@ PACKAGES=(
   librsvg2-bin          # rsvg-convert, to look at the SVG timelines as PNG (optional)
   libopenblas-dev       # the executor's CPU backend: GEMMs (one BLAS thread per rank)
   fortunes              # the executor's default training text (byte-level tokens)
+  bsdutils              # script: a test runs the command under a pseudo-terminal (its status line)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -97,3 +97,40 @@ TEST_CASE("trainsim gen --sim --json reports what trainsim sim reports for the s
   CHECK(text.exit_code == 0);
   CHECK(text.out.find("peak memory") != std::string::npos);
 }
+
+TEST_CASE("on a terminal, gen and sim show each stage on one status line and erase it before the result") {
+  // `script` (util-linux, Debian's essential bsdutils) runs the command under a pseudo-terminal, so that
+  // its standard error is a terminal; both streams come back through it.
+  auto dir = fresh_dir("stage-line");
+  const std::string sched = write(dir, "ddp.sched", kDdp).string();
+  auto on_terminal = [&](const std::string& args) {
+    std::string cmd = "script -qec \"" + std::string(TRAINSIM_BINARY) + " " + args + "\" /dev/null";
+    CommandResult r;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    REQUIRE(pipe);
+    char buf[4096];
+    std::size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+    int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  };
+  const std::string erase = "\r\033[K";
+  CommandResult gen = on_terminal("gen 1f1b --stages 2 --microbatches 2 --sim");
+  CHECK(gen.exit_code == 0);
+  CHECK(gen.out.find(erase + "trainsim gen: generating 1f1b...") != std::string::npos);
+  CHECK(gen.out.find(erase + "trainsim gen: simulating 38 ops on 2 ranks...") != std::string::npos);
+  // Erased before the result, which starts its own line.
+  CHECK(gen.out.find("ranks..." + erase + "1f1b: 38 ops on 2 ranks: makespan") != std::string::npos);
+  CommandResult sim = on_terminal("sim " + sched + " --svg " + (dir / "t.svg").string());
+  CHECK(sim.exit_code == 0);
+  CHECK(sim.out.find(erase + "trainsim sim: reading " + sched + "...") != std::string::npos);
+  CHECK(sim.out.find(erase + "trainsim sim: simulating 12 ops on 2 ranks...") != std::string::npos);
+  CHECK(sim.out.find(erase + "trainsim sim: drawing the timeline..." + erase) != std::string::npos);
+  CHECK(sim.out.find("ranks..." + erase + sched + ": valid: 12 ops on 2 ranks") != std::string::npos);
+  // Not on a terminal (a pipe, a file): no status line at all.
+  CommandResult piped = run_trainsim("gen 1f1b --stages 2 --microbatches 2 --sim", true);
+  CHECK(piped.exit_code == 0);
+  CHECK(piped.out.find("\033[K") == std::string::npos);
+  CHECK(piped.out.find("generating") == std::string::npos);
+}
