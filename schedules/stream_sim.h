@@ -29,8 +29,8 @@
 namespace trainsim {
 
 /// Simulates `schedule` with stream semantics and its header's cost model (not `puzzle`): validates the op
-/// algebra and residency in program order, matches sends with receives and collective calls, times every op
-/// and samples memory. Never throws for a bad schedule: the first problem goes into the result, naming the
+/// algebra and residency in program order, matches sends with receives and collective calls, times every op,
+/// samples memory and checks that every layer is updated exactly once (schedules/update_check.h). Never throws for a bad schedule: the first problem goes into the result, naming the
 /// rank, the op and its file:line. Throws std::invalid_argument for an unknown cost model.
 SimResult simulate_streams(const Schedule& schedule, const SimOptions& options = {});
 
