@@ -17,9 +17,8 @@ struct CommandResult {
   std::string out;  ///< standard output (standard error too when merge_stderr)
 };
 
-/// Runs `trainsim ARGS` (the binary built with the tests) through the shell.
-inline CommandResult run_trainsim(const std::string& args, bool merge_stderr = false) {
-  std::string cmd = std::string(TRAINSIM_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+/// Runs a shell command line; `out` is what it writes to standard output (exit_code -1 when it could not run).
+inline CommandResult run_shell(const std::string& cmd) {
   CommandResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -29,6 +28,11 @@ inline CommandResult run_trainsim(const std::string& args, bool merge_stderr = f
   int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+/// Runs `trainsim ARGS` (the binary built with the tests) through the shell.
+inline CommandResult run_trainsim(const std::string& args, bool merge_stderr = false) {
+  return run_shell(std::string(TRAINSIM_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 /// Whole file as bytes ("" when missing).

@@ -34,16 +34,7 @@ std::string q(const std::string& s) { return "'" + s + "'"; }
 
 // `trainsim ARGS` under `timeout SECONDS` (exit code 124 when it ran past it), standard error included.
 CommandResult run_bounded(const std::string& args, int seconds) {
-  std::string cmd = fmt::format("timeout {} {} {} 2>&1", seconds, TRAINSIM_BINARY, args);
-  CommandResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_shell(fmt::format("timeout {} {} {} 2>&1", seconds, TRAINSIM_BINARY, args));
 }
 
 }  // namespace

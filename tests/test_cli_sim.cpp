@@ -104,16 +104,7 @@ TEST_CASE("on a terminal, gen and sim show each stage on one status line and era
   auto dir = fresh_dir("stage-line");
   const std::string sched = write(dir, "ddp.sched", kDdp).string();
   auto on_terminal = [&](const std::string& args) {
-    std::string cmd = "script -qec \"" + std::string(TRAINSIM_BINARY) + " " + args + "\" /dev/null";
-    CommandResult r;
-    FILE* pipe = popen(cmd.c_str(), "r");
-    REQUIRE(pipe);
-    char buf[4096];
-    std::size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-    int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return run_shell("script -qec \"" + std::string(TRAINSIM_BINARY) + " " + args + "\" /dev/null");
   };
   const std::string erase = "\r\033[K";
   CommandResult gen = on_terminal("gen 1f1b --stages 2 --microbatches 2 --sim");
