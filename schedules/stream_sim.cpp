@@ -949,8 +949,8 @@ class StreamSim {
     std::vector<int>& order = order_;
     const bool reordered = ops_by_start(r, order);
     const std::size_t ran = reordered ? order.size() : ops.size();
-    std::vector<double>& sample = sample_;  // by op; written for every timed op that ran before it is read
-    sample.resize(ops.size());
+    std::vector<double>& sample = sample_;  // by op: memory resident as it starts
+    sample.assign(ops.size(), 0.0);  // (0 for the ops after a memory-limit error: they are not sampled)
     double total = 0;
     for (std::size_t k = 0; k < ran; ++k) {
       const int i = reordered ? order[k] : static_cast<int>(k);

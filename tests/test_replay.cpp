@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "puzzles/runner.h"
+#include "schedules/generators.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 
@@ -232,6 +233,35 @@ TEST_CASE("a deadlock gives the blocked ranks as data too, with both engines") {
   SimResult r = simulate(parse_schedule(two_ranks("  load -> W0 O0\n  forward L0 {0}\n", ddp_rank(1)), "t.sched"));
   REQUIRE(!r.ok);
   CHECK(r.blocked.empty());
+}
+
+TEST_CASE("after a memory-limit error, a rank's ops from the first over the limit on carry no memory sample") {
+  // GPipe: the ranks hold different amounts, so each rank stops sampling at a different op (a rank's samples
+  // must not come from another rank's). One stream per rank: program order is start order.
+  GenOptions g;
+  g.stages = 4, g.microbatches = 8;
+  const Schedule s = generate("gpipe", g);
+  const double peak = simulate(s).summary.peak.memory;
+  REQUIRE(peak > 0);
+  SimOptions o;
+  o.memory_limit = 0.7 * peak;
+  const SimResult r = simulate(s, o);
+  REQUIRE_FALSE(r.ok);
+  CHECK(has(r.error, "memory limit exceeded"));
+  int stopped = 0;
+  for (std::size_t rank = 0; rank < r.trace.ranks.size(); ++rank) {
+    CAPTURE(rank);
+    bool over = false;
+    for (const OpRun& run : r.trace.ranks[rank]) {
+      if (over) {
+        CHECK(run.memory == 0);
+      } else if (run.memory > *o.memory_limit) {
+        over = true;
+        ++stopped;
+      }
+    }
+  }
+  CHECK(stopped >= 2);  // several ranks over the limit, at different ops
 }
 
 TEST_CASE("memory over the limit names the rank, time, op and what is resident") {
