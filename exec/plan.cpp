@@ -11,9 +11,6 @@ namespace trainsim::exec {
 
 namespace {
 
-std::string at(const Op& op) {
-  return fmt::format("rank {}: {}{}", op.rank, op.describe(), op.where.empty() ? "" : fmt::format(" ({})", op.where));
-}
 
 const std::vector<int>& members(const ReplayPlan& plan, int group) { return plan.groups.at(group); }
 
@@ -43,7 +40,7 @@ void resolve_peers(const Schedule& s, ReplayPlan& plan) {
       if (senders.size() != 1)
         throw PlanError(fmt::format("{}: cannot replay a receive from any source when {} rank{} send {} to rank {}; "
                                     "name the source (recv from R)",
-                                    at(op), senders.size(), senders.size() == 1 ? "" : "s", op.writes.front().str(), r));
+                                    op.label(), senders.size(), senders.size() == 1 ? "" : "s", op.writes.front().str(), r));
       rp.peer[i] = senders.front();
     }
   }
@@ -86,7 +83,7 @@ void order_gathers(const Schedule& s, ReplayPlan& plan) {
       if (!pieces[j] || pieces[j]->shards.size() != per)
         throw PlanError(fmt::format("{}: all-gather of unequal pieces ({} holds {} shard(s), rank {} holds {}): NCCL's "
                                     "all-gather takes the same count from every member",
-                                    at(first), first.reads.front().str(), per, group[j],
+                                    first.label(), first.reads.front().str(), per, group[j],
                                     pieces[j] ? pieces[j]->shards.size() : 0));
     // Member-major block of each shard id, then the blocks in increasing shard order.
     std::map<int, int> block;
@@ -167,7 +164,7 @@ std::string clip_problem(const Schedule& s, ReplayPlan& plan) {
       if (!held.count(dw))
         return fmt::format("{} comes before {} has {} (for {}): clipping by the global norm needs every gradient before "
                            "the first update",
-                           at(s.ranks[r][rp.first_update]), fmt::format("rank {}", r), dw.str(), op.describe());
+                           s.ranks[r][rp.first_update].label(), fmt::format("rank {}", r), dw.str(), op.describe());
     }
   }
   if (updaters.empty()) return "";
@@ -252,7 +249,7 @@ ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, b
         for (const Tensor& t : *ts) try {
             shapes.elements(t);
           } catch (const std::invalid_argument& e) {
-            throw PlanError(fmt::format("{}: {}", at(op), e.what()));
+            throw PlanError(fmt::format("{}: {}", op.label(), e.what()));
           }
   }
   resolve_peers(s, plan);

@@ -31,9 +31,6 @@ struct LossRecord {
   BufferPtr sums;            // one double per microbatch of the op
 };
 
-std::string where(const Op& op) {
-  return fmt::format("rank {}: {}{}", op.rank, op.describe(), op.where.empty() ? "" : fmt::format(" ({})", op.where));
-}
 
 }  // namespace
 
@@ -77,7 +74,7 @@ struct RankExecutor::Impl {
   SlotPtr find(const Op& op, const Tensor& t) {
     auto it = held.find(t);
     if (it == held.end() || it->second.empty())
-      throw std::runtime_error(fmt::format("{}: it reads {}, which this rank does not hold", where(op), t.str()));
+      throw std::runtime_error(fmt::format("{}: it reads {}, which this rank does not hold", op.label(), t.str()));
     return it->second.front();
   }
   SlotPtr make(const Tensor& t) {
@@ -89,14 +86,14 @@ struct RankExecutor::Impl {
   void drop(const Op& op, const Tensor& t) {
     auto it = held.find(t);
     if (it == held.end() || it->second.empty())
-      throw std::runtime_error(fmt::format("{}: it frees {}, which this rank does not hold", where(op), t.str()));
+      throw std::runtime_error(fmt::format("{}: it frees {}, which this rank does not hold", op.label(), t.str()));
     it->second.pop_front();
     if (it->second.empty()) held.erase(it);
   }
 
   // Submits `work` for op `index` on its stream after `after`; errors name the op.
   EventPtr submit(const Op& op, int index, std::vector<EventPtr> after, std::function<void(StreamContext&)> work) {
-    std::string label = where(op);
+    std::string label = op.label();
     const bool inject = ctx.fault.throw_rank == rank && ctx.fault.throw_op == index;
     const bool kill = ctx.fault.kill_rank == rank && ctx.fault.kill_op == index;
     return dev.submit(op.stream, after, [work = std::move(work), label, inject, kill](StreamContext& s) {
@@ -124,7 +121,7 @@ struct RankExecutor::Impl {
         if (state->initialized) {
           auto it = state->tensors.find(t);
           if (it == state->tensors.end())
-            throw std::runtime_error(fmt::format("{}: the state carried from the last step has no {}", where(op), t.str()));
+            throw std::runtime_error(fmt::format("{}: the state carried from the last step has no {}", op.label(), t.str()));
           out->buffer = it->second;  // shared: the state is immutable
           continue;
         }
@@ -147,7 +144,7 @@ struct RankExecutor::Impl {
           s.upload(out->buffer->data(), tokens->data(), tokens->size() * sizeof(int));
         });
       } else {
-        throw std::runtime_error(fmt::format("{}: cannot load {}", where(op), t.str()));
+        throw std::runtime_error(fmt::format("{}: cannot load {}", op.label(), t.str()));
       }
     }
   }
@@ -287,7 +284,7 @@ struct RankExecutor::Impl {
       for (long b = p.begin; b < p.end;) {  // contiguous within one shard of the grad
         long e = std::min(p.end, (b / c + 1) * c);
         long off = shard_offset(dwt, P, b);
-        if (off < 0) throw std::runtime_error(fmt::format("{}: {} lacks the shard it updates", where(u), dwt.str()));
+        if (off < 0) throw std::runtime_error(fmt::format("{}: {} lacks the shard it updates", u.label(), dwt.str()));
         parts->push_back(Part{g, off, e - b});
         b = e;
       }

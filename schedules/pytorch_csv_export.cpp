@@ -21,21 +21,18 @@ namespace {
 using namespace csv;
 
 
-std::string op_at(const Op& op) {
-  return fmt::format("rank {}: {}{}", op.rank, op.describe(), op.where.empty() ? std::string() : fmt::format(" ({})", op.where));
-}
 
 int single_batch(const Op& op, const IdSet& batches) {
   if (batches.size() != 1)
     throw std::invalid_argument(fmt::format("{}: works on {} microbatches at once ({{{}}}); a PyTorch CSV action has "
                                             "exactly one",
-                                            op_at(op), batches.size(), batches.str()));
+                                            op.label(), batches.size(), batches.str()));
   return batches.first();
 }
 
 const Tensor& payload(const Op& op) {
   const auto& ts = op.kind == OpKind::Recv ? op.writes : op.reads;
-  if (ts.size() != 1) throw std::invalid_argument(fmt::format("{}: carries {} tensors; a CSV action carries one", op_at(op), ts.size()));
+  if (ts.size() != 1) throw std::invalid_argument(fmt::format("{}: carries {} tensors; a CSV action carries one", op.label(), ts.size()));
   return ts.front();
 }
 
@@ -45,7 +42,7 @@ std::string p2p_cell(const Op& op, int layers) {
   const bool send = op.kind == OpKind::Send;
   int b = single_batch(op, t.batches);
   auto bad = [&](const std::string& why) {
-    return std::invalid_argument(fmt::format("{}: {} {} has no PyTorch CSV action: {}", op_at(op), send ? "sending" : "receiving",
+    return std::invalid_argument(fmt::format("{}: {} {} has no PyTorch CSV action: {}", op.label(), send ? "sending" : "receiving",
                                              t.str(), why));
   };
   if (t.kind == TensorKind::Activation) {
@@ -92,7 +89,7 @@ std::string export_pytorch_csv(const Schedule& schedule, CsvForm form) {
           if (t.kind != TensorKind::Weight)
             throw std::invalid_argument(fmt::format("{}: all-gather of {} has no PyTorch CSV action (UNSHARD gathers a "
                                                     "stage's weight)",
-                                                    op_at(op), t.str()));
+                                                    op.label(), t.str()));
           int layer = op.layer >= 0 ? op.layer : t.layer;
           ++gathered[layer];
           if (comms) cells.push_back(cell_text(layer, Act::Unshard, -1));
@@ -112,7 +109,7 @@ std::string export_pytorch_csv(const Schedule& schedule, CsvForm form) {
           if (t.kind != TensorKind::WeightGrad)
             throw std::invalid_argument(fmt::format("{}: {} of {} has no PyTorch CSV action (REDUCE_GRAD reduces a "
                                                     "stage's weight grads)",
-                                                    op_at(op), op_name(op.kind), t.str()));
+                                                    op.label(), op_name(op.kind), t.str()));
           cells.push_back(cell_text(op.layer >= 0 ? op.layer : t.layer, Act::ReduceGrad, -1));
           break;
         }

@@ -25,7 +25,6 @@ namespace trainsim {
 
 namespace {
 
-std::string where_suffix(const Op& op) { return op.where.empty() ? std::string() : fmt::format(" ({})", op.where); }
 
 // Hash of a tensor's identity, for interning tensors to small ids per rank: the fields and each set's runs
 // (a set of one run, almost every set, without a loop), mixed in with a multiply-xorshift step; one pass, no
@@ -201,7 +200,7 @@ class StreamSim {
     for (int id : unmatched_sends_) {
       const Op& op = op_of(id);
       throw SimError(fmt::format("rank {}: send of {} to rank {}{} was never received", op.rank, op.reads.front().str(),
-                                 op.peer, where_suffix(op)));
+                                 op.peer, op.where_suffix()));
     }
   }
 
@@ -416,7 +415,7 @@ class StreamSim {
     const Tensor& payload = send.reads.front();
     if (payload != recv.writes.front())
       throw op_error(recv, fmt::format("expected {} but rank {} sent {}{}", recv.writes.front().str(), send.rank,
-                                       payload.str(), where_suffix(send)));
+                                       payload.str(), send.where_suffix()));
     matched_send_[recv_id] = send_id;
     paired_[send_id] = 1;
   }
@@ -574,7 +573,7 @@ class StreamSim {
         } else if (const Op& a = op_of(first); a.kind != op.kind || a.layer != op.layer) {
           throw CollectiveMismatchError(fmt::format(
               "collective mismatch in group {} at call #{}: rank {} calls {}{} but rank {} called {}{}", g, k,
-              op.rank, op.describe(), where_suffix(op), a.rank, a.describe(), where_suffix(a)));
+              op.rank, op.describe(), op.where_suffix(), a.rank, a.describe(), a.where_suffix()));
         }
         call.nodes[m] = id;
         nodes_[id].call = static_cast<int>(calls_.size());
@@ -591,7 +590,7 @@ class StreamSim {
     auto fail = [&](int m, const std::exception& e) {
       return SimError(fmt::format("{} layer {} (collective #{} of group {}): rank {}{} and the ranks before it: {}",
                                   op_name(first.kind), first.layer, call.seq, call.group, op_of(call.nodes[m]).rank,
-                                  where_suffix(op_of(call.nodes[m])), e.what()));
+                                  op_of(call.nodes[m]).where_suffix(), e.what()));
     };
     Tensor acc = input_of(first);
     for (int m = 1; m < n; ++m) {
@@ -738,7 +737,7 @@ class StreamSim {
       const Op& op = op_of(id);
       throw SimError(fmt::format("rank {}: {}{} starts at t={} and takes {} s: simulated time would pass its limit of "
                                  "{} s (2^63 ns, about 292 years)",
-                                 op.rank, op.describe(), where_suffix(op), format_time(start), format_time(duration),
+                                 op.rank, op.describe(), op.where_suffix(), format_time(start), format_time(duration),
                                  format_time(kMaxTime)));
     }
     Node& n = nodes_[id];
@@ -810,7 +809,7 @@ class StreamSim {
       } else {
         detail = waits(id).second;
       }
-      out.push_back({r, nodes_[id].start, op.describe() + where_suffix(op), std::move(detail)});
+      out.push_back({r, nodes_[id].start, op.describe() + op.where_suffix(), std::move(detail)});
     }
     return out;
   }
@@ -832,7 +831,7 @@ class StreamSim {
         if (first[w] < 0) finished.push_back(w);
       const Op& op = op_of(first[r]);
       s += fmt::format("\n  rank {} at t={}: {}{}: {}", r, format_time(nodes_[first[r]].start), op.describe(),
-                       where_suffix(op), detail);
+                       op.where_suffix(), detail);
       if (!finished.empty())
         s += fmt::format(" (rank{} {} finished without it)", finished.size() == 1 ? "" : "s", rank_list(finished));
     }
@@ -970,7 +969,7 @@ class StreamSim {
           const Time start = node[i].start;
           limit_errors_.push_back({start, r, fmt::format(
               "rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}", r,
-              format_time(start), op.describe(), where_suffix(op), format_memory(total), cost_->memory_unit(),
+              format_time(start), op.describe(), op.where_suffix(), format_memory(total), cost_->memory_unit(),
               format_memory(*o_.memory_limit), resident.summary())});
           break;
         }

@@ -6,10 +6,11 @@
 
 namespace trainsim {
 
-SimError op_error(const Op& op, const std::string& what) {
-  return SimError(fmt::format("rank {}: {}{}: {}", op.rank, op.describe(),
-                              op.where.empty() ? std::string() : fmt::format(" ({})", op.where), what));
-}
+std::string Op::where_suffix() const { return where.empty() ? std::string() : fmt::format(" ({})", where); }
+
+std::string Op::label() const { return fmt::format("rank {}: {}{}", rank, describe(), where_suffix()); }
+
+SimError op_error(const Op& op, const std::string& what) { return SimError(fmt::format("{}: {}", op.label(), what)); }
 
 const char* op_name(OpKind k) {
   switch (k) {

@@ -78,6 +78,10 @@ struct Op {
 
   /// One-line description for errors and labels: "forward layer 2 batches {0-3}".
   std::string describe() const;
+  /// " (file.sched:7)": where the op came from, as errors append it; "" when `where` is empty.
+  std::string where_suffix() const;
+  /// "rank 2: forward layer 1 batches {0} (file.sched:7)": the op as every error about it names it.
+  std::string label() const;
 };
 
 }  // namespace trainsim

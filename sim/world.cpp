@@ -27,7 +27,6 @@ std::string format_memory(double m) {
 }
 
 namespace {
-std::string where_suffix(const Op& op) { return op.where.empty() ? std::string() : fmt::format(" ({})", op.where); }
 
 }  // namespace
 
@@ -91,13 +90,13 @@ void World::record(int rank, Op op, int group_size) {
   if (options_.memory_limit && mem > *options_.memory_limit)
     throw MemoryLimitError(fmt::format(
         "rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}", rank,
-        format_time(rs.clock), op.describe(), where_suffix(op), format_memory(mem), cost_->memory_unit(),
+        format_time(rs.clock), op.describe(), op.where_suffix(), format_memory(mem), cost_->memory_unit(),
         format_memory(*options_.memory_limit), rs.ledger.summary()));
   Time d = cost_->duration(op, group_size);
   if (d < 0 || d > kMaxTime - rs.clock)
     throw SimError(fmt::format("rank {}: {}{} starts at t={} and takes {} s: simulated time would pass its limit of "
                                "{} s (2^63 ns, about 292 years)",
-                               rank, op.describe(), where_suffix(op), format_time(rs.clock), format_time(d),
+                               rank, op.describe(), op.where_suffix(), format_time(rs.clock), format_time(d),
                                format_time(kMaxTime)));
   op.rank = rank;
   trace_.ranks[rank].push_back(OpRun{std::move(op), rs.clock, rs.clock + d, mem});
@@ -122,8 +121,8 @@ asio::awaitable<void> World::block(int rank, Blocked b) {
 
 Task World::send(Op op, Tensor payload) {
   int rank = op.rank, dst = op.peer;
-  check_rank(dst, fmt::format("rank {}: {}{}", rank, op.describe(), where_suffix(op)).c_str());
-  if (dst == rank) throw SimError(fmt::format("rank {}: {}{} sends to itself", rank, op.describe(), where_suffix(op)));
+  check_rank(dst, fmt::format("rank {}: {}{}", rank, op.describe(), op.where_suffix()).c_str());
+  if (dst == rank) throw SimError(fmt::format("rank {}: {}{} sends to itself", rank, op.describe(), op.where_suffix()));
   op.kind = OpKind::Send;
   op.reads = {payload};
   co_await sync(rank);
@@ -147,9 +146,9 @@ Task World::send(Op op, Tensor payload) {
 asio::awaitable<Message> World::recv(Op op) {
   int rank = op.rank, src = op.peer;
   if (src >= 0) {
-    check_rank(src, fmt::format("rank {}: {}{}", rank, op.describe(), where_suffix(op)).c_str());
+    check_rank(src, fmt::format("rank {}: {}{}", rank, op.describe(), op.where_suffix()).c_str());
     if (src == rank)
-      throw SimError(fmt::format("rank {}: {}{} receives from itself", rank, op.describe(), where_suffix(op)));
+      throw SimError(fmt::format("rank {}: {}{} receives from itself", rank, op.describe(), op.where_suffix()));
   }
   op.kind = OpKind::Recv;
   co_await sync(rank);
@@ -185,12 +184,12 @@ asio::awaitable<Tensor> World::collective(Op op, Tensor input) {
   int rank = op.rank;
   if (op.group < 0 || op.group >= static_cast<int>(groups_.size()))
     throw SimError(fmt::format("rank {}: {}{} names group {}, which does not exist", rank, op.describe(),
-                               where_suffix(op), op.group));
+                               op.where_suffix(), op.group));
   Group& g = groups_[op.group];
   auto pos_it = g.index_of.find(rank);
   if (pos_it == g.index_of.end())
     throw SimError(fmt::format("rank {}: {}{}: rank {} is not a member of group {}", rank, op.describe(),
-                               where_suffix(op), rank, op.group));
+                               op.where_suffix(), rank, op.group));
   int pos = pos_it->second;
   co_await sync(rank);
   std::uint64_t seq = g.next_seq[pos]++;
@@ -201,7 +200,7 @@ asio::awaitable<Tensor> World::collective(Op op, Tensor input) {
     if (a->op.kind != op.kind || a->op.layer != op.layer)
       throw CollectiveMismatchError(fmt::format(
           "collective mismatch in group {} at call #{}: rank {} calls {}{} but rank {} called {}{}", op.group, seq,
-          rank, op.describe(), where_suffix(op), a->op.rank, a->op.describe(), where_suffix(a->op)));
+          rank, op.describe(), op.where_suffix(), a->op.rank, a->op.describe(), a->op.where_suffix()));
     break;
   }
   op.reads = {input};
@@ -228,7 +227,7 @@ void World::complete(Group& g, std::uint64_t seq, Call& call) {
   auto fail = [&](int i, const std::exception& e) {
     return SimError(fmt::format("{} layer {} (collective #{} of group {}): rank {}{} and the ranks before it: {}",
                                 op_name(kind), first.op.layer, seq, first.op.group, g.members[i],
-                                where_suffix(call.arrivals[i]->op), e.what()));
+                                call.arrivals[i]->op.where_suffix(), e.what()));
   };
   Tensor acc = first.input;
   for (int i = 1; i < n; ++i) {
@@ -358,7 +357,7 @@ std::vector<World::BlockedRank> World::blocked_ranks() const {
       detail = fmt::format("collective #{} of group {}, waiting for rank{} {}", b.seq, b.group,
                            missing.size() == 1 ? "" : "s", rank_list(missing));
     }
-    out.push_back({r, b.since, b.op.describe() + where_suffix(b.op), std::move(detail)});
+    out.push_back({r, b.since, b.op.describe() + b.op.where_suffix(), std::move(detail)});
   }
   return out;
 }
@@ -391,7 +390,7 @@ std::string World::deadlock_report() const {
     std::vector<int> finished;
     for (int w : waits_for)
       if (ranks_[w].finished) finished.push_back(w);
-    s += fmt::format("\n  rank {} at t={}: {}{}: {}", r, format_time(b.since), b.op.describe(), where_suffix(b.op),
+    s += fmt::format("\n  rank {} at t={}: {}{}: {}", r, format_time(b.since), b.op.describe(), b.op.where_suffix(),
                      detail);
     if (!finished.empty())
       s += fmt::format(" (rank{} {} finished without it)", finished.size() == 1 ? "" : "s", rank_list(finished));
