@@ -81,7 +81,7 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
       r.error = e.what();
     }
     r.trace = world.trace();
-    for (const auto& b : world.blocked_ranks()) r.blocked.push_back({b.rank, b.since, b.op + ": " + b.detail});
+    for (const auto& b : world.blocked_ranks()) r.blocked.push_back({b.rank, b.since, b.what()});
   }
   if (record) {
     r.schedule = recorder.finish();

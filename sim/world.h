@@ -98,6 +98,8 @@ class World {
     Time since = 0;      ///< when it began to wait
     std::string op;      ///< the op it waits in, with its source ("receive (ddp.cpp:31)")
     std::string detail;  ///< what it waits for ("waiting for a message from rank 1")
+    /// "op: detail", as a timeline mark's tooltip gives it.
+    std::string what() const { return op + ": " + detail; }
   };
   /// The ranks that have not finished and wait in a primitive, in rank order (after a deadlock, what the
   /// report lists); empty when every rank finished.
