@@ -386,11 +386,13 @@ class Importer {
   }
 
   // Compute-only: where each rank receives what other ranks send it. First the compute actions run in unit
-  // steps, each rank taking its next action once its inputs exist: a schedule that cannot run at all is
-  // refused here with its rows and columns. Then the receive of message k of a (sender, receiver) pair goes
-  // right before the compute that reads it, or earlier where a later message of the pair is read first
-  // (NCCL matches a pair's messages in order). A receive only posts on its own stream (recv_stream), and
-  // sends never wait, so no placement of receives can block a rank.
+  // steps, each rank taking its next cell once its inputs exist: a schedule that cannot run at all is
+  // refused here with its rows and columns. An OVERLAP_F_B cell runs as one step, as PyTorch's lowering
+  // (_add_send_recv) schedules it once every sub-action's input is there and its outputs leave after the
+  // whole cell. Then the receive of message k of a (sender, receiver) pair goes right before the compute
+  // that reads it, or earlier where a later message of the pair is read first (NCCL matches a pair's
+  // messages in order). A receive only posts on its own stream (recv_stream), and sends never wait, so no
+  // placement of receives can block a rank.
   void plan_receives() {
     std::vector<std::vector<const Action*>> comp(world_);
     std::map<const Action*, int> index_in_row;
@@ -401,7 +403,6 @@ class Importer {
           comp[r].push_back(&a);
         }
     std::map<const Action*, int> step_of;
-    std::vector<std::vector<int>> steps(world_);  // steps[r][j]: step of rank r's j-th compute
     std::vector<std::size_t> next(world_, 0);
     std::size_t remaining = 0;
     for (const auto& c : comp) remaining += c.size();
@@ -409,15 +410,17 @@ class Importer {
       std::vector<const Action*> ran;
       for (int r = 0; r < world_; ++r) {
         if (next[r] >= comp[r].size()) continue;
-        const Action* a = comp[r][next[r]];
+        const std::size_t end = cell_end(comp[r], next[r]);
         bool ready = true;
-        for (const Action* d : deps(*a)) ready = ready && step_of.count(d);
-        if (ready) ran.push_back(a);
+        for (std::size_t j = next[r]; j < end; ++j)
+          for (const Action* d : deps(*comp[r][j]))
+            ready = ready && (step_of.count(d) || in_cell(comp[r], next[r], j, d));
+        if (ready)
+          for (std::size_t j = next[r]; j < end; ++j) ran.push_back(comp[r][j]);
       }
       if (ran.empty()) report_deadlock(comp, next, step_of);
       for (const Action* a : ran) {
         step_of[a] = step;
-        steps[a->row].push_back(step);
         ++next[a->row];
         --remaining;
       }
@@ -456,18 +459,38 @@ class Importer {
       });
   }
 
+  // One past the last compute of the cell that starts at `row[begin]` (the sub-actions of an OVERLAP_F_B
+  // cell share its column).
+  static std::size_t cell_end(const std::vector<const Action*>& row, std::size_t begin) {
+    std::size_t end = begin + 1;
+    while (end < row.size() && row[end]->col == row[begin]->col) ++end;
+    return end;
+  }
+
+  // True when `d` is a sub-action before `row[j]` in the cell that starts at `row[begin]`.
+  static bool in_cell(const std::vector<const Action*>& row, std::size_t begin, std::size_t j, const Action* d) {
+    for (std::size_t k = begin; k < j; ++k)
+      if (row[k] == d) return true;
+    return false;
+  }
+
   [[noreturn]] void report_deadlock(const std::vector<std::vector<const Action*>>& comp, const std::vector<std::size_t>& next,
                                     const std::map<const Action*, int>& done) const {
     std::string why;
     for (int r = 0; r < world_; ++r) {
       if (next[r] >= comp[r].size()) continue;
-      const Action* a = comp[r][next[r]];
-      for (const Action* d : deps(*a))
-        if (!done.count(d)) {
-          why += fmt::format("\n  row {} (rank {}), column {}, cell '{}' waits for '{}' (rank {}, column {})", r + 1, r,
-                             a->col + 1, a->cell, d->cell, d->row, d->col + 1);
-          break;
-        }
+      const std::size_t end = cell_end(comp[r], next[r]);
+      bool named = false;
+      for (std::size_t j = next[r]; j < end && !named; ++j) {
+        const Action* a = comp[r][j];
+        for (const Action* d : deps(*a))
+          if (!done.count(d) && !in_cell(comp[r], next[r], j, d)) {
+            why += fmt::format("\n  row {} (rank {}), column {}, cell '{}' waits for '{}' (rank {}, column {})", r + 1, r,
+                               a->col + 1, a->cell, d->cell, d->row, d->col + 1);
+            named = true;
+            break;
+          }
+      }
     }
     throw std::invalid_argument(fmt::format("{}: the schedule cannot run: each rank waits for another{}", source_, why));
   }
@@ -542,9 +565,24 @@ class Importer {
       }
       push(std::move(load), fmt::format("{}:{}", source_, r + 1));
     }
-    for (const Action& a : rows_[r]) {
+    // Compute-only: the sends of an OVERLAP_F_B cell's sub-actions go after its last sub-action's pass, in
+    // sub-action order, as PyTorch's lowering (_add_send_recv) places them and its runtime posts them.
+    std::vector<std::pair<int, Tensor>> deferred;
+    const std::vector<Action>& row = rows_[r];
+    for (std::size_t k = 0; k < row.size(); ++k) {
+      const Action& a = row[k];
       const int s = a.stage, b = a.mb;
       const std::string at = where(a);
+      const bool more_in_cell = k + 1 < row.size() && row[k + 1].col == a.col;  // an overlapped pair's first half
+      auto flush = [&] {
+        if (more_in_cell) return;
+        for (const auto& [dst, t] : deferred) send(dst, t, at);
+        deferred.clear();
+      };
+      auto send_output = [&](int dst, const Tensor& t) {
+        if (more_in_cell) deferred.emplace_back(dst, t);
+        else send(dst, t, at);
+      };
       if (is_compute_act(a.act)) receive_before(compute_index++);
       switch (a.act) {
         case Act::F:
@@ -556,16 +594,19 @@ class Importer {
           }
           push(compute(OpKind::Forward, r, s, {b}, stages_, m_), at);
           if (s + 1 == stages_) push(compute(OpKind::Loss, r, s, {b}, stages_, m_), at);
-          else if (!comms_ && map_[s + 1] != r) send(map_[s + 1], activation_tensor(s + 1, {b}), at);
+          flush();
+          if (!comms_ && s + 1 < stages_ && map_[s + 1] != r) send_output(map_[s + 1], activation_tensor(s + 1, {b}));
           break;
         case Act::B:
         case Act::I:
           push(compute(a.act == Act::B ? OpKind::Backward : OpKind::BackwardInput, r, s, {b}, stages_, m_), at);
-          if (!comms_ && s > 0 && map_[s - 1] != r) send(map_[s - 1], activation_grad_tensor(s, {b}), at);
+          flush();
+          if (!comms_ && s > 0 && map_[s - 1] != r) send_output(map_[s - 1], activation_grad_tensor(s, {b}));
           if (a.act == Act::B) accumulate(s, weight_grad_tensor(s, {b}), at);
           break;
         case Act::W:
           push(compute(OpKind::BackwardWeight, r, s, {b}, stages_, m_), at);
+          flush();
           accumulate(s, weight_grad_tensor(s, {b}), at);
           break;
         case Act::SendF: send(map_[s + 1], activation_tensor(s + 1, {b}), at); break;

@@ -314,6 +314,11 @@ class StreamSim {
       }
       int& tail = op.stream >= 0 && op.stream < 64 ? stream_tail[op.stream] : far_stream_tail.try_emplace(op.stream, -1).first->second;
       depend(id, tail);
+      // A send on a communication stream also waits for the compute stream as it stood when the send was
+      // issued: NCCL's isend makes its stream wait for the current (compute) stream first (ProcessGroupNCCL's
+      // syncStream), so the message leaves once every compute issued before it has ended, not only the op
+      // that wrote it (PyTorch's runtime posts an overlapped F/B pair's sends after both passes).
+      if (op.kind == OpKind::Send && op.stream != 0) depend(id, stream_tail[0]);
       // A free waits for the tensor's users (below) and what its stream ran before it, but holds nothing up:
       // the memory goes back when the last user ends, as CUDA's caching allocator frees a block another
       // stream still uses (record_stream), without making the compute after it wait for a send in flight.

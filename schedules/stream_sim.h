@@ -5,6 +5,9 @@
 // (0 = compute, 1.. = communication), first in first out, and starts when its stream is free and the ops
 // it depends on have ended:
 // - the op that wrote each tensor it reads (on its rank);
+// - for a send on a communication stream, the op issued before it on the compute stream (stream 0): NCCL's
+//   isend makes its stream wait for the compute stream, so a message leaves once the compute issued before
+//   it has ended (PyTorch's OVERLAP_F_B cells send after both passes, docs/pytorch-csv.md);
 // - for a free, every earlier op that used the tensor (memory is released when its last user ends); a free
 //   holds nothing up: the next op on its stream waits for the op before the free, not for the free;
 // - for a recv, the matched send (the k-th send from `src` to `dst` is the k-th recv from `src` on `dst`, as

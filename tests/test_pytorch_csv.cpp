@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli_helpers.h"
+#include "pytorch_runtime_helpers.h"
 #include "schedules/generators.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/replay.h"
@@ -594,4 +595,130 @@ TEST_CASE("pytorch csv: ZBV, DualPipeV and interleaved zero bubble convert to CS
       CHECK(simulate(back).summary.makespan == direct.summary.makespan);
     }
   }
+}
+
+namespace {
+
+std::vector<int> v_map(int p) {
+  std::vector<int> m;
+  for (int s = 0; s < 2 * p; ++s) m.push_back(pt::v_rank(s, p));
+  return m;
+}
+
+std::vector<int> loop_map(int p) {
+  std::vector<int> m;
+  for (int s = 0; s < p; ++s) m.push_back(s);
+  return m;
+}
+
+// The makespan trainsim simulates for `csv`, in seconds; fails the test when it does not run.
+double simulated(const std::string& csv, int m) {
+  SimResult r = simulate(import_pytorch_csv(csv, m));
+  INFO(r.error);
+  REQUIRE(r.ok);
+  return to_seconds(r.trace.makespan());
+}
+
+// Checks that trainsim times `compute` (compute-only rows with OVERLAP_F_B cells) and its lowering as
+// PyTorch's runtime runs it (the independent model of tests/pytorch_runtime_helpers.h), and returns that time.
+double check_against_runtime(const pt::Rows& compute, const std::vector<int>& map, int m) {
+  const pt::Rows lowered = pt::lower_send_recv(compute, map);
+  const double expected = pt::runtime_makespan(lowered, map);
+  CHECK(simulated(pt::to_csv(compute), m) == expected);
+  CHECK(simulated(pt::to_csv(lowered), m) == expected);
+  return expected;
+}
+
+}  // namespace
+
+TEST_CASE("pytorch csv: DualPipeV's OVERLAP_F_B cells time as PyTorch's runtime runs them") {
+  // 2 ranks, 4 microbatches, unit costs. Rank 1's cell (2F2;1B0) runs 2F2 over [7, 8] and 1B0 over [8, 9];
+  // PyTorch's lowering puts 2SEND_F2 after the cell and the runtime posts it after both passes, so rank 0's
+  // 3F2 starts at 9, not 8, and every later pass of rank 0 a step later: 18, where sending A3{2} right
+  // after 2F2 (trainsim before this fix) gave 17.
+  const pt::Rows rows = pt::dualpipev_rows(2, 4);
+  CHECK(pt::to_csv(rows) ==
+        "0F0,0F1,0F2,3F0,3I0,3W0,3F1,(0F3;3B1)OVERLAP_F_B,(3F2;0B0)OVERLAP_F_B,3B2,(3F3;0B1)OVERLAP_F_B,3B3,0I2,0W2,"
+        "0I3,0W3\n"
+        "1F0,2F0,1F1,2F1,1F2,2B0,(2F2;1B0)OVERLAP_F_B,(1F3;2B1)OVERLAP_F_B,(2F3;1B1)OVERLAP_F_B,2B2,1B2,2I3,1I3,2W3,"
+        "1W3\n");
+  CHECK(check_against_runtime(rows, v_map(2), 4) == 18);
+  // The lowered row keeps the sends after the cell: 2F2's send follows the cell, then 1B0's.
+  const std::string lowered = pt::to_csv(pt::lower_send_recv(rows, v_map(2)));
+  CHECK(lowered.find("(2F2;1B0)OVERLAP_F_B,2SEND_F2,1SEND_B0") != std::string::npos);
+  // Sizes: the overlapped passes cost p - 1 steps more than sending each output as soon as it exists.
+  for (auto [p, m] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{2, 5}, std::pair{2, 8}, std::pair{3, 6},
+                      std::pair{3, 7}, std::pair{3, 12}, std::pair{4, 8}, std::pair{4, 11}, std::pair{5, 10}}) {
+    CAPTURE(p);
+    CAPTURE(m);
+    const pt::Rows r = pt::dualpipev_rows(p, m);
+    const double t = check_against_runtime(r, v_map(p), m);
+    // trainsim's generator writes each pair as two passes with the forward's output sent at once.
+    GenOptions o;
+    o.stages = p, o.microbatches = m;
+    const Schedule gen = generate("dualpipev", o);
+    std::string flat;  // the same order without the cells
+    for (const auto& row : r) {
+      for (std::size_t i = 0; i < row.size(); ++i)
+        for (std::size_t j = 0; j < row[i].size(); ++j) flat += (i || j ? "," : "") + pt::text(row[i][j]);
+      flat += "\n";
+    }
+    CHECK(export_pytorch_csv(gen, CsvForm::ComputeOnly) == flat);
+    SimResult g = simulate(gen);
+    REQUIRE(g.ok);
+    CHECK(to_seconds(g.trace.makespan()) == t - (p - 1));
+  }
+}
+
+TEST_CASE("pytorch csv: OVERLAP_F_B cells on other schedules time as PyTorch's runtime runs them") {
+  // 1F1B (loop placement) with each steady-state forward and the backward after it in one cell: the forward's
+  // output leaves after the backward, at any stage and microbatch count.
+  for (int p = 2; p <= 5; ++p)
+    for (int m : {p, p + 1, 2 * p + 1}) {
+      CAPTURE(p);
+      CAPTURE(m);
+      const pt::Rows rows = pt::overlapped_1f1b_rows(p, m);
+      const double t = check_against_runtime(rows, loop_map(p), m);
+      // Without the cells (each output sent at once) the same order is plain 1F1B, which is faster or equal.
+      GenOptions o;
+      o.stages = p, o.microbatches = m;
+      CHECK(simulated(export_pytorch_csv(generate("1f1b", o), CsvForm::ComputeOnly), m) <= t);
+    }
+  // Schedules without OVERLAP_F_B cells: the model and trainsim agree too (their figures are unchanged).
+  for (const char* kind : {"1f1b", "gpipe", "zbv", "dualpipev"})
+    for (auto [p, m] : {std::pair{2, 4}, std::pair{3, 6}, std::pair{4, 9}}) {
+      CAPTURE(kind);
+      CAPTURE(p);
+      GenOptions o;
+      o.stages = p, o.microbatches = m;
+      const Schedule s = generate(kind, o);
+      const pt::Rows rows = pt::parse_csv(export_pytorch_csv(s, CsvForm::ComputeOnly));
+      const double t = check_against_runtime(rows, s.header.stage_map, m);
+      SimResult g = simulate(s);
+      REQUIRE(g.ok);
+      CHECK(to_seconds(g.trace.makespan()) == t);
+    }
+}
+
+TEST_CASE("pytorch csv: an OVERLAP_F_B cell whose backward needs its forward's sent output cannot run") {
+  // Stage 0's cell (0F0;0B0): 0B0 needs stage 1's backward, which needs A1{0}, which leaves only after the
+  // whole cell. PyTorch's lowering refuses it ("Malformed compute schedule"); so does the import.
+  std::string e;
+  try {
+    import_pytorch_csv("(0F0;0B0)OVERLAP_F_B\n1F0,1B0\n", 1, {}, "cycle.csv");
+  } catch (const std::invalid_argument& x) {
+    e = x.what();
+  }
+  CHECK(e.find("cycle.csv: the schedule cannot run") != std::string::npos);
+  CHECK(e.find("row 1 (rank 0), column 1, cell '0B0' waits for '1B0' (rank 1, column 2)") !=
+        std::string::npos);
+  CHECK_THROWS(pt::lower_send_recv(pt::parse_csv("(0F0;0B0)OVERLAP_F_B\n1F0,1B0\n"), loop_map(2)));
+  // The compute+comms form of it imports as written, and the simulator finds the deadlock: 0SEND_F0 waits
+  // for the compute stream, which waits in 0B0 for rank 1's gradient, which waits for A1{0}.
+  Schedule comms = import_pytorch_csv("0RECV_B0,(0F0;0B0)OVERLAP_F_B,0SEND_F0\n1RECV_F0,1F0,1B0,1SEND_B0\n", 1);
+  SimResult r = simulate(comms);
+  CHECK(!r.ok);
+  CHECK(r.error.find("deadlock") != std::string::npos);
+  // With the forward in a cell of its own the same rows run.
+  CHECK(simulate(import_pytorch_csv("0RECV_B0,0F0,0SEND_F0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", 1)).ok);
 }

@@ -4,6 +4,8 @@
 // PyTorch CSVs whose RECV cells come early.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "schedules/generators.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/pytorch_csv_cells.h"
@@ -272,4 +274,35 @@ TEST_CASE("stream semantics: chains of dependencies as long as the schedule are 
   REQUIRE(r.ok);
   // Unit costs: a forward and a backward take one second each per batch, so the bubble is (p-1)/(m+p-1).
   CHECK(r.summary.bubble_fraction == doctest::Approx(static_cast<double>(p - 1) / (m + p - 1)));
+}
+
+TEST_CASE("stream semantics: a send on a communication stream leaves once the compute issued before it has ended") {
+  // gpipe on 2 stages, rank 0's sends on stream 1: `forward {0}; send A1{0}; forward {1}` sends at t=1. With the
+  // send issued after `forward {1}` it leaves at t=2, when the compute stream reaches it (NCCL's isend waits
+  // for the current stream), though A1{0} exists since t=1; rank 1's forward {0} waits for it.
+  Schedule s = gen("gpipe", 2, 2);
+  for (Op& op : s.ranks[0])
+    if (op.kind == OpKind::Send) op.stream = 1;
+  auto times = [](const Schedule& x) {
+    SimResult r = sim(x);
+    REQUIRE(r.ok);
+    Time send = -1, forward1 = -1;
+    for (const OpRun& run : r.trace.ranks[0])
+      if (run.op.kind == OpKind::Send && send < 0) send = run.start;
+    for (const OpRun& run : r.trace.ranks[1])
+      if (run.op.kind == OpKind::Forward && forward1 < 0) forward1 = run.start;
+    return std::pair{send, forward1};
+  };
+  CHECK(times(s) == std::pair{seconds(1), seconds(1)});
+  // Move `send A1{0}` and its free after the second forward.
+  auto& ops = s.ranks[0];
+  auto send = std::find_if(ops.begin(), ops.end(), [](const Op& op) { return op.kind == OpKind::Send; });
+  REQUIRE(send != ops.end());
+  std::vector<Op> moved(send, send + 2);  // the send and the free after it
+  REQUIRE(moved[1].kind == OpKind::Free);
+  ops.erase(send, send + 2);
+  auto second = std::find_if(ops.begin(), ops.end(), [](const Op& op) { return op.kind == OpKind::Forward && op.batches.contains(1); });
+  REQUIRE(second != ops.end());
+  ops.insert(second + 1, moved.begin(), moved.end());
+  CHECK(times(s) == std::pair{seconds(2), seconds(2)});
 }
