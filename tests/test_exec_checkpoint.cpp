@@ -45,7 +45,8 @@ TEST_CASE("exec checkpoint: save at step 3, resume, and the run is the same bit 
     GenOptions g;
     g.dp = 2, g.layers = 2, g.microbatches = 2, g.stages = 2;
     Schedule s = generate(kind, g);
-    auto dir = fresh_dir(std::string("ckpt-") + kind);
+    ScopedDir scoped(std::string("ckpt-") + kind);
+    const auto& dir = scoped.path;
     exec::ReplayOptions straight = tiny_options(s, 6);
     straight.save_dir = (dir / "straight").string();
     exec::ReplayResult a = exec::replay(s, straight);
@@ -81,7 +82,8 @@ TEST_CASE("exec checkpoint: save at step 3, resume, and the run is the same bit 
 
 TEST_CASE("exec checkpoint: resuming with the wrong run is refused, naming what differs") {
   Schedule s = fsdp2();
-  auto dir = fresh_dir("ckpt-foreign");
+  ScopedDir scoped("ckpt-foreign");
+  const auto& dir = scoped.path;
   exec::ReplayOptions o = tiny_options(s, 4);
   o.stop_after = 2;
   o.save_dir = (dir / "c").string();
@@ -323,7 +325,7 @@ TEST_CASE("exec checkpoint: every field of the manifest is checked, naming the f
   refused([](json& m) { m["step"] = -2; }, "'step' is -2, out of range");
   refused([](json& m) { m["step"] = "2"; }, "'step' is \"2\", not an integer");
   refused([](json& m) { m["step"] = 2.0; }, "'step' is 2.0, not an integer");
-  refused([](json& m) { m["step"] = 1e300; }, "not an integer");
+  refused([](json& m) { m["step"] = 1e300; }, "'step' is 1e+300, not an integer");
   refused([](json& m) { m["data_position"] = 1; }, "'data_position' is 1, out of range (from 2 to 2)");
   refused([](json& m) { m["total_steps"] = 0; }, "'total_steps' is 0, out of range");
   refused([](json& m) { m["total_steps"] = 4294967296LL; }, "'total_steps' is 4294967296, out of range");
@@ -347,7 +349,6 @@ TEST_CASE("exec checkpoint: every field of the manifest is checked, naming the f
   refused([](json& m) { m["version"] = 1; }, "a checkpoint of format version 1, written by an older trainsim");
   refused([](json& m) { m["version"] = 3; }, "a checkpoint of format version 3; this trainsim reads version 2");
   refused([](json& m) { m.erase("format"); }, "not a trainsim checkpoint manifest");
-  refused([](json& m) { m = json::array(); }, "not a trainsim checkpoint manifest");
   // the hash itself must be one; a manifest that is not JSON, or nested without bound, is named as such
   {
     std::ofstream(dir.path / "manifest.json") << "{\"format\": \"trainsim-checkpoint\", \"version\": 2, \"model\": "
@@ -360,6 +361,9 @@ TEST_CASE("exec checkpoint: every field of the manifest is checked, naming the f
     std::ofstream(dir.path / "manifest.json") << m.dump();
     CHECK_THROWS_WITH_AS(exec::read_checkpoint_info(dir.path.string()),
                          contains(file + ": 'sha256' is 'not a hash', not a SHA-256"), exec::CheckpointError);
+    std::ofstream(dir.path / "manifest.json") << "[1, 2]";
+    CHECK_THROWS_WITH_AS(exec::read_checkpoint_info(dir.path.string()), contains(file + ": not a trainsim checkpoint manifest"),
+                         exec::CheckpointError);
     std::ofstream(dir.path / "manifest.json") << good.dump().substr(0, 100);
     CHECK_THROWS_WITH_AS(exec::read_checkpoint_info(dir.path.string()), contains(file + ": not a trainsim checkpoint manifest (not JSON"),
                          exec::CheckpointError);

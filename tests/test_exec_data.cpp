@@ -50,8 +50,8 @@ TEST_CASE("exec data: bytes are tokens, the split is 90/10, microbatches tile th
 TEST_CASE("exec data: missing or tiny corpora are clear errors") {
   CHECK_THROWS_WITH_AS(exec::TokenData({"/nonexistent/file.txt"}), contains("/nonexistent/file.txt"),
                        exec::DataError);
-  auto dir = fresh_dir("tiny-corpus");
-  std::string path = (dir / "t.txt").string();
+  ScopedDir dir("tiny-corpus");
+  std::string path = (dir.path / "t.txt").string();
   {
     std::ofstream f(path);
     f << "hello";
