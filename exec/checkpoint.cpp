@@ -1,31 +1,66 @@
 #include "exec/checkpoint.h"
 
-#include <filesystem>
-#include <fstream>
-#include <cerrno>
+#include <algorithm>
+#include <climits>
 #include <cstring>
-#include <sstream>
+#include <filesystem>
+#include <memory>
+#include <set>
 
 #include <fmt/format.h>
 
+#include "exec/file_io.h"
+#include "exec/sha256.h"
+#include "schedules/input.h"
+#include "schedules/limits.h"
 #include "schedules/text_format.h"
 
 namespace trainsim::exec {
 
 namespace fs = std::filesystem;
-
-std::string fnv1a_hex(const std::string& text) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-  return fmt::format("{:016x}", h);
-}
+using nlohmann::json;
 
 namespace {
 
-std::string rank_file(int r) { return fmt::format("rank{}.bin", r); }
+const std::string kStateMagic = "trainsim-state 1\n";
+constexpr int kMaxManifestDepth = 32;  // a manifest nests 4 levels; model and optimizer settings are flat
+const std::string kManifest = "manifest.json";
+const std::string kManifestTemp = ".manifest.json.tmp";
+
+std::string rank_file_name(int r, const std::string& sha256) { return fmt::format("rank{}-{}.bin", r, sha256.substr(0, 16)); }
+std::string rank_temp_name(int r) { return fmt::format(".rank{}.tmp", r); }
+
+// Whether `name` is one of the files a save writes (or wrote, in format version 1, or left behind when it
+// was killed): the names a later save may remove.
+bool is_checkpoint_file(const std::string& name) {
+  auto digits = [](std::string_view s) {
+    return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  std::string_view s = name;
+  if (s == kManifestTemp) return true;
+  if (s.size() > 5 && s.substr(0, 5) == ".rank" && s.substr(s.size() - 4) == ".tmp")
+    return digits(s.substr(5, s.size() - 9));
+  if (s.size() < 8 || s.substr(0, 4) != "rank" || s.substr(s.size() - 4) != ".bin") return false;
+  s = s.substr(4, s.size() - 8);  // "<R>-<16 hex>" or "<R>" (version 1)
+  const auto dash = s.find('-');
+  if (dash == std::string_view::npos) return digits(s);
+  const std::string_view hex = s.substr(dash + 1);
+  return digits(s.substr(0, dash)) && hex.size() == 16 && hex.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+// A value from a checkpoint as an error message shows it: JSON, non-ASCII escaped, cut.
+std::string show(const json& v) { return shown(v.dump(-1, ' ', true, json::error_handler_t::replace)); }
+// The same, a string without JSON's quotes and escapes (control bytes still escaped).
+std::string plain(const json& v) { return v.is_string() ? shown(v.get_ref<const std::string&>(), 4096) : show(v); }
+
+// The canonical text the manifest's hash covers: the manifest without its "sha256", keys sorted, no spaces.
+std::string canonical(json manifest) {
+  manifest.erase("sha256");
+  return manifest.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string serialize(const HostState& s) {
-  std::string out = "trainsim-state 1\n";
+  std::string out = kStateMagic;
   for (const auto& [t, v] : s) {
     out += fmt::format("{} {}\n", t.str(), v.size() * sizeof(float));
     out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -33,124 +68,302 @@ std::string serialize(const HostState& s) {
   return out;
 }
 
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f << bytes;
-  f.close();
-  if (!f) throw CheckpointError(fmt::format("cannot write '{}': {}", path.string(), std::strerror(errno)));
+// The size of serialize() of a state of this layout.
+std::size_t serialized_size(const StateLayout& layout) {
+  std::size_t n = kStateMagic.size();
+  for (const auto& [t, bytes] : layout) n += fmt::formatted_size("{} {}\n", t.str(), bytes) + bytes;
+  return n;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw CheckpointError(fmt::format("cannot read '{}': {}", path.string(), std::strerror(errno)));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-HostState deserialize(const std::string& bytes, const std::string& name) {
+// Parses a rank file, which must hold every tensor of `layout` once, of its size, and nothing else.
+HostState deserialize(const std::string& bytes, const std::string& name, const StateLayout& layout) {
   auto bad = [&](const std::string& what) { return CheckpointError(fmt::format("{}: {}", name, what)); };
-  const std::string magic = "trainsim-state 1\n";
-  if (bytes.compare(0, magic.size(), magic) != 0) throw bad("not a trainsim state file");
+  if (bytes.compare(0, kStateMagic.size(), kStateMagic) != 0) throw bad("not a trainsim state file");
   HostState s;
-  std::size_t pos = magic.size();
+  std::size_t pos = kStateMagic.size();
   while (pos < bytes.size()) {
-    std::size_t nl = bytes.find('\n', pos);
-    if (nl == std::string::npos || nl - pos > 200) throw bad("malformed tensor header");
-    std::string line = bytes.substr(pos, nl - pos);
-    std::size_t sp = line.rfind(' ');
-    if (sp == std::string::npos) throw bad("malformed tensor header '" + line + "'");
+    const std::size_t nl = bytes.find('\n', pos);
+    if (nl == std::string::npos || nl - pos > 200)
+      throw bad(fmt::format("malformed tensor header at byte {}", pos));
+    const std::string line = bytes.substr(pos, nl - pos);
+    const std::size_t sp = line.rfind(' ');
+    const std::string size_text = sp == std::string::npos ? "" : line.substr(sp + 1);
+    if (size_text.empty() || size_text.size() > 18 || size_text.find_first_not_of("0123456789") != std::string::npos)
+      throw bad(fmt::format("malformed tensor header '{}' at byte {}", shown(line), pos));
     Tensor t;
-    std::size_t n = 0;
     try {
       t = parse_tensor(line.substr(0, sp));
-      n = std::stoul(line.substr(sp + 1));
     } catch (const std::exception& e) {
-      throw bad(fmt::format("malformed tensor header '{}': {}", line, e.what()));
+      throw bad(fmt::format("malformed tensor header '{}' at byte {}: {}", shown(line), pos, shown(e.what(), 300)));
     }
+    const std::size_t n = std::stoull(size_text);
     pos = nl + 1;
-    if (n % sizeof(float) != 0 || n > bytes.size() - pos) throw bad(fmt::format("{} is truncated", t.str()));
+    auto want = layout.find(t);
+    if (want == layout.end()) throw bad(fmt::format("it holds {}, which this run's rank does not carry", t.str()));
+    if (s.count(t)) throw bad(fmt::format("it holds {} twice", t.str()));
+    if (n != want->second)
+      throw bad(fmt::format("its {} is {} bytes, this run's is {} bytes", t.str(), n, want->second));
+    if (n > bytes.size() - pos) throw bad(fmt::format("{} is truncated", t.str()));
     std::vector<float> v(n / sizeof(float));
     std::memcpy(v.data(), bytes.data() + pos, n);
     pos += n;
-    s[t] = std::move(v);
+    s.emplace(t, std::move(v));
   }
+  for (const auto& [t, n] : layout)
+    if (!s.count(t)) throw bad(fmt::format("it has no {}", t.str()));
   return s;
+}
+
+// The manifest's fields, each checked: present, of its type, in range. Messages name the file and field.
+struct Fields {
+  const json& m;
+  std::string file;
+
+  CheckpointError error(const std::string& what) const { return CheckpointError(fmt::format("{}: {}", file, what)); }
+  const json& at(const char* field) const {
+    if (!m.contains(field)) throw error(fmt::format("the field '{}' is missing", field));
+    return m[field];
+  }
+  long long integer(const char* field, long long lo, long long hi) const {
+    const json& v = at(field);
+    if (!v.is_number_integer()) throw error(fmt::format("'{}' is {}, not an integer", field, show(v)));
+    const bool above = v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(LLONG_MAX);
+    if (above || v.get<long long>() < lo || v.get<long long>() > hi)
+      throw error(fmt::format("'{}' is {}, out of range (from {} to {})", field, show(v), lo, hi));
+    return v.get<long long>();
+  }
+  std::string text(const char* field, std::size_t max_bytes) const {
+    const json& v = at(field);
+    if (!v.is_string()) throw error(fmt::format("'{}' is {}, not a string", field, show(v)));
+    if (v.get_ref<const std::string&>().size() > max_bytes)
+      throw error(fmt::format("'{}' is longer than {} bytes", field, max_bytes));
+    return v.get<std::string>();
+  }
+  std::string hash(const char* field) const {
+    std::string h = text(field, 64);
+    if (!is_sha256_hex(h)) throw error(fmt::format("'{}' is '{}', not a SHA-256 (64 lowercase hex digits)", field, shown(h)));
+    return h;
+  }
+  const json& object(const char* field) const {
+    const json& v = at(field);
+    if (!v.is_object()) throw error(fmt::format("'{}' is {}, not an object", field, show(v)));
+    return v;
+  }
+};
+
+// What differs between two JSON objects (model or optimizer settings): "dim 16 in the checkpoint, 32 now".
+std::string object_diff(const json& saved, const json& now) {
+  std::string out;
+  int listed = 0, more = 0;
+  auto add = [&](const std::string& k, const std::string& a, const std::string& b) {
+    if (listed++ < 5) out += fmt::format("{}{} {} in the checkpoint, {} now", out.empty() ? "" : "; ", shown(k), a, b);
+    else ++more;
+  };
+  if (!saved.is_object() || !now.is_object()) return fmt::format("{} in the checkpoint, {} now", show(saved), show(now));
+  for (const auto& [k, v] : now.items())
+    if (!saved.contains(k)) add(k, "nothing", show(v));
+    else if (saved[k] != v) add(k, show(saved[k]), show(v));
+  for (const auto& [k, v] : saved.items())
+    if (!now.contains(k)) add(k, show(v), "nothing");
+  if (more > 0) out += fmt::format("; and {} more", more);
+  return out;
+}
+
+// The corpus files of a TokenData::identity(), as a message lists them.
+std::string corpus_files(const json& data) {
+  if (!data.is_object() || !data.contains("files") || !data["files"].is_array()) return show(data);
+  const json& files = data["files"];
+  std::string out;
+  for (std::size_t i = 0; i < files.size() && i < 3; ++i)
+    out += fmt::format("{}'{}'", i ? ", " : "", files[i].is_object() && files[i].contains("path") ? plain(files[i]["path"]) : show(files[i]));
+  if (files.size() > 3) out += fmt::format(" and {} more", files.size() - 3);
+  if (data.contains("bytes")) out += fmt::format(" ({} bytes)", plain(data["bytes"]));
+  return out;
+}
+
+// What differs between the corpus a checkpoint was made on and this run's (TokenData::identity() both).
+std::string data_diff(const json& saved, const json& now) {
+  auto field = [](const json& j, const char* k) { return j.is_object() && j.contains(k) ? j[k] : json(); };
+  const json a = field(saved, "files"), b = field(now, "files");
+  bool same_paths = a.is_array() && b.is_array() && a.size() == b.size();
+  for (std::size_t i = 0; same_paths && i < a.size(); ++i) same_paths = field(a[i], "path") == field(b[i], "path");
+  if (!same_paths)
+    return fmt::format("it was made on other data: {}; this run reads {}", corpus_files(saved), corpus_files(now));
+  std::string first;
+  int differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    if (differ++ == 0)
+      first = fmt::format("the corpus differs: '{}' had {} bytes, sha256 {} in the checkpoint; now {} bytes, sha256 {}",
+                          plain(field(b[i], "path")), plain(field(a[i], "bytes")), plain(field(a[i], "sha256")),
+                          plain(field(b[i], "bytes")), plain(field(b[i], "sha256")));
+  }
+  if (differ > 1) first += fmt::format(" (and {} more of its files differ)", differ - 1);
+  if (differ > 0) return first;
+  return fmt::format("the corpus differs: sha256 {} in the checkpoint, now {}", plain(field(saved, "sha256")),
+                     plain(field(now, "sha256")));
 }
 
 }  // namespace
 
 void save_checkpoint(const std::string& dir, const CheckpointInfo& info, const std::vector<HostState>& ranks) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw CheckpointError(fmt::format("cannot create '{}': {}", dir, ec.message()));
-  nlohmann::ordered_json m;
-  m["format"] = "trainsim-checkpoint";
-  m["version"] = 1;
-  m["step"] = info.step;
-  m["total_steps"] = info.total_steps;
-  m["schedule_hash"] = info.schedule_hash;
-  m["schedule"] = info.schedule_name;
-  m["world_size"] = info.world_size;
-  m["seed"] = info.seed;
-  m["model"] = info.model;
-  m["optimizer"] = info.optimizer;
-  m["data"] = info.data;
-  m["data_position"] = info.step;  // microbatch b of step s is a function of (s, b): the step is the position
-  nlohmann::ordered_json files = nlohmann::ordered_json::array();
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    std::string bytes = serialize(ranks[r]);
-    write_file(fs::path(dir) / rank_file(static_cast<int>(r)), bytes);
-    files.push_back({{"file", rank_file(static_cast<int>(r))}, {"fnv1a", fnv1a_hex(bytes)}});
+  if (info.world_size < 1 || static_cast<int>(ranks.size()) != info.world_size)
+    throw CheckpointError(fmt::format("cannot save a checkpoint of {} ranks' states for a world of {}", ranks.size(),
+                                      info.world_size));
+  auto failed = [&](const std::string& why, const std::string& state) {
+    return CheckpointError(fmt::format("cannot save the checkpoint in '{}': {}; {}", shown(dir, 4096), why, state));
+  };
+  std::unique_ptr<DirectoryWriter> w;
+  try {
+    w = std::make_unique<DirectoryWriter>(dir);
+  } catch (const FileError& e) {
+    throw failed(e.what(), "nothing was written");
   }
-  m["ranks"] = files;
-  write_file(fs::path(dir) / "manifest.json", m.dump(2) + "\n");
+  const std::vector<std::string> before = w->names();
+  const bool had_checkpoint = std::binary_search(before.begin(), before.end(), kManifest);
+  std::vector<std::string> created;  // files of this save that were not there before
+  std::set<std::string> kept;        // the files of the new checkpoint
+  bool committed = false;
+  try {
+    json files = json::array();
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      const std::string bytes = serialize(ranks[r]);
+      const std::string sha = sha256_hex(bytes);
+      const std::string name = rank_file_name(static_cast<int>(r), sha);
+      // A name already there holds these bytes (the name is their hash): it is rewritten, not removed on failure.
+      const bool existed = std::binary_search(before.begin(), before.end(), name);
+      w->write_atomically(rank_temp_name(static_cast<int>(r)), name, bytes);
+      if (!existed) created.push_back(name);
+      kept.insert(name);
+      files.push_back({{"file", name}, {"bytes", bytes.size()}, {"sha256", sha}});
+    }
+    w->sync();  // the rank files' names are durable before the manifest names them
+    json m;
+    m["format"] = "trainsim-checkpoint";
+    m["version"] = kCheckpointVersion;
+    m["step"] = info.step;
+    m["total_steps"] = info.total_steps;
+    m["schedule_hash"] = info.schedule_hash;
+    m["schedule"] = info.schedule_name;
+    m["world_size"] = info.world_size;
+    m["seed"] = info.seed;
+    m["model"] = info.model;
+    m["optimizer"] = info.optimizer;
+    m["data"] = info.data;
+    m["data_position"] = info.step;  // microbatch b of step s is a function of (s, b): the step is the position
+    m["ranks"] = files;
+    // The hash is taken over the manifest as it will be read back: strings that are not UTF-8 are written
+    // with U+FFFD in their place.
+    m = json::parse(m.dump(-1, ' ', false, json::error_handler_t::replace));
+    m["sha256"] = sha256_hex(canonical(m));
+    w->write_atomically(kManifestTemp, kManifest, m.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+    committed = true;
+    w->sync();
+  } catch (const std::exception& e) {
+    if (committed)  // the new checkpoint is in place, but its last rename may not survive a crash
+      throw failed(e.what(), "the new checkpoint is in place but may not survive a crash of the machine");
+    for (const std::string& name : created) w->remove(name);
+    throw failed(e.what(), had_checkpoint ? "the checkpoint that was there is unchanged" : "no checkpoint was saved");
+  }
+  // The previous save's files, and what a killed save left behind. Best effort: a file that stays is
+  // ignored by readers (only the manifest's files are read) and removed by the next save.
+  for (const std::string& name : w->names())
+    if (is_checkpoint_file(name) && !kept.count(name)) w->remove(name);
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "manifest.json";
-  std::string text = read_file(path);
-  CheckpointInfo info;
+  const std::string path = shown((fs::path(dir) / kManifest).string(), 4096);
+  std::string text;
   try {
-    nlohmann::json m = nlohmann::json::parse(text);
-    if (m.at("format") != "trainsim-checkpoint" || m.at("version") != 1)
-      throw CheckpointError(fmt::format("{}: not a trainsim checkpoint (version 1)", path.string()));
-    info.step = m.at("step").get<int>();
-    info.total_steps = m.at("total_steps").get<int>();
-    info.schedule_hash = m.at("schedule_hash").get<std::string>();
-    info.schedule_name = m.at("schedule").get<std::string>();
-    info.world_size = m.at("world_size").get<int>();
-    info.seed = m.at("seed").get<std::uint64_t>();
-    info.model = m.at("model");
-    info.optimizer = m.at("optimizer");
-    info.data = m.at("data");
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(fmt::format("{}: {}", path.string(), e.what()));
+    append_regular_file((fs::path(dir) / kManifest).string(), kMaxManifestBytes, text, "the checkpoint's manifest");
+  } catch (const FileError& e) {
+    throw CheckpointError(e.what());
+  }
+  json m;
+  try {
+    // A bound on the nesting: nlohmann::json parses without recursion, but dump() and == recurse, so a
+    // manifest of a million '[' would overflow the stack when its hash is computed.
+    m = json::parse(text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxManifestDepth)
+        throw CheckpointError(fmt::format("{}: not a trainsim checkpoint manifest (nested deeper than {} levels)", path,
+                                          kMaxManifestDepth));
+      return true;
+    });
+  } catch (const json::exception& e) {
+    throw CheckpointError(fmt::format("{}: not a trainsim checkpoint manifest (not JSON: {})", path, e.what()));
+  }
+  if (!m.is_object() || !m.contains("format") || m["format"] != "trainsim-checkpoint")
+    throw CheckpointError(fmt::format("{}: not a trainsim checkpoint manifest (no \"format\": \"trainsim-checkpoint\")", path));
+  const Fields f{m, path};
+  const long long version = f.integer("version", 0, LLONG_MAX);
+  if (version == 1)
+    throw CheckpointError(fmt::format("{}: a checkpoint of format version 1, written by an older trainsim, whose manifest "
+                                      "has no hash; this trainsim reads version {} only (save the run again)",
+                                      path, kCheckpointVersion));
+  if (version != kCheckpointVersion)
+    throw CheckpointError(fmt::format("{}: a checkpoint of format version {}; this trainsim reads version {}", path,
+                                      version, kCheckpointVersion));
+  const std::string hash = f.hash("sha256");
+  if (sha256_hex(canonical(m)) != hash)
+    throw CheckpointError(fmt::format("{}: the manifest does not match its hash: it was edited or damaged", path));
+
+  CheckpointInfo info;
+  info.total_steps = static_cast<int>(f.integer("total_steps", 1, INT_MAX));
+  info.step = static_cast<int>(f.integer("step", 1, info.total_steps));
+  f.integer("data_position", info.step, info.step);  // the step is the position in the data
+  info.world_size = static_cast<int>(f.integer("world_size", 1, kMaxWorldSize));
+  const json& seed = f.at("seed");
+  if (!seed.is_number_unsigned()) throw f.error(fmt::format("'seed' is {}, not an integer from 0 to 2^64-1", show(seed)));
+  info.seed = seed.get<std::uint64_t>();
+  info.schedule_hash = f.hash("schedule_hash");
+  info.schedule_name = f.text("schedule", 4096);
+  info.model = f.object("model");
+  info.optimizer = f.object("optimizer");
+  info.data = f.object("data");
+  const json& ranks = f.at("ranks");
+  if (!ranks.is_array() || ranks.size() != static_cast<std::size_t>(info.world_size))
+    throw f.error(fmt::format("'ranks' is not a list of {} rank files (one per rank)", info.world_size));
+  for (int r = 0; r < info.world_size; ++r) {
+    const json& e = ranks[static_cast<std::size_t>(r)];
+    if (!e.is_object()) throw f.error(fmt::format("the entry of rank {} in 'ranks' is {}, not an object", r, show(e)));
+    const Fields rf{e, fmt::format("{}: rank {}", path, r)};
+    RankFile file;
+    file.sha256 = rf.hash("sha256");
+    file.bytes = static_cast<std::uint64_t>(rf.integer("bytes", 1, LLONG_MAX));
+    file.name = rf.text("file", 64);
+    if (file.name != rank_file_name(r, file.sha256))
+      throw rf.error(fmt::format("the file is named '{}', not '{}' (rank{}-<the first 16 digits of its sha256>.bin)",
+                                 shown(file.name), rank_file_name(r, file.sha256), r));
+    info.rank_files.push_back(std::move(file));
   }
   return info;
 }
 
-std::vector<HostState> read_checkpoint_states(const std::string& dir, int world_size) {
-  const fs::path mpath = fs::path(dir) / "manifest.json";
-  nlohmann::json m;
-  try {
-    m = nlohmann::json::parse(read_file(mpath));
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(fmt::format("{}: {}", mpath.string(), e.what()));
-  }
+std::vector<HostState> read_checkpoint_states(const std::string& dir, const CheckpointInfo& info,
+                                              const std::vector<StateLayout>& layouts) {
+  if (info.rank_files.size() != layouts.size())
+    throw CheckpointError(fmt::format("the checkpoint in '{}' has {} ranks, this run {}", shown(dir, 4096),
+                                      info.rank_files.size(), layouts.size()));
   std::vector<HostState> out;
-  for (int r = 0; r < world_size; ++r) {
-    const fs::path path = fs::path(dir) / rank_file(r);
-    std::string bytes = read_file(path);
-    std::string want;
+  for (std::size_t r = 0; r < layouts.size(); ++r) {
+    const RankFile& file = info.rank_files[r];
+    const std::string path = (fs::path(dir) / file.name).string(), name = shown(path, 4096);
+    const std::size_t want = serialized_size(layouts[r]);
+    if (file.bytes != want)
+      throw CheckpointError(fmt::format("{}: the manifest says it holds {} bytes, but rank {}'s state in this run takes "
+                                        "{} bytes",
+                                        name, file.bytes, r, want));
+    std::string bytes;
     try {
-      want = m.at("ranks").at(r).at("fnv1a").get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      throw CheckpointError(fmt::format("{}: no hash for rank {}: {}", mpath.string(), r, e.what()));
+      append_regular_file(path, want, bytes, "the checkpoint file");
+    } catch (const FileError& e) {
+      throw CheckpointError(e.what());
     }
-    if (fnv1a_hex(bytes) != want)
-      throw CheckpointError(fmt::format("{}: the file is corrupt (its hash differs from the manifest's)", path.string()));
-    out.push_back(deserialize(bytes, path.string()));
+    if (bytes.size() != want)
+      throw CheckpointError(fmt::format("{}: the file holds {} bytes, the manifest says {}", name, bytes.size(), want));
+    if (sha256_hex(bytes) != file.sha256)
+      throw CheckpointError(fmt::format("{}: the file is corrupt (its SHA-256 differs from the manifest's)", name));
+    out.push_back(deserialize(bytes, name, layouts[r]));
   }
   return out;
 }
@@ -158,14 +371,15 @@ std::vector<HostState> read_checkpoint_states(const std::string& dir, int world_
 std::string checkpoint_mismatch(const CheckpointInfo& saved, const CheckpointInfo& now) {
   if (saved.schedule_hash != now.schedule_hash)
     return fmt::format("it was made with another schedule ('{}', hash {}; this one is '{}', hash {})",
-                       saved.schedule_name, saved.schedule_hash, now.schedule_name, now.schedule_hash);
+                       shown(saved.schedule_name, 4096), saved.schedule_hash, shown(now.schedule_name, 4096),
+                       now.schedule_hash);
   if (saved.world_size != now.world_size)
     return fmt::format("it has {} ranks, the schedule {}", saved.world_size, now.world_size);
-  if (saved.model != now.model) return fmt::format("it was made with another model ({})", saved.model.dump());
+  if (saved.model != now.model) return fmt::format("it was made with another model ({})", object_diff(saved.model, now.model));
   if (saved.optimizer != now.optimizer)
-    return fmt::format("it was made with other optimizer settings ({})", saved.optimizer.dump());
+    return fmt::format("it was made with other optimizer settings ({})", object_diff(saved.optimizer, now.optimizer));
   if (saved.seed != now.seed) return fmt::format("it was made with seed {}, not {}", saved.seed, now.seed);
-  if (saved.data != now.data) return fmt::format("it was made on other data ({})", saved.data.dump());
+  if (saved.data != now.data) return data_diff(saved.data, now.data);
   if (saved.total_steps != now.total_steps)
     return fmt::format("it was made for a {}-step run (the learning-rate schedule); pass --steps {}", saved.total_steps,
                        saved.total_steps);

@@ -5,50 +5,47 @@
 
 #include <fmt/format.h>
 
-// Boost.Interprocess (header-only, libboost-dev): portable read-only memory mapping of the corpus files.
-#include <boost/interprocess/file_mapping.hpp>
-#include <boost/interprocess/mapped_region.hpp>
+#include "exec/file_io.h"
+#include "exec/sha256.h"
+#include "schedules/input.h"
 
 namespace trainsim::exec {
 
-namespace bip = boost::interprocess;
+namespace {
 
-struct TokenData::Mapping {
-  bip::file_mapping file;
-  bip::mapped_region region;
-  const unsigned char* bytes = nullptr;
-  long size = 0;
-};
+// `text` with every byte sequence that is not UTF-8 replaced by U+FFFD (nlohmann::json's own check), so
+// that a path can go into JSON.
+std::string valid_utf8(const std::string& text) {
+  return nlohmann::json::parse(nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
+}
 
-TokenData::TokenData(std::vector<std::string> files) : files_(std::move(files)) {
+}  // namespace
+
+TokenData::TokenData(std::vector<std::string> files, std::size_t limit) : files_(std::move(files)) {
+  Sha256 stream;
   for (const std::string& path : files_) {
-    std::error_code ec;
-    auto size = std::filesystem::file_size(path, ec);
-    if (ec) throw DataError(fmt::format("cannot read the corpus file '{}': {}", path, ec.message()));
-    offsets_.push_back(size_);
-    if (size == 0) {
-      maps_.push_back(std::make_unique<Mapping>());
-      continue;
-    }
-    auto m = std::make_unique<Mapping>();
+    const std::size_t before = bytes_.size();
     try {
-      m->file = bip::file_mapping(path.c_str(), bip::read_only);
-      m->region = bip::mapped_region(m->file, bip::read_only);
-    } catch (const bip::interprocess_exception& e) {
-      throw DataError(fmt::format("cannot map the corpus file '{}': {}", path, e.what()));
+      // What is left of the limit for this file: the files together hold at most `limit` bytes.
+      append_regular_file(path, limit - before, bytes_, "the corpus file");
+    } catch (const FileTooLargeError& e) {
+      throw DataError(fmt::format("the corpus is too large: with the corpus file '{}' ({} bytes) it holds {} bytes, "
+                                  "more than the limit of {} (the corpus is read into memory)",
+                                  shown(path, 4096), e.bytes, before + e.bytes, byte_size_text(limit)));
+    } catch (const FileError& e) {
+      throw DataError(e.what());
     }
-    m->bytes = static_cast<const unsigned char*>(m->region.get_address());
-    m->size = static_cast<long>(m->region.get_size());
-    size_ += m->size;
-    maps_.push_back(std::move(m));
+    const std::string_view added(bytes_.data() + before, bytes_.size() - before);
+    file_bytes_.push_back(added.size());
+    file_sha256_.push_back(sha256_hex(added));
+    stream.update(added);
   }
+  sha256_ = stream.hex();
+  size_ = static_cast<long>(bytes_.size());
   if (size_ == 0) throw DataError("the corpus is empty (no bytes in the data files)");
   train_ = size_ - size_ / 10;
 }
-
-TokenData::TokenData(TokenData&&) noexcept = default;
-TokenData& TokenData::operator=(TokenData&&) noexcept = default;
-TokenData::~TokenData() = default;
 
 std::vector<std::string> TokenData::default_files() {
   const std::filesystem::path dir = "/usr/share/games/fortunes";
@@ -67,12 +64,7 @@ std::vector<std::string> TokenData::default_files() {
   return files;
 }
 
-int TokenData::token(long i) const {
-  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), i);
-  std::size_t f = static_cast<std::size_t>(it - offsets_.begin()) - 1;
-  while (maps_[f]->size == 0 || i - offsets_[f] >= maps_[f]->size) ++f;  // skip empty files
-  return maps_[f]->bytes[i - offsets_[f]];
-}
+int TokenData::token(long i) const { return static_cast<unsigned char>(bytes_[static_cast<std::size_t>(i)]); }
 
 void TokenData::check_fits(const ModelConfig& m) const {
   if (train_ < m.seq + 2 || size_ - train_ < m.seq + 2)
@@ -111,6 +103,13 @@ void TokenData::validation_batch(const ModelConfig& m, long index, int* tokens, 
 std::string TokenData::describe() const {
   return fmt::format("{:L} bytes from {} file{} ({:L} training, {:L} validation)", size_, files_.size(),
                      files_.size() == 1 ? "" : "s", train_, size_ - train_);
+}
+
+nlohmann::json TokenData::identity() const {
+  nlohmann::json files = nlohmann::json::array();
+  for (std::size_t i = 0; i < files_.size(); ++i)
+    files.push_back({{"path", valid_utf8(files_[i])}, {"bytes", file_bytes_[i]}, {"sha256", file_sha256_[i]}});
+  return {{"bytes", size_}, {"sha256", sha256_}, {"files", files}};
 }
 
 }  // namespace trainsim::exec

@@ -17,6 +17,7 @@
 #include "exec/job_wire.h"
 #include "exec/reference.h"
 #include "exec/rank_executor.h"
+#include "exec/sha256.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 
@@ -29,12 +30,12 @@ using Clock = std::chrono::steady_clock;
 CheckpointInfo describe_run(const Schedule& s, const ReplayOptions& o, const TokenData& data) {
   CheckpointInfo info;
   info.total_steps = o.steps;
-  info.schedule_hash = fnv1a_hex(print_schedule(s));
+  info.schedule_hash = sha256_hex(print_schedule(s));
   info.schedule_name = o.schedule_name;
   info.world_size = s.header.world_size;
   info.model = to_json(o.model);
   info.optimizer = to_json(o.optimizer);
-  info.data = nlohmann::json{{"files", data.files()}, {"bytes", data.size()}};
+  info.data = data.identity();  // paths, sizes and SHA-256 of the bytes
   info.seed = o.seed;
   return info;
 }
@@ -405,7 +406,10 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
       if (std::string why = checkpoint_mismatch(was, info); !why.empty())
         throw CheckpointError(fmt::format("cannot resume from '{}': {}", o.resume_dir, why));
       first = was.step;
-      saved = read_checkpoint_states(o.resume_dir, schedule.header.world_size);
+      std::vector<StateLayout> layouts(plan.ranks.size());  // what each rank's file must hold
+      for (std::size_t r = 0; r < plan.ranks.size(); ++r)
+        for (const Tensor& t : plan.ranks[r].state) layouts[r][t] = shapes.bytes(t);
+      saved = read_checkpoint_states(o.resume_dir, was, layouts);
     }
     res.first_step = first;
     if (last <= first)

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_helpers.h"
 #include "exec/cpu/cpu_device.h"
 #include "exec/cpu/tcp_comm.h"
 #include "exec/cpu/thread_comm.h"
@@ -381,9 +382,9 @@ TEST_CASE("trainsim launch: 4 processes replay a 1F1B schedule with the threaded
   }
   CHECK(jb["peak_bytes"].size() == 4);
   for (int r = 0; r < 4; ++r) {
-    const std::string f = "rank" + std::to_string(r) + ".bin";
-    CHECK_MESSAGE(slurp(threaded / f) == slurp(launched / f), f);
-    CHECK(!slurp(launched / f).empty());
+    const fs::path f = checkpoint_rank_file(launched, r);
+    CHECK_MESSAGE(slurp(checkpoint_rank_file(threaded, r)) == slurp(f), f);
+    CHECK(!slurp(f).empty());
   }
 }
 
