@@ -401,13 +401,15 @@ int Job::run() {
       if (open_streams() == 0) break;
       if (!drain_until_) drain_until_ = Clock::now() + kDrain;
       if (Clock::now() >= *drain_until_ || (g_signals != signals_seen_)) {
-        for (int r = 0; r < started_; ++r)
-          for (int w : {0, 1})
-            if (ranks_[r].fd[w] >= 0) {
-              say("rank {}'s {} is still open {} s after it ended (a process it started holds it); not reading on", r,
-                  w == 0 ? "stdout" : "stderr", kDrain.count());
-              close_stream(r, w);
-            }
+        for (int r = 0; r < started_; ++r) {
+          const bool out = ranks_[r].fd[0] >= 0, err = ranks_[r].fd[1] >= 0;
+          if (!out && !err) continue;
+          say("rank {}'s {} still open {} s after it ended (a process it started, outside its process group, "
+              "holds it): not reading on", r, out && err ? "stdout and stderr are" : out ? "stdout is" : "stderr is",
+              kDrain.count());
+          close_stream(r, 0);
+          close_stream(r, 1);
+        }
         on_signals();
         break;
       }
@@ -503,7 +505,7 @@ CLI::Validator seconds_up_to(double max) {
           return fmt::format("expected a number of seconds from 0 to {:g}, got '{}'", max, value);
         return {};
       },
-      fmt::format("0..{:g} s", max));
+      fmt::format("0..{:g}", max));
 }
 
 }  // namespace

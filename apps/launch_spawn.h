@@ -3,8 +3,8 @@
 // Each rank runs in a process group of its own (so that stopping it also stops what it started, and Ctrl-C
 // at the terminal reaches only the launcher, which stops the ranks in order), with SIGKILL as its parent-death
 // signal (so that it dies with the launcher, even when the launcher is killed with SIGKILL), standard input
-// from /dev/null, its stdout and stderr on pipes to the launcher, and no other descriptor of the launcher's
-// (every descriptor the launcher opens is close-on-exec). SIGPIPE and the signals the launcher handles are at
+// from /dev/null, its stdout and stderr on pipes to the launcher, and no other descriptor the launcher opened
+// (they are all close-on-exec; what the launcher itself inherited is passed on, as a shell does). SIGPIPE and the signals the launcher handles are at
 // their defaults again in the rank, and its signal mask is the launcher's original one.
 #pragma once
 

@@ -28,6 +28,7 @@ struct LaunchIo {
   int stdout_fd = -1;              ///< its stdout instead of `out` (e.g. a pipe's write end)
   int stdin_fd = -1;               ///< its stdin (-1: /dev/null)
   long nofile = 0;                 ///< its RLIMIT_NOFILE, soft and hard (0: unchanged)
+  bool close_stdout = false;       ///< start it with descriptor 1 closed
 };
 
 /// A launcher started by start_launch.
@@ -50,6 +51,7 @@ inline Launcher start_launch(const std::vector<std::string>& args, const LaunchI
     const int err = open_or_null(io.err, O_WRONLY | O_CREAT | O_TRUNC);
     if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
     close_range(3, ~0U, 0);  // nothing of the test process's leaks into the launcher and its ranks
+    if (io.close_stdout) close(1);
     if (io.nofile > 0) {
       const rlimit lim{static_cast<rlim_t>(io.nofile), static_cast<rlim_t>(io.nofile)};
       if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(126);

@@ -194,6 +194,36 @@ TEST_CASE("launch: what a rank leaves running in its process group ends with it"
   fs::remove_all(dir);
 }
 
+TEST_CASE("launch: a process that left a rank's process group cannot keep the launcher reading its output") {
+  OrphanCatcher catcher;  // (it is not ended by the launcher: this ends it)
+  const fs::path dir = fresh_dir("launch-escaped");
+  const std::string ready = (dir / "ready").string();
+  Run r = run_launch(launch_sh({"--nproc", "1"}, fmt::format("setsid sh -c 'echo > {0}; exec sleep 300' & "
+                                                             "while [ ! -e {0} ]; do sleep 0.05; done; echo x",
+                                                             ready)),
+                     dir, {}, 120s);
+  CHECK(r.in_time);
+  CHECK(r.launcher.exit_code == 0);
+  CHECK(r.out == "[rank 0] x\n");
+  CHECK(r.err ==
+        "trainsim launch: rank 0's stdout and stderr are still open 5 s after it ended (a process it started, outside "
+        "its process group, holds it): not reading on\n");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("launch: started with its stdout closed, the launcher does not hand that descriptor to a rank's pipe") {
+  const fs::path dir = fresh_dir("launch-nostdout");
+  LaunchIo io;
+  io.close_stdout = true;
+  Run r = run_launch(launch_sh({"--nproc", "2"}, "echo out; echo err >&2"), dir, io);
+  INFO(r.err);
+  CHECK(r.launcher.exit_code == 0);
+  auto err = lines_of(r.err);
+  std::sort(err.begin(), err.end());
+  CHECK(err == std::vector<std::string>{"[rank 0] err", "[rank 1] err"});  // (not "echo: I/O error")
+  fs::remove_all(dir);
+}
+
 TEST_CASE("launch: a rank that ignores SIGTERM is killed 5 s later") {
   OrphanCatcher catcher;
   const fs::path dir = fresh_dir("launch-stubborn");
