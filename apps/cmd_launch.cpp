@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -130,6 +131,20 @@ void ensure_standard_descriptors() {
     }
 }
 
+// The launcher keeps two descriptors per rank. A soft limit below that (1024 is common) is raised as far as
+// the hard limit allows, for the launcher only; the original limit is returned (the ranks get it back).
+rlimit raise_descriptor_limit(long needed) {
+  rlimit original{};
+  if (getrlimit(RLIMIT_NOFILE, &original) != 0) return original;
+  if (original.rlim_cur != RLIM_INFINITY && original.rlim_cur < static_cast<rlim_t>(needed)) {
+    rlimit raised = original;
+    raised.rlim_cur = original.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(needed)
+                                                          : std::min(original.rlim_max, static_cast<rlim_t>(needed));
+    setrlimit(RLIMIT_NOFILE, &raised);
+  }
+  return original;
+}
+
 struct Rank {
   pid_t pid = -1;
   bool running = false;
@@ -151,7 +166,7 @@ class Job {
   void say(fmt::format_string<Args...> f, Args&&... args) {
     err_.write(fmt::format("{}: {}\n", kCmd, fmt::format(f, std::forward<Args>(args)...)));
   }
-  bool start_all(const sigset_t& mask);
+  bool start_all(RankSetup setup);
   void reap();
   void ended(int r, int status);
   void announce(int r, int code, const std::string& how);
@@ -192,11 +207,11 @@ std::vector<int> Job::running_ranks() const {
   return r;
 }
 
-bool Job::start_all(const sigset_t& mask) {
+bool Job::start_all(RankSetup setup) {
   const std::vector<std::string> ours = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",    "LOCAL_WORLD_SIZE",
                                          "MASTER_ADDR", "MASTER_PORT", "TRAINSIM_TOKEN"};
   const std::vector<std::string> base = environment_without(ours);
-  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);  // every rank's stdin
+  const int null_fd = setup.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);  // every rank's stdin
   if (null_fd < 0) {
     say("cannot open /dev/null: {}", std::strerror(errno));
     decided_ = true;
@@ -213,7 +228,7 @@ bool Job::start_all(const sigset_t& mask) {
     env.push_back("MASTER_ADDR=127.0.0.1");
     env.push_back(fmt::format("MASTER_PORT={}", port_));
     env.push_back("TRAINSIM_TOKEN=" + token_);
-    auto result = start_rank(argv_, env, mask, null_fd);
+    auto result = start_rank(argv_, env, setup);
     if (auto* e = std::get_if<StartError>(&result)) {
       std::string hint;
       if (e->what.find(std::strerror(EMFILE)) != std::string::npos)
@@ -375,10 +390,11 @@ int Job::run() {
   struct sigaction ign{};
   ign.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ign, &old_pipe);  // a closed stdout is an error to report (Sink), not a reason to die
-  sigset_t mask;
-  sigprocmask(SIG_SETMASK, nullptr, &mask);
+  RankSetup setup{};
+  sigprocmask(SIG_SETMASK, nullptr, &setup.mask);
+  setup.nofile = raise_descriptor_limit(2 * a_.nproc + 16);
 
-  start_all(mask);
+  start_all(setup);
 
   for (;;) {
     reap();

@@ -27,8 +27,8 @@ struct Failure {
 
 // Between fork and exec the child calls only async-signal-safe functions; everything it needs (argv, the
 // environment) was built by the parent. It never returns.
-[[noreturn]] void become_rank(char* const argv[], char* const envp[], int null_fd, int out_w, int err_w,
-                              int status_w, pid_t launcher, const sigset_t& original_mask) {
+[[noreturn]] void become_rank(char* const argv[], char* const envp[], const RankSetup& setup, int out_w, int err_w,
+                              int status_w, pid_t launcher) {
   auto fail = [status_w](Step step) {
     const Failure f{step, errno};
     (void)!write(status_w, &f, sizeof f);
@@ -37,13 +37,14 @@ struct Failure {
   struct sigaction dfl{};
   dfl.sa_handler = SIG_DFL;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaction(sig, &dfl, nullptr);
-  sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+  sigprocmask(SIG_SETMASK, &setup.mask, nullptr);
+  setrlimit(RLIMIT_NOFILE, &setup.nofile);  // (lowering a soft limit back cannot fail)
   if (setpgid(0, 0) != 0) fail(Step::kProcessGroup);
   // Die with the launcher. If it died before this line, the signal will never come: check that it is still
   // the parent (otherwise this process was adopted by another).
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(Step::kParentDeath);
   if (getppid() != launcher) _exit(1);
-  if (dup2(null_fd, STDIN_FILENO) < 0) fail(Step::kStdin);
+  if (dup2(setup.null_fd, STDIN_FILENO) < 0) fail(Step::kStdin);
   if (dup2(out_w, STDOUT_FILENO) < 0 || dup2(err_w, STDERR_FILENO) < 0) fail(Step::kStdout);
   execvpe(argv[0], argv, envp);
   fail(Step::kExec);
@@ -70,7 +71,7 @@ std::vector<std::string> environment_without(const std::vector<std::string>& nam
 }
 
 std::variant<Started, StartError> start_rank(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                                             const sigset_t& original_mask, int null_fd) {
+                                             const RankSetup& setup) {
   int out[2] = {-1, -1}, err[2] = {-1, -1}, status[2] = {-1, -1};
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0) {
     const int e = errno;
@@ -90,7 +91,7 @@ std::variant<Started, StartError> start_rank(const std::vector<std::string>& arg
   sigprocmask(SIG_SETMASK, &all, &before);
   const pid_t launcher = getpid();
   const pid_t pid = fork();
-  if (pid == 0) become_rank(args.data(), envp.data(), null_fd, out[1], err[1], status[1], launcher, original_mask);
+  if (pid == 0) become_rank(args.data(), envp.data(), setup, out[1], err[1], status[1], launcher);
   const int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &before, nullptr);
   close_all({out[1], err[1], status[1]});

@@ -8,6 +8,7 @@
 // their defaults again in the rank, and its signal mask is the launcher's original one.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <signal.h>
@@ -34,13 +35,18 @@ struct StartError {
   int exit_code = 1;
 };
 
+/// What every rank gets from the launcher besides its command and environment.
+struct RankSetup {
+  sigset_t mask;   ///< its signal mask (the launcher's original one)
+  rlimit nofile;   ///< its RLIMIT_NOFILE (the launcher's original one: the launcher may have raised its own)
+  int null_fd;     ///< /dev/null open for reading, its stdin (opened once, so that the child needs no descriptor)
+};
+
 /// Starts `argv` (argv[0] is the program: a path, or a name looked up in PATH) with exactly the environment
 /// `env` ("NAME=value" entries). Returns once the program is running (its exec succeeded) or did not start;
-/// a child that failed to start has been reaped. `original_mask` is the signal mask the rank gets; `null_fd`
-/// is /dev/null open for reading (the rank's stdin; opened once by the caller, so that the child needs no new
-/// descriptor).
+/// a child that failed to start has been reaped.
 std::variant<Started, StartError> start_rank(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                                             const sigset_t& original_mask, int null_fd);
+                                             const RankSetup& setup);
 
 /// Sends `sig` to the rank's process group, and to the rank itself if it left that group. The rank must not
 /// have been reaped yet (its process id is still its own).

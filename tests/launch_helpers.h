@@ -27,7 +27,8 @@ struct LaunchIo {
   std::filesystem::path out, err;  ///< files for its stdout and stderr ("": /dev/null)
   int stdout_fd = -1;              ///< its stdout instead of `out` (e.g. a pipe's write end)
   int stdin_fd = -1;               ///< its stdin (-1: /dev/null)
-  long nofile = 0;                 ///< its RLIMIT_NOFILE, soft and hard (0: unchanged)
+  long nofile = 0;                 ///< its RLIMIT_NOFILE's soft limit (0: unchanged)
+  long nofile_hard = 0;            ///< and hard limit (0: the soft one)
   bool close_stdout = false;       ///< start it with descriptor 1 closed
 };
 
@@ -53,7 +54,7 @@ inline Launcher start_launch(const std::vector<std::string>& args, const LaunchI
     close_range(3, ~0U, 0);  // nothing of the test process's leaks into the launcher and its ranks
     if (io.close_stdout) close(1);
     if (io.nofile > 0) {
-      const rlimit lim{static_cast<rlim_t>(io.nofile), static_cast<rlim_t>(io.nofile)};
+      const rlimit lim{static_cast<rlim_t>(io.nofile), static_cast<rlim_t>(io.nofile_hard ? io.nofile_hard : io.nofile)};
       if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(126);
     }
     std::vector<char*> argv{const_cast<char*>(TRAINSIM_BINARY)};

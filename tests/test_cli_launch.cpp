@@ -146,6 +146,19 @@ TEST_CASE("launch: ranks already started are stopped when the next one cannot st
   fs::remove_all(dir);
 }
 
+TEST_CASE("launch: a low soft limit of descriptors is raised for the launcher, not for the ranks") {
+  const fs::path dir = fresh_dir("launch-softlimit");
+  LaunchIo io;
+  io.nofile = 40, io.nofile_hard = 4096;  // 64 ranks need 128 descriptors in the launcher
+  Run r = run_launch(launch_sh({"--nproc", "64"}, "ulimit -n"), dir, io);
+  INFO(r.err);
+  CHECK(r.launcher.exit_code == 0);
+  const auto out = lines_of(r.out);
+  CHECK(out.size() == 64);
+  CHECK(std::all_of(out.begin(), out.end(), [](const std::string& l) { return l.size() > 3 && l.substr(l.size() - 3) == " 40"; }));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("launch: the ranks die with the launcher when it is killed (SIGKILL)") {
   OrphanCatcher catcher;
   const fs::path dir = fresh_dir("launch-killed");
