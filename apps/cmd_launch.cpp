@@ -197,7 +197,7 @@ class Job {
   int exit_code_ = 0;
   std::optional<Clock::time_point> grace_end_, kill_at_, drain_until_;
   bool term_sent_ = false, kill_sent_ = false;
-  int signals_seen_ = 0;
+  int signals_seen_ = 0, signals_at_drain_ = 0;
 };
 
 std::vector<int> Job::running_ranks() const {
@@ -415,18 +415,22 @@ int Job::run() {
     }
     if (running_ == 0) {
       if (open_streams() == 0) break;
-      if (!drain_until_) drain_until_ = Clock::now() + kDrain;
-      if (Clock::now() >= *drain_until_ || (g_signals != signals_seen_)) {
+      if (!drain_until_) {
+        drain_until_ = Clock::now() + kDrain;
+        signals_at_drain_ = signals_seen_;
+      }
+      const bool signalled = signals_seen_ != signals_at_drain_;  // a signal to the launcher ends the wait at once
+      if (Clock::now() >= *drain_until_ || signalled) {
         for (int r = 0; r < started_; ++r) {
           const bool out = ranks_[r].fd[0] >= 0, err = ranks_[r].fd[1] >= 0;
           if (!out && !err) continue;
-          say("rank {}'s {} still open {} s after it ended (a process it started, outside its process group, "
+          if (!signalled)
+            say("rank {}'s {} still open {} s after it ended (a process it started, outside its process group, "
               "holds it): not reading on", r, out && err ? "stdout and stderr are" : out ? "stdout is" : "stderr is",
               kDrain.count());
           close_stream(r, 0);
           close_stream(r, 1);
         }
-        on_signals();
         break;
       }
     }
@@ -451,6 +455,7 @@ int Job::run() {
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count() + 1;
     if (poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait, 0, 1000))) < 0 && errno != EINTR) {
       say("poll failed: {}", std::strerror(errno));
+      if (!decided_) exit_code_ = 1;
       break;  // (cannot happen with valid descriptors; the ranks still die with the launcher)
     }
     if (fds[0].revents) {

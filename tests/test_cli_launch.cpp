@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_helpers.h"
@@ -194,6 +195,29 @@ TEST_CASE("launch: SIGINT (Ctrl-C) and SIGTERM to the launcher stop every rank, 
     CHECK(catcher.survivors(10s).empty());
     fs::remove_all(dir);
   }
+}
+
+TEST_CASE("launch: a second Ctrl-C kills the ranks that ignore SIGTERM at once") {
+  OrphanCatcher catcher;
+  const fs::path dir = fresh_dir("launch-sig2");
+  Launcher l = start_launch(launch_sh({"--nproc", "1"}, fmt::format("trap '' TERM; echo > {}/ready; while :; do sleep 1; done",
+                                                                    dir.string())),
+                            {dir / "out.txt", dir / "err.txt"});
+  REQUIRE(wait_for_files({dir / "ready"}, 60s));
+  kill(l.pid, SIGINT);
+  const std::string first = "trainsim launch: got signal 2 (Interrupt): stopping rank(s) 0 (SIGTERM, SIGKILL 5 s later)\n";
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (slurp(dir / "err.txt") != first && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);  // polling for the launcher's message, not synchronising
+  kill(l.pid, SIGINT);
+  CHECK(wait_launcher(l, 60s));
+  CHECK(l.exit_code == 130);
+  const std::string err = slurp(dir / "err.txt");
+  // (the SIGKILL 5 s after SIGTERM may come first on a very slow machine: then there is no second signal to act on)
+  CHECK((err == first + "trainsim launch: got signal 2 (Interrupt) again: killing rank(s) 0 (SIGKILL)\n" ||
+         err == first + "trainsim launch: rank(s) 0 still running 5 s after SIGTERM: SIGKILL\n"));
+  CHECK(catcher.survivors(10s).empty());
+  fs::remove_all(dir);
 }
 
 TEST_CASE("launch: what a rank leaves running in its process group ends with it") {
