@@ -443,14 +443,19 @@ TEST_CASE("trainsim convert: csv <-> sched, options, errors and --help") {
   CHECK(r.exit_code == 0);
   r = run_trainsim("convert " + csv + " " + sched + " --stage-map 0,1,2,3", true);
   CHECK(r.exit_code == 0);
+  // A CSV that does not fit the options was read and is wrong (exit 1); a map that is no map is a usage error (2).
   r = run_trainsim("convert " + csv + " " + sched + " --stage-map 1,0,2,3", true);
-  CHECK(r.exit_code == 2);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("stage 0 belongs to rank 1 by the stage map") != std::string::npos);
   r = run_trainsim("convert " + csv + " " + sched + " --stage-map 0,1,2", true);
-  CHECK(r.exit_code == 2);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("--stage-map gives 3 stages, but there are 4") != std::string::npos);
-  r = run_trainsim("convert " + csv + " " + sched + " --microbatches 9", true);
+  r = run_trainsim("convert " + csv + " " + sched + " --stage-map 0,x", true);
   CHECK(r.exit_code == 2);
+  CHECK(r.out.find("trainsim convert: --stage-map: takes ranks like 0,1,2,3 or 'loop' or 'v', got '0,x'") !=
+        std::string::npos);
+  r = run_trainsim("convert " + csv + " " + sched + " --microbatches 9", true);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("stage 0 has no forward of microbatch 8") != std::string::npos);
 
   // Bad input: an unknown cell, wrong extensions, options for the other direction, a missing file.
@@ -459,7 +464,7 @@ TEST_CASE("trainsim convert: csv <-> sched, options, errors and --help") {
     f << "0F0,0B0\n1F0,0X1,1B0\n";
   }
   r = run_trainsim("convert " + (dir / "bad.csv").string() + " " + sched, true);
-  CHECK(r.exit_code == 2);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("row 2 (rank 1), column 2, cell '0X1'") != std::string::npos);
   r = run_trainsim("convert " + csv + " " + (dir / "x.txt").string(), true);
   CHECK(r.exit_code == 2);
