@@ -200,7 +200,7 @@ const CLI::Validator kMemoryLimit = finite_number(0, false, "in the cost model's
 
 // FILE and the options that say how to read a CSV, shared by validate and sim.
 void add_input_options(CLI::App* cmd, SimArgs& a) {
-  cmd->add_option("file", a.file, "Schedule: a .sched file, a PyTorch pipelining CSV (converted on the fly) or a "
+  cmd->add_option("FILE", a.file, "Schedule: a .sched file, a PyTorch pipelining CSV (converted on the fly) or a "
                                   "puzzle name (its reference solution)")
       ->required();
   cmd->add_option("--microbatches", a.input.microbatches,

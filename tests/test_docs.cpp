@@ -106,8 +106,8 @@ struct DocCommand {
   std::vector<std::string> flags;
 };
 
-// Every `trainsim SUB ARGS` in `piece` (after "trainsim" or ".../trainsim"; up to a shell separator, a comment or
-// launch's "--"), with the flags among its ARGS ("--name=value" as "--name", "[--seq" as "--seq").
+// Every `trainsim SUB ARGS` in `piece` (".../trainsim", or "trainsim" where a command starts; up to a shell
+// separator, a comment or launch's "--"), with the flags among its ARGS ("--name=value" as "--name", "[--seq" as "--seq").
 std::vector<DocCommand> commands_in(const std::string& piece, const std::string& where) {
   std::vector<std::string> tokens;
   std::stringstream ss(piece);
@@ -115,7 +115,11 @@ std::vector<DocCommand> commands_in(const std::string& piece, const std::string&
   std::vector<DocCommand> found;
   for (std::size_t i = 0; i + 1 < tokens.size(); ++i) {
     const std::string& t = tokens[i];
-    if (t != "trainsim" && !(t.size() > 9 && t.compare(t.size() - 9, 9, "/trainsim") == 0)) continue;
+    const bool path = t.size() > 9 && t.compare(t.size() - 9, 9, "/trainsim") == 0;  // ./build/trainsim
+    // A bare "trainsim" is a command where a command starts: first, or after a shell separator or launch's "--".
+    const bool starts = i == 0 || tokens[i - 1] == "&&" || tokens[i - 1] == "||" || tokens[i - 1] == ";" ||
+                        tokens[i - 1] == "|" || tokens[i - 1] == "--" || tokens[i - 1] == "$";
+    if (!path && !(t == "trainsim" && starts)) continue;
     const std::string sub = tokens[i + 1];
     if (sub.empty() || !std::islower(static_cast<unsigned char>(sub[0])) || sub.back() == ':') continue;  // a message
     DocCommand c{where, sub, {}};
