@@ -276,8 +276,8 @@ rank 0
   CHECK_THROWS_WITH_AS(export_pytorch_csv(batched, CsvForm::ComputeOnly),
                        doctest::Contains("works on 2 microbatches at once ({0-1})"), std::invalid_argument);
 
-  // Sharded weights over two ranks (FSDP style): all-gather -> UNSHARD, freeing the gathered weight ->
-  // RESHARD, reduce-scatter of weight grads -> REDUCE_GRAD.
+  // Weights sharded over two ranks that both run stage 0: the stage would sit on two rows, which the import
+  // refuses, so the export refuses it, naming the op (docs/pytorch-csv.md §4: one stage per rank).
   Schedule fsdp = parse_schedule(R"(trainsim-schedule 1
 world_size 2
 layers 1
@@ -298,8 +298,18 @@ rank 1
   reduce-scatter L0 group 1 : dW0{1} -> dW0{0-1}[1/2]
 )",
                                  "fsdp.sched");
-  CHECK(export_pytorch_csv(fsdp, CsvForm::ComputeComms) == "0UNSHARD,0F0,0RESHARD,0REDUCE_GRAD\n0UNSHARD,0F1,0RESHARD,0REDUCE_GRAD\n");
-  CHECK(export_pytorch_csv(fsdp, CsvForm::ComputeOnly) == "0F0\n0F1\n");
+  for (CsvForm form : {CsvForm::ComputeComms, CsvForm::ComputeOnly})
+    CHECK_THROWS_WITH_AS(export_pytorch_csv(fsdp, form),
+                         doctest::Contains("rank 1: forward layer 0 batches {1} (fsdp.sched:16): the stage map puts "
+                                           "stage 0 on rank 0; a PyTorch CSV holds each stage on one rank"),
+                         std::invalid_argument);
+  // FSDP actions of stages on one rank each: all-gather -> UNSHARD, freeing the gathered weight -> RESHARD,
+  // reduce-scatter of weight grads -> REDUCE_GRAD.
+  const std::string lowered = "0UNSHARD,0F0,0F1,1UNSHARD,1F0,1F1,1B1,1B0,1RESHARD,1REDUCE_GRAD,0B1,0B0,0RESHARD,"
+                              "0REDUCE_GRAD\n";
+  Schedule fsdp_one = import_pytorch_csv(lowered, 2, {0, 0}, "fsdp.csv");
+  CHECK(export_pytorch_csv(fsdp_one, CsvForm::ComputeComms) == lowered);
+  CHECK(export_pytorch_csv(fsdp_one, CsvForm::ComputeOnly) == "0F0,0F1,1F0,1F1,1B1,1B0,0B1,0B0\n");
 }
 
 TEST_CASE("pytorch csv: compute+comms import keeps the sends and receives, maps FSDP actions") {
