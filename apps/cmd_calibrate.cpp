@@ -8,6 +8,8 @@
 
 #include "apps/commands.h"
 #include "apps/hardware_options.h"
+#include "apps/output_names.h"
+#include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "schedules/calibration.h"
 
@@ -26,16 +28,25 @@ int run(CalibrateArgs a) {
   if (a.hardware.model.empty()) a.hardware.model = "small";
   if (a.hardware.device.empty()) a.hardware.device = "cpu";
   if (a.hardware.network.empty()) a.hardware.network = "cpu";
-  Calibration c;
+  // Exit status (README): 2 for a bad option or a trace that cannot be read, 1 for traces that were read and
+  // cannot be fitted (not a replay trace, another model, no compute op).
+  hw::HardwareSetting base;
   try {
-    hw::HardwareSetting base = hardware_setting(a.hardware);
-    // The executor's presets carry their own sequences per microbatch (docs/executor.md).
-    if (a.hardware.microbatch_size == 0 && base.model.preset == "small") base.microbatch_size = 8;
-    if (a.hardware.microbatch_size == 0 && base.model.preset == "tiny") base.microbatch_size = 2;
-    c = calibrate(a.traces, base);
+    for (const std::string& t : a.traces) check_readable(t);
+    base = hardware_setting(a.hardware);
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "trainsim calibrate: {}\n", e.what());
     return 2;
+  }
+  // The executor's presets carry their own sequences per microbatch (docs/executor.md).
+  if (a.hardware.microbatch_size == 0 && base.model.preset == "small") base.microbatch_size = 8;
+  if (a.hardware.microbatch_size == 0 && base.model.preset == "tiny") base.microbatch_size = 2;
+  Calibration c;
+  try {
+    c = calibrate(a.traces, base);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "trainsim calibrate: {}\n", e.what());
+    return 1;
   }
   nlohmann::ordered_json j = hw::to_json(c.device);
   j["calibration"] = {{"traces", c.traces},   {"steps", c.steps},     {"compute_ops", c.compute_ops},
@@ -72,14 +83,17 @@ void add_calibrate_command(CLI::App& app, int* exit_code) {
       "calibrate",
       "Fit a device description's efficiency table (and a network's latency and bandwidth) to measured replay "
       "traces (trainsim replay FILE --trace T). --model names the model the replays trained (default: small). "
-      "Exits 2 on bad input.");
-  cmd->add_option("traces", a->traces,
+      "Exit status: 0 written; 1 the traces cannot be fitted (not a replay trace, another model); 2 a bad option, a "
+      "trace that cannot be read or an output that cannot be written.");
+  cmd->add_option("TRACE", a->traces,
                   "Measured traces (Chrome/Perfetto JSON of trainsim replay --trace; with --trace-steps K each op's "
                   "time is its median over the K steps)")
+      ->required();
+  cmd->add_option("-o,--output", a->out, "Write the calibrated device JSON here (NAME.json)")
       ->required()
-      ->check(CLI::ExistingFile);
-  cmd->add_option("-o,--output", a->out, "Write the calibrated device JSON here")->required();
-  cmd->add_option("--network-output", a->network_out, "Also write the calibrated network JSON here");
+      ->check(output_named({".json"}, "JSON", "NAME.json"));
+  cmd->add_option("--network-output", a->network_out, "Also write the calibrated network JSON here (NAME.json)")
+      ->check(output_named({".json"}, "JSON", "NAME.json"));
   add_hardware_options(cmd, a->hardware);
   cmd->callback([a, exit_code] { *exit_code = run(*a); });
 }

@@ -31,9 +31,12 @@ struct ConvertArgs {
 
 constexpr const char* kCmd = "trainsim convert";
 
-int fail(const std::string& what) {
+// Exit status (README): 2 when the conversion cannot start or finish (a bad option, an input that cannot be
+// read, a schedule the CSV cannot hold, an output that cannot be written), 1 when the input was read and is wrong
+// (it does not parse, import or validate, or does not fit --stage-map or --microbatches).
+int fail(const std::string& what, int code = 2) {
   fmt::print(stderr, "{}: {}\n", kCmd, what);
-  return 2;
+  return code;
 }
 
 int to_csv(const ConvertArgs& a) {
@@ -45,16 +48,23 @@ int to_csv(const ConvertArgs& a) {
     return fail(fmt::format("--form is compute or comms, not '{}'", a.form));
   Schedule s;
   try {
+    check_readable(a.in);
     s = read_schedule_file(a.in);
-  } catch (const ParseError& e) {
+  } catch (const UnreadableInput& e) {
     return fail(e.what());
+  } catch (const ParseError& e) {
+    return fail(e.what(), 1);
+  }
+  try {
+    if (!a.stage_map.empty()) s.header.stage_map = parse_stage_map(a.stage_map, s.header.world_size, s.header.layers);
+  } catch (const std::invalid_argument& e) {  // a map that does not fit the schedule
+    return fail(fmt::format("{}: {}", a.in, e.what()), 1);
   }
   std::string csv;
   try {
-    if (!a.stage_map.empty()) s.header.stage_map = parse_stage_map(a.stage_map, s.header.world_size, s.header.layers);
     csv = export_pytorch_csv(s, form);
   } catch (const std::invalid_argument& e) {
-    return fail(fmt::format("{}: {}", a.in, e.what()));
+    return fail(fmt::format("{}: a PyTorch pipelining CSV cannot hold this schedule: {}", a.in, e.what()));
   }
   if (std::string why = write_text_file_error(a.out, csv); !why.empty())
     return fail(fmt::format("cannot write '{}': {}", a.out, why));
@@ -70,22 +80,29 @@ int to_sched(const ConvertArgs& a) {
     return fail(fmt::format("--microbatches must be at least 1, got {}", a.microbatches));
   std::string csv;
   try {
+    check_readable(a.in);
     csv = read_input_file(a.in);
-  } catch (const std::invalid_argument& e) {
-    return fail(fmt::format("cannot read {}", e.what()));
+  } catch (const UnreadableInput& e) {
+    return fail(e.what());
+  } catch (const std::invalid_argument& e) {  // larger than the limit
+    return fail(e.what(), 1);
+  }
+  std::vector<int> map;
+  if (!a.stage_map.empty()) {
+    int world = 0, stages = 0;
+    csv_shape(csv, world, stages);
+    if (world == 0 || stages == 0) return fail(fmt::format("{}: the CSV has no actions", a.in), 1);
+    try {
+      map = parse_stage_map(a.stage_map, world, stages);
+    } catch (const std::invalid_argument& e) {  // a map that does not fit the CSV
+      return fail(fmt::format("{}: {}", a.in, e.what()), 1);
+    }
   }
   Schedule s;
   try {
-    std::vector<int> map;
-    if (!a.stage_map.empty()) {
-      int world = 0, stages = 0;
-      csv_shape(csv, world, stages);
-      if (world == 0 || stages == 0) throw std::invalid_argument(fmt::format("{}: the CSV has no actions", a.in));
-      map = parse_stage_map(a.stage_map, world, stages);
-    }
     s = import_pytorch_csv(csv, a.microbatches, map, a.in);
   } catch (const std::invalid_argument& e) {
-    return fail(e.what());
+    return fail(e.what(), 1);
   }
   if (std::string why = write_text_file_error(a.out, print_schedule(s)); !why.empty())
     return fail(fmt::format("cannot write '{}': {}", a.out, why));
@@ -122,8 +139,10 @@ void add_convert_command(CLI::App& app, int* exit_code) {
       "Convert between a .sched schedule and PyTorch pipelining's schedule CSV (one row per rank, one action per "
       "cell: 0F1, 1B0, 0I1, 0W1, 1SEND_F0, 0RECV_B2, 0UNSHARD, 0RESHARD, 0REDUCE_GRAD). The direction follows the "
       "file extensions. Reading a CSV adds what makes the schedule run (loads, sends and receives for a compute-only "
-      "CSV, the loss, frees, grad accumulation, one update per stage) and checks it in the simulator. Exits 0 when "
-      "converted (and, for a CSV, valid), 1 when the imported schedule does not validate, 2 on bad input.");
+      "CSV, the loss, frees, grad accumulation, one update per stage) and checks it in the simulator. Exit status: 0 "
+      "converted (and, for a CSV, valid); 1 the input does not parse, import or validate, or does not fit "
+      "--stage-map or --microbatches; 2 the conversion cannot start or finish: a bad option, an input that cannot "
+      "be read, a schedule a CSV cannot hold, an output that cannot be written.");
   cmd->add_option("IN", args->in, "Input file: .sched or .csv")->required();
   cmd->add_option("OUT", args->out, "Output file: .csv or .sched")->required();
   cmd->add_option("--form", args->form,
@@ -134,7 +153,8 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--stage-map", args->stage_map,
                   "Rank of each stage: '0,1,2,3', 'loop' (stage s on rank s % ranks) or 'v' (stage s on rank s, then "
                   "2*ranks-1-s). Reading a CSV, the default infers it from the rows (loop or V style only); writing one, "
-                  "it replaces the schedule's stage_map");
+                  "it replaces the schedule's stage_map")
+      ->check(stage_map_check());
   cmd->callback([args, exit_code] { *exit_code = run(*args); });
 }
 

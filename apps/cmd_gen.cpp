@@ -1,9 +1,12 @@
-// `trainsim gen KIND ... -o FILE`: write a generated schedule (schedules/generators.h) as .sched text.
+// `trainsim gen KIND ... -o FILE`: write a generated schedule (schedules/generators.h) as .sched text, or as
+// PyTorch pipelining CSV for a name ending in .csv (docs/pytorch-csv.md).
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -11,10 +14,13 @@
 
 #include "apps/commands.h"
 #include "apps/hardware_options.h"
+#include "apps/output_names.h"
+#include "apps/schedule_input.h"
 #include "apps/stage_line.h"
 #include "apps/text_file.h"
 #include "schedules/generators.h"
 #include "schedules/hardware_sim.h"
+#include "schedules/pytorch_csv.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 
@@ -103,10 +109,28 @@ int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seco
   return r.ok ? 0 : 1;
 }
 
-std::string kind_list() {
+std::string joined(const std::vector<std::string>& names) {
   std::string s;
-  for (const auto& k : generator_kinds()) s += (s.empty() ? "" : ", ") + k;
+  for (const auto& k : names) s += (s.empty() ? "" : ", ") + k;
   return s;
+}
+
+std::string kind_list() { return joined(generator_kinds()); }
+
+// The kinds of the registry by family, for --help: every kind that is neither data parallel nor pp-fsdp is a
+// pipeline, so a kind added to the registry is listed without editing this.
+std::string kinds_summary() {
+  const std::set<std::string> data_parallel = {"ddp", "zero1", "zero2", "fsdp"};
+  std::vector<std::string> pipelines, data, hybrid;
+  for (const auto& k : generator_kinds())
+    (data_parallel.count(k) ? data : k == "pp-fsdp" ? hybrid : pipelines).push_back(k);
+  std::string s = "Kinds: pipelines " + joined(pipelines) +
+                  " (--stages, --microbatches per step, --chunks per rank for the interleaved and looped ones)";
+  if (!data.empty())
+    s += "; data parallel " + joined(data) +
+         " (--dp ranks, --layers, --microbatches per rank, --prefetch, --no-reshard-after-forward)";
+  if (!hybrid.empty()) s += "; pipeline + FSDP " + joined(hybrid) + " (--stages, --dp replicas, --microbatches per replica)";
+  return s + ".";
 }
 
 int run(const GenArgs& a) {
@@ -114,6 +138,10 @@ int run(const GenArgs& a) {
   for (const auto& k : generator_kinds()) known = known || k == a.kind;
   if (!known) {
     fmt::print(stderr, "trainsim gen: unknown kind '{}' (the kinds are: {})\n", a.kind, kind_list());
+    return 2;
+  }
+  if (a.json && !a.sim) {
+    fmt::print(stderr, "trainsim gen: --json goes with --sim\n");
     return 2;
   }
   GenOptions opts = a.options;
@@ -139,25 +167,34 @@ int run(const GenArgs& a) {
       return 2;
     }
   }
-  if (a.json && !a.sim) {
-    fmt::print(stderr, "trainsim gen: --json goes with --sim\n");
-    return 2;
+  // A CSV that cannot hold the schedule is refused before any simulation; .sched text is printed after it (the
+  // text of 10 M ops and the simulation need not be in memory at once).
+  const bool write = !a.sim || a.out != "-";
+  const bool csv = a.out != "-" && extension(a.out) == ".csv";
+  std::string text;
+  if (write && csv) {
+    try {
+      text = export_pytorch_csv(s, CsvForm::ComputeOnly);
+    } catch (const std::invalid_argument& e) {
+      fmt::print(stderr, "trainsim gen: cannot write {}: a PyTorch pipelining CSV cannot hold this {} schedule: {}\n",
+                 a.out, a.kind, e.what());
+      return 2;
+    }
   }
-  if (a.sim) {
-    int code = simulate_generated(a, s, generate_seconds, stage);
-    if (a.out != "-" && !write_output("trainsim gen", a.out, print_schedule(s))) return 2;
-    return code;
+  const int code = a.sim ? simulate_generated(a, s, generate_seconds, stage) : 0;
+  if (!write) return code;
+  if (!csv) {
+    stage.show(fmt::format("writing {} ops", s.op_count()));
+    text = print_schedule(s);
+    stage.clear();
   }
-  stage.show(fmt::format("writing {} ops", s.op_count()));
-  std::string text = print_schedule(s);
-  stage.clear();
   if (a.out == "-") {
     std::cout << text;
     std::cout.flush();
-    return std::cout ? 0 : 2;
+    return std::cout ? code : 2;
   }
   if (!write_output("trainsim gen", a.out, text)) return 2;
-  return 0;
+  return code;
 }
 
 }  // namespace
@@ -166,18 +203,21 @@ void add_gen_command(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<GenArgs>();
   CLI::App* cmd = app.add_subcommand(
       "gen",
-      "Generate a schedule and write it as .sched text (unit cost model, per-pair channels). Kinds: pipelines "
-      "gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1 (--stages, --microbatches, --chunks); data parallel "
-      "ddp, zero1, zero2, fsdp (--dp ranks, --layers, --microbatches per rank, --prefetch, "
-      "--no-reshard-after-forward); pipeline + FSDP pp-fsdp (--stages, --dp replicas, --microbatches per "
-      "replica). --model/--device/--network (with --microbatch-size, --seq, --recompute, --set) put the hardware cost "
-      "model in the header; --sim simulates instead of writing. Exits 2 on bad options.");
-  cmd->add_option("kind", args->kind, "What to generate: one of " + kind_list())->required();
+      "Generate a schedule (unit cost model, per-pair channels) and write it to -o FILE: a PyTorch pipelining CSV "
+      "for a name ending in .csv (compute-only, as trainsim convert writes it; pipelines only), else .sched text "
+      "(NAME.sched, a name without an extension, or - for standard output). " +
+          kinds_summary() +
+          " --model/--device/--network (with --microbatch-size, --seq, --recompute, --set) put the hardware cost "
+          "model in the header; --sim simulates instead of writing. Exit status: 0 written (with --sim: valid); 1 "
+          "with --sim, the generated schedule is invalid; 2 a bad option, a schedule the output's format cannot "
+          "hold, or an output that cannot be written.");
+  cmd->add_option("KIND", args->kind, "What to generate: one of " + kind_list())->required();
   cmd->add_option("--stages", args->options.stages, "Pipeline stages (pipeline kinds, pp-fsdp)")->capture_default_str();
   cmd->add_option("--microbatches", args->options.microbatches,
                   "Microbatches of the step (pipelines); per rank (ddp, zero1, zero2, fsdp); per replica (pp-fsdp)")
       ->capture_default_str();
-  cmd->add_option("--chunks", args->options.chunks, "Model chunks per rank (interleaved-1f1b, looped-bfs)")
+  cmd->add_option("--chunks", args->options.chunks,
+                  "Model chunks per rank (interleaved-1f1b, looped-bfs, interleaved-zb; zbv and dualpipev hold 2)")
       ->capture_default_str();
   cmd->add_option("--layers", args->options.layers, "Model layers of the data-parallel kinds (0: 4)")->capture_default_str();
   cmd->add_option("--dp", args->options.dp, "Data-parallel degree: ranks (ddp, zero1, zero2, fsdp), replicas (pp-fsdp)")
@@ -186,8 +226,11 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--no-reshard-after-forward", args->no_reshard,
                 "fsdp: keep each gathered weight from its forward until its backward");
-  cmd->add_option("-o,--output", args->out, "Output file, or - for standard output (with --sim: only when given)")
-      ->capture_default_str();
+  cmd->add_option("-o,--output", args->out,
+                  "Output file: NAME.csv (PyTorch pipelining CSV), NAME.sched or a name without an extension (.sched "
+                  "text), or - for standard output (.sched text; with --sim: written only when given)")
+      ->capture_default_str()
+      ->check(output_named({".sched", ".csv"}, ".sched text or PyTorch pipelining CSV", "NAME.sched|NAME.csv"));
   add_hardware_options(cmd, args->hardware);
   cmd->add_flag("--sim", args->sim,
                 "Simulate the generated schedule in memory and print its report (with --model/--device/--network: "

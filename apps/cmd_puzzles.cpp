@@ -113,8 +113,9 @@ void add_puzzles_command(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "puzzles",
       "Check the eight LLM Training Puzzles (reference solutions, or yours with --exercises): correctness, "
-      "Timesteps and peak memory against each puzzle's targets. Writes a timeline SVG per puzzle. Exits 0 only "
-      "when every puzzle run is correct and within its targets.");
+      "Timesteps and peak memory against each puzzle's targets. Writes a timeline SVG per puzzle. Exit status: 0 "
+      "every puzzle run is correct and within its targets; 1 one is not; 2 a bad option or an output that cannot be "
+      "written.");
   cmd->add_option("--only", args->only, "Run only this puzzle (basic, grad_accum, ddp, wsdp, fsdp, pipeline, gpipe, pipeline_fsdp)");
   cmd->add_flag("--exercises", args->exercises, "Run your solutions in puzzles/exercises/ instead of the reference ones");
   cmd->add_option("--out", args->out,

@@ -13,6 +13,7 @@
 #include "apps/commands.h"
 #include "apps/json_text.h"
 #include "apps/number_check.h"
+#include "apps/output_names.h"
 #include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "exec/backend.h"
@@ -181,7 +182,8 @@ int run(const ReplayArgs& a) {
     } else {
       fmt::print(stderr, "{}: {}\n", kCmd, e.what());
     }
-    return 1;
+    // 2: no such file or puzzle, a directory, no permission; 1: a schedule that is wrong.
+    return dynamic_cast<const UnreadableInput*>(&e) ? 2 : 1;
   }
   const ScheduleHeader& h = s.header;
   const bool tty = isatty(STDERR_FILENO);
@@ -261,8 +263,9 @@ void add_replay_command(CLI::App& app, int* exit_code) {
       "Train a small Llama-style model by replaying a schedule with real tensors: every rank runs its ops on real "
       "weights, activations and gradients and exchanges real data. FILE is a .sched file, a PyTorch pipelining CSV or a "
       "puzzle name. The schedule must pass the simulator first. Prints the loss of every step; --check also trains the "
-      "same model on one device (plain gradient accumulation) and compares losses and final weights. Exits 0 when the "
-      "replay (and the check) passed, 1 when not, 2 on bad options.");
+      "same model on one device (plain gradient accumulation) and compares losses and final weights. Exit status: 0 "
+      "the replay (and the check) passed; 1 the schedule is wrong or the replay or its check failed; 2 a bad option, "
+      "an input that cannot be read (no such file or puzzle) or an output that cannot be written.");
   cmd->add_option("FILE", a->file, "Schedule: .sched, .csv (PyTorch pipelining) or a puzzle name (basic, ddp, ...)")
       ->required();
   cmd->add_option("--backend", a->backend,
@@ -300,17 +303,20 @@ void add_replay_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--resume", a->resume, "Continue from this checkpoint (same schedule, model, settings and data)");
   cmd->add_option("--trace", a->trace,
                   "Write the measured Chrome/Perfetto trace JSON of the last step (or of the last --trace-steps "
-                  "steps) here");
+                  "steps) here (NAME.json)")
+      ->check(output_named({".json"}, "JSON", "NAME.json"));
   cmd->add_option("--trace-steps", a->trace_steps,
                   "Steps --trace records: the last K, never the first of a run of several (it warms up); "
                   "otherData.steps has each one's makespan, for trainsim calibrate's medians")
       ->capture_default_str();
-  cmd->add_option("--svg", a->svg, "Write the last step's measured timeline SVG here");
+  cmd->add_option("--svg", a->svg, "Write the last step's measured timeline SVG here (NAME.svg)")
+      ->check(output_named({".svg"}, "SVG", "NAME.svg"));
   cmd->add_option("--timeout", a->timeout, "Seconds any rank may wait in a communication before the job fails")
       ->check(finite_number(0, true, "seconds", "SECONDS>0"))
       ->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches, "Reading a CSV: the number of microbatches");
-  cmd->add_option("--stage-map", a->stage_map, "Reading a CSV: the rank of each stage (0,1,2,3 | loop | v)");
+  cmd->add_option("--stage-map", a->stage_map, "Reading a CSV: the rank of each stage (0,1,2,3 | loop | v)")
+      ->check(stage_map_check());
   cmd->add_flag("--json", a->json, "Print the result as JSON");
   cmd->add_option("--master-addr", a->master_addr,
                   "One process per rank under Slurm or mpirun: where rank 0 listens (MASTER_ADDR wins when set)");

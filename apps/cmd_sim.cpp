@@ -12,6 +12,7 @@
 #include "apps/number_check.h"
 #include "apps/json_text.h"
 #include "apps/hardware_options.h"
+#include "apps/output_names.h"
 #include "apps/schedule_input.h"
 #include "apps/stage_line.h"
 #include "apps/text_file.h"
@@ -102,26 +103,29 @@ int run(const SimArgs& a, bool outputs) {
   Schedule s;
   StageLine stage(a.command);
   stage.show(fmt::format("reading {}", a.file));
+  // Exit status (README): 2 when the input cannot be read at all, 1 when it was read and is wrong.
+  auto input_error = [&](const std::string& what, int code) {
+    stage.clear();
+    if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, what)) << "\n";
+    else fmt::print(stderr, "{}: {}\n", a.command, what);
+    return code;
+  };
   try {
     s = load_schedule_input(a.file, a.input);  // a .sched file, a PyTorch CSV (converted here) or a puzzle
+  } catch (const UnreadableInput& e) {  // no such file or puzzle, a directory, no permission
+    return input_error(e.what(), 2);
   } catch (const ParseError& e) {
-    stage.clear();
-    if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, e.what())) << "\n";
-    else fmt::print(stderr, "{}\n", e.what());
-    return 1;
-  } catch (const std::invalid_argument& e) {  // unreadable, a CSV that does not import, no such puzzle
-    stage.clear();
-    if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, e.what())) << "\n";
-    else fmt::print(stderr, "{}: {}\n", a.command, e.what());
-    return 2;
+    return input_error(e.what(), 1);
+  } catch (const std::invalid_argument& e) {  // a CSV that does not import or fit the options, a failing puzzle
+    return input_error(e.what(), 1);
   }
   stage.clear();
   if (a.hardware.any() || s.header.cost_model == "hardware") {
     try {
       apply_hardware(s, a.hardware);
     } catch (const hw::SpecError& e) {
-      if (a.json) std::cout << summary_json(a.file, nullptr, nullptr, e.what()).dump(2) << "\n";
-      else fmt::print(stderr, "trainsim: {}\n", e.what());
+      if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, e.what())) << "\n";
+      else fmt::print(stderr, "{}: {}\n", a.command, e.what());
       return 2;
     }
   }
@@ -156,7 +160,7 @@ int run(const SimArgs& a, bool outputs) {
                  format_memory(p.memory), r.trace.memory_unit, p.rank, format_time(p.time));
     if (outputs && report) fmt::print("{}", hw::format_report(*report, *s.header.hardware));
   } else {
-    fmt::print(stderr, "{}: invalid: {}\n", a.file, r.error);
+    fmt::print(stderr, "{}: {}: invalid: {}\n", a.command, a.file, r.error);
   }
   bool wrote = true;
   if (outputs) {
@@ -184,18 +188,25 @@ int run(const SimArgs& a, bool outputs) {
   return r.ok ? 0 : 1;
 }
 
+// Exit status of validate and sim (README, "Exit status").
+constexpr const char* kExitStatus =
+    "Exit status: 0 valid; 1 the schedule does not parse, import or validate (or a CSV does not fit --stage-map or "
+    "--microbatches); 2 a bad option, an input that cannot be read (no such file or puzzle) or an output that "
+    "cannot be written.";
+
 // --memory-limit: a finite number of at least 0 (NaN, inf or a negative limit would turn the check off or
 // fail every op without saying why).
 const CLI::Validator kMemoryLimit = finite_number(0, false, "in the cost model's unit", "LIMIT>=0");
 
 // FILE and the options that say how to read a CSV, shared by validate and sim.
 void add_input_options(CLI::App* cmd, SimArgs& a) {
-  cmd->add_option("file", a.file, "Schedule: a .sched file, a PyTorch pipelining CSV (converted on the fly) or a "
+  cmd->add_option("FILE", a.file, "Schedule: a .sched file, a PyTorch pipelining CSV (converted on the fly) or a "
                                   "puzzle name (its reference solution)")
       ->required();
   cmd->add_option("--microbatches", a.input.microbatches,
                   "Reading a CSV: the number of microbatches (default: 1 + the largest index in it)");
-  cmd->add_option("--stage-map", a.input.stage_map, "Reading a CSV: the rank of each stage: 0,1,2,3 or loop or v");
+  cmd->add_option("--stage-map", a.input.stage_map, "Reading a CSV: the rank of each stage: 0,1,2,3 or loop or v")
+      ->check(stage_map_check());
 }
 
 }  // namespace
@@ -206,7 +217,7 @@ void add_sim_commands(CLI::App& app, int* exit_code) {
   CLI::App* v = app.add_subcommand(
       "validate",
       "Check a schedule (.sched, a PyTorch pipelining CSV or a puzzle name): syntax, the tensor algebra of every op, send/receive matching, collective order, "
-      "deadlock, memory limit, every layer updated exactly once. Exits 0 when valid, 1 when not.");
+      "deadlock, memory limit, every layer updated exactly once. " + std::string(kExitStatus));
   add_input_options(v, *va);
   v->add_option("--memory-limit", va->memory_limit, "Per-rank memory limit, in the cost model's unit")->check(kMemoryLimit);
   v->add_flag("--json", va->json, "Print the result as JSON");
@@ -218,11 +229,14 @@ void add_sim_commands(CLI::App& app, int* exit_code) {
       "sim",
       "Simulate a schedule (.sched, a PyTorch pipelining CSV or a puzzle name): validate it, time it with its cost model, and optionally write its timeline "
       "(SVG), Chrome/Perfetto trace (JSON) and dependency graph (DOT text, or SVG, PNG or PDF by the name's extension). A schedule "
-      "with a 'cost_model hardware' block, or --model/--device/--network, is reported in seconds and bytes.");
+      "with a 'cost_model hardware' block, or --model/--device/--network, is reported in seconds and bytes. " +
+          std::string(kExitStatus));
   add_input_options(s, *sa);
   s->add_option("--memory-limit", sa->memory_limit, "Per-rank memory limit, in the cost model's unit")->check(kMemoryLimit);
-  s->add_option("--svg", sa->svg, "Write the timeline SVG here");
-  s->add_option("--trace", sa->trace, "Write the Chrome/Perfetto trace JSON here");
+  s->add_option("--svg", sa->svg, "Write the timeline SVG here (NAME.svg)")
+      ->check(output_named({".svg"}, "SVG", "NAME.svg"));
+  s->add_option("--trace", sa->trace, "Write the Chrome/Perfetto trace JSON here (NAME.json)")
+      ->check(output_named({".json"}, "JSON", "NAME.json"));
   s->add_option("--dot", sa->dot,
                 "Write the op dependency graph here: DOT text (.dot, .gv) or laid out by Graphviz (.svg, .png, .pdf; "
                 "schedules of at most 600 ops)");

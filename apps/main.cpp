@@ -14,6 +14,11 @@ int main(int argc, char** argv) {
   CLI::App app{"trainsim: simulate, check and draw distributed LLM training schedules"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "trainsim 0.1.0");
+  app.footer(
+      "Exit status (every command): 0 success; 1 it ran and what it checks failed (a schedule that does not parse, "
+      "import or validate, a puzzle off its targets, a replay or its --check that failed); 2 it could not start or "
+      "finish: a bad option, an input that cannot be read (no such file or puzzle), an output that cannot be "
+      "written. `trainsim launch` exits with the code of the first rank that failed.");
   int exit_code = 0;
   trainsim::apps::add_puzzles_command(app, &exit_code);
   trainsim::apps::add_sim_commands(app, &exit_code);
@@ -35,12 +40,10 @@ int main(int argc, char** argv) {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
-    // The error, naming the sub-command; for a mistyped flag, the closest option of that sub-command.
-    const std::vector<std::string> words(args.begin() + 1, args.end());
-    const std::string path = trainsim::apps::command_path(app, words);
-    std::cerr << path << ": " << e.what() << "\n";
-    for (const auto& hint : trainsim::apps::unknown_option_hints(app, words)) std::cerr << path << ": " << hint << "\n";
-    std::cerr << "Run `" << path << " --help` for the options.\n";
+    // The error naming the sub-command, with the closest option or sub-command for a mistyped one. The words as
+    // typed, "--" included (launch's command starts after it).
+    const std::vector<std::string> words(argv + 1, argv + argc);
+    for (const auto& line : trainsim::apps::parse_error_lines(app, words, e)) std::cerr << line << "\n";
     return 2;
   }
   return exit_code;

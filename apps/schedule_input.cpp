@@ -10,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "puzzles/runner.h"
@@ -54,6 +56,27 @@ std::vector<int> parse_stage_map(const std::string& spec, int world, int stages)
   return map;
 }
 
+CLI::Validator stage_map_check() {
+  return CLI::Validator(
+      [](std::string& spec) -> std::string {
+        std::string lower = spec;
+        std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+        if (lower == "loop" || lower == "v") return {};
+        std::stringstream ss(spec);
+        std::string part;
+        bool any = false;
+        while (std::getline(ss, part, ',')) {
+          any = true;
+          if (part.empty() || part.size() > 9 ||
+              !std::all_of(part.begin(), part.end(), [](unsigned char c) { return std::isdigit(c); }))
+            return fmt::format("takes ranks like 0,1,2,3 or 'loop' or 'v', got '{}'", spec);
+        }
+        if (!any || spec.back() == ',') return fmt::format("takes ranks like 0,1,2,3 or 'loop' or 'v', got '{}'", spec);
+        return {};
+      },
+      "0,1,..|loop|v");
+}
+
 void csv_shape(const std::string& csv, int& world, int& stages) {
   // Row by row over the text, keeping nothing per row: the import that follows checks the limits and the cells.
   const std::size_t end = csv::content_size(csv);
@@ -81,10 +104,21 @@ void csv_shape(const std::string& csv, int& world, int& stages) {
   }
 }
 
+void check_readable(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st))
+    throw UnreadableInput(fmt::format("cannot read '{}': {}", path, ec ? ec.message() : std::strerror(ENOENT)));
+  if (std::filesystem::is_directory(st)) throw UnreadableInput(fmt::format("cannot read '{}': it is a directory", path));
+  if (access(path.c_str(), R_OK) != 0) throw UnreadableInput(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+}
+
 Schedule load_schedule_input(const std::string& what, const ScheduleInputOptions& o) {
   std::error_code ec;
+  const bool looks_like_a_file = what.find('/') != std::string::npos || !extension(what).empty();
   // A file of any kind but a directory: a pipe or process substitution is read as a .sched file.
-  if (std::filesystem::exists(what, ec) && !std::filesystem::is_directory(what, ec)) {
+  if (looks_like_a_file || std::filesystem::exists(what, ec)) {
+    check_readable(what);
     if (extension(what) != ".csv") return read_schedule_file(what);
     std::string csv = read_input_file(what);
     std::vector<int> map;
@@ -92,15 +126,14 @@ Schedule load_schedule_input(const std::string& what, const ScheduleInputOptions
       int world = 0, stages = 0;
       csv_shape(csv, world, stages);
       if (world == 0 || stages == 0) throw std::invalid_argument(fmt::format("{}: the CSV has no actions", what));
-      map = parse_stage_map(o.stage_map, world, stages);
+      try {
+        map = parse_stage_map(o.stage_map, world, stages);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(fmt::format("{}: {}", what, e.what()));
+      }
     }
     return import_pytorch_csv(csv, o.microbatches, map, what);
   }
-  if (std::filesystem::is_directory(what, ec))
-    throw std::invalid_argument(fmt::format("cannot read '{}': it is a directory", what));
-  const bool looks_like_a_file = what.find('/') != std::string::npos || !extension(what).empty();
-  if (looks_like_a_file && !puzzles::find_puzzle(what))
-    throw std::invalid_argument(fmt::format("cannot read '{}': {}", what, std::strerror(ENOENT)));
   if (const puzzles::Puzzle* p = puzzles::find_puzzle(what)) {
     puzzles::PuzzleResult r = puzzles::run_puzzle(*p, false, true);
     if (!r.correct || !r.schedule) throw std::invalid_argument(fmt::format("puzzle {} failed: {}", what, r.error));
@@ -108,7 +141,7 @@ Schedule load_schedule_input(const std::string& what, const ScheduleInputOptions
   }
   std::string names;
   for (const auto& p : puzzles::catalog()) names += (names.empty() ? "" : ", ") + p.name;
-  throw std::invalid_argument(fmt::format("'{}' is neither a schedule file (.sched, .csv) nor a puzzle ({})", what, names));
+  throw UnreadableInput(fmt::format("'{}' is neither a schedule file (.sched, .csv) nor a puzzle ({})", what, names));
 }
 
 }  // namespace trainsim::apps

@@ -69,16 +69,12 @@ std::string command_path(const CLI::App& app, const std::vector<std::string>& ar
 std::vector<std::string> unknown_option_hints(const CLI::App& app, const std::vector<std::string>& args) {
   std::vector<std::string> hints;
   const CLI::App* cmd = &app;
-  std::string path = "trainsim";
   for (const auto& arg : args) {
     if (arg == "--") break;
     if (!is_flag(arg)) {
       // A word: the sub-command it names, if any, becomes the one whose options count.
       if (cmd == &app)
-        if (const CLI::App* sub = subcommand_named(app, arg)) {
-          cmd = sub;
-          path += " " + sub->get_name();
-        }
+        if (const CLI::App* sub = subcommand_named(app, arg)) cmd = sub;
       continue;
     }
     std::string flag = arg.substr(0, arg.find('='));
@@ -88,10 +84,81 @@ std::vector<std::string> unknown_option_hints(const CLI::App& app, const std::ve
       for (const auto& n : option_names(app)) known.push_back(n);  // --help, --version
     if (std::find(known.begin(), known.end(), flag) != known.end()) continue;
     std::string near = closest_name(flag, known);
-    hints.push_back(near.empty() ? fmt::format("unknown option '{}' (`{} --help` lists the options)", flag, path)
+    if (cmd->get_prefix_command()) {  // the command to run starts here; a near miss of an option is likely a typo
+      if (!near.empty()) hints.push_back(fmt::format("unknown option '{}': did you mean {}?", flag, near));
+      break;
+    }
+    hints.push_back(near.empty() ? fmt::format("unknown option '{}'", flag)
                                  : fmt::format("unknown option '{}': did you mean {}?", flag, near));
   }
   return hints;
+}
+
+std::vector<std::string> subcommand_names(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+  return names;
+}
+
+namespace {
+
+// "Could not convert: --stages = x" (CLI11's ConversionError) as "--stages: expected an integer (INT), got 'x'";
+// "" when the message has another form.
+std::string conversion_line(const CLI::App& cmd, const std::string& message) {
+  const std::string head = "Could not convert: ";
+  const std::size_t eq = message.find(" = ");
+  if (message.rfind(head, 0) != 0 || eq == std::string::npos) return {};
+  const std::string name = message.substr(head.size(), eq - head.size()), value = message.substr(eq + 3);
+  const CLI::Option* opt = cmd.get_option_no_throw(name);
+  const std::string type = opt ? opt->get_type_name() : "";
+  const std::string expected = type == "INT"    ? "an integer (INT)"
+                               : type == "UINT"  ? "a non-negative integer (UINT)"
+                               : type == "FLOAT" ? "a number (FLOAT)"
+                               : type.empty()    ? "another value"
+                                                 : type;
+  return fmt::format("{}: expected {}, got '{}'", name, expected, value);
+}
+
+}  // namespace
+
+std::vector<std::string> parse_error_lines(const CLI::App& app, const std::vector<std::string>& args,
+                                           const CLI::Error& error) {
+  std::vector<std::string> lines;
+  const std::string path = command_path(app, args);
+  if (path == "trainsim") {
+    // No sub-command: the first word, if any, is a mistyped one.
+    std::string word;
+    for (const auto& arg : args) {
+      if (arg == "--") break;
+      if (!is_flag(arg)) {
+        word = arg;
+        break;
+      }
+    }
+    const std::vector<std::string> names = subcommand_names(app);
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    if (!word.empty()) {
+      const std::string near = closest_name(word, names);
+      lines.push_back(near.empty() ? fmt::format("trainsim: unknown command '{}'", word)
+                                   : fmt::format("trainsim: unknown command '{}': did you mean {}?", word, near));
+    } else {
+      for (const auto& hint : unknown_option_hints(app, args)) lines.push_back("trainsim: " + hint);
+      if (lines.empty()) lines.push_back("trainsim: no command given");
+    }
+    lines.push_back("trainsim: the commands are " + list);
+    lines.push_back("Run `trainsim --help` for what each does, `trainsim COMMAND --help` for its options.");
+    return lines;
+  }
+  for (const auto& hint : unknown_option_hints(app, args)) lines.push_back(path + ": " + hint);
+  if (lines.empty()) {
+    const CLI::App* cmd = &app;
+    if (const CLI::App* sub = subcommand_named(app, path.substr(path.find(' ') + 1))) cmd = sub;
+    std::string line = conversion_line(*cmd, error.what());
+    lines.push_back(path + ": " + (line.empty() ? std::string(error.what()) : line));
+  }
+  lines.push_back("Run `" + path + " --help` for the options.");
+  return lines;
 }
 
 }  // namespace trainsim::apps

@@ -25,8 +25,24 @@ std::string command_path(const CLI::App& app, const std::vector<std::string>& ar
 
 /// For each argument of `args` (argv without the program name) that looks like a flag ("-x", "--name",
 /// "--name=value") and that the sub-command it follows does not know, a line "unknown option '--stage': did
-/// you mean --stages?" (or, with no close name, where to see the options). Arguments after
-/// "--" are left alone. Empty when every flag is known.
+/// you mean --stages?" ("unknown option '--zz'" with no close name). Arguments after "--" are left alone, and so
+/// is everything from the first unknown flag of a sub-command that runs a command (`launch`: the command starts
+/// there; that flag gets a line only when it is close to an option). Empty when every flag is known.
 std::vector<std::string> unknown_option_hints(const CLI::App& app, const std::vector<std::string>& args);
+
+/// The sub-command names of `app`, in the order they were added: "puzzles", "validate", ...
+std::vector<std::string> subcommand_names(const CLI::App& app);
+
+/// What to print, line by line, for a command line that CLI11 refused with `error` (`args`: argv without the
+/// program name). Every line but the last starts with the sub-command ("trainsim gen: "):
+/// - a word that is no sub-command: "trainsim: unknown command 'simm': did you mean sim?" and the list;
+/// - no sub-command: "trainsim: no command given" and the list;
+/// - unknown options: one unknown_option_hints line each, instead of CLI11's "The following arguments were not
+///   expected";
+/// - a value of the wrong type: "--stages: expected an integer (INT), got 'x'";
+/// - anything else: CLI11's message.
+/// The last line says where the options are: "Run `trainsim gen --help` for the options."
+std::vector<std::string> parse_error_lines(const CLI::App& app, const std::vector<std::string>& args,
+                                           const CLI::Error& error);
 
 }  // namespace trainsim::apps

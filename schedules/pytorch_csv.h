@@ -19,7 +19,9 @@ enum class CsvForm {
 /// of ZBV and DualPipeV; more sweep on.
 int v_style_rank(int stage, int ranks);
 
-/// Writes `schedule` as PyTorch CSV. Throws std::invalid_argument when the schedule has no stage map.
+/// Writes `schedule` as PyTorch CSV. Throws std::invalid_argument when the schedule has no stage map, runs a
+/// stage's compute on a rank other than the stage map's (a replicated or sharded stage), or has an op a CSV
+/// action cannot hold (several microbatches, a tensor sent that is not between two stages, ...).
 std::string export_pytorch_csv(const Schedule& schedule, CsvForm form);
 
 /// Reads PyTorch CSV into a schedule: for a compute-only CSV, sends and receives are inserted (and the

@@ -66,7 +66,8 @@ std::string export_pytorch_csv(const Schedule& schedule, CsvForm form) {
         "stage per layer on one rank (trainsim convert --stage-map gives one)");
   const bool comms = form == CsvForm::ComputeComms;
   std::string out;
-  for (const auto& ops : schedule.ranks) {
+  for (std::size_t rank = 0; rank < schedule.ranks.size(); ++rank) {
+    const auto& ops = schedule.ranks[rank];
     std::vector<std::string> cells;
     std::map<int, int> gathered;  // layer -> gathered weight copies not yet freed
     for (const Op& op : ops) {
@@ -75,6 +76,14 @@ std::string export_pytorch_csv(const Schedule& schedule, CsvForm form) {
         case OpKind::Backward:
         case OpKind::BackwardInput:
         case OpKind::BackwardWeight: {
+          // A CSV row is one rank and a stage lives on one row: a stage replicated or sharded over several ranks
+          // (data parallelism, pp-fsdp with --dp above 1) would import as a stage on two ranks, and is refused.
+          if (op.layer >= 0 && static_cast<std::size_t>(op.layer) < h.stage_map.size() &&
+              h.stage_map[op.layer] != static_cast<int>(rank))
+            throw std::invalid_argument(fmt::format(
+                "{}: the stage map puts stage {} on rank {}; a PyTorch CSV holds each stage on one rank (it cannot "
+                "say that a stage is replicated or sharded over several)",
+                op.label(), op.layer, h.stage_map[op.layer]));
           Act a = op.kind == OpKind::Forward ? Act::F : op.kind == OpKind::Backward ? Act::B
                   : op.kind == OpKind::BackwardInput ? Act::I : Act::W;
           cells.push_back(cell_text(op.layer, a, single_batch(op, op.batches)));

@@ -126,6 +126,7 @@ TEST_CASE("trainsim validate: 500,000 batch ids on one line are parsed in about 
 }
 
 TEST_CASE("trainsim convert: blank lines after a CSV are no ranks; rows beyond the world-size limit are refused") {
+  // A CSV that was read and does not import exits 1 (README, "Exit status").
   auto dir = fresh_dir("hardened-csv");
   std::string trailing = write(dir / "trailing.csv", kZeroBubbleV + std::string(1'000'000, '\n'));
   CommandResult r = run_trainsim("convert " + trailing + " " + (dir / "t.sched").string(), true);
@@ -135,15 +136,15 @@ TEST_CASE("trainsim convert: blank lines after a CSV are no ranks; rows beyond t
   std::string rows;
   for (int i = 0; i < 131073; ++i) rows += i == 0 ? "0F0,0B0\n" : ",\n";
   r = run_trainsim("convert " + write(dir / "rows.csv", rows) + " " + (dir / "r.sched").string(), true);
-  CHECK(r.exit_code == 2);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("rows.csv: the CSV has more than 131072 rows (ranks), the limit") != std::string::npos);
 
   r = run_trainsim("convert " + write(dir / "stage.csv", "1048576F0\n") + " " + (dir / "s.sched").string(), true);
-  CHECK(r.exit_code == 2);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("cell '1048576F0': the stage number is too large (stages are 0 to 1048575)") != std::string::npos);
 
   r = run_trainsim("convert " + write(dir / "esc.csv", "0F0,\x1b[2J\n") + " " + (dir / "e.sched").string(), true);
-  CHECK(r.exit_code == 2);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("cell '\\x1b[2J'") != std::string::npos);
   CHECK(r.out.find('\x1b') == std::string::npos);
 }

@@ -51,8 +51,7 @@ TEST_CASE("a mistyped flag names the closest option of the sub-command it was gi
   // Nothing close: where to look instead of a wild guess.
   r = run_trainsim("gen 1f1b --zzzzzzzz 1", true);
   CHECK(r.exit_code == 2);
-  CHECK(has(r.out, "unknown option '--zzzzzzzz' (`trainsim gen --help` lists the options)"));
-  CHECK(!has(r.out, "did you mean"));
+  CHECK(r.out == "trainsim gen: unknown option '--zzzzzzzz'\nRun `trainsim gen --help` for the options.\n");
 }
 
 TEST_CASE("a missing input names the command and the path; an unwritable output says why") {
@@ -65,7 +64,7 @@ TEST_CASE("a missing input names the command and the path; an unwritable output 
   CHECK(has(r.out, "trainsim validate: cannot read 'missing.sched': No such file or directory"));
   r = run_trainsim("convert /nonexistent/x.sched out.csv", true);
   CHECK(r.exit_code == 2);
-  CHECK(has(r.out, "trainsim convert: /nonexistent/x.sched: cannot open the file: No such file or directory"));
+  CHECK(has(r.out, "trainsim convert: cannot read '/nonexistent/x.sched': No such file or directory"));
   r = run_trainsim("calibrate /nonexistent/t.json -o d.json", true);
   CHECK(r.exit_code == 2);
   CHECK(has(r.out, "trainsim calibrate: "));
@@ -117,9 +116,9 @@ TEST_CASE("trainsim sim and validate read a PyTorch CSV directly, as the convert
   // --microbatches says how many when the CSV uses fewer indices than the step has.
   CommandResult m = run_trainsim("validate " + csv + " --microbatches 3", true);
   CHECK(m.exit_code != 0);
-  // A CSV that does not import is an input error naming the command.
+  // A CSV that does not import was read and is wrong: exit 1, naming the command.
   CommandResult bad = run_trainsim("sim " + write(dir / "bad.csv", "0F0,zz\n"), true);
-  CHECK(bad.exit_code == 2);
+  CHECK(bad.exit_code == 1);
   CHECK(has(bad.out, "trainsim sim: "));
   CHECK(has(bad.out, "'zz'"));
 }

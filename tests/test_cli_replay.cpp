@@ -76,8 +76,8 @@ TEST_CASE("trainsim replay: bad options and inputs are clear errors") {
   r = run_trainsim("replay ddp --grad-clip lots", true);
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("--grad-clip") != std::string::npos);
-  r = run_trainsim("replay nosuchthing --model tiny", true);
-  CHECK(r.exit_code == 1);
+  r = run_trainsim("replay nosuchthing --model tiny", true);  // no input: the replay cannot start
+  CHECK(r.exit_code == 2);
   CHECK(r.out.find("neither a schedule file (.sched, .csv) nor a puzzle (basic, grad_accum") != std::string::npos);
   r = run_trainsim("replay fsdp --model tiny --steps 1" + data(), true);  // 6 layers, 2 blocks
   CHECK(r.exit_code == 1);

@@ -27,6 +27,23 @@ TEST_CASE("the README tour runs as written") {
   CHECK(run_trainsim("validate " + at("back.sched")).exit_code == 0);
   CHECK(run_trainsim("convert " + at("back.sched") + " " + at("again.csv")).exit_code == 0);
   CHECK(slurp(dir / "again.csv") == csv);
+  // `gen -o NAME.csv` writes the CSV at once: the same bytes as the conversion.
+  CHECK(run_trainsim("gen 1f1b --stages 4 --microbatches 8 -o " + at("gen.csv")).exit_code == 0);
+  CHECK(slurp(dir / "gen.csv") == csv);
+  CHECK(run_trainsim("gen zbv --stages 4 --microbatches 8 -o " + at("zbv.csv")).exit_code == 0);
+  CHECK(run_trainsim("validate " + at("zbv.csv")).exit_code == 0);
+}
+
+TEST_CASE("the zbv.csv of the CSV and executor docs is made by gen, converts and replays as written") {
+  auto dir = fresh_dir("tour-zbv");
+  auto at = [&](const char* name) { return (dir / name).string(); };
+  // docs/executor.md's block (with --steps 1: the doc's run trains 20 steps).
+  REQUIRE(run_trainsim("gen zbv --stages 2 --microbatches 8 -o " + at("zbv.csv")).exit_code == 0);
+  CommandResult r = run_trainsim("replay " + at("zbv.csv") + " --microbatches 8 --stage-map v --steps 1", true);
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  // docs/pytorch-csv.md's import of it.
+  CHECK(run_trainsim("convert " + at("zbv.csv") + " " + at("zbv.sched") + " --stage-map v --microbatches 8").exit_code == 0);
 }
 
 TEST_CASE("the README's replay section runs as written, and the default model learns") {

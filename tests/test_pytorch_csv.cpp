@@ -277,8 +277,8 @@ rank 0
   CHECK_THROWS_WITH_AS(export_pytorch_csv(batched, CsvForm::ComputeOnly),
                        doctest::Contains("works on 2 microbatches at once ({0-1})"), std::invalid_argument);
 
-  // Sharded weights over two ranks (FSDP style): all-gather -> UNSHARD, freeing the gathered weight ->
-  // RESHARD, reduce-scatter of weight grads -> REDUCE_GRAD.
+  // Weights sharded over two ranks that both run stage 0: the stage would sit on two rows, which the import
+  // refuses, so the export refuses it, naming the op (docs/pytorch-csv.md §4: one stage per rank).
   Schedule fsdp = parse_schedule(R"(trainsim-schedule 1
 world_size 2
 layers 1
@@ -299,8 +299,18 @@ rank 1
   reduce-scatter L0 group 1 : dW0{1} -> dW0{0-1}[1/2]
 )",
                                  "fsdp.sched");
-  CHECK(export_pytorch_csv(fsdp, CsvForm::ComputeComms) == "0UNSHARD,0F0,0RESHARD,0REDUCE_GRAD\n0UNSHARD,0F1,0RESHARD,0REDUCE_GRAD\n");
-  CHECK(export_pytorch_csv(fsdp, CsvForm::ComputeOnly) == "0F0\n0F1\n");
+  for (CsvForm form : {CsvForm::ComputeComms, CsvForm::ComputeOnly})
+    CHECK_THROWS_WITH_AS(export_pytorch_csv(fsdp, form),
+                         doctest::Contains("rank 1: forward layer 0 batches {1} (fsdp.sched:16): the stage map puts "
+                                           "stage 0 on rank 0; a PyTorch CSV holds each stage on one rank"),
+                         std::invalid_argument);
+  // FSDP actions of stages on one rank each: all-gather -> UNSHARD, freeing the gathered weight -> RESHARD,
+  // reduce-scatter of weight grads -> REDUCE_GRAD.
+  const std::string lowered = "0UNSHARD,0F0,0F1,1UNSHARD,1F0,1F1,1B1,1B0,1RESHARD,1REDUCE_GRAD,0B1,0B0,0RESHARD,"
+                              "0REDUCE_GRAD\n";
+  Schedule fsdp_one = import_pytorch_csv(lowered, 2, {0, 0}, "fsdp.csv");
+  CHECK(export_pytorch_csv(fsdp_one, CsvForm::ComputeComms) == lowered);
+  CHECK(export_pytorch_csv(fsdp_one, CsvForm::ComputeOnly) == "0F0,0F1,1F0,1F1,1B1,1B0,0B1,0B0\n");
 }
 
 TEST_CASE("pytorch csv: compute+comms import keeps the sends and receives, maps FSDP actions") {
@@ -444,14 +454,19 @@ TEST_CASE("trainsim convert: csv <-> sched, options, errors and --help") {
   CHECK(r.exit_code == 0);
   r = run_trainsim("convert " + csv + " " + sched + " --stage-map 0,1,2,3", true);
   CHECK(r.exit_code == 0);
+  // A CSV that does not fit the options was read and is wrong (exit 1); a map that is no map is a usage error (2).
   r = run_trainsim("convert " + csv + " " + sched + " --stage-map 1,0,2,3", true);
-  CHECK(r.exit_code == 2);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("stage 0 belongs to rank 1 by the stage map") != std::string::npos);
   r = run_trainsim("convert " + csv + " " + sched + " --stage-map 0,1,2", true);
-  CHECK(r.exit_code == 2);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("--stage-map gives 3 stages, but there are 4") != std::string::npos);
-  r = run_trainsim("convert " + csv + " " + sched + " --microbatches 9", true);
+  r = run_trainsim("convert " + csv + " " + sched + " --stage-map 0,x", true);
   CHECK(r.exit_code == 2);
+  CHECK(r.out.find("trainsim convert: --stage-map: takes ranks like 0,1,2,3 or 'loop' or 'v', got '0,x'") !=
+        std::string::npos);
+  r = run_trainsim("convert " + csv + " " + sched + " --microbatches 9", true);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("stage 0 has no forward of microbatch 8") != std::string::npos);
 
   // Bad input: an unknown cell, wrong extensions, options for the other direction, a missing file.
@@ -460,7 +475,7 @@ TEST_CASE("trainsim convert: csv <-> sched, options, errors and --help") {
     f << "0F0,0B0\n1F0,0X1,1B0\n";
   }
   r = run_trainsim("convert " + (dir / "bad.csv").string() + " " + sched, true);
-  CHECK(r.exit_code == 2);
+  CHECK(r.exit_code == 1);
   CHECK(r.out.find("row 2 (rank 1), column 2, cell '0X1'") != std::string::npos);
   r = run_trainsim("convert " + csv + " " + (dir / "x.txt").string(), true);
   CHECK(r.exit_code == 2);

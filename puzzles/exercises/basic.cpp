@@ -1,7 +1,7 @@
 // Puzzle 0 - Standard Training: your solution.
 //
 // Targets: Timesteps <= 17, peak memory <= 2,600,000.
-// Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only basic
+// Build and check it: cmake --build build --target trainsim && ./build/trainsim puzzles --exercises --only basic
 // The timeline is written to out/exercises/basic.svg. The reference answer is in puzzles/reference/basic.cpp.
 #include <tuple>
 #include <vector>

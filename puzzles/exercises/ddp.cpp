@@ -1,7 +1,7 @@
 // Puzzle 2 - Distributed Data Parallel: your solution.
 //
 // Targets: Timesteps <= 5, peak memory <= 1,800,000.
-// Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only ddp
+// Build and check it: cmake --build build --target trainsim && ./build/trainsim puzzles --exercises --only ddp
 // The timeline is written to out/exercises/ddp.svg. The reference answer is in puzzles/reference/ddp.cpp.
 #include <tuple>
 #include <vector>

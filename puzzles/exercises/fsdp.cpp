@@ -1,7 +1,7 @@
 // Puzzle 4 - Fully-Sharded Data Parallel: your solution.
 //
 // Targets: Timesteps <= 20, peak memory <= 2,300,000.
-// Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only fsdp
+// Build and check it: cmake --build build --target trainsim && ./build/trainsim puzzles --exercises --only fsdp
 // The timeline is written to out/exercises/fsdp.svg. The reference answer is in puzzles/reference/fsdp.cpp.
 #include <tuple>
 #include <vector>

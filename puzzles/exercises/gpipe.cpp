@@ -1,7 +1,7 @@
 // Puzzle 6 - GPipe Schedule: your solution.
 //
 // Targets: Timesteps <= 33, peak memory <= 4,100,000.
-// Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only gpipe
+// Build and check it: cmake --build build --target trainsim && ./build/trainsim puzzles --exercises --only gpipe
 // The timeline is written to out/exercises/gpipe.svg. The reference answer is in puzzles/reference/gpipe.cpp.
 #include <tuple>
 #include <vector>

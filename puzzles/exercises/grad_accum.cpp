@@ -1,7 +1,7 @@
 // Puzzle 1 - Gradient Accumulation: your solution.
 //
 // Targets: Timesteps <= 17, peak memory <= 2,000,000.
-// Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only grad_accum
+// Build and check it: cmake --build build --target trainsim && ./build/trainsim puzzles --exercises --only grad_accum
 // The timeline is written to out/exercises/grad_accum.svg. The reference answer is in puzzles/reference/grad_accum.cpp.
 #include <tuple>
 #include <vector>

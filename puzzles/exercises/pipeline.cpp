@@ -1,7 +1,7 @@
 // Puzzle 5 - Pipeline Parallelism: your solution.
 //
 // Targets: Timesteps <= 66, peak memory <= 3,300,000.
-// Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only pipeline
+// Build and check it: cmake --build build --target trainsim && ./build/trainsim puzzles --exercises --only pipeline
 // The timeline is written to out/exercises/pipeline.svg. The reference answer is in puzzles/reference/pipeline.cpp.
 #include <tuple>
 #include <vector>

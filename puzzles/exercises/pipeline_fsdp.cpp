@@ -1,7 +1,7 @@
 // Puzzle 7 - Pipeline + FSDP: your solution.
 //
 // Targets: Timesteps <= 15, peak memory <= 1,000,000.
-// Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only pipeline_fsdp
+// Build and check it: cmake --build build --target trainsim && ./build/trainsim puzzles --exercises --only pipeline_fsdp
 // The timeline is written to out/exercises/pipeline_fsdp.svg. The reference answer is in puzzles/reference/pipeline_fsdp.cpp.
 #include <tuple>
 #include <vector>

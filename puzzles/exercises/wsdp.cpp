@@ -1,7 +1,7 @@
 // Puzzle 3 - Weight-Sharded Data Parallel: your solution.
 //
 // Targets: Timesteps <= 20, peak memory <= 2,800,000.
-// Build and check it: cmake --build build && ./build/trainsim puzzles --exercises --only wsdp
+// Build and check it: cmake --build build --target trainsim && ./build/trainsim puzzles --exercises --only wsdp
 // The timeline is written to out/exercises/wsdp.svg. The reference answer is in puzzles/reference/wsdp.cpp.
 #include <tuple>
 #include <vector>
