@@ -430,3 +430,13 @@ TEST_CASE("trainsim replay: partial rank variables are a clear error") {
   CHECK(p.exit_code == 2);
   CHECK(p.output() == "trainsim replay: RANK is set but WORLD_SIZE is not: set both (torchrun variables)\n");
 }
+
+TEST_CASE("examples: the multi-machine scripts parse, and the torchrun-style one stops at once without a token") {
+  const std::string dir = std::string(TRAINSIM_SOURCE_DIR) + "/examples/";
+  CHECK(run_shell("bash -n " + dir + "replay-slurm.sbatch 2>&1").exit_code == 0);
+  CHECK(run_shell("bash -n " + dir + "replay-torchrun-multinode.sh 2>&1").exit_code == 0);
+  CommandResult r = run_shell("env -u TRAINSIM_TOKEN NODE_RANK=0 MASTER_ADDR=127.0.0.1 bash " + dir +
+                              "replay-torchrun-multinode.sh 2>&1");
+  CHECK(r.exit_code != 0);
+  CHECK(r.out.find("TRAINSIM_TOKEN: set TRAINSIM_TOKEN to the same secret on every machine") != std::string::npos);
+}

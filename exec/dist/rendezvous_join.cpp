@@ -7,9 +7,9 @@
 //   -> kProof this rank's proof, kIntro {rank, world_size, ...}   (with MACs from here on, both ways)
 //   <- kWait (bounded by this rank's own --rendezvous-timeout), then kWelcome or kError
 // Until rank 0 has proven the token, a refusal is reported as rank 0's unverified word (it ends this rank: an
-// honest configuration error is reported at once, and whoever could forge one could as well cut the
-// connection), anything else it sends ends the attempt, and nothing it says can make this rank wait longer
-// than its own deadline.
+// honest configuration error is reported at once; whoever could forge one, on the port or on the path, can
+// as well keep every packet from rank 0 and so end this rank at its deadline), anything else it sends ends
+// the attempt, and nothing it says can make this rank wait longer than its own deadline.
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
