@@ -53,6 +53,7 @@ struct ReplayArgs {
   std::string master_addr;
   int master_port = 0;
   double rendezvous_timeout = 300;
+  bool insecure = false;  // a job of several processes without TRAINSIM_TOKEN
   std::string test_kill_at;
 };
 
@@ -160,11 +161,14 @@ int run(const ReplayArgs& a) {
   if (env) {
     exec::dist::RendezvousOptions ro;
     ro.timeout_seconds = a.rendezvous_timeout;
+    // The token comes from the environment only: a command line is visible to every user of the machine (ps).
     ro.token = exec::dist::process_env()("TRAINSIM_TOKEN").value_or("");
+    ro.insecure = a.insecure;
+    if (std::string why = exec::dist::token_problem(ro.token, ro.insecure); !why.empty()) return usage(why);
     ro.log = [](const std::string& m) { fmt::print(stderr, "{}: {}\n", kCmd, m); };
     if (env->rank == 0 && ro.token.empty())
-      fmt::print(stderr, "{}: TRAINSIM_TOKEN is not set: any process that reaches {}:{} may join this job\n", kCmd,
-                 env->master_addr, env->master_port);
+      fmt::print(stderr, "{}: --insecure and no TRAINSIM_TOKEN: any process that reaches {}:{} may join this job\n",
+                 kCmd, env->master_addr, env->master_port);
     o.join = [env = *env, ro](const exec::JobIdentity& id) { return exec::dist::rendezvous(env, id, ro); };
   }
 
@@ -326,6 +330,9 @@ void add_replay_command(CLI::App& app, int* exit_code) {
                   "One process per rank: seconds for every rank to join rank 0 before the job fails")
       ->check(finite_number(0, true, "seconds", "SECONDS>0"))
       ->capture_default_str();
+  cmd->add_flag("--insecure", a->insecure,
+                "One process per rank: run without TRAINSIM_TOKEN, accepting any process that reaches rank 0's port "
+                "(without it, a job of several processes refuses to start when TRAINSIM_TOKEN is not set)");
   cmd->add_option("--test-kill-at", a->test_kill_at, "Tests only: RANK:OP kills that rank's process at that op")
       ->group("");
   cmd->callback([a, exit_code] { *exit_code = run(*a); });

@@ -6,10 +6,18 @@
 #
 # torchrun itself would work (`torchrun --nnodes 2 --nproc-per-node 4 --node-rank N --master-addr HOST
 # --master-port 29500 --no-python trainsim replay ...`), but trainsim needs no Python: this script sets the
-# same variables for the processes of one machine. Run it on each machine with that machine's index:
+# same variables for the processes of one machine. Make the job's token once, a fresh random secret that only
+# you can read (here on a file system both machines share), then run the script on each machine with that
+# machine's index and the same token:
 #
-#   NODE_RANK=0 MASTER_ADDR=node0.cluster TRAINSIM_TOKEN=some-shared-secret examples/replay-torchrun-multinode.sh
-#   NODE_RANK=1 MASTER_ADDR=node0.cluster TRAINSIM_TOKEN=some-shared-secret examples/replay-torchrun-multinode.sh
+#   (umask 077; openssl rand -hex 16 > ~/.trainsim-token)
+#   export TRAINSIM_TOKEN=$(cat ~/.trainsim-token)      # on every machine, before the script
+#   NODE_RANK=0 MASTER_ADDR=node0.cluster examples/replay-torchrun-multinode.sh
+#   NODE_RANK=1 MASTER_ADDR=node0.cluster examples/replay-torchrun-multinode.sh
+#
+# The token goes in the environment, never on a command line (which every user of the machine can read). The
+# ranks prove to each other that they hold it without sending it; without one (or with fewer than 16
+# characters) a replay of several processes refuses to start. Nothing else is encrypted: use a private network.
 #
 # MASTER_ADDR must be an address of node 0 that node 1 can reach (rank 0 listens on exactly that address).
 # On one machine, `trainsim launch --nproc 4 -- trainsim replay FILE ...` does all this for you.
@@ -20,10 +28,10 @@ set -euo pipefail
 
 NNODES=${NNODES:-2}
 NPROC_PER_NODE=${NPROC_PER_NODE:-4}
-NODE_RANK=${NODE_RANK:?set NODE_RANK to this machine's index, 0 .. NNODES-1}
+NODE_RANK=${NODE_RANK:?set NODE_RANK to the index of this machine, 0 .. NNODES-1}
 export MASTER_ADDR=${MASTER_ADDR:?set MASTER_ADDR to node 0 address}
 export MASTER_PORT=${MASTER_PORT:-29500}
-export TRAINSIM_TOKEN=${TRAINSIM_TOKEN:?set TRAINSIM_TOKEN to the same secret on every machine}
+export TRAINSIM_TOKEN=${TRAINSIM_TOKEN:?set TRAINSIM_TOKEN to the same secret on every machine (see above: openssl rand -hex 16)}
 export WORLD_SIZE=$((NNODES * NPROC_PER_NODE))
 
 # Every machine writes the same schedule: generation is deterministic, so the hashes agree.

@@ -242,7 +242,14 @@ struct Job {
       std::lock_guard lock(mu);
       outputs[step_index][r] = std::move(out);
       for (std::size_t q = 0; q < blobs.size(); ++q)
-        if (static_cast<int>(q) != r) outputs[step_index][q] = decode_step(blobs[q], peaks[q]);
+        if (static_cast<int>(q) != r) {
+          StepOutput theirs = decode_step(blobs[q], peaks[q]);
+          // (another process's word: the loss is read for every microbatch)
+          if (theirs.loss_sums.size() != static_cast<std::size_t>(s.header.microbatches))
+            throw std::runtime_error(fmt::format("rank {} reported {} microbatch losses, not {}", q,
+                                                 theirs.loss_sums.size(), s.header.microbatches));
+          outputs[step_index][q] = std::move(theirs);
+        }
     }
     cv.notify_all();
     pg->broadcast(std::string(), o.timeout_seconds);  // rank 0 answers once it has every rank's output

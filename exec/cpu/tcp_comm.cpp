@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -76,12 +77,23 @@ void TcpHub::on_frame(Frame&& f) {
 
 std::string TcpHub::coordinate(Frame&& f) {
   if (pg_.rank() != 0) return fmt::format("rank {} got a collective's input, which only rank 0 collects", pg_.rank());
+  std::uint64_t element = 0;  // bytes per element of the input (0: a barrier carries none)
+  if (f.tag == "all-gather" || f.tag == "all-reduce" || f.tag == "reduce-scatter") element = sizeof(float);
+  else if (f.tag == "all-reduce-f64") element = sizeof(double);
+  else if (f.tag != "barrier") return fmt::format("rank {} called an unknown collective over group {}", f.src, f.group);
   if (f.group < 0 || f.group >= static_cast<int>(groups_.size()))
     return fmt::format("rank {} called a {} over unknown group {}", f.src, f.tag, f.group);
   const std::vector<int>& members = groups_[f.group];
   auto it = std::find(members.begin(), members.end(), f.src);
   if (it == members.end()) return fmt::format("rank {} called a {} over group {}, which it is not in", f.src, f.tag, f.group);
   const std::size_t me = static_cast<std::size_t>(it - members.begin());
+  // Rank 0 reads exactly what the call's kind and count say of every input: check it is all there.
+  const std::uint64_t parts = f.tag == "reduce-scatter" ? members.size() : 1;
+  if (element && f.count > std::numeric_limits<std::uint64_t>::max() / element / parts)  // (no overflow below)
+    return fmt::format("rank {} called a {} of {} elements over group {}: too many", f.src, f.tag, f.count, f.group);
+  if (f.data.size() != f.count * element * parts)
+    return fmt::format("rank {} sent {} bytes for a {} of {} elements over group {}, expected {}", f.src, f.data.size(),
+                       f.tag, f.count, f.group, f.count * element * parts);
   const std::pair<int, std::uint64_t> key{f.group, f.seq};
   auto [pos, fresh] = pending_.try_emplace(key);
   Pending& p = pos->second;

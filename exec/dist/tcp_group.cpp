@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "exec/comm.h"
+#include "exec/dist/deadline.h"
+#include "exec/dist/rendezvous_internal.h"
 
 namespace trainsim::exec::dist {
 
@@ -39,12 +41,21 @@ void TcpGroup::run() {
   work_.emplace(io_.get_executor());
   io_.restart();
   asio::post(io_, [this] { tick(); });
-  thread_ = std::thread([this] { io_.run(); });
+  thread_ = std::thread([this] {
+    for (;;) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {  // (a handler's bug, or memory): the job fails, the process does not abort
+        fail(fmt::format("rank {}: the transport failed: {}", rank_, e.what()));
+      }
+    }
+  });
 }
 
 void TcpGroup::tick() {
   const auto now = Clock::now();
-  const auto silence = std::chrono::duration<double>(options_.silence_seconds);
+  const Clock::duration silence = duration_from_seconds(options_.silence_seconds);
   for (auto& l : links_) {
     if (!l || l->ended()) continue;
     Frame hb;
@@ -55,7 +66,8 @@ void TcpGroup::tick() {
                        "between it and rank {} is down",
                        l->rank, l->peer(), options_.silence_seconds, rank_));
   }
-  heartbeat_.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.heartbeat_seconds)));
+  heartbeat_.expires_after(std::max<Clock::duration>(duration_from_seconds(options_.heartbeat_seconds),
+                                                     std::chrono::milliseconds(10)));
   heartbeat_.async_wait([this](boost::system::error_code ec) {
     if (!ec) tick();
   });
@@ -98,20 +110,24 @@ void TcpGroup::set_frame_handler(std::function<void(Frame&&)> handler) {
 }
 
 void TcpGroup::on_frame(Link& from, Frame&& f) {
+  // Rank 0 knows who sent a frame (the connection proved its rank); the header's word for it does not count.
+  if (rank_ == 0) f.src = from.rank;
   switch (f.kind) {
     case kHeartbeat:
     case kBye:
       return;
-    case kError:
+    case kError: {
+      const std::string why = peer_text(f.tag, 2000);  // one line, bounded, whatever the peer sent
       if (rank_ == 0)  // tell the others, before this rank's own handler may start closing the links
         for (auto& l : links_)
           if (l && l.get() != &from) {
             Frame e;
-            e.kind = kError, e.tag = f.tag;
+            e.kind = kError, e.tag = why;
             l->send(std::move(e));
           }
-      local_fail(f.tag);
+      local_fail(why);
       return;
+    }
     case kGather: {
       std::lock_guard lock(mu_);
       auto& slots = gathers_[f.seq];
@@ -195,7 +211,7 @@ std::string TcpGroup::failure() const {
 template <typename Pred>
 void TcpGroup::wait(std::unique_lock<std::mutex>& lock, double timeout_seconds, Pred done,
                     const std::function<std::string()>& what) {
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  const auto deadline = deadline_after(timeout_seconds);
   while (failed_.empty() && !done()) {
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && failed_.empty() && !done()) {
       std::string why = fmt::format("rank {}: timed out after {:g} s waiting for {}", rank_, timeout_seconds, what());

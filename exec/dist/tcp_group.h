@@ -2,6 +2,8 @@
 // every other rank, the others one to rank 0 (a star: frames between two other ranks go through rank 0, in
 // order). One thread runs the connections' io_context; heartbeats every `heartbeat_seconds`, and a peer
 // silent for `silence_seconds`, or whose connection ends before it said goodbye, fails the job naming it.
+// Every frame carries its connection's MAC (exec/dist/link.h); rank 0 relays a frame under the rank its
+// connection proved, whatever the header says; an error text from a peer is escaped and bounded.
 // Internal to exec/dist: made by rendezvous().
 #pragma once
 
