@@ -239,7 +239,8 @@ int run(const ReplayArgs& a) {
       // Two different things (docs/executor.md §4): what the device allocator held at most, every buffer
       // counted, and the schedule's own tensors at their peak (no saved activations, no temporaries).
       fmt::print("memory per rank: measured = the device allocator's peak over the run (every buffer: tensors, saved "
-                 "activations, temporaries); schedule tensors = the most the schedule's W, O, A, dA, dW hold at once\n");
+                 "activations, temporaries); schedule tensors = the most the schedule's W, O, A, dA, dW hold at "
+                 "once\n");
       for (std::size_t i = 0; i < r.peak_bytes.size(); ++i)
         fmt::print("  rank {:>3}  measured {}  schedule tensors {}\n", i, mib(static_cast<double>(r.peak_bytes[i])),
                    mib(static_cast<double>(r.predicted_peak_bytes[i])));

@@ -801,7 +801,8 @@ class StreamSim {
       const int dep = deps_[k];
       if (nodes_[dep].done()) continue;
       const Op& d = op_of(dep);
-      std::string s = fmt::format("waiting for {}{} (stream {}), which never ran", d.describe(), d.where_suffix(), d.stream);
+      std::string s =
+          fmt::format("waiting for {}{} (stream {}), which never ran", d.describe(), d.where_suffix(), d.stream);
       if (d.kind == OpKind::Recv || nodes_[dep].call >= 0) s += ": it is " + waits(dep).second;
       return s;
     }
@@ -809,8 +810,8 @@ class StreamSim {
   }
 
   // Every rank with an op that never ran (`first`: first_unfinished()), in rank order: its first such op,
-  // then the first timed one of each other stream that has one (a stream runs in order, so nothing after it ran there),
-  // each with when it was ready and what it waits for (a collective's words made once per call: one call of
+  // then the first timed one of each other stream that has one (a stream runs in order, so nothing after it ran
+  // there), each with when it was ready and what it waits for (a collective's words made once per call: one call of
   // thousands of members can block thousands of ranks).
   std::vector<World::BlockedRank> blocked_ranks(const std::vector<int>& first) const {
     std::vector<World::BlockedRank> out;

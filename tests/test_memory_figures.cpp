@@ -20,7 +20,7 @@ namespace {
 std::string data() { return std::string(" --data ") + TRAINSIM_SOURCE_DIR + "/tests/data/corpus.txt"; }
 }  // namespace
 
-TEST_CASE("memory figures: the SVG names the allocator's peak the report prints; its lanes never pass it") {
+TEST_CASE("memory figures: the SVG names the allocator's peak the report prints, and its lanes never pass it") {
   auto dir = fresh_dir("memory-figures");
   auto at = [&](const char* n) { return (dir / n).string(); };
   REQUIRE(run_trainsim("gen 1f1b --stages 2 --microbatches 4 -o " + at("p.sched")).exit_code == 0);
@@ -33,8 +33,8 @@ TEST_CASE("memory figures: the SVG names the allocator's peak the report prints;
   const auto most = std::max_element(peaks.begin(), peaks.end());
   // "measured" (the report, --json's peak_bytes) and the SVG heading's allocator peak: the same number.
   const std::string svg = slurp(dir / "m.svg");
-  CHECK(svg.find(fmt::format("the peak of the device allocator over the run, with the buffers ops free within themselves: "
-                             "{} on rank {}",
+  CHECK(svg.find(fmt::format("the peak of the device allocator over the run, with the buffers ops free within "
+                             "themselves: {} on rank {}",
                              memory_text(*most, "bytes"), most - peaks.begin())) != std::string::npos);
   // The lanes sample the allocator as each op starts: at most its peak, on every rank.
   nlohmann::json trace = nlohmann::json::parse(slurp(dir / "m.json"));
@@ -80,5 +80,6 @@ TEST_CASE("memory figures: a calibrated device changes the hardware model's time
   CHECK(fitted["step_time_s"].get<double>() != preset["step_time_s"].get<double>());
   CHECK(fitted["peak_memory_bytes"] == preset["peak_memory_bytes"]);
   REQUIRE(preset["ranks"].size() == 4);
-  for (std::size_t r = 0; r < 4; ++r) CHECK(fitted["ranks"][r]["peak_memory_bytes"] == preset["ranks"][r]["peak_memory_bytes"]);
+  for (std::size_t r = 0; r < 4; ++r)
+    CHECK(fitted["ranks"][r]["peak_memory_bytes"] == preset["ranks"][r]["peak_memory_bytes"]);
 }

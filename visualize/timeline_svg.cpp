@@ -841,7 +841,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     // In the band above the lane, off the curve (the white behind it hides only the grid).
     const double ty = top - 3;
     svg.put("<g class=\"peak\"><title>");
-    append_escaped(svg.s, peak_tooltip(peak, span, opt.peak_explanation ? &*opt.peak_explanation : nullptr, unit, real));
+    append_escaped(svg.s,
+                   peak_tooltip(peak, span, opt.peak_explanation ? &*opt.peak_explanation : nullptr, unit, real));
     svg.put("</title>\n");
     if (px_t(span.end) > x + 0.5)
       svg.put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2\"/>\n", x, py,

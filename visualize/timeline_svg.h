@@ -67,7 +67,9 @@ struct TimelineOptions {
   bool target_time_floor = false;
   /// The run failed with this error: a red banner at the top shows its first lines and the title says so.
   std::string error;
-  std::vector<BlockedMark> blocked;           ///< ranks left waiting (a deadlock), in rank order, marked on their streams' sub-rows (a row of several ranks: its first)
+  /// Ranks left waiting (a deadlock, or another rank's error), in rank order, each marked on its stream's
+  /// sub-row (a row of several ranks: its first).
+  std::vector<BlockedMark> blocked;
   std::optional<PeakExplanation> peak_explanation;  ///< what made the peak: tooltip; caption when over target_memory
   int memory_heatmap_above = 32;  ///< with more memory rows than this, each is a heatmap strip, not a plot
   /// A measured replay: each rank's device allocator peak over the run, bytes (`trainsim replay`'s "measured"
