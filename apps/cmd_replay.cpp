@@ -226,6 +226,7 @@ int run(const ReplayArgs& a) {
     if (!a.svg.empty()) {
       visualize::TimelineOptions t;
       t.title = fmt::format("{} - measured on the {} backend (last step)", a.file, a.backend);
+      for (std::size_t b : r.peak_bytes) t.allocator_peak.push_back(static_cast<double>(b));
       if (!write_output(kCmd, a.svg, visualize::timeline_svg(r.trace, t))) {
         wrote = false;
       }
@@ -241,9 +242,13 @@ int run(const ReplayArgs& a) {
       fmt::print("{} step{} in {:.2f} s, {:.0f} tokens/s\n", r.losses.size(), r.losses.size() == 1 ? "" : "s", r.seconds,
                  r.tokens_per_s);
     if (!r.peak_bytes.empty()) {
-      fmt::print("memory per rank (measured peak; the schedule's tensors at their peak):\n");
+      // Two different things (docs/executor.md §4): what the device allocator held at most, every buffer
+      // counted, and the schedule's own tensors at their peak (no saved activations, no temporaries).
+      fmt::print("memory per rank: measured = the device allocator's peak over the run (every buffer: tensors, saved "
+                 "activations, temporaries); schedule tensors = the most the schedule's W, O, A, dA, dW hold at "
+                 "once\n");
       for (std::size_t i = 0; i < r.peak_bytes.size(); ++i)
-        fmt::print("  rank {:>3}  {}  ({})\n", i, mib(static_cast<double>(r.peak_bytes[i])),
+        fmt::print("  rank {:>3}  measured {}  schedule tensors {}\n", i, mib(static_cast<double>(r.peak_bytes[i])),
                    mib(static_cast<double>(r.predicted_peak_bytes[i])));
     }
     if (r.checked)

@@ -169,7 +169,7 @@ int run(const SimArgs& a, bool outputs) {
       o.title = std::filesystem::path(a.file).filename().string();
       if (!r.ok) {  // an invalid run's partial timeline says so: a banner, and its blocked ranks marked
         o.error = r.error;
-        for (const auto& b : r.blocked) o.blocked.push_back({b.rank, b.since, b.what()});
+        for (const auto& b : r.blocked) o.blocked.push_back({b.rank, b.since, b.what(), b.stream});
       }
       stage.show("drawing the timeline");
       std::string svg = visualize::timeline_svg(r.trace, o);

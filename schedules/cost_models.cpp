@@ -1,6 +1,8 @@
 #include "schedules/cost_models.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "hardware/cost_model.h"
 
@@ -8,6 +10,15 @@ namespace trainsim {
 
 std::unique_ptr<CostModel> make_schedule_cost_model(const Schedule& s) {
   const ScheduleHeader& h = s.header;
+  if (h.cost_model == "unit") {
+    // Layers are equal shares of the model; a pipeline stage's share (the layers of one rank of the stage
+    // map) costs one second per batch, so a chunk of v per stage costs 1/v (sim/cost_model.h).
+    if (h.stage_map.empty()) return std::make_unique<UnitCostModel>();
+    std::vector<int> stages = h.stage_map;
+    std::sort(stages.begin(), stages.end());
+    stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+    return std::make_unique<UnitCostModel>(static_cast<int>(stages.size()), static_cast<int>(h.stage_map.size()));
+  }
   if (h.cost_model != "hardware") return make_cost_model(h.cost_model);
   if (!h.hardware) throw std::invalid_argument("cost model 'hardware' needs the header's model, device and network");
   std::vector<std::vector<int>> groups(1);

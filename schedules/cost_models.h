@@ -1,6 +1,7 @@
-// The cost model a schedule is timed with, built from its header: `puzzle` and `unit` by name
-// (sim/cost_model.h), `hardware` from the header's hardware block (hardware/cost_model.h) and the schedule's
-// groups and layer placement.
+// The cost model a schedule is timed with, built from its header: `puzzle` by name, `unit` scaled by the
+// stage map (sim/cost_model.h: a stage's share of the model costs one second per batch, a layer
+// stages/layers of it), `hardware` from the header's hardware block (hardware/cost_model.h) and the
+// schedule's groups and layer placement.
 #pragma once
 
 #include <memory>

@@ -796,25 +796,51 @@ class StreamSim {
     return first;
   }
 
-  // Every rank with an op that never ran (`first`: first_unfinished()): that op, when it was ready, and what
-  // it waits for (a collective's words made once per call: one call of thousands of members can block
-  // thousands of ranks).
+  // What a blocked op `id` waits for, for the timeline's marks: a message or a collective's missing members as
+  // waits() words them, or, for an op held up on its own rank, the first of its dependencies that never ran
+  // (with that op's own wait when it is a receive or a collective).
+  std::string blocked_detail(int id) const {
+    const Op& op = op_of(id);
+    if (op.kind == OpKind::Recv || nodes_[id].call >= 0) return waits(id).second;
+    for (std::uint32_t k = dep_begin_[id]; k < dep_begin_[id + 1]; ++k) {
+      const int dep = deps_[k];
+      if (nodes_[dep].done()) continue;
+      const Op& d = op_of(dep);
+      std::string s =
+          fmt::format("waiting for {}{} (stream {}), which never ran", d.describe(), d.where_suffix(), d.stream);
+      if (d.kind == OpKind::Recv || nodes_[dep].call >= 0) s += ": it is " + waits(dep).second;
+      return s;
+    }
+    return waits(id).second;
+  }
+
+  // Every rank with an op that never ran (`first`: first_unfinished()), in rank order: its first such op,
+  // then the first timed one of each other stream that has one (a stream runs in order, so nothing after it ran
+  // there), each with when it was ready and what it waits for (a collective's words made once per call: one call of
+  // thousands of members can block thousands of ranks).
   std::vector<World::BlockedRank> blocked_ranks(const std::vector<int>& first) const {
     std::vector<World::BlockedRank> out;
     std::unordered_map<int, std::string> call_detail;
+    std::vector<int> streams;  // of the rank, marked so far
     for (int r = 0; r < s_.header.world_size; ++r) {
-      const int id = first[r];
-      if (id < 0) continue;
-      const Op& op = op_of(id);
-      std::string detail;
-      if (const int c = nodes_[id].call; c >= 0) {
-        auto [it, fresh] = call_detail.try_emplace(c);
-        if (fresh) it->second = waits(id).second;
-        detail = it->second;
-      } else {
-        detail = waits(id).second;
+      if (first[r] < 0) continue;
+      streams.clear();
+      for (int id = first[r]; id < id_of(r, static_cast<int>(s_.ranks[r].size())); ++id) {
+        const Op& op = op_of(id);
+        if (id != first[r] && (nodes_[id].done() || !is_timed(op.kind) ||
+                               std::find(streams.begin(), streams.end(), op.stream) != streams.end()))
+          continue;
+        streams.push_back(op.stream);
+        std::string detail;
+        if (const int c = nodes_[id].call; c >= 0) {
+          auto [it, fresh] = call_detail.try_emplace(c);
+          if (fresh) it->second = waits(id).second;
+          detail = it->second;
+        } else {
+          detail = blocked_detail(id);
+        }
+        out.push_back({r, nodes_[id].start, op.describe() + op.where_suffix(), std::move(detail), op.stream});
       }
-      out.push_back({r, nodes_[id].start, op.describe() + op.where_suffix(), std::move(detail)});
     }
     return out;
   }

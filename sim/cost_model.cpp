@@ -1,6 +1,8 @@
 #include "sim/cost_model.h"
 
+#include <cstdint>
 #include <stdexcept>
+#include <string>
 
 namespace trainsim {
 
@@ -41,12 +43,23 @@ double PuzzleCostModel::memory(const Tensor& t) const {
   return 0;
 }
 
+UnitCostModel::UnitCostModel(int stages, int layers) {
+  if (stages < 1 || layers < stages)
+    throw std::invalid_argument("the unit cost model needs 1 <= stages <= layers, got " + std::to_string(stages) +
+                                " stages over " + std::to_string(layers) + " layers");
+  // Rounded to the nearest nanosecond, exactly, in integers (stages and layers are ints).
+  const auto ratio = [&](std::int64_t num, std::int64_t den) { return (2 * num + den) / (2 * den); };
+  per_batch_ = ratio(kTicksPerSecond * stages, layers);
+  half_batch_ = ratio(kTicksPerSecond * stages, 2 * static_cast<std::int64_t>(layers));
+}
+
 Time UnitCostModel::duration(const Op& op, int /*group_size*/) const {
+  const auto n = static_cast<Time>(op.batches.size());
   switch (op.kind) {
     case OpKind::Forward:
-    case OpKind::Backward: return seconds(op.batches.size());
+    case OpKind::Backward: return n * per_batch_;
     case OpKind::BackwardInput:
-    case OpKind::BackwardWeight: return seconds(0.5 * op.batches.size());
+    case OpKind::BackwardWeight: return n * half_batch_;
     default: return 0;
   }
 }

@@ -46,18 +46,32 @@ class PuzzleCostModel final : public CostModel {
   std::string memory_unit() const override { return "units"; }
 };
 
-/// Unit costs for studying schedules (pipeline bubbles): forward and backward take one second per batch,
-/// each half of a split backward (input grad, weight grad) half a second per batch; update, loss and all
-/// communication take no time. Memory as the puzzle model.
+/// Unit costs for studying schedules (pipeline bubbles): compute is charged by the share of the model an op's
+/// layer holds, the layers being equal shares. A forward or backward of one batch through a pipeline stage's
+/// share of the model (1/stages of it) takes one second, so through one layer stages/layers seconds: 1 s for a
+/// pipeline of one layer per stage (GPipe, 1F1B, ZB-H1) and for a schedule without a stage map (data parallel:
+/// stages = layers), 1/v s for a chunk of an interleaved or V-shaped schedule with v layers per stage. Each
+/// half of a split backward (input grad, weight grad) takes half of that; update, loss and all communication
+/// take no time. Memory as the puzzle model. Durations are whole nanoseconds (a third of a second rounds).
 class UnitCostModel final : public CostModel {
  public:
+  /// `stages` pipeline stages over `layers` schedule layers (the default: one second per batch and layer).
+  /// Throws std::invalid_argument unless 1 <= stages <= layers.
+  explicit UnitCostModel(int stages = 1, int layers = 1);
   std::string name() const override { return "unit"; }
   Time duration(const Op& op, int group_size) const override;
   double memory(const Tensor& t) const override { return PuzzleCostModel().memory(t); }
   std::string memory_unit() const override { return "units"; }
+  /// Nanoseconds of a forward or backward of one batch through one layer: 1e9 * stages / layers, rounded.
+  Time per_batch() const { return per_batch_; }
+
+ private:
+  Time per_batch_ = kTicksPerSecond;  // forward or backward, one batch, one layer
+  Time half_batch_ = kTicksPerSecond / 2;  // backward-input or backward-weight, one batch, one layer
 };
 
-/// The cost model called `name` ("puzzle" or "unit"). Throws std::invalid_argument for another name.
+/// The cost model called `name` ("puzzle", or "unit" at one second per batch and layer; a schedule's unit model,
+/// scaled by its stage map, comes from make_schedule_cost_model). Throws std::invalid_argument for another name.
 std::unique_ptr<CostModel> make_cost_model(const std::string& name);
 
 }  // namespace trainsim

@@ -109,6 +109,13 @@ void World::execute(Op op) {
   record(op.rank, std::move(op), 1);
 }
 
+void World::resume(int rank, bool satisfied) {
+  // Until it runs again the rank is not waiting for anything: if the run stops first (another rank's error),
+  // it must not be reported as blocked (blocked_ranks).
+  if (satisfied) ranks_[rank].blocked.reset();
+  kernel_->wake(ranks_[rank].waiter);
+}
+
 asio::awaitable<void> World::sync(int rank) { co_await kernel_->sleep_until(ranks_[rank].clock); }
 
 asio::awaitable<void> World::block(int rank, Blocked b) {
@@ -139,7 +146,11 @@ Task World::send(Op op, Tensor payload) {
   box.messages.push_back(Message{rank, std::move(payload), ranks_[rank].clock, blocked_op.where});
   if (box.receiver_waiting) {
     box.receiver_waiting = false;
-    kernel_->wake(ranks_[dst].waiter);
+    // The receiver waits no more if this is a message it takes (from its source, or from any); otherwise it
+    // wakes, finds none for it and waits again.
+    const auto& b = ranks_[dst].blocked;
+    const bool satisfied = b && (b->any_source || (b->waits_for.size() == 1 && b->waits_for[0] == rank));
+    resume(dst, satisfied);
   }
 }
 
@@ -159,7 +170,7 @@ asio::awaitable<Message> World::recv(Op op) {
     if (it != box.messages.end()) {
       Message m = std::move(*it);
       box.messages.erase(it);
-      for (int s : box.blocked_senders) kernel_->wake(ranks_[s].waiter);
+      for (int s : box.blocked_senders) resume(s, true);  // the slot is free: none of them waits now
       box.blocked_senders.clear();
       RankState& rs = ranks_[rank];
       rs.clock = std::max(rs.clock, m.ready);
@@ -256,7 +267,7 @@ void World::complete(Group& g, std::uint64_t seq, Call& call) {
     Op op = call.arrivals[i]->op;
     op.writes = {call.results[i]};
     record(r, std::move(op), n);
-    if (ranks_[r].blocked) kernel_->wake(ranks_[r].waiter);
+    if (ranks_[r].blocked) resume(r, true);
   }
   call.done = true;
 }
@@ -352,11 +363,18 @@ std::vector<World::BlockedRank> World::blocked_ranks() const {
     if (rs.finished || !rs.blocked) continue;
     const Blocked& b = *rs.blocked;
     std::string detail = b.detail;
+    std::vector<int> on = b.waits_for;
     if (b.group >= 0) {
-      std::vector<int> missing = missing_members(b);
+      on = missing_members(b);
+      if (on.empty()) continue;  // every member arrived: the call is complete, the rank no longer waits
       detail = fmt::format("collective #{} of group {}, waiting for rank{} {}", b.seq, b.group,
-                           missing.size() == 1 ? "" : "s", rank_list(missing));
+                           on.size() == 1 ? "" : "s", rank_list(on));
     }
+    std::vector<int> ended;
+    for (int w : on)
+      if (ranks_[w].finished) ended.push_back(w);
+    if (!ended.empty())
+      detail += fmt::format(" (rank{} {} ended without it)", ended.size() == 1 ? "" : "s", rank_list(ended));
     out.push_back({r, b.since, b.op.describe() + b.op.where_suffix(), std::move(detail)});
   }
   return out;

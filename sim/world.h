@@ -98,11 +98,13 @@ class World {
     Time since = 0;      ///< when it began to wait
     std::string op;      ///< the op it waits in, with its source ("receive (ddp.cpp:31)")
     std::string detail;  ///< what it waits for ("waiting for a message from rank 1")
+    int stream = 0;      ///< the stream it waits on (the stream engine lists one per blocked stream of a rank)
     /// "op: detail", as a timeline mark's tooltip gives it.
     std::string what() const { return op + ": " + detail; }
   };
   /// The ranks that have not finished and wait in a primitive, in rank order (after a deadlock, what the
-  /// report lists); empty when every rank finished.
+  /// report lists; after another rank's error, those still waiting: a rank whose wait was met, e.g. in a
+  /// collective the last member completed, is not listed); empty when every rank finished.
   std::vector<BlockedRank> blocked_ranks() const;
   /// Calls `f` with every timed op as it is recorded, in each rank's program order (after its memory sample).
   void set_op_observer(std::function<void(const Op&)> f) { observer_ = std::move(f); }
@@ -151,6 +153,8 @@ class World {
 
   asio::awaitable<void> sync(int rank);
   asio::awaitable<void> block(int rank, Blocked b);
+  // Wakes a blocked rank; `satisfied`: what it waited for happened, so it no longer counts as blocked.
+  void resume(int rank, bool satisfied);
   void record(int rank, Op op, int group_size);
   void complete(Group& g, std::uint64_t seq, Call& call);
   // The deadlock message: the blocked ranks (the first few in detail, then a count) and a wait-for cycle.

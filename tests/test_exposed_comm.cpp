@@ -21,6 +21,7 @@
 #include "sim/exposed_comm.h"
 #include "visualize/perfetto.h"
 #include "visualize/timeline_exposed.h"
+#include "visualize/timeline_units.h"
 #include "visualize/timeline_svg.h"
 
 using namespace trainsim;
@@ -229,7 +230,7 @@ TEST_CASE("timeline svg: a 1f1b step on hardware marks its sends and receives as
     CHECK(got[i].second == doctest::Approx(want[i].second).epsilon(0.1 / want[i].second));
   }
   for (int rank = 0; rank < 4; ++rank)
-    CHECK(count(svg, ">exposed " + visualize::short_seconds(total_length(e[rank])) + "</text>") >= 1);
+    CHECK(count(svg, ">exposed " + visualize::time_text(total_length(e[rank]), true) + "</text>") >= 1);
 }
 
 TEST_CASE("perfetto trace json: an exposed comm thread per rank with a slice per exposed interval") {

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -92,4 +93,80 @@ TEST_CASE("above memory_heatmap_above rows, memory lanes are heatmap strips") {
   std::string plot = timeline_svg(t, plots);
   CHECK(count(plot, "class=\"mem-heat\"") == 0);
   CHECK(plot.find("each lane from 0 to 50") != std::string::npos);
+}
+
+namespace {
+
+// y of the first `attr="` after `from` in `svg`.
+double attr_after(const std::string& svg, std::size_t from, const std::string& attr) {
+  std::size_t at = svg.find(attr + "=\"", from);
+  REQUIRE(at != std::string::npos);
+  at += attr.size() + 2;
+  return std::stod(svg.substr(at, svg.find('"', at) - at));
+}
+
+// The lane backgrounds' top edges, in row order (each lane is a rect filled #fafafa).
+std::vector<double> lane_tops(const std::string& svg) {
+  std::vector<double> tops;
+  const std::string lane = "fill=\"#fafafa\"";
+  for (std::size_t at = svg.find(lane); at != std::string::npos; at = svg.find(lane, at + 1)) {
+    const std::size_t rect = svg.rfind("<rect ", at);
+    tops.push_back(attr_after(svg, rect, "y"));
+  }
+  return tops;
+}
+
+}  // namespace
+
+TEST_CASE("the peak's label sits in a band above its lane, never over the curve (issue 18)") {
+  for (int peak_rank : {0, 2}) {
+    CAPTURE(peak_rank);
+    Trace t;
+    t.world_size = 3;
+    t.layers = 2;
+    t.batches = 1;
+    t.memory_unit = "MB";
+    t.ranks.resize(3);
+    for (int r = 0; r < 3; ++r)
+      t.ranks[r] = {op_run(OpKind::Forward, r, 0, 0, 1, 10),
+                    op_run(OpKind::Backward, r, 0, 1, 4, r == peak_rank ? 50 : 20)};
+    const std::string svg = timeline_svg(t);
+    const auto tops = lane_tops(svg);
+    REQUIRE(tops.size() == 3);
+    const std::size_t g = svg.find("<g class=\"peak\">");
+    REQUIRE(g != std::string::npos);
+    // The label's white backing and its text end at or above the top of the peak's lane...
+    const std::size_t backing = svg.find("fill=\"#ffffff\"", g);
+    const std::size_t rect = svg.rfind("<rect ", backing);
+    const double y = attr_after(svg, rect, "y"), h = attr_after(svg, rect, "height");
+    CHECK(y + h <= tops[peak_rank] + 1e-9);
+    CHECK(attr_after(svg, svg.find("<text ", g), "y") <= tops[peak_rank]);
+    // ... in room of its own: the gap above the peak's lane is wider than between the other lanes.
+    if (peak_rank > 0) CHECK(tops[peak_rank] - tops[peak_rank - 1] > tops[1] - tops[0] + 10);
+    else CHECK(tops[2] - tops[1] == doctest::Approx(tops[1] - tops[0]));
+  }
+}
+
+TEST_CASE("real seconds and bytes are worded as such, puzzle steps and units keep Timesteps (issue 18)") {
+  Trace t = spike_trace();
+  t.cost_model = "measured (cpu)";
+  t.memory_unit = "bytes";
+  for (auto& r : t.ranks[0]) r.memory = r.memory / 10 * 31'836'176;  // the peak: 95,508,528 bytes (91.08 MiB)
+  const std::string svg = timeline_svg(t);
+  CHECK(svg.find("Timesteps") == std::string::npos);
+  CHECK(svg.find(">step time 10 s  \u00b7  peak memory 91.1 MiB on rank 0 at 3 s (as an op started)  \u00b7  measured "
+                 "(cpu)</text>") != std::string::npos);
+  CHECK(svg.find("memory per rank: bytes allocated as each op started; each lane from 0 to 91.1 MiB") !=
+        std::string::npos);
+  CHECK(svg.find(">peak 91.1 MiB from 6 s to 10 s (first at 3 s)</text>") != std::string::npos);
+  CHECK(svg.find(">time (s)</text>") != std::string::npos);
+  CHECK(svg.find("95508528") == std::string::npos);
+  t.cost_model = "hardware";
+  CHECK(timeline_svg(t).find(">step time 10 s  \u00b7  peak memory 91.1 MiB on rank 0 at 3 s  \u00b7  cost model "
+                             "hardware</text>") != std::string::npos);
+  // The puzzle model: as before.
+  t.cost_model = "puzzle";
+  t.memory_unit = "units";
+  CHECK(timeline_svg(t).find(">Timesteps 6  \u00b7  makespan 10  \u00b7  peak memory 95508528 units") !=
+        std::string::npos);
 }

@@ -1,5 +1,9 @@
 #include "visualize/timeline_exposed.h"
 
+#include <cmath>
+
+#include "visualize/timeline_units.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -46,7 +50,7 @@ void draw_exposed_strips(Svg& svg, int rank, const std::vector<ExposedStrip>& st
 
 std::string short_seconds(Time t) { return fmt::format("{:.4g} s", to_seconds(t)); }
 
-std::string exposed_heading(const std::vector<std::vector<TimeInterval>>& exposed, Time makespan) {
+std::string exposed_heading(const std::vector<std::vector<TimeInterval>>& exposed, Time makespan, bool real) {
   Time most = 0;
   int most_rank = 0;
   double sum = 0;  // in double: the total over many ranks can pass the range of Time
@@ -57,10 +61,12 @@ std::string exposed_heading(const std::vector<std::vector<TimeInterval>>& expose
   }
   if (most == 0) return "exposed communication: none, all hidden under compute";
   const double mean = sum / static_cast<double>(exposed.size());
-  return fmt::format("exposed communication (no compute running): mean {:.4g} s per rank ({:.1f}% of the makespan), "
+  const std::string mean_text = real ? time_text(static_cast<Time>(std::llround(mean)), true)
+                                     : fmt::format("{:.4g} s", mean / static_cast<double>(kTicksPerSecond));
+  return fmt::format("exposed communication (no compute running): mean {} per rank ({:.1f}% of the makespan), "
                      "most {} on rank {}",
-                     mean / static_cast<double>(kTicksPerSecond),
-                     makespan > 0 ? 100 * mean / static_cast<double>(makespan) : 0.0, short_seconds(most), most_rank);
+                     mean_text, makespan > 0 ? 100 * mean / static_cast<double>(makespan) : 0.0,
+                     real ? time_text(most, true) : short_seconds(most), most_rank);
 }
 
 }  // namespace trainsim::visualize

@@ -39,7 +39,7 @@ std::string short_seconds(Time t);
 
 /// The heading's clause on `exposed` (one list per rank) over a run of `makespan`: "exposed communication
 /// (no compute running): mean 0.25 s per rank (12.5% of the makespan), most 0.5 s on rank 1", or "exposed
-/// communication: none, all hidden under compute".
-std::string exposed_heading(const std::vector<std::vector<TimeInterval>>& exposed, Time makespan);
+/// communication: none, all hidden under compute". With `real` units, lengths as time_text words them ("15.2 ms").
+std::string exposed_heading(const std::vector<std::vector<TimeInterval>>& exposed, Time makespan, bool real = false);
 
 }  // namespace trainsim::visualize

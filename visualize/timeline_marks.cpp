@@ -9,6 +9,7 @@
 
 #include "sim/world.h"
 #include "visualize/palette.h"
+#include "visualize/timeline_units.h"
 
 namespace trainsim::visualize {
 
@@ -54,8 +55,11 @@ void draw_blocked_mark(Svg& svg, const BlockedMark& mark, double x, double x_end
           x, top, std::max(x_end - x, 2.0), height, kPeakColour, kPeakColour);
   svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2.5\"/>\n", x,
           top - 1, top + height + 1, kPeakColour);
-  svg.text(x + 4, top + height / 2 + 4, "blocked",
-           fmt::format("font-size=\"10\" font-weight=\"bold\" fill=\"{}\"", kPeakColour));
+  // The word inside the band when it fits (nothing ran there after x, so it covers no op's label).
+  const double font = std::min(10.0, height - 2);
+  if (font >= 6 && x + 4 + text_width("blocked", font) * 1.1 <= x_end)
+    svg.text(x + 4, top + height / 2 + font * 0.38, "blocked",
+             fmt::format("font-size=\"{:.0f}\" font-weight=\"bold\" fill=\"{}\"", font, kPeakColour));
   svg.put("</g>\n");
 }
 
@@ -81,14 +85,17 @@ PeakSpan peak_held_longest(const Trace& trace, const MemoryPeak& peak) {
 }
 
 std::string peak_tooltip(const MemoryPeak& peak, const PeakSpan& span, const PeakExplanation* why,
-                         const std::string& unit) {
-  std::string s = fmt::format("peak memory {} {} on rank {}, first at t={}", format_memory(peak.memory), unit,
-                              peak.rank, format_time(peak.time));
+                         const std::string& unit, bool real) {
+  auto t = [&](Time x) { return time_text(x, real); };
+  std::string s = fmt::format("peak memory {} on rank {}, first at t={}",
+                              real ? memory_text(peak.memory, unit) : format_memory(peak.memory) + " " + unit,
+                              peak.rank, t(peak.time));
   if (span.start != peak.time || span.end != peak.time)
-    s += fmt::format("; marked where it is held longest, t={} to {}", format_time(span.start), format_time(span.end));
+    s += fmt::format("; marked where it is held longest, t={} to {}", t(span.start), t(span.end));
   if (why) {
-    s += fmt::format("\nat t={}, as {} started, rank {} held:", format_time(peak.time), why->op, peak.rank);
-    for (const auto& [name, size] : why->resident) s += fmt::format("\n  {} {}", name, format_memory(size));
+    s += fmt::format("\nat t={}, as {} started, rank {} held:", t(peak.time), why->op, peak.rank);
+    for (const auto& [name, size] : why->resident)
+      s += fmt::format("\n  {} {}", name, real ? memory_text(size, unit) : format_memory(size));
   }
   return s;
 }

@@ -19,7 +19,8 @@ double failure_banner_height(std::size_t lines);
 /// Draws the banner (class "failure") from `top`, `width` wide.
 void draw_failure_banner(Svg& svg, const std::vector<std::string>& lines, double top, double width);
 
-/// Marks a blocked rank's row (class "blocked"): a red line at `x` and a hatched band to `x_end`, titled.
+/// Marks a blocked rank's row or stream sub-row (class "blocked"): a red line at `x` and a hatched band to
+/// `x_end`, titled with what it waits for, and the word "blocked" inside the band where it fits.
 void draw_blocked_mark(Svg& svg, const BlockedMark& mark, double x, double x_end, double top, double height);
 
 /// Where the peak is held longest: among the peak rank's memory samples equal to the peak, the one whose
@@ -30,9 +31,10 @@ struct PeakSpan {
 };
 PeakSpan peak_held_longest(const Trace& trace, const MemoryPeak& peak);
 
-/// Tooltip of the peak marker: the peak, the op that started then and each resident tensor with its size.
+/// Tooltip of the peak marker: the peak, the op that started then and each resident tensor with its size. With
+/// `real` units (a hardware model or a measured replay: timeline_units.h) sizes in MiB/GiB and times in s/ms.
 std::string peak_tooltip(const MemoryPeak& peak, const PeakSpan& span, const PeakExplanation* why,
-                         const std::string& unit);
+                         const std::string& unit, bool real = false);
 /// The caption line under the lanes: "Peak ...: as OP started, rank R held T1 (size), T2 (size), ...",
 /// cut to about `max_chars` characters.
 std::string peak_caption(const MemoryPeak& peak, const PeakExplanation& why, std::size_t max_chars);

@@ -32,6 +32,7 @@
 #include "visualize/timeline_exposed.h"
 #include "visualize/timeline_marks.h"
 #include "visualize/timeline_summary.h"
+#include "visualize/timeline_units.h"
 
 namespace trainsim::visualize {
 
@@ -296,6 +297,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const Colours colours(trace.layers > 0 ? trace.layers : max_layer + 1);
   const std::string unit = trace.memory_unit.empty() ? std::string("units") : trace.memory_unit;
   const MemoryPeak peak = trace.peak();
+  // Real seconds and bytes (hardware model, measured replay) are worded as such; puzzle steps and units as before.
+  const bool real = real_units(trace), measured = measured_trace(trace);
+  auto mem_text = [&](double v) { return real ? memory_text(v, unit) : format_memory(v); };
 
   // ---- Rows: one per rank, or buckets of `per_row` ranks.
   const int max_rows = std::max(1, opt.max_detailed_ranks);
@@ -329,7 +333,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       for (int rank = row_first(row); rank <= row_last(row); ++rank)
         sum += static_cast<double>(total_length(exposed[rank]));
       const Time mean = static_cast<Time>(std::llround(sum / (row_last(row) - row_first(row) + 1)));
-      exposed_totals.push_back(fmt::format("exposed {}{}", per_row > 1 ? "mean " : "", short_seconds(mean)));
+      exposed_totals.push_back(fmt::format("exposed {}{}", per_row > 1 ? "mean " : "",
+                                           real ? time_text(mean, true) : short_seconds(mean)));
       right_margin = std::max(right_margin, std::ceil(text_width(exposed_totals.back(), 10) + 14));
     }
   }
@@ -352,6 +357,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     used.push_back(0);
     for (const auto& r : trace.ranks[rank])
       if (is_timed(r.op.kind)) used.push_back(r.op.stream);
+    // A stream blocked before its first op ran still gets its sub-row, to carry the mark.
+    for (const BlockedMark& b : opt.blocked)
+      if (b.rank == static_cast<int>(rank)) used.push_back(b.stream);
     std::sort(used.begin(), used.end());
     used.erase(std::unique(used.begin(), used.end()), used.end());
     most_streams = std::max(most_streams, used.size());
@@ -368,17 +376,37 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const std::string title = (opt.title.empty() ? std::string("timeline") : opt.title) +
                             (opt.error.empty() ? "" : " - FAILED");
   const std::vector<std::string> banner = opt.error.empty() ? std::vector<std::string>() : failure_lines(opt.error);
-  std::string line1 = fmt::format("Timesteps {}  \u00b7  makespan {}  \u00b7  peak memory {} {} on rank {} at t={}",
-                                  format_time(trace.timesteps()), format_time(trace.makespan()),
-                                  format_memory(peak.memory), unit, peak.rank, format_time(peak.time));
-  line1 += fmt::format("  \u00b7  cost model {}, memory in {}",
-                       trace.cost_model.empty() ? std::string("(unnamed)") : trace.cost_model, unit);
+  std::string line1;
+  if (real) {
+    // The puzzles' "Timesteps" (the start of the last op) means nothing in real time: the step takes its makespan.
+    line1 = fmt::format("step time {}  \u00b7  peak memory {} on rank {} at {}{}  \u00b7  {}{}",
+                        time_text(trace.makespan(), true), memory_text(peak.memory, unit), peak.rank,
+                        time_text(peak.time, true), measured ? " (as an op started)" : "",
+                        measured ? "" : "cost model ", trace.cost_model);
+  } else {
+    line1 = fmt::format("Timesteps {}  \u00b7  makespan {}  \u00b7  peak memory {} {} on rank {} at t={}",
+                        format_time(trace.timesteps()), format_time(trace.makespan()), format_memory(peak.memory), unit,
+                        peak.rank, format_time(peak.time));
+    line1 += fmt::format("  \u00b7  cost model {}, memory in {}",
+                         trace.cost_model.empty() ? std::string("(unnamed)") : trace.cost_model, unit);
+  }
   std::string line2 = fmt::format("{} rank{}, {} layer{}, {} batch{}, {} timed ops", nranks, nranks == 1 ? "" : "s",
                                   trace.layers, trace.layers == 1 ? "" : "s", trace.batches,
                                   trace.batches == 1 ? "" : "es", timed);
   if (opt.target_time) line2 += fmt::format("  \u00b7  target time {}", format_memory(*opt.target_time));
   if (opt.target_memory) line2 += fmt::format("  \u00b7  target memory {} {}", format_memory(*opt.target_memory), unit);
-  if (show_exposed) line2 += "  \u00b7  " + exposed_heading(exposed, trace.makespan());
+  if (show_exposed) line2 += "  \u00b7  " + exposed_heading(exposed, trace.makespan(), real);
+  // A measured replay: what its lanes are, and the allocator's own peak (the replay report's "measured").
+  std::string line_memory;
+  if (measured) {
+    line_memory = "memory lanes: bytes allocated as each op started (where the simulator samples too)";
+    if (!opt.allocator_peak.empty()) {
+      const auto most = std::max_element(opt.allocator_peak.begin(), opt.allocator_peak.end());
+      line_memory += fmt::format("; the peak of the device allocator over the run, with the buffers ops free within "
+                                 "themselves: {} on rank {}",
+                                 memory_text(*most, unit), most - opt.allocator_peak.begin());
+    }
+  }
   std::string line3;
   if (!detailed)
     line3 = fmt::format(
@@ -388,7 +416,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
 
   double width = x1 + right_margin;
   width = std::max({width, text_width(title, 19.8) + 32, text_width(line1, 12.5) + 32, text_width(line2, 11) + 32,
-                    text_width(line3, 11) + 32});
+                    text_width(line3, 11) + 32, text_width(line_memory, 11) + 32});
   for (const auto& l : banner) width = std::max(width, text_width(l, 12.5) + 40);
   width = std::ceil(width);
 
@@ -443,6 +471,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double line1_y = y;
   const double line2_y = y += 17;
   const double line3_y = line3.empty() ? y : (y += 16);
+  const double line_memory_y = line_memory.empty() ? y : (y += 16);
   const double legend_top = y + 12;
   const int legend_rows = legend(nullptr, items, 16, legend_top, width - 16);
   y = legend_top + legend_rows * 18 + 6;
@@ -454,7 +483,11 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double rows_bottom = rows_top + nrows * row_h;
   const double mem_heading_y = rows_bottom + 24;
   const double lanes_top = rows_bottom + 32;
-  auto lane_top = [&](int row) { return lanes_top + row * (lane_h + lane_gap); };
+  // The peak's label gets a band of its own above the peak's lane, so that it never covers the curve.
+  const bool peak_marked = peak.memory > 0 && peak.rank >= 0 && peak.rank < nranks;
+  const int peak_row = peak_marked ? peak.rank / per_row : nrows;
+  const double peak_band = peak_marked ? 14 : 0;
+  auto lane_top = [&](int row) { return lanes_top + row * (lane_h + lane_gap) + (row >= peak_row ? peak_band : 0); };
   const double lanes_bottom = lane_top(nrows) - lane_gap;
   const double bottom_axis_y = lanes_bottom + 4;
   std::string caption;
@@ -472,6 +505,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   svg.text(16, line1_y, line1, "font-size=\"12.5\"");
   svg.text(16, line2_y, line2, "font-size=\"11\" fill=\"#555555\"");
   if (!line3.empty()) svg.text(16, line3_y, line3, "font-size=\"11\" fill=\"#555555\"");
+  if (!line_memory.empty()) svg.text(16, line_memory_y, line_memory, "font-size=\"11\" fill=\"#555555\"");
   legend(&svg, items, 16, legend_top, width - 16);
 
   // ---- Row and lane backgrounds, labels.
@@ -530,8 +564,11 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     svg.text(x, bottom_axis_y + 15, label);
   }
   svg.put("</g>\n");
-  svg.text(x0 - 8, tick_label_y, "time", "font-size=\"11\" fill=\"#333333\" text-anchor=\"end\"");
-  svg.text(x0 - 8, bottom_axis_y + 15, "time", "font-size=\"11\" fill=\"#333333\" text-anchor=\"end\"");
+  // The axis' name ends clear of the first tick's label, which is centred on x0.
+  const char* axis_name = real ? "time (s)" : "time";
+  const double name_x = x0 - 6 - text_width(tick_label(0, tick), 11) / 2;
+  svg.text(name_x, tick_label_y, axis_name, "font-size=\"11\" fill=\"#333333\" text-anchor=\"end\"");
+  svg.text(name_x, bottom_axis_y + 15, axis_name, "font-size=\"11\" fill=\"#333333\" text-anchor=\"end\"");
 
   // ---- The ops.
   struct Label {
@@ -539,15 +576,19 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     std::string text;
   };
   std::vector<Label> labels;
+  // Sub-rows of a detailed rank's row: one per stream it uses, from the top.
+  const double gap = nstreams > 1 ? 1 : 0;
+  const double sub_h = (row_h - 4 - gap * (nstreams - 1)) / nstreams;
+  auto sub_top = [&](int rank, int lane) { return rows_top + rank * row_h + 2 + lane * (sub_h + gap); };
   if (detailed) {
-    const double gap = nstreams > 1 ? 1 : 0;
-    const double inner_h = row_h - 4;
-    const double sub_h = (inner_h - gap * (nstreams - 1)) / nstreams;
     const double font = std::min(box_font, sub_h - 1);
 
     auto title_of = [&](int rank, const OpRun& r) {
-      std::string t = fmt::format("rank {}: {}\nstart {}, end {}\nmemory at start {} {}", rank, r.op.describe(),
-                                  format_time(r.start), format_time(r.end), format_memory(r.memory), unit);
+      std::string t = real ? fmt::format("rank {}: {}\nstart {} s, end {} s ({})\nmemory at start {}", rank,
+                                         r.op.describe(), format_time(r.start), format_time(r.end),
+                                         time_text(r.end - r.start, true), memory_text(r.memory, unit))
+                           : fmt::format("rank {}: {}\nstart {}, end {}\nmemory at start {} {}", rank, r.op.describe(),
+                                         format_time(r.start), format_time(r.end), format_memory(r.memory), unit);
       if (!r.op.where.empty()) t += "\n" + r.op.where;
       return t;
     };
@@ -609,7 +650,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       for (int s = 0; s < nstreams; ++s) {
         auto& ops = lanes[s];
         std::stable_sort(ops.begin(), ops.end(), [](const OpRun* a, const OpRun* b) { return a->start < b->start; });
-        const double by = rows_top + rank * row_h + 2 + s * (sub_h + gap);
+        const double by = sub_top(rank, s);
         Cluster c;
         for (const OpRun* r : ops) {
           double xa = px_t(r->start), xb = px_t(r->end);
@@ -664,16 +705,19 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     draw_summary_rows(svg, trace, layout, colours.layers());
   }
 
-  // ---- Blocked ranks (a deadlock): each marked on its row from the time it began to wait (a row of several
-  // ranks: its first blocked rank's mark, the list being in rank order).
-  int marked_row = -1;
+  // ---- Blocked ranks (a deadlock, or ranks left waiting by an error): each marked from the time it began to
+  // wait, on the sub-row of the stream it waits on (a stream runs in order, so nothing after the mark ran
+  // there); a row of several ranks: its first blocked rank's mark, the list being in rank order.
+  int marked_row = -1, marked_lane = -1;
   for (const BlockedMark& b : opt.blocked) {
     if (b.rank < 0 || b.rank >= nranks) continue;
     const int row = b.rank / per_row;
-    if (row == marked_row) continue;
-    marked_row = row;
-    draw_blocked_mark(svg, b, px_t(std::clamp<Time>(b.since, 0, trace.makespan())), x1, rows_top + row * row_h + 2,
-                      row_h - 4);
+    const int lane = detailed ? lane_of(b.rank, b.stream) : 0;
+    if (row == marked_row && (!detailed || lane == marked_lane)) continue;
+    marked_row = row, marked_lane = lane;
+    const double top = detailed ? sub_top(b.rank, lane) : rows_top + row * row_h + 2;
+    draw_blocked_mark(svg, b, px_t(std::clamp<Time>(b.since, 0, trace.makespan())), x1, top,
+                      detailed ? sub_h : row_h - 4);
   }
 
   // ---- Memory lanes.
@@ -684,10 +728,10 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double plot_h = lane_h - lane_pad;
   auto mem_y = [&](int row, double v) { return lane_top(row) + lane_h - std::clamp(v / scale, 0.0, 1.0) * plot_h; };
   svg.text(x0, mem_heading_y,
-           heat ? fmt::format("memory per {} in {}, as a heatmap: darker = more, full colour = {}",
-                              detailed ? "rank" : "row of ranks", unit, format_memory(scale))
-                : fmt::format("memory per {} in {}; each lane from 0 to {}", detailed ? "rank" : "row of ranks", unit,
-                              format_memory(scale)),
+           fmt::format("memory per {}{}{}", detailed ? "rank" : "row of ranks",
+                       measured ? ": bytes allocated as each op started" : real ? "" : " in " + unit,
+                       heat ? fmt::format(", as a heatmap: darker = more, full colour = {}", mem_text(scale))
+                            : fmt::format("; each lane from 0 to {}", mem_text(scale))),
            "font-size=\"12\" fill=\"#333333\"");
   svg.put("<g fill=\"{}\" fill-opacity=\"0.45\" stroke=\"{}\" stroke-width=\"1\" stroke-linejoin=\"miter\">\n",
           kMemoryFill, kMemoryStroke);
@@ -773,32 +817,38 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   }
 
   // ---- Peak memory: a red line on its rank's lane with "peak N at t".
-  if (peak.memory > 0 && peak.rank >= 0 && peak.rank < nranks) {
-    const int row = peak.rank / per_row;
+  if (peak_marked) {
+    const int row = peak_row;
     const double top = lane_top(row), base = top + lane_h;
     // Marked where it is held longest (a zero-width spike at the first peak would hide it).
     const PeakSpan span = peak_held_longest(trace, peak);
     const double x = std::max(x0, px_t(span.start));
     const double py = heat ? top + lane_h / 2 : mem_y(row, peak.memory);
-    std::string label = span.start == peak.time
-                            ? fmt::format("peak {} at {}", format_memory(peak.memory), format_time(peak.time))
-                            : fmt::format("peak {} at {}-{} (first at {})", format_memory(peak.memory),
-                                          format_time(span.start), format_time(span.end), format_time(peak.time));
+    std::string label =
+        real ? (span.start == peak.time
+                    ? fmt::format("peak {} at {}", mem_text(peak.memory), time_text(peak.time, true))
+                    : fmt::format("peak {} from {} to {} (first at {})", mem_text(peak.memory),
+                                  time_text(span.start, true), time_text(span.end, true), time_text(peak.time, true)))
+             : (span.start == peak.time
+                    ? fmt::format("peak {} at {}", format_memory(peak.memory), format_time(peak.time))
+                    : fmt::format("peak {} at {}-{} (first at {})", format_memory(peak.memory),
+                                  format_time(span.start), format_time(span.end), format_time(peak.time)));
     if (!detailed) label += fmt::format(" (rank {})", peak.rank);
     const double font = 10.5;
     const double tw = text_width(label, font) * 1.1;  // bold
     const bool right = x + 4 + tw <= width - 4;
     const double tx = right ? x + 4 : x - 4;
-    // Under the peak's dot when the lane is tall enough, else along the lane's top.
-    const double ty = lane_h >= 40 ? std::min(py + font + 4, base - 3) : top + std::min(lane_h - 2, font + 1);
+    // In the band above the lane, off the curve (the white behind it hides only the grid).
+    const double ty = top - 3;
     svg.put("<g class=\"peak\"><title>");
-    append_escaped(svg.s, peak_tooltip(peak, span, opt.peak_explanation ? &*opt.peak_explanation : nullptr, unit));
+    append_escaped(svg.s,
+                   peak_tooltip(peak, span, opt.peak_explanation ? &*opt.peak_explanation : nullptr, unit, real));
     svg.put("</title>\n");
     if (px_t(span.end) > x + 0.5)
       svg.put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2\"/>\n", x, py,
               px_t(span.end), py, kPeakColour);
     svg.put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>\n", x,
-            top - 2, base, kPeakColour);
+            top - peak_band + 1, base, kPeakColour);
     svg.put("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, py, kPeakColour);
     svg.put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#ffffff\"/>\n",
             right ? tx - 1 : tx - tw - 1, ty - font, tw + 2, font + 3);

@@ -21,7 +21,10 @@
 // mean and the most over ranks in the heading, and a legend entry. Summarised rows get the totals only.
 //
 // Memory lanes start at t=0 (what the first op finds was held from the start); the peak is marked where its
-// value is held longest; above `memory_heatmap_above` rows each lane is a heatmap strip. A failed run
+// value is held longest, labelled in a band above its lane (never over the curve); above
+// `memory_heatmap_above` rows each lane is a heatmap strip. A trace in real seconds and bytes (hardware model,
+// measured replay) is worded so (timeline_units.h): "step time 12.2 s", "91.1 MiB"; the puzzle and unit
+// models keep "Timesteps" and plain units. A failed run
 // (`error`) gets a banner and its blocked ranks are marked; the time target's line can follow the floor rule.
 #pragma once
 
@@ -39,6 +42,7 @@ struct BlockedMark {
   int rank = 0;
   Time since = 0;
   std::string what;  ///< the op it waits in and what for (the marker's tooltip)
+  int stream = 0;    ///< the stream it waits on: the mark goes on that stream's sub-row of the rank
 };
 
 /// What was resident on the peak rank at the peak: the peak marker's tooltip and the caption under the lanes.
@@ -63,9 +67,15 @@ struct TimelineOptions {
   bool target_time_floor = false;
   /// The run failed with this error: a red banner at the top shows its first lines and the title says so.
   std::string error;
-  std::vector<BlockedMark> blocked;           ///< ranks left waiting (a deadlock), in rank order, marked on their rows (a row of several ranks: its first)
+  /// Ranks left waiting (a deadlock, or another rank's error), in rank order, each marked on its stream's
+  /// sub-row (a row of several ranks: its first).
+  std::vector<BlockedMark> blocked;
   std::optional<PeakExplanation> peak_explanation;  ///< what made the peak: tooltip; caption when over target_memory
   int memory_heatmap_above = 32;  ///< with more memory rows than this, each is a heatmap strip, not a plot
+  /// A measured replay: each rank's device allocator peak over the run, bytes (`trainsim replay`'s "measured"
+  /// figure); the heading names the highest beside the lanes' peak, which samples the allocator only as each
+  /// op starts. Empty: not shown.
+  std::vector<double> allocator_peak;
 };
 
 /// The SVG document (UTF-8 text). Deterministic: the same trace and options give the same bytes.
