@@ -2,7 +2,10 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "exec/comm.h"
 
@@ -50,9 +53,14 @@ EventPtr CpuDevice::submit(int stream, const std::vector<EventPtr>& after, std::
     if (workers_.size() <= static_cast<std::size_t>(stream)) workers_.resize(stream + 1);
     auto& w = workers_[stream];
     if (!w) {
-      w = std::make_unique<Worker>();
-      w->dev = this, w->index = stream;
-      w->thread = std::thread([this, wp = w.get()] { run(*wp); });
+      auto fresh = std::make_unique<Worker>();
+      fresh->dev = this, fresh->index = stream;
+      try {
+        fresh->thread = std::thread([this, wp = fresh.get()] { run(*wp); });
+      } catch (const std::system_error& e) {  // out of threads or memory: no worker without its thread
+        throw std::runtime_error(fmt::format("cannot start the worker thread of stream {}: {}", stream, e.what()));
+      }
+      w = std::move(fresh);
     }
     w->queue.push_back(Work{after, std::move(work), tag, done});
     ++pending_;
