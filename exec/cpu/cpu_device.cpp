@@ -1,6 +1,8 @@
 #include "exec/cpu/cpu_device.h"
 
 #include <cstring>
+#include <exception>
+#include <new>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
@@ -96,6 +98,11 @@ void CpuDevice::run(Worker& w) {
         lock.lock();
         if (!error_) error_ = std::current_exception();
         lock.unlock();
+      } catch (...) {  // (nothing may escape a worker thread: std::terminate)
+        failure = "the work of an op threw an unknown exception";
+        lock.lock();
+        if (!error_) error_ = std::make_exception_ptr(std::runtime_error(failure));
+        lock.unlock();
       }
       const auto end = std::chrono::steady_clock::now();
       if (!failure.empty()) {
@@ -109,7 +116,21 @@ void CpuDevice::run(Worker& w) {
       }
       lock.lock();
       auto ns = [&](auto t) { return std::chrono::duration_cast<std::chrono::nanoseconds>(t - epoch_).count(); };
-      timings_.push_back(WorkTiming{work.tag, ns(start), ns(end), bytes});
+      try {
+        timings_.push_back(WorkTiming{work.tag, ns(start), ns(end), bytes});
+      } catch (const std::bad_alloc&) {  // out of memory for the record: fail the job, never the thread
+        lock.unlock();
+        const std::string why = "cannot allocate host memory to record the timing of an op";
+        std::function<void(const std::string&)> handler;
+        {
+          std::lock_guard g(mu_);
+          if (!error_) error_ = std::make_exception_ptr(std::runtime_error(why));
+          handler = on_error_;
+        }
+        abort(why);
+        if (handler) handler(why);
+        lock.lock();
+      }
     }
     work.done->done = true;
     --pending_;
