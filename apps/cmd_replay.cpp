@@ -141,8 +141,6 @@ int run(const ReplayArgs& a) {
     return usage(fmt::format("--stop-after ({}) must be at most --steps ({}): --steps is the whole run's length",
                              *a.stop_after, a.steps));
   o.stop_after = a.stop_after.value_or(0);
-  if (a.trace_steps > a.steps)
-    return usage(fmt::format("--trace-steps ({}) must be at most --steps ({})", a.trace_steps, a.steps));
   o.seed = a.seed;
   o.check = a.check;
   o.tolerance = a.tolerance;
@@ -326,8 +324,9 @@ void add_replay_command(CLI::App& app, int* exit_code) {
                   "Write the measured Chrome/Perfetto trace JSON of the last step (or of the last --trace-steps "
                   "steps) here");
   cmd->add_option("--trace-steps", a->trace_steps,
-                  "Steps --trace records: the last K (at most --steps), never the first of a run of several (it "
-                  "warms up); otherData.steps has each one's makespan, for trainsim calibrate's medians")
+                  "Steps --trace records: the last K (1 to 10000000; more than the run has: all but its first), never "
+                  "the first of a run of several (it warms up); otherData.steps has each one's makespan, for trainsim "
+                  "calibrate's medians")
       ->check(steps)
       ->capture_default_str();
   cmd->add_option("--svg", a->svg, "Write the last step's measured timeline SVG here");
