@@ -9,9 +9,11 @@
 #include <fmt/format.h>
 
 #include "apps/commands.h"
+#include "apps/number_check.h"
 #include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "schedules/input.h"
+#include "schedules/limits.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
@@ -149,7 +151,8 @@ void add_convert_command(CLI::App& app, int* exit_code) {
                   "Writing a CSV: 'compute' (F, B, I, W only; the default) or 'comms' (also SEND_F/RECV_F/SEND_B/RECV_B, "
                   "UNSHARD, RESHARD, REDUCE_GRAD)");
   args->microbatches_opt = cmd->add_option("--microbatches", args->microbatches,
-                                           "Reading a CSV: number of microbatches (default: 1 + the largest microbatch index)");
+                                           "Reading a CSV: number of microbatches (default: 1 + the largest microbatch index)")
+                              ->check(integer_in(1, kMaxCount, "", "N>=1"));
   cmd->add_option("--stage-map", args->stage_map,
                   "Rank of each stage: '0,1,2,3', 'loop' (stage s on rank s % ranks) or 'v' (stage s on rank s, then "
                   "2*ranks-1-s). Reading a CSV, the default infers it from the rows (loop or V style only); writing one, "

@@ -2,6 +2,7 @@
 // PyTorch pipelining CSV for a name ending in .csv (docs/pytorch-csv.md).
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 
 #include "apps/commands.h"
 #include "apps/hardware_options.h"
+#include "apps/number_check.h"
 #include "apps/output_names.h"
 #include "apps/schedule_input.h"
 #include "apps/stage_line.h"
@@ -212,17 +214,28 @@ void add_gen_command(CLI::App& app, int* exit_code) {
           "with --sim, the generated schedule is invalid; 2 a bad option, a schedule the output's format cannot "
           "hold, or an output that cannot be written.");
   cmd->add_option("KIND", args->kind, "What to generate: one of " + kind_list())->required();
-  cmd->add_option("--stages", args->options.stages, "Pipeline stages (pipeline kinds, pp-fsdp)")->capture_default_str();
+  // Counts of 0 or less (or that wrap an int) are refused whatever the kind, even where the kind ignores the option.
+  const CLI::Validator count = integer_in(1, std::numeric_limits<int>::max(), "", "N>=1");
+  const CLI::Validator count0 = integer_in(0, std::numeric_limits<int>::max(), "", "N>=0");
+  cmd->add_option("--stages", args->options.stages, "Pipeline stages (pipeline kinds, pp-fsdp)")
+      ->check(count)
+      ->capture_default_str();
   cmd->add_option("--microbatches", args->options.microbatches,
                   "Microbatches of the step (pipelines); per rank (ddp, zero1, zero2, fsdp); per replica (pp-fsdp)")
+      ->check(count)
       ->capture_default_str();
   cmd->add_option("--chunks", args->options.chunks,
                   "Model chunks per rank (interleaved-1f1b, looped-bfs, interleaved-zb; zbv and dualpipev hold 2)")
+      ->check(count)
       ->capture_default_str();
-  cmd->add_option("--layers", args->options.layers, "Model layers of the data-parallel kinds (0: 4)")->capture_default_str();
+  cmd->add_option("--layers", args->options.layers, "Model layers of the data-parallel kinds (0: 4)")
+      ->check(count0)
+      ->capture_default_str();
   cmd->add_option("--dp", args->options.dp, "Data-parallel degree: ranks (ddp, zero1, zero2, fsdp), replicas (pp-fsdp)")
+      ->check(count)
       ->capture_default_str();
   cmd->add_option("--prefetch", args->options.prefetch, "fsdp: how many layers ahead each all-gather is issued")
+      ->check(count0)
       ->capture_default_str();
   cmd->add_flag("--no-reshard-after-forward", args->no_reshard,
                 "fsdp: keep each gathered weight from its forward until its backward");

@@ -1,9 +1,11 @@
 // `trainsim replay FILE`: train the executor's model by replaying a schedule with real tensors (exec/).
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <string>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "exec/dist/env.h"
 #include "exec/dist/rendezvous.h"
 #include "exec/training.h"
+#include "schedules/limits.h"
 #include "schedules/text_format.h"
 #include "visualize/perfetto.h"
 #include "visualize/timeline_svg.h"
@@ -32,13 +35,13 @@ struct ReplayArgs {
   std::string file;
   std::string backend = "cpu";
   std::string preset = "small";
-  int blocks = 0, dim = 0, heads = 0, ffn = 0, seq = 0, microbatch_size = 0;
+  // Not given: the preset's (every option below that is a std::optional: not given = the default).
+  std::optional<int> blocks, dim, heads, ffn, seq, microbatch_size;
   int steps = 20;
-  int stop_after = 0;
+  std::optional<int> stop_after;
   std::uint64_t seed = 1;
-  float lr = 0, min_lr = -1, weight_decay = -1;
-  int warmup = -1;
-  std::string grad_clip;  // "" = default (1, off with a note where the schedule cannot clip)
+  std::optional<float> lr, min_lr, weight_decay, grad_clip;
+  std::optional<int> warmup;
   bool check = false;
   double tolerance = 1e-5;
   std::string data;
@@ -46,10 +49,10 @@ struct ReplayArgs {
   int trace_steps = 1;
   bool json = false;
   double timeout = 300;
-  int microbatches = 0;
+  int microbatches = 0;  // 0: not given (a CSV's own count)
   std::string stage_map;
   // One process per rank (exec/dist/): where rank 0 listens when Slurm or Open MPI started us, how long the
-  // rendezvous may take, and (tests only) a rank that kills itself at an op.
+  // rendezvous may take, and (the tests' build only) a rank that kills itself at an op.
   std::string master_addr;
   int master_port = 0;
   double rendezvous_timeout = 300;
@@ -58,6 +61,9 @@ struct ReplayArgs {
 };
 
 constexpr const char* kCmd = "trainsim replay";
+// Bounds of the numeric options (docs/executor.md, "Options and their ranges").
+constexpr int kMaxSteps = 10'000'000;  // the losses of every step are kept (and printed by --json)
+constexpr double kMinTimeout = 0.001, kMaxTimeout = 7 * 24 * 3600.0;  // seconds: a millisecond to a week
 
 std::string mib(double bytes) { return fmt::format("{:.2f} MiB", bytes / (1024.0 * 1024.0)); }
 
@@ -103,26 +109,27 @@ int run(const ReplayArgs& a) {
   } catch (const std::invalid_argument& e) {
     return usage(e.what());
   }
-  if (a.blocks) o.model.blocks = a.blocks;
-  if (a.dim) o.model.dim = a.dim;
-  if (a.heads) o.model.heads = a.heads;
-  if (a.ffn) o.model.ffn = a.ffn;
-  if (a.seq) o.model.seq = a.seq;
-  if (a.microbatch_size) o.model.microbatch_size = a.microbatch_size;
-  if (a.blocks || a.dim || a.heads || a.ffn || a.seq || a.microbatch_size) o.model.preset += " (modified)";
-  if (a.lr > 0) o.optimizer.lr = a.lr, o.optimizer.min_lr = a.lr / 10;
-  if (a.min_lr >= 0) o.optimizer.min_lr = a.min_lr;
-  if (a.weight_decay >= 0) o.optimizer.weight_decay = a.weight_decay;
-  o.optimizer.warmup = a.warmup;
-  if (!a.grad_clip.empty()) {
-    try {
-      std::size_t used = 0;
-      o.optimizer.grad_clip = std::stof(a.grad_clip, &used);
-      if (used != a.grad_clip.size() || !std::isfinite(o.optimizer.grad_clip) || o.optimizer.grad_clip < 0)
-        throw std::invalid_argument("");
-    } catch (const std::exception&) {
-      return usage(fmt::format("--grad-clip takes a norm >= 0 (0 turns clipping off), got '{}'", a.grad_clip));
-    }
+  bool modified = false;
+  for (auto [given, field] : {std::pair{&a.blocks, &o.model.blocks}, {&a.dim, &o.model.dim}, {&a.heads, &o.model.heads},
+                              {&a.ffn, &o.model.ffn}, {&a.seq, &o.model.seq},
+                              {&a.microbatch_size, &o.model.microbatch_size}})
+    if (*given) *field = **given, modified = true;
+  if (modified) o.model.preset += " (modified)";
+  if (a.lr) o.optimizer.lr = *a.lr, o.optimizer.min_lr = *a.lr / 10;
+  if (a.min_lr) {
+    if (*a.min_lr > o.optimizer.lr)
+      return usage(fmt::format("--min-lr ({:g}) must be at most the peak learning rate --lr ({:g}{})", *a.min_lr,
+                               o.optimizer.lr, a.lr ? "" : ", the default"));
+    o.optimizer.min_lr = *a.min_lr;
+  }
+  if (a.weight_decay) o.optimizer.weight_decay = *a.weight_decay;
+  if (a.warmup) {
+    if (*a.warmup > a.steps)
+      return usage(fmt::format("--warmup ({}) must be at most --steps ({})", *a.warmup, a.steps));
+    o.optimizer.warmup = *a.warmup;
+  }
+  if (a.grad_clip) {
+    o.optimizer.grad_clip = *a.grad_clip;
     o.clip_required = o.optimizer.grad_clip > 0;
   }
   try {
@@ -131,23 +138,24 @@ int run(const ReplayArgs& a) {
   } catch (const std::invalid_argument& e) {
     return usage(e.what());
   }
-  if (a.steps < 1) return usage(fmt::format("--steps must be at least 1, got {}", a.steps));
   o.steps = a.steps;
-  o.stop_after = a.stop_after;
+  if (a.stop_after && *a.stop_after > a.steps)
+    return usage(fmt::format("--stop-after ({}) must be at most --steps ({}): --steps is the whole run's length",
+                             *a.stop_after, a.steps));
+  o.stop_after = a.stop_after.value_or(0);
   o.seed = a.seed;
   o.check = a.check;
   o.tolerance = a.tolerance;
   o.save_dir = a.save;
   o.resume_dir = a.resume;
   o.timeout_seconds = a.timeout;
-  if (a.trace_steps < 1) return usage(fmt::format("--trace-steps must be at least 1, got {}", a.trace_steps));
   o.trace_steps = a.trace_steps;
   if (!a.data.empty()) o.data_files = {a.data};
   o.schedule_name = a.file;
-  if (!(a.rendezvous_timeout > 0))
-    return usage(fmt::format("--rendezvous-timeout must be positive, got {}", a.rendezvous_timeout));
+#ifdef TRAINSIM_TEST_FAULTS
   if (!a.test_kill_at.empty() && std::sscanf(a.test_kill_at.c_str(), "%d:%d", &o.fault.kill_rank, &o.fault.kill_op) != 2)
     return usage("--test-kill-at takes RANK:OP");
+#endif
 
   // One process per rank when a launcher set the rank variables for a world of more than one process.
   std::optional<exec::dist::RankEnv> env;
@@ -236,11 +244,14 @@ int run(const ReplayArgs& a) {
     std::cout << json_text(result_json(a, r)) << "\n";
   } else {
     if (!r.model_description.empty())
-      fmt::print("model {}\ndata {}; {} tokens per step; gradient clipping {}\n", r.model_description,
-                 r.data_description, r.tokens_per_step, r.clip ? fmt::format("at norm {:g}", o.optimizer.grad_clip) : r.clip_note);
-    if (!r.losses.empty())
+      fmt::print("model {}\ndata {}; {} tokens per step\ngradient clipping {}\n", r.model_description,
+                 r.data_description, r.tokens_per_step,
+                 r.clip ? fmt::format("at norm {:g}", o.optimizer.grad_clip) : r.clip_note);
+    if (!r.losses.empty() && r.tokens_per_s > 0)
       fmt::print("{} step{} in {:.2f} s, {:.0f} tokens/s\n", r.losses.size(), r.losses.size() == 1 ? "" : "s", r.seconds,
                  r.tokens_per_s);
+    else if (!r.losses.empty())  // (a run that failed: no throughput)
+      fmt::print("{} step{} ran\n", r.losses.size(), r.losses.size() == 1 ? "" : "s");
     if (!r.peak_bytes.empty()) {
       // Two different things (docs/executor.md §4): what the device allocator held at most, every buffer
       // counted, and the schedule's own tensors at their peak (no saved activations, no temporaries).
@@ -284,25 +295,36 @@ void add_replay_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--model", a->preset, "Model preset: tiny (tests) or small (trains visibly in about a minute)")
       ->capture_default_str();
-  cmd->add_option("--blocks", a->blocks, "Transformer blocks (a multiple of the schedule's layers)");
-  cmd->add_option("--dim", a->dim, "Hidden size");
-  cmd->add_option("--heads", a->heads, "Attention heads");
-  cmd->add_option("--ffn", a->ffn, "SwiGLU hidden size");
-  cmd->add_option("--seq", a->seq, "Tokens per sequence");
-  cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch");
-  cmd->add_option("--steps", a->steps, "Training steps (the learning-rate schedule's length)")->capture_default_str();
-  cmd->add_option("--stop-after", a->stop_after, "Stop after this many steps in all (to --save half-way)");
-  cmd->add_option("--seed", a->seed, "Initialisation seed")->capture_default_str();
-  cmd->add_option("--lr", a->lr, "Peak learning rate (default 1e-3; the minimum is a tenth of it)")
-      ->check(finite_number(0, true, "", "LR>0"));
-  cmd->add_option("--min-lr", a->min_lr, "Learning rate at the end of the cosine decay")
-      ->check(finite_number(0, false, "", "LR>=0"));
-  cmd->add_option("--warmup", a->warmup, "Warmup steps (default steps/20)");
-  cmd->add_option("--weight-decay", a->weight_decay, "AdamW weight decay on matrices (default 0.1)")
-      ->check(finite_number(0, false, "", "WD>=0"));
+  const CLI::Validator size = integer_in(1, std::numeric_limits<int>::max(), "", "N>=1");
+  cmd->add_option("--blocks", a->blocks, "Transformer blocks (a multiple of the schedule's layers)")->check(size);
+  cmd->add_option("--dim", a->dim, "Hidden size")->check(size);
+  cmd->add_option("--heads", a->heads, "Attention heads")->check(size);
+  cmd->add_option("--ffn", a->ffn, "SwiGLU hidden size")->check(size);
+  cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(size);
+  cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch")->check(size);
+  const CLI::Validator steps = integer_in(1, kMaxSteps, "", "STEPS");
+  cmd->add_option("--steps", a->steps,
+                  fmt::format("Training steps (the learning-rate schedule's length; at most {})", kMaxSteps))
+      ->check(steps)
+      ->capture_default_str();
+  cmd->add_option("--stop-after", a->stop_after, "Stop after this many steps in all (to --save half-way)")->check(steps);
+  cmd->add_option("--seed", a->seed, "Initialisation seed, 0 to 2^64-1")
+      ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "", "SEED"))
+      ->capture_default_str();
+  // A float holds the rates; 1e-37 to 1e37 keeps them normal, finite numbers (1e-50 would be 0).
+  cmd->add_option("--lr", a->lr, "Peak learning rate, 1e-37 to 1e37 (default 1e-3; the minimum is a tenth of it)")
+      ->check(float_in(0, 1e37, false, "", "LR"));
+  cmd->add_option("--min-lr", a->min_lr, "Learning rate at the end of the cosine decay (0, or 1e-37 up to --lr)")
+      ->check(float_in(0, 1e37, true, "", "LR"));
+  cmd->add_option("--warmup", a->warmup, "Warmup steps, 0 to --steps (default steps/20)")
+      ->check(integer_in(0, kMaxSteps, "", "STEPS"));
+  cmd->add_option("--weight-decay", a->weight_decay, "AdamW weight decay on matrices (default 0.1; 0, or 1e-37 to 1e37)")
+      ->check(float_in(0, 1e37, true, "", "WD"));
   cmd->add_option("--grad-clip", a->grad_clip,
-                  "Clip gradients to this global norm; 0 turns it off. Default 1, turned off with a note when the "
-                  "schedule updates a layer before every gradient exists (given explicitly, that is an error)");
+                  "Clip gradients to this global norm (1e-37 to 1e37); 0 turns it off. Default 1, turned off with a "
+                  "note when the schedule updates a layer before every gradient exists (given explicitly, that is an "
+                  "error)")
+      ->check(float_in(0, 1e37, true, "0 turns clipping off", "NORM"));
   cmd->add_flag("--check", a->check, "Also train on one device and compare losses and final weights");
   cmd->add_option("--tolerance", a->tolerance, "Largest relative difference --check accepts")
       ->check(finite_number(0, true, "", "TOL>0"))
@@ -315,32 +337,50 @@ void add_replay_command(CLI::App& app, int* exit_code) {
                   "steps) here (NAME.json)")
       ->check(output_named({".json"}, "JSON", "NAME.json"));
   cmd->add_option("--trace-steps", a->trace_steps,
-                  "Steps --trace records: the last K, never the first of a run of several (it warms up); "
-                  "otherData.steps has each one's makespan, for trainsim calibrate's medians")
+                  "Steps --trace records: the last K (1 to 10000000; more than the run has: all but its first), never "
+                  "the first of a run of several (it warms up); otherData.steps has each one's makespan, for trainsim "
+                  "calibrate's medians")
+      ->check(steps)
       ->capture_default_str();
   cmd->add_option("--svg", a->svg, "Write the last step's measured timeline SVG here (NAME.svg)")
       ->check(output_named({".svg"}, "SVG", "NAME.svg"));
-  cmd->add_option("--timeout", a->timeout, "Seconds any rank may wait in a communication before the job fails")
-      ->check(finite_number(0, true, "seconds", "SECONDS>0"))
+  const CLI::Validator seconds = number_in(kMinTimeout, kMaxTimeout, "seconds: at most a week", "SECONDS");
+  cmd->add_option("--timeout", a->timeout,
+                  "Seconds any rank may wait in a communication before the job fails (0.001 to 604800, a week)")
+      ->check(seconds)
       ->capture_default_str();
-  cmd->add_option("--microbatches", a->microbatches, "Reading a CSV: the number of microbatches");
+  cmd->add_option("--microbatches", a->microbatches, "Reading a CSV: the number of microbatches")
+      ->check(integer_in(1, kMaxCount, "", "N>=1"));
   cmd->add_option("--stage-map", a->stage_map, "Reading a CSV: the rank of each stage (0,1,2,3 | loop | v)")
       ->check(stage_map_check());
   cmd->add_flag("--json", a->json, "Print the result as JSON");
   cmd->add_option("--master-addr", a->master_addr,
                   "One process per rank under Slurm or mpirun: where rank 0 listens (MASTER_ADDR wins when set)");
   cmd->add_option("--master-port", a->master_port,
-                  "One process per rank under Slurm or mpirun: rank 0's port (MASTER_PORT wins when set)");
+                  "One process per rank under Slurm or mpirun: rank 0's port, 1 to 65535 (MASTER_PORT wins when set)")
+      ->check(integer_in(1, 65535, "", "PORT"));
   cmd->add_option("--rendezvous-timeout", a->rendezvous_timeout,
-                  "One process per rank: seconds for every rank to join rank 0 before the job fails")
-      ->check(finite_number(0, true, "seconds", "SECONDS>0"))
+                  "One process per rank: seconds for every rank to join rank 0 before the job fails (0.001 to "
+                  "604800, a week)")
+      ->check(seconds)
       ->capture_default_str();
   cmd->add_flag("--insecure", a->insecure,
                 "One process per rank: run without TRAINSIM_TOKEN, accepting any process that reaches rank 0's port "
                 "(without it, a job of several processes refuses to start when TRAINSIM_TOKEN is not set)");
+#ifdef TRAINSIM_TEST_FAULTS  // the tests' copy of trainsim only (CMakeLists.txt: trainsim_fault_test)
   cmd->add_option("--test-kill-at", a->test_kill_at, "Tests only: RANK:OP kills that rank's process at that op")
       ->group("");
-  cmd->callback([a, exit_code] { *exit_code = run(*a); });
+#endif
+  cmd->callback([a, exit_code] {
+    // exec::replay() reports its own failures; this is for what fails around it (reading a large schedule, the
+    // output) when memory runs out: a message, not std::terminate.
+    try {
+      *exit_code = run(*a);
+    } catch (const std::bad_alloc& e) {
+      fmt::print(stderr, "{}: out of memory ({})\n", kCmd, e.what());
+      *exit_code = 1;
+    }
+  });
 }
 
 }  // namespace trainsim::apps

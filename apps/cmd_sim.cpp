@@ -17,6 +17,7 @@
 #include "apps/stage_line.h"
 #include "apps/text_file.h"
 #include "schedules/hardware_sim.h"
+#include "schedules/limits.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 #include "visualize/graph.h"
@@ -204,7 +205,8 @@ void add_input_options(CLI::App* cmd, SimArgs& a) {
                                   "puzzle name (its reference solution)")
       ->required();
   cmd->add_option("--microbatches", a.input.microbatches,
-                  "Reading a CSV: the number of microbatches (default: 1 + the largest index in it)");
+                  "Reading a CSV: the number of microbatches (default: 1 + the largest index in it)")
+      ->check(integer_in(1, kMaxCount, "", "N>=1"));
   cmd->add_option("--stage-map", a.input.stage_map, "Reading a CSV: the rank of each stage: 0,1,2,3 or loop or v")
       ->check(stage_map_check());
 }

@@ -1,6 +1,10 @@
 #include "apps/hardware_options.h"
 
+#include <limits>
+
 #include <fmt/format.h>
+
+#include "apps/number_check.h"
 
 namespace trainsim::apps {
 
@@ -16,8 +20,11 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o) {
                                              list(hw::device_preset_names()) + ") or a JSON file (trainsim calibrate)");
   cmd->add_option("--network", o.network,
                   "Hardware cost model: the network, a preset (" + list(hw::network_preset_names()) + ") or a JSON file");
-  cmd->add_option("--microbatch-size", o.microbatch_size, "Hardware cost model: sequences per microbatch (default 1)");
-  cmd->add_option("--seq", o.seq, "Hardware cost model: tokens per sequence (default: the model's)");
+  // 0 is "not given" inside (HardwareOptions): given, it is refused like any count below 1.
+  const CLI::Validator count = integer_in(1, std::numeric_limits<int>::max(), "", "N>=1");
+  cmd->add_option("--microbatch-size", o.microbatch_size, "Hardware cost model: sequences per microbatch (default 1)")
+      ->check(count);
+  cmd->add_option("--seq", o.seq, "Hardware cost model: tokens per sequence (default: the model's)")->check(count);
   cmd->add_option("--recompute", o.recompute, "Hardware cost model: activation recomputation, none|selective|full");
   cmd->add_option("--set", o.set,
                   "Hardware cost model: override one field, model.FIELD=V, device.FIELD=V or network.FIELD=V "

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <new>
+#include <string>
 
 namespace trainsim::exec {
 
@@ -35,11 +37,25 @@ class Buffer {
 
 using BufferPtr = std::shared_ptr<Buffer>;
 
+/// An allocation that failed, with what was asked: a std::bad_alloc whose what() reads "cannot allocate 4.00 GiB
+/// (4294967296 bytes) of host memory; this device holds 1.50 GiB already".
+class OutOfMemory : public std::bad_alloc {
+ public:
+  explicit OutOfMemory(std::string what) : what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
+};
+
 /// Hands out Buffers and counts their bytes. Thread-safe.
 class Allocator {
  public:
   virtual ~Allocator() = default;
-  /// A buffer of `bytes` bytes (contents undefined; 64-byte aligned). Throws std::bad_alloc.
+  /// What the allocator's memory is, for messages: "device memory" unless a backend says more.
+  virtual std::string memory_name() const { return "device memory"; }
+  /// A buffer of `bytes` bytes (contents undefined; 64-byte aligned). Throws OutOfMemory (a std::bad_alloc)
+  /// naming the size and what the allocator holds already.
   BufferPtr allocate(std::size_t bytes);
   /// Bytes allocated and not yet freed.
   std::size_t current_bytes() const { return current_.load(); }
@@ -60,6 +76,9 @@ class Allocator {
 
 /// Host memory (aligned operator new).
 class HostAllocator final : public Allocator {
+ public:
+  std::string memory_name() const override { return "host memory"; }
+
  protected:
   void* raw_allocate(std::size_t bytes) override;
   void raw_free(void* p, std::size_t bytes) override;

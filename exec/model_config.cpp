@@ -1,6 +1,7 @@
 #include "exec/model_config.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -25,9 +26,26 @@ void ModelConfig::validate() const {
   require(seq >= 1, fmt::format("seq must be at least 1, got {}", seq));
   require(microbatch_size >= 1, fmt::format("microbatch size must be at least 1, got {}", microbatch_size));
   // Keep every buffer's element count well inside int range (kernels index with int rows and long elements).
-  require(static_cast<double>(dim) * ffn < 1e9 && static_cast<double>(vocab) * dim < 1e9 &&
-              static_cast<double>(seq) * seq * heads * microbatch_size < 1e9,
-          "the model is too large for the executor's buffers (over 1e9 elements in one tensor)");
+  // In double: the products of ints overflow int and long long before they can be compared.
+  const double d = dim, f = ffn, v = vocab, t = seq, b = microbatch_size;
+  const std::pair<const char*, double> tensors[] = {
+      {"a block's wqkv matrix (3·dim × dim)", 3 * d * d},
+      {"a block's wgu matrix (2·ffn × dim)", 2 * f * d},
+      {"the embedding (vocab × dim)", v * d},
+      {"a microbatch's attention scores (microbatch size × heads × seq × seq)", b * heads * t * t},
+      {"a microbatch's FFN activations (microbatch size × seq × 2·ffn)", b * t * 2 * f},
+      {"a microbatch's activations (microbatch size × seq × 3·dim)", b * t * 3 * d},
+      {"a microbatch's logits (microbatch size × seq × vocab)", b * t * v},
+  };
+  for (const auto& [what, n] : tensors)
+    require(n <= kMaxTensorElements,
+            fmt::format("the model is too large for the executor: {} would hold {:.3g} elements, more than the {:g} "
+                        "one tensor may hold",
+                        what, n, kMaxTensorElements));
+  const double params = blocks * (4 * d * d + 3 * f * d + 2 * d) + 2 * v * d + d;
+  require(params <= kMaxParameters, fmt::format("the model is too large for the executor: {:.3g} parameters, more than "
+                                                "{:g}",
+                                                params, kMaxParameters));
   require(norm_eps > 0 && rope_theta > 0 && init_std > 0, "norm_eps, rope_theta and init_std must be positive");
 }
 

@@ -17,6 +17,11 @@
 
 namespace trainsim::exec {
 
+/// The most elements one tensor of the executor may hold (kernels index rows with int; 4 GB of fp32).
+inline constexpr double kMaxTensorElements = 1e9;
+/// The most parameters a model may have (far beyond any machine's memory; keeps parameters() inside a long).
+inline constexpr double kMaxParameters = 1e12;
+
 /// Sizes of the model and of one microbatch.
 struct ModelConfig {
   std::string preset = "custom";  ///< the preset it came from (informational)
@@ -34,7 +39,8 @@ struct ModelConfig {
   int head_dim() const { return dim / heads; }
   /// Tokens in one microbatch: microbatch_size · seq.
   long tokens_per_microbatch() const { return static_cast<long>(microbatch_size) * seq; }
-  /// Throws std::invalid_argument naming the first bad field.
+  /// Throws std::invalid_argument naming the first bad field, or the first matrix or per-microbatch tensor that
+  /// would hold more than kMaxTensorElements, or a model of more than kMaxParameters.
   void validate() const;
   /// Parameters of the whole model.
   long parameters() const;

@@ -147,7 +147,8 @@ void assign_norm(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan)
     }
 }
 
-// Why global-norm clipping cannot run on this schedule, or "" when it can.
+// Why global-norm clipping cannot run on this schedule (a clause: "rank 0 runs update layer 0 before it has
+// dW1{0-3}, which ... reads, and ..."), or "" when it can.
 std::string clip_problem(const Schedule& s, ReplayPlan& plan) {
   std::vector<int> updaters;
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
@@ -161,10 +162,12 @@ std::string clip_problem(const Schedule& s, ReplayPlan& plan) {
       const Op& op = s.ranks[r][i];
       if (op.kind != OpKind::Update) continue;
       const Tensor& dw = tensor_of(op.reads, TensorKind::WeightGrad);
-      if (!held.count(dw))
-        return fmt::format("{} comes before {} has {} (for {}): clipping by the global norm needs every gradient before "
-                           "the first update",
-                           s.ranks[r][rp.first_update].label(), fmt::format("rank {}", r), dw.str(), op.describe());
+      if (!held.count(dw)) {
+        const Op& first = s.ranks[r][rp.first_update];
+        return fmt::format("rank {} runs {}{} before it has {}, which {}{} reads, and clipping by the global norm needs "
+                           "every gradient before the first update",
+                           r, first.describe(), first.where_suffix(), dw.str(), op.describe(), op.where_suffix());
+      }
     }
   }
   if (updaters.empty()) return "";
@@ -259,9 +262,10 @@ ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, b
   carry_state(s, shapes, plan);
   if (clip > 0) {
     std::string why = clip_problem(s, plan);
-    if (!why.empty() && clip_required) throw PlanError(why + " (--grad-clip 0 turns clipping off)");
+    if (!why.empty() && clip_required)
+      throw PlanError("gradient clipping cannot run: " + why + " (--grad-clip 0 turns clipping off)");
     plan.clip = why.empty();
-    plan.clip_note = why;
+    plan.clip_note = why.empty() ? "" : "off: " + why;
   } else {
     plan.clip_note = "off (--grad-clip 0)";
   }

@@ -50,7 +50,10 @@ struct ReplayPlan {
   std::vector<std::vector<int>> groups;
   int norm_group = 0;
   bool clip = false;        ///< clipping by the global norm runs
-  std::string clip_note;    ///< why it does not, when it was asked for or is off by default
+  /// When it does not run, the words after "gradient clipping": "off (--grad-clip 0)", or "off: " and why ("off:
+  /// rank 0 runs update layer 0 before it has dW1{0-3}, which update layer 1 reads, and clipping by the global
+  /// norm needs every gradient before the first update").
+  std::string clip_note;
   bool repeatable = true;   ///< every rank keeps the state its next step loads
   std::string repeat_note;  ///< why not
 };

@@ -62,7 +62,14 @@ struct RankExecutor::Impl {
       s.upload(rope_cos->data(), hc->data(), hc->size() * sizeof(float));
       s.upload(rope_sin->data(), hs->data(), hs->size() * sizeof(float));
     }, -1);
-    dev.synchronize();
+    try {
+      dev.synchronize();
+    } catch (...) {
+      // Another rank failed and aborted the device while the upload may still run: it writes into this object's
+      // buffers, which a constructor that throws frees at once (no destructor drains them). Wait for it first.
+      dev.drain();
+      throw;
+    }
   }
 
   ModelContext<float> model_ctx(StreamContext& s) {
@@ -96,17 +103,28 @@ struct RankExecutor::Impl {
     std::string label = op.label();
     const bool inject = ctx.fault.throw_rank == rank && ctx.fault.throw_op == index;
     const bool kill = ctx.fault.kill_rank == rank && ctx.fault.kill_op == index;
-    return dev.submit(op.stream, after, [work = std::move(work), label, inject, kill](StreamContext& s) {
+    auto run = [work = std::move(work), label, inject, kill](StreamContext& s) {
       try {
         if (kill) std::raise(SIGKILL);
         if (inject) throw std::runtime_error("injected fault");
         work(s);
       } catch (const CommError&) {
         throw;
+      } catch (const OutOfMemory& e) {
+        throw std::runtime_error(fmt::format("{}: {}", label, e.what()));
+      } catch (const std::bad_alloc& e) {
+        throw std::runtime_error(fmt::format("{}: cannot allocate host memory for the op ({})", label, e.what()));
       } catch (const std::exception& e) {
         throw std::runtime_error(fmt::format("{}: {}", label, e.what()));
       }
-    }, index);
+    };
+    try {
+      return dev.submit(op.stream, after, std::move(run), index);
+    } catch (const CommError&) {
+      throw;
+    } catch (const std::exception& e) {  // the device could not take the work (no thread for its stream, no memory)
+      throw std::runtime_error(fmt::format("{}: {}", label, e.what()));
+    }
   }
 
   static void add_dep(std::vector<EventPtr>& deps, const EventPtr& e) {
@@ -125,7 +143,13 @@ struct RankExecutor::Impl {
           out->buffer = it->second;  // shared: the state is immutable
           continue;
         }
-        auto host = std::make_shared<std::vector<float>>(ctx.shapes->elements(t), 0.0f);
+        std::shared_ptr<std::vector<float>> host;
+        try {
+          host = std::make_shared<std::vector<float>>(ctx.shapes->elements(t), 0.0f);
+        } catch (const std::bad_alloc&) {
+          throw OutOfMemory(fmt::format("cannot allocate {:.2f} MiB of host memory for the initial values of {}",
+                                        static_cast<double>(ctx.shapes->bytes(t)) / (1024.0 * 1024), t.str()));
+        }
         if (t.kind == TensorKind::Weight) init_weight(t, host->data());
         out->ready = submit(op, index, {}, [this, out, host](StreamContext& s) {
           out->buffer = alloc(out->id);
@@ -434,6 +458,30 @@ struct RankExecutor::Impl {
     });
   }
 
+  // Issues op `i` of the step (and the gradient norm before the first update).
+  void issue(const Op& op, int i) {
+    if (ctx.plan->clip && i == plan.first_update) gradient_norm(op, i);
+    switch (op.kind) {
+      case OpKind::Load: load(op, i); break;
+      case OpKind::Free:
+        for (const Tensor& t : op.reads) drop(op, t);
+        break;
+      case OpKind::Forward: forward(op, i); break;
+      case OpKind::Backward:
+      case OpKind::BackwardInput:
+      case OpKind::BackwardWeight: backward(op, i); break;
+      case OpKind::Loss: loss(op, i); break;
+      case OpKind::Update: update(op, i); break;
+      case OpKind::Accumulate: accumulate(op, i); break;
+      case OpKind::Send: send(op, i); break;
+      case OpKind::Recv: recv(op, i); break;
+      case OpKind::AllGather:
+      case OpKind::ReduceScatter:
+      case OpKind::AllReduce:
+      case OpKind::Barrier: collective(op, i); break;
+    }
+  }
+
   // ---- the step ----
   StepOutput run(int step_index, RankState& st) {
     step = step_index;
@@ -442,25 +490,13 @@ struct RankExecutor::Impl {
     const auto& ops = ctx.schedule->ranks[rank];
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
-      if (ctx.plan->clip && i == plan.first_update) gradient_norm(op, i);
-      switch (op.kind) {
-        case OpKind::Load: load(op, i); break;
-        case OpKind::Free:
-          for (const Tensor& t : op.reads) drop(op, t);
-          break;
-        case OpKind::Forward: forward(op, i); break;
-        case OpKind::Backward:
-        case OpKind::BackwardInput:
-        case OpKind::BackwardWeight: backward(op, i); break;
-        case OpKind::Loss: loss(op, i); break;
-        case OpKind::Update: update(op, i); break;
-        case OpKind::Accumulate: accumulate(op, i); break;
-        case OpKind::Send: send(op, i); break;
-        case OpKind::Recv: recv(op, i); break;
-        case OpKind::AllGather:
-        case OpKind::ReduceScatter:
-        case OpKind::AllReduce:
-        case OpKind::Barrier: collective(op, i); break;
+      try {
+        issue(op, i);
+      } catch (const std::bad_alloc& e) {  // (what an op's own work fails with names it already)
+        throw std::runtime_error(fmt::format("{}: {}", op.label(),
+                                             dynamic_cast<const OutOfMemory*>(&e)
+                                                 ? std::string(e.what())
+                                                 : fmt::format("cannot allocate host memory to issue the op ({})", e.what())));
       }
     }
     dev.synchronize();

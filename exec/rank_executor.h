@@ -20,13 +20,15 @@
 namespace trainsim::exec {
 
 /// Faults a test can inject, to prove that a failing rank stops every rank and that the comparison with the
-/// single-device reference can fail. Off by default; the command line never sets them.
+/// single-device reference can fail. Off by default; the command line never sets them (but the tests' copy of
+/// trainsim, trainsim_fault_test, sets kill_rank and kill_op: `replay --test-kill-at RANK:OP`).
 struct FaultInjection {
   int throw_rank = -1;  ///< with throw_op: this rank's op number `throw_op` (0-based) throws
   int throw_op = -1;
-  bool local_reduce_scatter = false;
+  bool local_reduce_scatter = false;  ///< reduce-scatters keep the rank's own shard of its local grad, unsummed
   int kill_rank = -1;  ///< with kill_op: this rank's op number `kill_op` kills its process (SIGKILL): one process per rank only
-  int kill_op = -1;  ///< reduce-scatters keep the rank's own shard of its local grad, unsummed
+  int kill_op = -1;
+  int thread_fail_rank = -1;  ///< creating this rank's thread throws std::system_error (as when a process has no threads left)
 };
 
 /// What every rank of a replay shares, read-only.

@@ -17,7 +17,17 @@ long ModelShapes::elements(const Tensor& t) const {
   const int max_layer = (t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) ? L : L - 1;
   if (t.layer < 0 || t.layer > max_layer)
     throw std::invalid_argument(fmt::format("{} names layer {}, but the model has {} layers", t.str(), t.layer, L));
-  const int sequences = t.batches.size() * model.microbatch_size;
+  // A tensor of many microbatches must not overflow int (the kernels' rows) or long: its size, and the attention
+  // scores a forward over it holds, are checked in double first.
+  const double seqs = static_cast<double>(t.batches.size()) * model.microbatch_size;
+  const double width = t.layer == 0 ? 1 : t.layer == L ? model.vocab : model.dim;
+  for (double n : {seqs * model.seq * width, seqs * model.heads * model.seq * model.seq})
+    if ((t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) && n > kMaxTensorElements)
+      throw std::invalid_argument(fmt::format(
+          "{} ({} microbatches of {} sequences) would need {:.3g} elements in one buffer, more than the {:g} the "
+          "executor allows: a smaller model or fewer microbatches per op",
+          t.str(), t.batches.size(), model.microbatch_size, n, kMaxTensorElements));
+  const int sequences = static_cast<int>(seqs);
   switch (t.kind) {
     case TensorKind::Weight:
     case TensorKind::WeightGrad:

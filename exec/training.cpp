@@ -5,12 +5,16 @@
 #include <cmath>
 #include <condition_variable>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <utility>
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "exec/backend.h"
 #include "exec/checkpoint.h"
@@ -116,6 +120,12 @@ std::pair<double, double> squared_diff(const std::vector<float>& a, const std::v
 
 double relative(double num, double den) { return den == 0 ? std::sqrt(num) : std::sqrt(num / den); }
 
+// The message of an allocation that failed on rank r outside an op (an op's own failures name the op).
+std::string out_of_memory(int r, const std::bad_alloc& e) {
+  if (dynamic_cast<const OutOfMemory*>(&e)) return fmt::format("rank {}: {}", r, e.what());
+  return fmt::format("rank {}: cannot allocate host memory for the rank's step ({})", r, e.what());
+}
+
 struct Job {
   const Schedule& s;
   const ReplayOptions& o;
@@ -134,7 +144,10 @@ struct Job {
   std::condition_variable cv;
   bool failed = false;
   std::string error;
-  std::vector<std::vector<std::optional<StepOutput>>> outputs;  // [step - first][rank]
+  // By step - first: every rank's output, on the process that collects. A row goes once the step is reported,
+  // unless its timings are kept for the measured trace: the memory does not grow with the steps.
+  std::map<int, std::vector<std::optional<StepOutput>>> outputs;
+  int complete = 0;  // steps (from first) whose every rank's output has arrived; the ranks end steps in order
   std::vector<std::size_t> peaks;                               // by rank, from the other processes
 
   Job(const Schedule& sched, const ReplayOptions& opts, const ReplayContext& c, LocalBackend& b, ProcessGroup* processes)
@@ -231,16 +244,13 @@ struct Job {
   void report(int step_index, int r, StepOutput out) {
     if (!pg) {
       std::unique_lock lock(mu);
-      auto& row = outputs[step_index];
-      row[r] = std::move(out);
-      cv.notify_all();
-      cv.wait(lock, [&] { return failed || std::all_of(row.begin(), row.end(), [](auto& x) { return x.has_value(); }); });
+      store(step_index, r, std::move(out));
+      cv.wait(lock, [&] { return failed || complete > step_index; });
       return;
     }
     auto blobs = pg->gather(encode_step(out, devices[r]->memory().peak_bytes()), o.timeout_seconds);
-    {
+    if (collects) {
       std::lock_guard lock(mu);
-      outputs[step_index][r] = std::move(out);
       for (std::size_t q = 0; q < blobs.size(); ++q)
         if (static_cast<int>(q) != r) {
           StepOutput theirs = decode_step(blobs[q], peaks[q]);
@@ -248,45 +258,97 @@ struct Job {
           if (theirs.loss_sums.size() != static_cast<std::size_t>(s.header.microbatches))
             throw std::runtime_error(fmt::format("rank {} reported {} microbatch losses, not {}", q,
                                                  theirs.loss_sums.size(), s.header.microbatches));
-          outputs[step_index][q] = std::move(theirs);
+          store(step_index, static_cast<int>(q), std::move(theirs));
         }
+      store(step_index, r, std::move(out));
     }
-    cv.notify_all();
     pg->broadcast(std::string(), o.timeout_seconds);  // rank 0 answers once it has every rank's output
+  }
+
+  // Notes rank r's output of a step (under mu); the step is complete when every rank's is there.
+  void store(int step_index, int r, StepOutput out) {
+    auto& row = outputs.try_emplace(step_index, world).first->second;
+    row[r] = std::move(out);
+    if (std::all_of(row.begin(), row.end(), [](const auto& x) { return x.has_value(); })) {
+      complete = step_index + 1;
+      cv.notify_all();
+    }
+  }
+
+  // Starts one thread per local rank. A thread that cannot be created (std::system_error: the process is out
+  // of threads or memory) fails the job with a message, and the ones already started are joined.
+  std::vector<std::thread> start_ranks(int first, int last) {
+    std::vector<std::thread> threads;
+    for (int r : local) {
+      try {
+        if (o.fault.thread_fail_rank == r)
+          throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again), "injected fault");
+        threads.emplace_back([this, r, first, last] { run_rank(r, first, last); });
+      } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc growing the vector
+        fail(fmt::format("rank {}: cannot start the rank's thread: {}", r, e.what()));
+        break;
+      }
+    }
+    return threads;
+  }
+
+  void run_rank(int r, int first, int last) noexcept {
+    std::unique_ptr<RankExecutor> ex;
+    try {
+      ex = std::make_unique<RankExecutor>(ctx, r, *devices[r], *comms[r]);
+      for (int step = first; step < last; ++step) report(step - first, r, ex->run_step(step, states[r]));
+    } catch (const std::bad_alloc& e) {
+      fail(out_of_memory(r, e));  // aborts every device and the hub: the executor's work in flight can finish
+    } catch (const std::exception& e) {
+      fail(e.what());
+    } catch (...) {
+      fail(fmt::format("rank {}: an unknown exception", r));
+    }
+  }
+
+  // Which rank's loss op reports each microbatch's loss (the plan's), -1 for none.
+  std::vector<int> loss_reporters() const {
+    std::vector<int> by(s.header.microbatches, -1);
+    for (int r = 0; r < world; ++r)
+      for (const IdSet& ids : ctx.plan->ranks[r].reported_batches)
+        for (int b : ids.ids())
+          if (b >= 0 && b < s.header.microbatches) by[b] = r;
+    return by;
   }
 
   // Runs steps [first, last); fills the result's losses and timings. Returns false on failure.
   bool run(int first, int last, ReplayResult& res, const std::function<void(const StepReport&)>& progress) {
-    outputs.assign(last - first, std::vector<std::optional<StepOutput>>(world));
-    std::vector<std::thread> threads;
-    for (int r : local)
-      threads.emplace_back([this, r, first, last] {
-        std::unique_ptr<RankExecutor> ex;
-        try {
-          ex = std::make_unique<RankExecutor>(ctx, r, *devices[r], *comms[r]);
-          for (int step = first; step < last; ++step) report(step - first, r, ex->run_step(step, states[r]));
-        } catch (const std::exception& e) {
-          fail(e.what());  // aborts every device and the hub: the executor's work in flight can finish
-        }
-      });
+    outputs.clear(), complete = 0;
+    const int ran = last - first;
+    // The measured steps: the last trace_steps, without the first step when there are more.
+    const int kept = std::clamp(o.trace_steps, 1, ran > 1 ? ran - 1 : 1);
+    const std::vector<int> reporter = loss_reporters();
+    std::vector<std::thread> threads = start_ranks(first, last);
     const double tokens = static_cast<double>(s.header.microbatches) * ctx.shapes->model.tokens_per_microbatch();
     auto start = Clock::now(), prev = start;
     for (int step = first; step < last && collects; ++step) {
       std::unique_lock lock(mu);
-      auto& row = outputs[step - first];
-      cv.wait(lock, [&] { return failed || std::all_of(row.begin(), row.end(), [](auto& x) { return x.has_value(); }); });
+      cv.wait(lock, [&] { return failed || complete > step - first; });
       if (failed) break;
+      auto& row = outputs.at(step - first);  // (map nodes stay put while the ranks add the next step's)
       lock.unlock();
       double sum = 0;
-      for (int b = 0; b < s.header.microbatches; ++b) {
-        double v = std::numeric_limits<double>::quiet_NaN();
-        for (int r = 0; r < world; ++r)
-          if (!std::isnan(row[r]->loss_sums[b])) v = row[r]->loss_sums[b];
-        if (std::isnan(v)) {
-          fail(fmt::format("no rank computed the loss of microbatch {} in step {}", b, step));
-          break;
-        }
+      std::string problem;
+      for (int b = 0; b < s.header.microbatches && problem.empty(); ++b) {
+        const int q = reporter[b];
+        const double v = q < 0 ? std::numeric_limits<double>::quiet_NaN() : row[q]->loss_sums[b];
+        if (q < 0)
+          problem = fmt::format("no rank computed the loss of microbatch {} in step {}", b, step + 1);
+        else if (!std::isfinite(v))
+          problem = fmt::format(
+              "the loss is not finite ({}) in step {} of {}, microbatch {} (rank {}'s loss op): the training diverged "
+              "(a smaller --lr or --grad-clip may help)",
+              std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", step + 1, o.steps, b, q);
         sum += v;
+      }
+      if (!problem.empty()) {
+        fail(problem);
+        break;
       }
       auto now = Clock::now();
       StepReport rep;
@@ -295,20 +357,26 @@ struct Job {
       rep.tokens_per_s = tokens / std::max(rep.seconds, 1e-9);
       prev = now;
       res.losses.push_back(rep.loss);
-      if (progress) progress(rep);
+      try {
+        if (progress) progress(rep);
+      } catch (const std::exception& e) {  // (e.g. writing the progress failed: the ranks must still be joined)
+        fail(fmt::format("reporting step {}: {}", step + 1, e.what()));
+        break;
+      }
+      if (step - first < ran - kept) {
+        lock.lock();
+        outputs.erase(step - first);
+      }
     }
     for (auto& t : threads) t.join();
     res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (failed) return false;
     if (!collects) return true;
-    res.tokens_per_s = tokens * (last - first) / std::max(res.seconds, 1e-9);
-    // The measured steps: the last trace_steps, without the first step when there are more.
-    const int ran = last - first;
-    const int kept = std::clamp(o.trace_steps, 1, ran > 1 ? ran - 1 : 1);
+    res.tokens_per_s = tokens * ran / std::max(res.seconds, 1e-9);
     std::int64_t origin = 0;
     for (int i = ran - kept; i < ran; ++i) {
       std::vector<std::vector<WorkTiming>> timings;
-      for (int r = 0; r < world; ++r) timings.push_back(outputs[i][r]->timings);
+      for (int r = 0; r < world; ++r) timings.push_back(outputs.at(i)[r]->timings);
       const std::int64_t t0 = step_start(timings);
       if (i == ran - kept) origin = t0;
       res.steps.push_back(StepTrace{first + i, t0 - origin, measured_trace(s, timings, backend.name())});
@@ -318,6 +386,29 @@ struct Job {
     return true;
   }
 };
+
+std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024 * 1024)); }
+
+// A model too large for this machine fails before any rank allocates: the schedule's tensors alone, at their
+// peak on the ranks this process runs (one with `one_rank`, every rank otherwise), need more than its memory.
+void check_fits_in_memory(const ReplayPlan& plan, bool one_rank) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return;
+  const double machine = static_cast<double>(pages) * static_cast<double>(page);
+  double need = 0, most = 0;
+  int at = 0;
+  for (std::size_t r = 0; r < plan.ranks.size(); ++r) {
+    const double b = static_cast<double>(plan.ranks[r].peak_bytes);
+    need = one_rank ? std::max(need, b) : need + b;
+    if (b > most) most = b, at = static_cast<int>(r);
+  }
+  if (need > machine)
+    throw std::invalid_argument(fmt::format(
+        "the replay does not fit in this machine's memory: the schedule's tensors need {} at their peak{} (rank {} "
+        "the most: {}), and the machine has {} (a smaller --dim, --ffn, --blocks, --seq or --microbatch-size fits)",
+        gib(need), one_rank ? " on one rank" : " over the ranks, which this process runs as threads", at, gib(most),
+        gib(machine)));
+}
 
 // What every process of a multi-process job must agree on, beyond the schedule and the model.
 std::string settings_text(const ReplayOptions& o, const CheckpointInfo& info, int first) {
@@ -394,6 +485,8 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
     if (o.steps < 1) throw std::invalid_argument(fmt::format("--steps must be at least 1, got {}", o.steps));
     if (o.trace_steps < 1)
       throw std::invalid_argument(fmt::format("--trace-steps must be at least 1, got {}", o.trace_steps));
+    if (!(o.timeout_seconds > 0))
+      throw std::invalid_argument(fmt::format("--timeout must be positive, got {}", o.timeout_seconds));
     ModelShapes shapes(o.model, schedule.header.layers);
     TokenData data(o.data_files.empty() ? TokenData::default_files() : o.data_files);
     data.check_fits(o.model);
@@ -404,6 +497,7 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
     res.clip = plan.clip;
     res.clip_note = plan.clip_note;
     for (const RankPlan& rp : plan.ranks) res.predicted_peak_bytes.push_back(rp.peak_bytes);
+    check_fits_in_memory(plan, static_cast<bool>(o.join));
 
     int first = 0, last = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
     CheckpointInfo info = describe_run(schedule, o, data);
@@ -463,6 +557,12 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
     }
     finish(ctx, o, info, first, last, job, res);
     res.ok = res.error.empty();
+  } catch (const OutOfMemory& e) {
+    res.error = e.what();
+  } catch (const std::bad_alloc& e) {
+    res.error = fmt::format("cannot allocate host memory for the replay ({}): the model or the schedule is too large "
+                            "for this machine",
+                            e.what());
   } catch (const std::exception& e) {
     res.error = e.what();
   }

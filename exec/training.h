@@ -70,7 +70,7 @@ struct ReplayResult {
   std::vector<std::size_t> peak_bytes;  ///< per rank: the most bytes the rank's device had allocated
   std::vector<std::size_t> predicted_peak_bytes;  ///< per rank: the most bytes the schedule's tensors hold at once
   bool clip = false;                    ///< clipping by the global norm ran
-  std::string clip_note;                ///< why not, when it did not
+  std::string clip_note;                ///< when it did not: "off (--grad-clip 0)" or "off: " and why (ReplayPlan::clip_note)
   Trace trace;                          ///< the last step as measured (host clock, bytes)
   std::vector<StepTrace> steps;         ///< the last ReplayOptions::trace_steps steps as measured, in order
   std::string model_description, data_description;

@@ -93,7 +93,7 @@ TEST_CASE("trainsim replay: bad options and inputs are clear errors") {
     CAPTURE(bad);
     r = run_trainsim(std::string("replay ddp --model tiny ") + bad, true);
     CHECK(r.exit_code == 2);
-    CHECK(r.out.find("expected a finite number") != std::string::npos);
+    CHECK(r.out.find("a finite number") != std::string::npos);  // ("expected [0 or ]a finite number ...")
     CHECK(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))) != std::string::npos);
   }
   CHECK(run_trainsim("replay --help").out.find("--check") != std::string::npos);

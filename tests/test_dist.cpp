@@ -376,7 +376,9 @@ TEST_CASE("trainsim launch: a rank killed mid-step ends the others with an error
   auto t0 = Clock::now();
   std::string args;
   for (const auto& a : job.replay({"--test-kill-at", "2:5"})) args += " " + a;
-  CommandResult r = run_trainsim("launch --nproc 4 --grace 20 -- trainsim" + args, true);
+  // The tests' copy of trainsim (the user's has no --test-kill-at); launch runs its own binary for `trainsim`.
+  CommandResult r = run_shell(std::string(TRAINSIM_FAULT_TEST_BINARY) + " launch --nproc 4 --grace 20 -- trainsim" + args +
+                              " 2>&1");
   INFO(r.out);
   CHECK(seconds_since(t0) < 15);  // the others stop on their own, long before the launcher's grace ends
   CHECK(r.exit_code == 128 + SIGKILL);  // the first failure's code

@@ -1,8 +1,13 @@
 #include "exec/cpu/cpu_device.h"
 
 #include <cstring>
+#include <exception>
+#include <new>
 #include <stdexcept>
+#include <system_error>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "exec/comm.h"
 
@@ -50,9 +55,14 @@ EventPtr CpuDevice::submit(int stream, const std::vector<EventPtr>& after, std::
     if (workers_.size() <= static_cast<std::size_t>(stream)) workers_.resize(stream + 1);
     auto& w = workers_[stream];
     if (!w) {
-      w = std::make_unique<Worker>();
-      w->dev = this, w->index = stream;
-      w->thread = std::thread([this, wp = w.get()] { run(*wp); });
+      auto fresh = std::make_unique<Worker>();
+      fresh->dev = this, fresh->index = stream;
+      try {
+        fresh->thread = std::thread([this, wp = fresh.get()] { run(*wp); });
+      } catch (const std::system_error& e) {  // out of threads or memory: no worker without its thread
+        throw std::runtime_error(fmt::format("cannot start the worker thread of stream {}: {}", stream, e.what()));
+      }
+      w = std::move(fresh);
     }
     w->queue.push_back(Work{after, std::move(work), tag, done});
     ++pending_;
@@ -88,6 +98,11 @@ void CpuDevice::run(Worker& w) {
         lock.lock();
         if (!error_) error_ = std::current_exception();
         lock.unlock();
+      } catch (...) {  // (nothing may escape a worker thread: std::terminate)
+        failure = "the work of an op threw an unknown exception";
+        lock.lock();
+        if (!error_) error_ = std::make_exception_ptr(std::runtime_error(failure));
+        lock.unlock();
       }
       const auto end = std::chrono::steady_clock::now();
       if (!failure.empty()) {
@@ -101,7 +116,21 @@ void CpuDevice::run(Worker& w) {
       }
       lock.lock();
       auto ns = [&](auto t) { return std::chrono::duration_cast<std::chrono::nanoseconds>(t - epoch_).count(); };
-      timings_.push_back(WorkTiming{work.tag, ns(start), ns(end), bytes});
+      try {
+        timings_.push_back(WorkTiming{work.tag, ns(start), ns(end), bytes});
+      } catch (const std::bad_alloc&) {  // out of memory for the record: fail the job, never the thread
+        lock.unlock();
+        const std::string why = "cannot allocate host memory to record the timing of an op";
+        std::function<void(const std::string&)> handler;
+        {
+          std::lock_guard g(mu_);
+          if (!error_) error_ = std::make_exception_ptr(std::runtime_error(why));
+          handler = on_error_;
+        }
+        abort(why);
+        if (handler) handler(why);
+        lock.lock();
+      }
     }
     work.done->done = true;
     --pending_;

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "exec/deadline.h"
+
 namespace trainsim::exec {
 
 namespace {
@@ -204,7 +206,7 @@ class TcpCommunicator final : public Communicator {
 
   template <typename Pred, typename Describe>
   void wait(std::unique_lock<std::mutex>& lock, Pred done, Describe describe) {
-    auto deadline = TcpHub::Clock::now() + std::chrono::duration_cast<TcpHub::Clock::duration>(hub_.timeout_);
+    const auto deadline = deadline_after(hub_.timeout_.count());  // (saturates: --timeout 1e300 waits, not fails)
     while (!hub_.aborted_ && !done()) {
       if (hub_.cv_.wait_until(lock, deadline) == std::cv_status::timeout && !hub_.aborted_ && !done())
         throw CommError(fmt::format("rank {}: timed out after {:g} s waiting for the {}", rank_, hub_.timeout_.count(),

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "exec/deadline.h"
+
 namespace trainsim::exec {
 
 ThreadHub::ThreadHub(int world_size, std::vector<std::vector<int>> groups, double timeout_seconds)
@@ -115,7 +117,7 @@ class ThreadCommunicator final : public Communicator {
   // Waits for `done` under `lock`; throws CommError on abort or after the timeout (and then aborts the hub).
   template <typename Pred, typename Describe>
   void wait(std::unique_lock<std::mutex>& lock, Pred done, Describe describe) {
-    auto deadline = ThreadHub::Clock::now() + std::chrono::duration_cast<ThreadHub::Clock::duration>(hub_.timeout_);
+    const auto deadline = deadline_after(hub_.timeout_.count());  // (saturates: --timeout 1e300 waits, not fails)
     while (!hub_.aborted_ && !done()) {
       if (hub_.cv_.wait_until(lock, deadline) == std::cv_status::timeout && !hub_.aborted_ && !done()) {
         std::string why = fmt::format("rank {}: timed out after {:g} s waiting for the {}", rank_, hub_.timeout_.count(),
