@@ -1,23 +1,31 @@
-// Deadlines from seconds a user gave, saturating instead of overflowing. A steady_clock duration counts
-// nanoseconds in 64 bits (about 292 years): `now + duration_cast<nanoseconds>(1e300 s)` is undefined and in
-// practice a deadline in the past, so `--timeout 1e300` timed out at once. Every wait of the CPU backend's
-// communicators builds its deadline here (exec/dist/ waits have their own, exec/dist/deadline.h).
+// Durations and deadlines from seconds a user (or a peer) gave, saturating instead of overflowing. A
+// steady_clock duration counts nanoseconds in 64 bits (about 292 years): `now + duration_cast<nanoseconds>(1e300
+// s)` is undefined and in practice a deadline in the past, so `--timeout 1e300` and `--rendezvous-timeout 1e10`
+// timed out at once. Every wait of the executor builds its deadline here: the CPU backend's communicators
+// (exec/cpu/), the rendezvous and the process group (exec/dist/).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace trainsim::exec {
 
-/// Waits longer than this (about 31.7 years) are taken as this long: beyond any run, far inside the clock's range.
-inline constexpr double kMaxWaitSeconds = 1e9;
+using SteadyClock = std::chrono::steady_clock;
 
-/// The steady-clock deadline `seconds` after `now`: NaN and values <= 0 give `now`, values above
-/// kMaxWaitSeconds give `now + kMaxWaitSeconds`. Never overflows.
-inline std::chrono::steady_clock::time_point deadline_after(
-    double seconds, std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
-  if (!(seconds > 0)) return now;
-  if (seconds > kMaxWaitSeconds) seconds = kMaxWaitSeconds;
-  return now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+/// `seconds` as a SteadyClock::duration: NaN and values <= 0 give 0; values beyond the type's range (about 292
+/// years) give SteadyClock::duration::max().
+SteadyClock::duration duration_from_seconds(double seconds);
+
+/// `milliseconds` (as a peer sends them, up to 2^64 - 1) as a SteadyClock::duration, saturating at max().
+SteadyClock::duration duration_from_milliseconds(std::uint64_t milliseconds);
+
+/// `now + d`, saturating at SteadyClock::time_point::max() (d <= 0 gives `now`).
+SteadyClock::time_point saturating_add(SteadyClock::time_point now, SteadyClock::duration d);
+
+/// `now + seconds`, saturating: the deadline of a wait of `seconds` from `now` (NaN and values <= 0: `now`;
+/// beyond the clock's range: SteadyClock::time_point::max(), a wait without end).
+inline SteadyClock::time_point deadline_after(double seconds, SteadyClock::time_point now = SteadyClock::now()) {
+  return saturating_add(now, duration_from_seconds(seconds));
 }
 
 }  // namespace trainsim::exec

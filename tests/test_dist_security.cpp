@@ -19,7 +19,7 @@
 
 #include "exec/comm.h"
 #include "exec/cpu/tcp_comm.h"
-#include "exec/dist/deadline.h"
+#include "exec/deadline.h"
 #include "exec/dist/handshake.h"
 #include "exec/dist/rendezvous.h"
 #include "hostile_peer.h"
@@ -28,6 +28,10 @@
 using namespace trainsim;
 using namespace trainsim::testing;
 using namespace trainsim::exec::dist;
+using trainsim::exec::deadline_after;
+using trainsim::exec::duration_from_seconds;
+using trainsim::exec::duration_from_milliseconds;
+using trainsim::exec::saturating_add;
 
 // ---- the allocation probe: the largest single operator new while armed ----
 // The test binary's global operator new (a replacement, with the matching delete): malloc, as the default,

@@ -104,8 +104,8 @@ TEST_CASE("exec replay: a timeout beyond the clock's range waits instead of fail
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t{std::chrono::hours(1)};
   CHECK(exec::deadline_after(2.5, t) == t + std::chrono::milliseconds(2500));
-  CHECK(exec::deadline_after(1e300, t) == t + std::chrono::seconds(1'000'000'000));
-  CHECK(exec::deadline_after(std::numeric_limits<double>::infinity(), t) == t + std::chrono::seconds(1'000'000'000));
+  CHECK(exec::deadline_after(1e300, t) == Clock::time_point::max());
+  CHECK(exec::deadline_after(std::numeric_limits<double>::infinity(), t) == Clock::time_point::max());
   CHECK(exec::deadline_after(std::nan(""), t) == t);
   CHECK(exec::deadline_after(-1, t) == t);
   // 1e300 s overflowed the clock: the first wait of a receive timed out at once.

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "exec/dist/deadline.h"
+#include "exec/deadline.h"
 #include "exec/dist/handshake.h"
 #include "exec/dist/rendezvous_internal.h"
 

@@ -16,6 +16,8 @@
 
 namespace trainsim::exec::dist {
 
+using Clock = std::chrono::steady_clock;
+
 /// Rank 0's side: listens, authenticates, checks, welcomes.
 std::unique_ptr<ProcessGroup> serve(const RankEnv& env, const JobIdentity& id, const RendezvousOptions& o);
 /// Every other rank's side: connects, authenticates rank 0, introduces itself, waits for the welcome.

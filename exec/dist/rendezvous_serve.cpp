@@ -13,7 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
-#include "exec/dist/deadline.h"
+#include "exec/deadline.h"
 #include "exec/dist/handshake.h"
 #include "exec/dist/rendezvous_internal.h"
 #include "exec/dist/tcp_group.h"

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "exec/comm.h"
-#include "exec/dist/deadline.h"
+#include "exec/deadline.h"
 #include "exec/dist/rendezvous_internal.h"
 
 namespace trainsim::exec::dist {
