@@ -33,6 +33,7 @@
 #include "apps/commands.h"
 #include "apps/launch_output.h"
 #include "apps/launch_spawn.h"
+#include "apps/suggest.h"
 
 namespace trainsim::apps {
 
@@ -215,7 +216,7 @@ bool Job::start_all(RankSetup setup) {
   if (null_fd < 0) {
     say("cannot open /dev/null: {}", std::strerror(errno));
     decided_ = true;
-    exit_code_ = 1;
+    exit_code_ = 2;
     return false;
   }
   for (int r = 0; r < a_.nproc; ++r) {
@@ -235,7 +236,7 @@ bool Job::start_all(RankSetup setup) {
         hint = fmt::format(" (the launcher keeps 2 descriptors per rank; see `ulimit -n`)");
       say("cannot start rank {} of {}: {}{}", r, a_.nproc, e->what, hint);
       decided_ = true;
-      exit_code_ = e->exit_code;
+      exit_code_ = e->exit_code;  // 126/127: the command cannot run (as a shell); 2: the launcher could not start it
       if (started_ > 0) {
         say("stopping the {} rank(s) already started", started_);
         stop(SIGTERM);
@@ -375,7 +376,7 @@ int Job::run() {
   int wake[2];
   if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) {
     say("cannot make a pipe: {}", std::strerror(errno));
-    return 1;
+    return 2;
   }
   g_wake_write = wake[1];
   struct sigaction sa{}, old_int{}, old_term{}, old_hup{}, old_chld{}, old_pipe{};
@@ -455,7 +456,7 @@ int Job::run() {
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count() + 1;
     if (poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait, 0, 1000))) < 0 && errno != EINTR) {
       say("poll failed: {}", std::strerror(errno));
-      if (!decided_) exit_code_ = 1;
+      if (!decided_) exit_code_ = 2;
       break;  // (cannot happen with valid descriptors; the ranks still die with the launcher)
     }
     if (fds[0].revents) {
@@ -479,12 +480,21 @@ int Job::run() {
   return exit_code_;
 }
 
-int run(const LaunchArgs& a) {
+int run(const LaunchArgs& a, const std::vector<std::string>& option_names) {
   ensure_standard_descriptors();
   std::vector<std::string> cmd = a.command;
   if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
   if (cmd.empty()) {
     fmt::print(stderr, "{}: no command to run (trainsim launch --nproc N -- trainsim replay FILE ...)\n", kCmd);
+    return 2;
+  }
+  // The command starts at the first word that is not one of launch's options, so a mistyped option
+  // (`--grce 5`) would be run as the command: no program is named like an option, so it is one.
+  if (cmd.front().size() > 1 && cmd.front()[0] == '-') {
+    const std::string flag = cmd.front().substr(0, cmd.front().find('='));
+    const std::string near = closest_name(flag, option_names);
+    fmt::print(stderr, "{}: unknown option '{}'{}; the command to run comes after the options (trainsim launch "
+               "--nproc N -- COMMAND ...)\n", kCmd, flag, near.empty() ? "" : fmt::format(": did you mean {}?", near));
     return 2;
   }
   // "trainsim" runs this very binary, wherever it is installed.
@@ -496,7 +506,7 @@ int run(const LaunchArgs& a) {
   const int port = a.master_port ? a.master_port : free_port();
   if (port == 0) {
     fmt::print(stderr, "{}: found no free port on 127.0.0.1\n", kCmd);
-    return 1;
+    return 2;
   }
   Job job(a, cmd, port, fresh_token());
   return job.run();
@@ -539,7 +549,9 @@ void add_launch_command(CLI::App& app, int* exit_code) {
       "LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT = a free port) and a fresh TRAINSIM_TOKEN: "
       "trainsim launch --nproc 4 -- trainsim replay FILE ... (a first word 'trainsim' runs this binary). Each output "
       "line is prefixed with its rank. When a process fails the others are stopped (after --grace seconds) and the "
-      "launcher exits with its code; Ctrl-C stops every rank and exits 130. The ranks die with the launcher.");
+      "launcher exits with its code; Ctrl-C stops every rank and exits 130. The ranks die with the launcher. Exit "
+      "status: the first failed rank's code (0 when every rank succeeded); 2 a bad option or ranks that could not be "
+      "started; 126 or 127 a command that cannot be run.");
   cmd->add_option("--nproc", a->nproc, "Processes (ranks) to start, 1 to 1024")
       ->required()
       ->check(whole_number(1, kMaxProcs, "processes on this machine"));
@@ -553,7 +565,7 @@ void add_launch_command(CLI::App& app, int* exit_code) {
   cmd->allow_extras();
   cmd->callback([a, exit_code, cmd] {
     for (const auto& extra : cmd->remaining()) a->command.push_back(extra);
-    *exit_code = run(*a);
+    *exit_code = run(*a, option_names(*cmd));
   });
 }
 

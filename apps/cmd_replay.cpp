@@ -378,7 +378,7 @@ void add_replay_command(CLI::App& app, int* exit_code) {
       *exit_code = run(*a);
     } catch (const std::bad_alloc& e) {
       fmt::print(stderr, "{}: out of memory ({})\n", kCmd, e.what());
-      *exit_code = 1;
+      *exit_code = 2;  // it could not finish (README, "Exit status")
     }
   });
 }

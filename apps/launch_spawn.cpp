@@ -76,7 +76,7 @@ std::variant<Started, StartError> start_rank(const std::vector<std::string>& arg
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0) {
     const int e = errno;
     close_all({out[0], out[1], err[0], err[1], status[0], status[1]});
-    return StartError{fmt::format("cannot make a pipe: {}", std::strerror(e)), 1};
+    return StartError{fmt::format("cannot make a pipe: {}", std::strerror(e)), 2};
   }
   std::vector<char*> args, envp;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -97,7 +97,7 @@ std::variant<Started, StartError> start_rank(const std::vector<std::string>& arg
   close_all({out[1], err[1], status[1]});
   if (pid < 0) {
     close_all({out[0], err[0], status[0]});
-    return StartError{fmt::format("cannot start a process: {}", std::strerror(fork_errno)), 1};
+    return StartError{fmt::format("cannot start a process: {}", std::strerror(fork_errno)), 2};
   }
   Failure f{};
   ssize_t n;
@@ -110,21 +110,21 @@ std::variant<Started, StartError> start_rank(const std::vector<std::string>& arg
   while (waitpid(pid, &ignored, 0) < 0 && errno == EINTR) {
   }
   if (n != static_cast<ssize_t>(sizeof f))
-    return StartError{fmt::format("the process for it ended before it could run '{}'", argv[0]), 1};
+    return StartError{fmt::format("the process for it ended before it could run '{}'", argv[0]), 2};
   const char* why = std::strerror(f.error);
   switch (f.step) {
     case Step::kExec:
       return StartError{fmt::format("cannot run '{}': {}", argv[0], why), f.error == ENOENT ? 127 : 126};
     case Step::kProcessGroup:
-      return StartError{fmt::format("cannot give it a process group: {}", why), 1};
+      return StartError{fmt::format("cannot give it a process group: {}", why), 2};
     case Step::kParentDeath:
-      return StartError{fmt::format("cannot set its parent-death signal: {}", why), 1};
+      return StartError{fmt::format("cannot set its parent-death signal: {}", why), 2};
     case Step::kStdin:
-      return StartError{fmt::format("cannot make /dev/null its standard input: {}", why), 1};
+      return StartError{fmt::format("cannot make /dev/null its standard input: {}", why), 2};
     case Step::kStdout:
-      return StartError{fmt::format("cannot connect its output: {}", why), 1};
+      return StartError{fmt::format("cannot connect its output: {}", why), 2};
   }
-  return StartError{"cannot start it", 1};
+  return StartError{"cannot start it", 2};
 }
 
 void signal_rank(pid_t pid, int sig) {

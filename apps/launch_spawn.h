@@ -29,10 +29,10 @@ struct Started {
 
 /// Why a rank could not start: `what` says so in words ("cannot make a pipe: Too many open files", "cannot
 /// run 'prog': No such file or directory"); `exit_code` is the launcher's (127: the program was not found,
-/// 126: it could not be run, 1: the launcher ran out of something).
+/// 126: it could not be run, 2: the launcher could not start it: out of descriptors, processes...).
 struct StartError {
   std::string what;
-  int exit_code = 1;
+  int exit_code = 2;
 };
 
 /// What every rank gets from the launcher besides its command and environment.

@@ -1,5 +1,7 @@
 // trainsim: distributed LLM training schedules. Thin front end: parses, calls the libraries.
+#include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,17 @@ int main(int argc, char** argv) {
     // typed, "--" included (launch's command starts after it).
     const std::vector<std::string> words(argv + 1, argv + argc);
     for (const auto& line : trainsim::apps::parse_error_lines(app, words, e)) std::cerr << line << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // What a command could not finish for want of memory (a huge input, a simulation too large for the
+    // machine): a message naming the command, not std::terminate.
+    std::cerr << trainsim::apps::command_path(app, std::vector<std::string>(argv + 1, argv + argc))
+              << ": out of memory: the machine cannot hold what this command needs\n";
+    return 2;
+  } catch (const std::exception& e) {
+    // Commands report their own errors; anything that still escapes one is named, not an abort.
+    std::cerr << trainsim::apps::command_path(app, std::vector<std::string>(argv + 1, argv + argc))
+              << ": internal error: " << e.what() << "\n";
     return 2;
   }
   return exit_code;

@@ -222,7 +222,8 @@ inline Rows lower_send_recv(const Rows& compute, const std::vector<int>& stage_r
   return out;
 }
 
-/// The makespan, in unit-cost seconds (F and B 1, I and W 0.5, communication 0), of a compute+comms schedule
+/// The makespan, in unit-cost seconds (a stage's F and B cost p/S, its I and W half that, communication 0: the
+/// unit model charges a stage its share of the model, p ranks over S stages, docs/design.md), of a compute+comms schedule
 /// as _PipelineScheduleRuntime._step_microbatches runs it without custom functions: each rank performs its
 /// row in order on one compute stream, an OVERLAP_F_B cell as its sub-actions one after the other; a compute
 /// waits for its input (a local action, or the message its RECV posted); a SEND's message leaves when the
@@ -234,6 +235,7 @@ inline double runtime_makespan(const Rows& rows, const std::vector<int>& stage_r
   std::map<Act, double> end;                      // compute action -> end time
   std::map<std::tuple<char, int, int>, double> msg;  // ('A', stage, mb) activation into stage, ('G', ...) its grad
   std::vector<double> clock(world, 0);
+  const double pass = static_cast<double>(world) / stages;  // a stage's F or B: 1 s with one stage per rank
   std::vector<std::size_t> cell(world, 0), sub(world, 0);
   auto input = [&](int r, const Act& a, double& at) {  // false while the input is not known yet
     auto done = [&](const Act& x) {
@@ -270,7 +272,7 @@ inline double runtime_makespan(const Rows& rows, const std::vector<int>& stage_r
         } else if (a.type == "F" || a.type == "B" || a.type == "I" || a.type == "W") {
           double at = clock[r];
           if (!input(r, a, at)) break;
-          clock[r] = at + (a.type == "I" || a.type == "W" ? 0.5 : 1.0);
+          clock[r] = at + (a.type == "I" || a.type == "W" ? pass / 2 : pass);
           end[a] = clock[r];
         }
         progress = true;

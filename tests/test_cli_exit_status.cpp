@@ -82,8 +82,8 @@ TEST_CASE("CLI11's own errors name the sub-command and exit 2: missing, wrong ty
     std::string args, says;
   };
   for (const Case& c : {Case{"gen", "trainsim gen: KIND is required"},
-                        Case{"gen 1f1b --stages x", "trainsim gen: --stages: expected an integer (INT), got 'x'"},
-                        Case{"gen 1f1b --stages 1.5", "trainsim gen: --stages: expected an integer (INT), got '1.5'"},
+                        Case{"gen 1f1b --stages x", "trainsim gen: --stages: expected a whole number from 1 to 2147483647, got 'x'"},
+                        Case{"gen 1f1b --stages 1.5", "trainsim gen: --stages: expected a whole number from 1 to 2147483647, got '1.5'"},
                         Case{"sim", "trainsim sim: FILE is required"},
                         Case{"sim x.sched --svg", "trainsim sim: --svg"},
                         Case{"validate ddp --memory-limit lots", "trainsim validate: --memory-limit: expected a finite number"},

@@ -132,7 +132,7 @@ TEST_CASE("launch: ranks already started are stopped when the next one cannot st
   Run r = run_launch(launch_sh({"--nproc", "64"}, "exec sleep 300"), dir, io);
   INFO(r.err);
   CHECK(r.in_time);
-  CHECK(r.launcher.exit_code == 1);
+  CHECK(r.launcher.exit_code == 2);  // the launcher could not start the job
   const auto err = lines_of(r.err);
   REQUIRE(err.size() >= 2);
   int k = -1;
@@ -446,6 +446,16 @@ TEST_CASE("launch: options out of range are refused with a message naming the su
     const auto err = lines_of(r.err);
     REQUIRE(!err.empty());
     CHECK(err[0] == "trainsim launch: " + message);
+  }
+  // A mistyped option after a valid one would be the first word of the command: it is refused, not run.
+  {
+    Run typo = run_launch(launch_sh({"--nproc", "2", "--grce", "1"}, "echo started"), dir);
+    CHECK(typo.launcher.exit_code == 2);
+    CHECK(typo.out.empty());
+    const auto err = lines_of(typo.err);
+    REQUIRE(!err.empty());
+    CHECK(err[0] == "trainsim launch: unknown option '--grce': did you mean --grace?; the command to run comes after the "
+                    "options (trainsim launch --nproc N -- COMMAND ...)");
   }
   // The edges are accepted.
   Run r = run_launch(launch_sh({"--nproc", "1", "--master-port", "65535", "--grace", "0"}, "echo $MASTER_PORT"), dir);

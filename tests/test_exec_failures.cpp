@@ -4,6 +4,8 @@
 // that ends at once.
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -118,15 +120,26 @@ TEST_CASE("exec replay: a timeout beyond the clock's range waits instead of fail
 }
 
 TEST_CASE("trainsim replay: memory that cannot be allocated is an error naming the rank, never an abort") {
-  // The process may map 1 GB; the model needs several (two blocks of 4096 wide: 235 M parameters, 3.7 GB with
-  // gradients and AdamW state). One glibc arena and one BLAS thread keep the process's own footprint alike on
-  // every machine. An allocation that failed ended the job with std::terminate or, when another rank failed
+  // The process may map 1 GB more than it starts with; the model needs several (two blocks of 4096 wide: 235 M
+  // parameters, 3.7 GB with gradients and AdamW state). One glibc arena and one BLAS thread keep the process's
+  // own footprint alike on every machine. An allocation that failed ended the job with std::terminate or, when another rank failed
   // while one was still uploading into an executor being destroyed, with a corrupted heap.
+  // The limit is on top of what the program maps before it allocates anything: with the CUDA backend built in,
+  // its libraries (cuBLAS, NCCL) alone map about 1 GB. This test process links the same libraries, so its own
+  // mapped size stands for the program's.
+  long mapped_kb = 0;
+  {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmSize:", 0) == 0) mapped_kb = std::stol(line.substr(7));
+  }
+  REQUIRE(mapped_kb > 0);
+  const std::string limit_kb = std::to_string(mapped_kb + 1000000);
   auto dir = fresh_dir("exec-oom");
   const std::string sched = (dir / "p.sched").string();
   REQUIRE(run_trainsim("gen 1f1b --stages 2 --microbatches 2 -o " + sched).exit_code == 0);
   for (int attempt = 0; attempt < 3; ++attempt) {
-    CommandResult r = run_shell("export MALLOC_ARENA_MAX=1 OPENBLAS_NUM_THREADS=1; ulimit -v 1000000; timeout 300 " +
+    CommandResult r = run_shell("export MALLOC_ARENA_MAX=1 OPENBLAS_NUM_THREADS=1; ulimit -v " + limit_kb + "; timeout 300 " +
                                 std::string(TRAINSIM_BINARY) + " replay " + sched +
                                 " --model tiny --blocks 2 --dim 4096 --heads 16 --ffn 4096 --steps 1 --data " +
                                 test_corpus() + " 2>&1");

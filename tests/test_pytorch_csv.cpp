@@ -647,21 +647,22 @@ double check_against_runtime(const pt::Rows& compute, const std::vector<int>& ma
 }  // namespace
 
 TEST_CASE("pytorch csv: DualPipeV's OVERLAP_F_B cells time as PyTorch's runtime runs them") {
-  // 2 ranks, 4 microbatches, unit costs. Rank 1's cell (2F2;1B0) runs 2F2 over [7, 8] and 1B0 over [8, 9];
-  // PyTorch's lowering puts 2SEND_F2 after the cell and the runtime posts it after both passes, so rank 0's
-  // 3F2 starts at 9, not 8, and every later pass of rank 0 a step later: 18, where sending A3{2} right
-  // after 2F2 (trainsim before this fix) gave 17.
+  // 2 ranks, 4 microbatches, unit costs (each pass of a V schedule's half-stage 0.5 s: 2 ranks, 4 stages).
+  // Rank 1's cell (2F2;1B0) runs 2F2 over its 7th pass and 1B0 over its 8th; PyTorch's lowering puts 2SEND_F2
+  // after the cell and the runtime posts it after both passes, so rank 0's 3F2 starts a pass later, and every
+  // later pass of rank 0 a pass later: 18 passes (9 s), where sending A3{2} right after 2F2 (trainsim before
+  // this fix) gave 17 (8.5 s).
   const pt::Rows rows = pt::dualpipev_rows(2, 4);
   CHECK(pt::to_csv(rows) ==
         "0F0,0F1,0F2,3F0,3I0,3W0,3F1,(0F3;3B1)OVERLAP_F_B,(3F2;0B0)OVERLAP_F_B,3B2,(3F3;0B1)OVERLAP_F_B,3B3,0I2,0W2,"
         "0I3,0W3\n"
         "1F0,2F0,1F1,2F1,1F2,2B0,(2F2;1B0)OVERLAP_F_B,(1F3;2B1)OVERLAP_F_B,(2F3;1B1)OVERLAP_F_B,2B2,1B2,2I3,1I3,2W3,"
         "1W3\n");
-  CHECK(check_against_runtime(rows, v_map(2), 4) == 18);
+  CHECK(check_against_runtime(rows, v_map(2), 4) == 9);
   // The lowered row keeps the sends after the cell: 2F2's send follows the cell, then 1B0's.
   const std::string lowered = pt::to_csv(pt::lower_send_recv(rows, v_map(2)));
   CHECK(lowered.find("(2F2;1B0)OVERLAP_F_B,2SEND_F2,1SEND_B0") != std::string::npos);
-  // Sizes: the overlapped passes cost p - 1 steps more than sending each output as soon as it exists.
+  // Sizes: the overlapped passes cost p - 1 passes (of 0.5 s) more than sending each output as soon as it exists.
   for (auto [p, m] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{2, 5}, std::pair{2, 8}, std::pair{3, 6},
                       std::pair{3, 7}, std::pair{3, 12}, std::pair{4, 8}, std::pair{4, 11}, std::pair{5, 10}}) {
     CAPTURE(p);
@@ -681,7 +682,7 @@ TEST_CASE("pytorch csv: DualPipeV's OVERLAP_F_B cells time as PyTorch's runtime 
     CHECK(export_pytorch_csv(gen, CsvForm::ComputeOnly) == flat);
     SimResult g = simulate(gen);
     REQUIRE(g.ok);
-    CHECK(to_seconds(g.trace.makespan()) == t - (p - 1));
+    CHECK(to_seconds(g.trace.makespan()) == t - 0.5 * (p - 1));
   }
 }
 
