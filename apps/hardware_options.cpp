@@ -21,10 +21,13 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o) {
   cmd->add_option("--network", o.network,
                   "Hardware cost model: the network, a preset (" + list(hw::network_preset_names()) + ") or a JSON file");
   // 0 is "not given" inside (HardwareOptions): given, it is refused like any count below 1.
-  const CLI::Validator count = integer_in(1, std::numeric_limits<int>::max(), "", "N>=1");
-  cmd->add_option("--microbatch-size", o.microbatch_size, "Hardware cost model: sequences per microbatch (default 1)")
-      ->check(count);
-  cmd->add_option("--seq", o.seq, "Hardware cost model: tokens per sequence (default: the model's)")->check(count);
+  // Upper bounds far beyond any real run (a microbatch of 65,536 sequences; 16 M tokens per sequence, 16 times
+  // the longest contexts trained), so that a typo is an error rather than a prediction in billions of seconds.
+  cmd->add_option("--microbatch-size", o.microbatch_size,
+                  "Hardware cost model: sequences per microbatch, 1 to 65536 (default 1)")
+      ->check(integer_in(1, 65536, "", "N>=1"));
+  cmd->add_option("--seq", o.seq, "Hardware cost model: tokens per sequence, 1 to 16777216 (default: the model's)")
+      ->check(integer_in(1, 16777216, "", "N>=1"));
   cmd->add_option("--recompute", o.recompute, "Hardware cost model: activation recomputation, none|selective|full");
   cmd->add_option("--set", o.set,
                   "Hardware cost model: override one field, model.FIELD=V, device.FIELD=V or network.FIELD=V "

@@ -62,10 +62,13 @@ StepOutput decode_step(const std::string& bytes, std::size_t& peak_bytes) {
   StepOutput out;
   peak_bytes = r.get<std::uint64_t>();
   std::string losses = r.get_bytes();
+  if (losses.size() % sizeof(double) != 0) throw std::runtime_error("a rank's report to rank 0 is malformed (its losses)");
   out.loss_sums.resize(losses.size() / sizeof(double));
   std::memcpy(out.loss_sums.data(), losses.data(), out.loss_sums.size() * sizeof(double));
   auto n = r.get<std::uint64_t>();
+  if (n > (bytes.size() - r.pos) / sizeof(WorkTiming)) throw std::runtime_error("a rank's report to rank 0 is truncated");
   for (std::uint64_t i = 0; i < n; ++i) out.timings.push_back(r.get<WorkTiming>());
+  if (r.pos != bytes.size()) throw std::runtime_error("a rank's report to rank 0 is malformed (bytes after its end)");
   return out;
 }
 
@@ -87,10 +90,14 @@ HostState decode_state(const std::string& bytes) {
   for (std::uint64_t i = 0; i < n; ++i) {
     Tensor t = parse_tensor(r.get_bytes());
     std::string data = r.get_bytes();
+    if (data.size() % sizeof(float) != 0)
+      throw std::runtime_error("a rank's state sent to rank 0 is malformed: " + t.str() + " is not whole fp32 values");
     std::vector<float> v(data.size() / sizeof(float));
     std::memcpy(v.data(), data.data(), v.size() * sizeof(float));
-    state[t] = std::move(v);
+    if (!state.emplace(t, std::move(v)).second)
+      throw std::runtime_error("a rank's state sent to rank 0 is malformed: it holds " + t.str() + " twice");
   }
+  if (r.pos != bytes.size()) throw std::runtime_error("a rank's state sent to rank 0 is malformed (bytes after its end)");
   return state;
 }
 

@@ -53,10 +53,13 @@ TEST_CASE("trainsim sim, validate and convert: --microbatches 0 is refused, not 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("trainsim sim: the hardware model's --microbatch-size 0 and --seq 0 are refused, not the defaults") {
+TEST_CASE("trainsim sim: the hardware model's --microbatch-size and --seq out of range (0, absurdly large) are refused") {
   const std::string hw = " --model llama3-8b --device h100-sxm --network nvlink8-ib400";
   refused("sim gpipe" + hw + " --microbatch-size 0", "trainsim sim",
-          "--microbatch-size: expected a whole number from 1 to 2147483647, got '0'");
-  refused("sim gpipe" + hw + " --seq 0", "trainsim sim", "--seq: expected a whole number from 1 to 2147483647, got '0'");
-  refused("gen 1f1b -o -" + hw + " --seq=-5", "trainsim gen", "--seq: expected a whole number from 1 to 2147483647");
+          "--microbatch-size: expected a whole number from 1 to 65536, got '0'");
+  refused("gen 1f1b --sim" + hw + " --microbatch-size 2000000000", "trainsim gen",
+          "--microbatch-size: expected a whole number from 1 to 65536, got '2000000000'");
+  refused("sim gpipe" + hw + " --seq 0", "trainsim sim", "--seq: expected a whole number from 1 to 16777216, got '0'");
+  refused("gen 1f1b -o -" + hw + " --seq=-5", "trainsim gen", "--seq: expected a whole number from 1 to 16777216");
+  CHECK(run_trainsim("gen 1f1b --sim" + hw + " --microbatch-size 65536 --seq 16777216").exit_code <= 1);  // the edges run
 }

@@ -373,14 +373,15 @@ TEST_CASE("dist: a rank missing at the deadline ends the others, naming it") {
 
 TEST_CASE("trainsim launch: a rank killed mid-step ends the others with an error naming it") {
   Job job("killed");
-  auto t0 = Clock::now();
   std::string args;
   for (const auto& a : job.replay({"--test-kill-at", "2:5"})) args += " " + a;
   // The tests' copy of trainsim (the user's has no --test-kill-at); launch runs its own binary for `trainsim`.
-  CommandResult r = run_shell(std::string(TRAINSIM_FAULT_TEST_BINARY) + " launch --nproc 4 --grace 20 -- trainsim" + args +
-                              " 2>&1");
+  CommandResult r = run_shell(std::string(TRAINSIM_FAULT_TEST_BINARY) + " launch --nproc 4 --grace 120 -- trainsim" +
+                              args + " 2>&1");
   INFO(r.out);
-  CHECK(seconds_since(t0) < 15);  // the others stop on their own, long before the launcher's grace ends
+  // The others stop on their own: the launcher never had to stop them when its grace ran out (a bound that
+  // holds on a loaded machine: they hear of the death when its connection ends, not after a timeout).
+  CHECK(r.out.find("the grace of") == std::string::npos);
   CHECK(r.exit_code == 128 + SIGKILL);  // the first failure's code
   CHECK(r.out.find("trainsim launch: rank 2 was killed by signal 9") != std::string::npos);
   for (int q : {0, 1, 3})

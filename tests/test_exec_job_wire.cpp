@@ -1,0 +1,74 @@
+// What the processes of a multi-process replay send rank 0 (exec/job_wire.h): a step's output and a rank's
+// state round-trip bit for bit, and bytes that are not an encoded step or state (truncated, trailing bytes,
+// a partial fp32 value, a tensor twice) are refused with an error instead of being read as something else.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "exec/job_wire.h"
+#include "schedules/text_format.h"
+
+using namespace trainsim;
+
+namespace {
+
+exec::StepOutput sample_step() {
+  exec::StepOutput out;
+  out.loss_sums = {1.5, -0.25, 3e10};
+  out.timings = {exec::WorkTiming{3, 10, 20, 4096}, exec::WorkTiming{-1, 25, 30, 0}};
+  return out;
+}
+
+exec::HostState sample_state() {
+  exec::HostState s;
+  s[parse_tensor("W0")] = {1.0f, 2.0f, -3.5f};
+  s[parse_tensor("O1")] = {0.125f};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("job wire: steps and states round-trip bit for bit") {
+  std::size_t peak = 0;
+  const exec::StepOutput back = exec::decode_step(exec::encode_step(sample_step(), 12345), peak);
+  CHECK(peak == 12345);
+  REQUIRE(back.loss_sums.size() == 3);
+  CHECK(std::memcmp(back.loss_sums.data(), sample_step().loss_sums.data(), 3 * sizeof(double)) == 0);
+  REQUIRE(back.timings.size() == 2);
+  CHECK(back.timings[0].tag == 3);
+  CHECK(back.timings[1].end_ns == 30);
+  CHECK(exec::decode_state(exec::encode_state(sample_state())) == sample_state());
+}
+
+TEST_CASE("job wire: malformed steps and states are refused, not misread") {
+  std::size_t peak = 0;
+  const std::string step = exec::encode_step(sample_step(), 1);
+  for (std::size_t cut : {std::size_t{0}, std::size_t{7}, step.size() / 2, step.size() - 1}) {
+    CAPTURE(cut);
+    CHECK_THROWS_AS(exec::decode_step(step.substr(0, cut), peak), std::runtime_error);
+  }
+  CHECK_THROWS_WITH(exec::decode_step(step + "x", peak), doctest::Contains("bytes after its end"));
+  // A loss field that is not whole doubles: 8 bytes of peak, then a length of 12.
+  std::string odd(8, '\0');
+  const std::uint64_t twelve = 12, none = 0;
+  odd.append(reinterpret_cast<const char*>(&twelve), 8).append(12, '\0').append(reinterpret_cast<const char*>(&none), 8);
+  CHECK_THROWS_WITH(exec::decode_step(odd, peak), doctest::Contains("its losses"));
+  // A count of timings far beyond the bytes that follow is refused before any is read.
+  std::string huge = exec::encode_step(exec::StepOutput{}, 1);
+  const std::uint64_t many = ~std::uint64_t{0};
+  std::memcpy(huge.data() + huge.size() - 8, &many, 8);
+  CHECK_THROWS_WITH(exec::decode_step(huge, peak), doctest::Contains("truncated"));
+
+  const std::string state = exec::encode_state(sample_state());
+  CHECK_THROWS_AS(exec::decode_state(state.substr(0, state.size() - 3)), std::runtime_error);
+  CHECK_THROWS_WITH(exec::decode_state(state + "\x01"), doctest::Contains("bytes after its end"));
+  // The same tensor twice: the second copy would silently replace the first.
+  exec::HostState one;
+  one[parse_tensor("W0")] = {1.0f};
+  std::string twice = exec::encode_state(one);
+  const std::string entry = twice.substr(8);
+  const std::uint64_t two = 2;
+  twice = std::string(reinterpret_cast<const char*>(&two), 8) + entry + entry;
+  CHECK_THROWS_WITH(exec::decode_state(twice), doctest::Contains("holds W0 twice"));
+}
