@@ -43,6 +43,15 @@ inline std::string slurp(const std::filesystem::path& p) {
   return s.str();
 }
 
+/// Writes `text` to `p` (bytes as they are); returns the path as a string, for a command line.
+inline std::string write(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+  return p.string();
+}
+
+/// True when `part` occurs in `text`.
+inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 /// A fresh empty directory under the system temp dir.
 inline std::filesystem::path fresh_dir(const std::string& name) {
   // The process id keeps concurrent test runs (ctest -j, two checkouts) out of each other's way.

@@ -16,13 +16,6 @@ using namespace trainsim::testing;
 
 namespace {
 
-std::string write(const std::filesystem::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary) << text;
-  return p.string();
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 // The lines of `text`, without their newlines.
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;

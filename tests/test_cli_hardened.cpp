@@ -24,11 +24,6 @@ const char* kZeroBubbleV =
     "0F0,0F1,,3F0,3I0,3W0,0F2,3F1,3I1,3W1,0F3,3F2,3I2,0I0,3W2,3F3,3I3,0I1,3W3,0W0,0I2,0W1,0I3,0W2,0W3\n"
     ",1F0,2F0,1F1,2F1,2I0,1I0,1F2,2F2,2I1,1I1,2W0,1W0,1F3,2F3,2I2,1I2,2W1,1W1,2I3,1I3,2W2,1W2,2W3,1W3\n";
 
-std::string write(const std::filesystem::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary) << text;
-  return p.string();
-}
-
 // Quoted for the shell (the test directories hold no single quotes).
 std::string q(const std::string& s) { return "'" + s + "'"; }
 

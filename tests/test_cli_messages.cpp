@@ -14,13 +14,6 @@ using namespace trainsim::testing;
 
 namespace {
 
-std::string write(const std::filesystem::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary) << text;
-  return p.string();
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 // 1F1B on two stages, four microbatches, as PyTorch pipelining writes it (compute only).
 const char* k1f1bCsv = "0F0,0F1,,0B0,0F2,0B1,0F3,0B2,,0B3\n,1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\n";
 
