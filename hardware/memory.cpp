@@ -35,7 +35,7 @@ double TensorSizes::layer_parameters(int l) const {
 
 double TensorSizes::wire_bytes(const Tensor& t) const {
   const ModelSpec& m = s_.model;
-  const double frac = static_cast<double>(t.shards.size()) / t.num_shards;
+  const double frac = t.held_fraction();
   const double tokens = s_.tokens_per_microbatch() * t.batches.size();
   const int L = static_cast<int>(layers_.size());
   switch (t.kind) {

@@ -47,7 +47,8 @@ struct TensorHash {
     return h;
   }
   std::size_t operator()(const Tensor& t) const noexcept {
-    const std::uint64_t h = mix(pack(t.layer, t.step), pack(t.num_shards, static_cast<int>(t.kind)));
+    std::uint64_t h = mix(pack(t.layer, t.step), pack(t.num_shards, static_cast<int>(t.kind)));
+    if (t.tp_size != 1) h = mix(h, t.tp_slices ^ (static_cast<std::uint64_t>(t.tp_size) << 48));  // TP slices
     return add_set(add_set(h, t.batches), t.shards);
   }
   std::size_t operator()(const Tensor* t) const noexcept { return (*this)(*t); }
@@ -554,7 +555,8 @@ class StreamSim {
   static bool same_output(OpKind kind, const Tensor& first, const Tensor& mine, int m, int n) {
     if (kind != OpKind::ReduceScatter) return mine == first;
     return mine.kind == first.kind && mine.layer == first.layer && mine.step == first.step &&
-           mine.batches == first.batches && mine.num_shards == n && mine.shards.size() == 1 && mine.shards.first() == m;
+           mine.batches == first.batches && mine.tp_size == first.tp_size && mine.tp_slices == first.tp_slices &&
+           mine.partial == first.partial && mine.num_shards == n && mine.shards.size() == 1 && mine.shards.first() == m;
   }
 
   // Forms group `g`'s calls call by call, throwing the first problem.

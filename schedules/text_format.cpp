@@ -116,7 +116,8 @@ class Parser {
           fail(toks[0], fmt::format("expected the format line 'trainsim-schedule 1', got '{}'", shown(key)));
         expect_count(toks, 2);
         int v = integer(toks[1], "a format version");
-        if (v != 1) fail(toks[1], fmt::format("unsupported format version {} (this trainsim reads version 1)", v));
+        if (v != 1 && v != 2)
+          fail(toks[1], fmt::format("unsupported format version {} (this trainsim reads versions 1 and 2)", v));
         s.header.version = v;
         seen.emplace(key);
         continue;
@@ -333,6 +334,10 @@ class Parser {
     } catch (const std::invalid_argument& e) {
       fail(t, e.what());
     }
+    if (x.tp_size != 1 && h.version < 2)
+      fail(t, fmt::format("{}: TP slices and partial sums need format version 2 (write 'trainsim-schedule 2' on the "
+                          "first line)",
+                          shown(t.text)));
     bool per_layer = x.kind == TensorKind::Weight || x.kind == TensorKind::OptState || x.kind == TensorKind::WeightGrad;
     int max_layer = per_layer ? h.layers - 1 : h.layers;
     if (x.layer > max_layer) fail(t, fmt::format("{}: layer {} is out of range 0..{}", shown(t.text), x.layer, max_layer));
@@ -480,6 +485,40 @@ Tensor parse_tensor(std::string_view text) {
     auto close = text.find('}', i);
     if (close == std::string_view::npos) throw std::invalid_argument(fmt::format("unclosed '{{' in '{}'", shown(text)));
     t.batches = parse_idset(text.substr(i + 1, close - i - 1), kMaxCount - 1, "batch");
+    i = close + 1;
+  }
+  if (i < text.size() && text[i] == '<') {
+    // A TP slice "<j/t>" or a partial sum "<+S/t>" (docs/schedule-format.md, version 2).
+    auto close = text.find('>', i);
+    auto slash = text.find('/', i);
+    if (close == std::string_view::npos || slash == std::string_view::npos || slash > close)
+      throw std::invalid_argument(fmt::format("expected a TP slice like <1/4> or a partial sum like <+1/4> in '{}'", shown(text)));
+    std::size_t from = i + 1;
+    const bool partial = from < slash && text[from] == '+';
+    if (partial) ++from;
+    std::string_view n = text.substr(slash + 1, close - slash - 1);
+    long long count = all_digits(n) ? bounded_number(n, Tensor::kMaxTpSize) : -1;
+    if (count < 2)
+      throw std::invalid_argument(fmt::format("expected a TP degree from 2 to {} after '/' in '{}'", Tensor::kMaxTpSize, shown(text)));
+    IdSet slices = parse_idset(text.substr(from, slash - from), Tensor::kMaxTpSize - 1, "TP slice");
+    if (slices.empty() || slices.runs().back().second > count)
+      throw std::invalid_argument(fmt::format("TP slices {} are out of range for a TP degree of {} in '{}'",
+                                              shown(slices.str()), count, shown(text)));
+    if (!partial && slices.size() != 1)
+      throw std::invalid_argument(fmt::format("a tensor holds one TP slice, not {} (a partial sum is written <+{}/{}>) in '{}'",
+                                              shown(slices.str()), shown(slices.str()), count, shown(text)));
+    if (partial && t.kind != TensorKind::Activation && t.kind != TensorKind::ActivationGrad)
+      throw std::invalid_argument(fmt::format("only activations and activation grads are partial sums, in '{}'", shown(text)));
+    std::uint64_t bits = 0;
+    for (const auto& [lo, hi] : slices.runs())
+      for (int j = lo; j < hi; ++j) bits |= std::uint64_t{1} << j;
+    if (partial && bits == all_tp_slices(static_cast<int>(count)))
+      throw std::invalid_argument(fmt::format("the partial sum of every TP slice is the complete tensor: write it without "
+                                              "<+...> in '{}'",
+                                              shown(text)));
+    t.tp_size = static_cast<std::uint16_t>(count);
+    t.tp_slices = bits;
+    t.partial = partial;
     i = close + 1;
   }
   if (i < text.size() && text[i] == '[') {

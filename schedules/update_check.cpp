@@ -14,7 +14,13 @@ void UpdateCheck::add(const Op& op) {
     return;
   }
   const Tensor& shards = w;
-  auto [it, fresh] = covered_.try_emplace(op.layer, shards);
+  auto [tp, first] = tp_size_.try_emplace(op.layer, w.tp_size);
+  if (!first && tp->second != w.tp_size) {
+    problem_ = op_error(op, fmt::format("layer {} is updated as TP slices of {} here but of {} elsewhere", op.layer,
+                                        w.tp_size, tp->second));
+    return;
+  }
+  auto [it, fresh] = covered_.try_emplace({op.layer, w.tp_index()}, shards);
   if (fresh) return;
   Tensor& c = it->second;
   if (c.num_shards != shards.num_shards) {
@@ -32,15 +38,22 @@ void UpdateCheck::add(const Op& op) {
 
 void UpdateCheck::finish() const {
   if (problem_) throw *problem_;
-  int expected = 0;  // layers 0..expected-1 are covered completely
-  for (const auto& [l, c] : covered_) {
-    if (l != expected) break;
-    if (!c.complete())
-      throw SimError(fmt::format("layer {}: shards {} of {} are never updated", l,
-                                 (IdSet::range(0, c.num_shards) - c.shards).str(), c.num_shards));
-    ++expected;
+  // Layers 0..layers-1 in order, each of its slices 0..t-1 in order, stopping at the first gap (a 100-byte
+  // file may declare a million layers).
+  auto it = covered_.begin();
+  for (int l = 0; l < layers_; ++l) {
+    auto tp = tp_size_.find(l);
+    if (tp == tp_size_.end()) throw SimError(fmt::format("layer {} is never updated", l));
+    for (int j = 0; j < tp->second; ++j, ++it) {
+      if (it == covered_.end() || it->first != std::pair{l, j})
+        throw SimError(fmt::format("layer {}: TP slice {} of {} is never updated", l, j, tp->second));
+      const Tensor& c = it->second;
+      if (!c.complete())
+        throw SimError(fmt::format("layer {}: shards {} of {}{} are never updated", l,
+                                   (IdSet::range(0, c.num_shards) - c.shards).str(), c.num_shards,
+                                   tp->second > 1 ? fmt::format(" of TP slice {}", j) : ""));
+    }
   }
-  if (expected < layers_) throw SimError(fmt::format("layer {} is never updated", expected));
 }
 
 }  // namespace trainsim

@@ -1,4 +1,5 @@
-// The whole-schedule check of updates (DESIGN §1): every layer is updated exactly once, over all its shards.
+// The whole-schedule check of updates (DESIGN §1): every layer is updated exactly once, over all its shards
+// (and with tensor parallelism, every TP slice of it over all the slice's shards).
 // The op algebra (sim/algebra.h) checks each update alone; this checks them together, fed each update as a
 // simulation meets it and asked at the end.
 #pragma once
@@ -18,15 +19,16 @@ class UpdateCheck {
   explicit UpdateCheck(int layers) : layers_(layers) {}
   /// Counts one Update op (its first write is the weight it updates, as the algebra orders it); updates come
   /// in rank and program order. Never throws: the first problem (a layer updated twice, a layer updated in
-  /// two incompatible shardings) is kept, and later updates are ignored.
+  /// two incompatible shardings or TP degrees) is kept, and later updates are ignored.
   void add(const Op& update);
-  /// Throws SimError: the first problem add() met, else the first layer whose shards are not all updated,
-  /// or the first layer never updated.
+  /// Throws SimError: the first problem add() met, else the first layer whose shards (or TP slices) are not
+  /// all updated, or the first layer never updated.
   void finish() const;
 
  private:
   int layers_;
-  std::map<int, Tensor> covered_;  // layer -> the shards updated so far
+  std::map<std::pair<int, int>, Tensor> covered_;  // (layer, TP slice) -> the shards updated so far
+  std::map<int, int> tp_size_;                      // layer -> the TP degree of its updates
   std::optional<SimError> problem_;
 };
 

@@ -32,7 +32,7 @@ std::string expect_kinds(const char* what, std::span<const Tensor> ts, std::init
   return fmt::format("{} must be one each of: {} (got {})", what, want, list(ts));
 }
 
-// "" when `w` is the complete weight of `layer`, else what is wrong.
+// "" when `w` is the complete weight of `layer` (all shards of its TP slice), else what is wrong.
 std::string check_weight(const Tensor& w, int layer) {
   if (w.layer == layer && w.complete()) [[likely]] return {};
   if (w.layer != layer) return fmt::format("the weight is {}, not layer {}'s", w.str(), layer);
@@ -40,13 +40,53 @@ std::string check_weight(const Tensor& w, int layer) {
                      w.shards.str(), w.num_shards);
 }
 
+// "" when `t`, the activation or activation grad `what` of an op, may be read as complete: not a partial sum
+// (Megatron's rule: a row-parallel output is all-reduced before anything reads it), not a TP slice unless
+// `slice` allows that one, and every shard held (with sequence parallelism, all-gathered).
+std::string check_complete_input(const char* what, const Tensor& t, const Tensor* slice = nullptr) {
+  if (t.tp_size == 1 && t.complete()) [[likely]] return {};
+  if (t.partial)
+    return fmt::format("the {} {} is a partial sum over TP slices; all-reduce it over the TP group first (or "
+                       "reduce-scatter it, with sequence parallelism)",
+                       what, t.str());
+  if (t.tp_size != 1 && !(slice && slice->tp_size == t.tp_size && slice->tp_slices == t.tp_slices))
+    return slice ? fmt::format("the {} {} is not the TP slice of the weight {}", what, t.str(), slice->str())
+                 : fmt::format("the {} {} is one TP slice; this op needs the whole tensor", what, t.str());
+  if (!t.complete())
+    return fmt::format("the {} {} holds shards {} of {} only; all-gather it first", what, t.str(), t.shards.str(),
+                       t.num_shards);
+  return {};
+}
+
+// The TP slice an op computes with: its weight's, else (a weight-grad pass, which reads no weight) the
+// slice of a sliced activation grad or of the weight grad it writes; nullptr without tensor parallelism.
+const Tensor* tp_reference(const Op& op, const Tensor* w, const Tensor* g) {
+  if (w) return w->tp_size > 1 ? w : nullptr;
+  if (g && g->tp_sliced()) return g;
+  for (const Tensor& t : op.writes)
+    if (t.kind == TensorKind::WeightGrad && t.tp_sliced()) return &t;
+  return nullptr;
+}
+
+// `t` as the TP slice of `ref` (unchanged when ref is null).
+Tensor as_slice(Tensor t, const Tensor* ref) {
+  if (ref) t.tp_size = ref->tp_size, t.tp_slices = ref->tp_slices;
+  return t;
+}
+
+// `t` as the partial sum of `ref`'s TP slice (unchanged when ref is null).
+Tensor as_partial(Tensor t, const Tensor* ref) {
+  if (ref) t.tp_size = ref->tp_size, t.tp_slices = ref->tp_slices, t.partial = true;
+  return t;
+}
+
 // True when `t` is the unsharded tensor of `kind`, `layer` and `batches` at step 0 (what activation_tensor,
 // activation_grad_tensor and weight_grad_tensor make with their defaults), compared field by field without
 // building it: this runs for every compute op.
 bool is_plain(const Tensor& t, TensorKind kind, int layer, const IdSet& batches) {
   static const IdSet whole{0};
-  return t.kind == kind && t.layer == layer && t.step == 0 && t.num_shards == 1 && t.shards == whole &&
-         t.batches == batches;
+  return t.kind == kind && t.layer == layer && t.step == 0 && t.num_shards == 1 && t.tp_size == 1 &&
+         t.shards == whole && t.batches == batches;
 }
 
 // The op writes exactly `want`, in order (compared in place: this runs for every compute op).
@@ -59,11 +99,13 @@ std::string check_writes(const Op& op, std::span<const Tensor> want) {
 
 bool is_loadable(const Tensor& t) {
   return ((t.kind == TensorKind::Weight || t.kind == TensorKind::OptState) && t.step == 0) ||
-         (t.kind == TensorKind::Activation && t.layer == 0) ||
+         (t.kind == TensorKind::Activation && t.layer == 0 && t.tp_size == 1) ||
          (t.kind == TensorKind::WeightGrad && t.batches.empty());
 }
 
 Tensor updated_weight(const Tensor& w, const Tensor& o) {
+  if (w.tp_size != o.tp_size || w.tp_slices != o.tp_slices)
+    throw TensorError(fmt::format("the weight {} and its optimizer state {} are different TP slices", w.str(), o.str()));
   Tensor out = w;
   out.step = w.step + 1;
   if (o.num_shards == w.num_shards) {
@@ -92,8 +134,15 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::Activation, TensorKind::Weight})).empty()) return e;
       if (!(e = check_weight(*w, l)).empty()) return e;
       if (a->layer != l) return fmt::format("the input is {}, the activation of layer {}, not {}", a->str(), a->layer, l);
-      if (op.writes.size() == 1 && is_plain(op.writes[0], TensorKind::Activation, l + 1, a->batches)) return "";
-      return check_writes(op, std::array{activation_tensor(l + 1, a->batches)});
+      if (!(e = check_complete_input("input", *a)).empty()) return e;
+      if (w->tp_size == 1) {
+        if (op.writes.size() == 1 && is_plain(op.writes[0], TensorKind::Activation, l + 1, a->batches)) return "";
+        return check_writes(op, std::array{activation_tensor(l + 1, a->batches)});
+      }
+      // Tensor parallelism: the row-parallel output is this slice's partial sum; the last layer's LM head is
+      // column-parallel and gives this slice of the vocabulary's logits (Shoeybi et al. 2019, §3).
+      return check_writes(op, std::array{l + 1 == layers ? as_slice(activation_tensor(l + 1, a->batches), w)
+                                                          : as_partial(activation_tensor(l + 1, a->batches), w)});
     case OpKind::Backward:
     case OpKind::BackwardInput:
     case OpKind::BackwardWeight: {
@@ -108,6 +157,19 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (a->batches != g->batches)
         return fmt::format("batch mismatch: activation {} has batches {{{}}}, activation grad {} has {{{}}}", a->str(),
                            a->batches.str(), g->str(), g->batches.str());
+      if (!(e = check_complete_input("activation", *a)).empty()) return e;
+      const Tensor* tp = tp_reference(op, needs_weight ? w : nullptr, g);
+      // The last layer's grad comes in by vocabulary slice (its LM head is column-parallel); any other is whole.
+      if (!(e = check_complete_input("activation grad", *g, tp && l + 1 == layers ? tp : nullptr)).empty()) return e;
+      if (tp) {
+        // Tensor parallelism: the weight grad of this slice, and the input grad as this slice's partial sum
+        // (the conjugate of the forward's all-reduce, Shoeybi et al. 2019, fig. 3).
+        Tensor want[2];
+        std::size_t n = 0;
+        if (op.kind != OpKind::BackwardInput) want[n++] = as_slice(weight_grad_tensor(l, a->batches), tp);
+        if (op.kind != OpKind::BackwardWeight) want[n++] = as_partial(activation_grad_tensor(l, a->batches), tp);
+        return check_writes(op, std::span<const Tensor>(want, n));
+      }
       if (op.writes.size() == (op.kind == OpKind::Backward ? 2u : 1u) &&
           (op.kind == OpKind::BackwardInput || is_plain(op.writes[0], TensorKind::WeightGrad, l, a->batches)) &&
           (op.kind == OpKind::BackwardWeight || is_plain(op.writes.back(), TensorKind::ActivationGrad, l, a->batches)))
@@ -122,8 +184,11 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::Activation})).empty()) return e;
       if (a->layer != layers)
         return fmt::format("the input is {}, but the loss needs the final activation (layer {})", a->str(), layers);
+      // A vocabulary slice of the logits is read as such: the vocabulary-parallel cross-entropy (Megatron-LM)
+      // all-reduces the max and the sum of exponentials inside the loss and gives the grad of this slice.
+      if (!(e = check_complete_input("input", *a, a->tp_sliced() ? a : nullptr)).empty()) return e;
       if (op.writes.size() == 1 && is_plain(op.writes[0], TensorKind::ActivationGrad, layers, a->batches)) return "";
-      return check_writes(op, std::array{activation_grad_tensor(layers, a->batches)});
+      return check_writes(op, std::array{as_slice(activation_grad_tensor(layers, a->batches), a->tp_sliced() ? a : nullptr)});
     case OpKind::Update: {
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::WeightGrad, TensorKind::Weight, TensorKind::OptState})).empty())
         return e;
@@ -132,6 +197,10 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (w->layer != l) return fmt::format("the weight is {}, not layer {}'s", w->str(), l);
       if (dw.layer != l) return fmt::format("the weight grad is {}, not layer {}'s", dw.str(), l);
       if (o.layer != l) return fmt::format("the optimizer state is {}, not layer {}'s", o.str(), l);
+      if (w->tp_size != dw.tp_size || w->tp_slices != dw.tp_slices || w->tp_size != o.tp_size ||
+          w->tp_slices != o.tp_slices)
+        return fmt::format("the weight {}, its grad {} and its optimizer state {} are not one TP slice", w->str(),
+                           dw.str(), o.str());
       const auto& runs = dw.batches.runs();
       const bool every_batch = microbatches > 0 ? runs.size() == 1 && runs.front() == IdSet::Run{0, microbatches}
                                                 : dw.batches.empty();
@@ -151,8 +220,10 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
         const Tensor &nw = op.writes[0], &no = op.writes[1];
         if (nw.kind == TensorKind::Weight && nw.layer == w->layer && nw.step == w->step + 1 &&
             nw.batches == w->batches && nw.shards == o.shards && nw.num_shards == o.num_shards &&
+            nw.tp_size == w->tp_size && nw.tp_slices == w->tp_slices && !nw.partial &&
             no.kind == o.kind && no.layer == o.layer && no.step == o.step + 1 && no.num_shards == o.num_shards &&
-            no.batches == o.batches && no.shards == o.shards)
+            no.batches == o.batches && no.shards == o.shards && no.tp_size == o.tp_size &&
+            no.tp_slices == o.tp_slices && !no.partial)
           return "";
       }
       Tensor nw;

@@ -35,10 +35,11 @@ double PuzzleCostModel::memory(const Tensor& t) const {
     case TensorKind::Weight:
     case TensorKind::OptState:
     case TensorKind::WeightGrad:
-      return kHidden * kHidden * t.shards.size() / t.num_shards;
+      // Shards held over the shard count, as the puzzles compute it, then a TP slice's share.
+      return kHidden * kHidden * t.shards.size() / t.num_shards / (t.tp_sliced() ? t.tp_size : 1);
     case TensorKind::Activation:
     case TensorKind::ActivationGrad:
-      return kHidden * kLength * t.batches.size();
+      return kHidden * kLength * t.batches.size() / (t.tp_sliced() ? t.tp_size : 1);
   }
   return 0;
 }

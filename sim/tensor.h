@@ -1,9 +1,11 @@
 // Tensor identity and the shard/batch algebra (DESIGN §1).
 //
-// A tensor is identified, not just sized: (kind, layer, version, batch set, shard set of n). The rules below
-// are the LLM Training Puzzles' (srush/LLM-Training-Puzzles lib.py): weight grads add over disjoint batch sets
-// of the same shards, all-gather unions shards, reduce-scatter sums batches then keeps one shard. Sizes in
-// bytes are the cost model's business, not the tensor's.
+// A tensor is identified, not just sized: (kind, layer, version, batch set, shard set of n, and with tensor
+// parallelism a TP slice). The rules below are the LLM Training Puzzles' (srush/LLM-Training-Puzzles lib.py):
+// weight grads add over disjoint batch sets of the same shards, all-gather unions shards, reduce-scatter sums
+// batches then keeps one shard. Tensor parallelism (Shoeybi et al. 2019, Megatron-LM) adds the TP slice and the
+// partial-sum state, here and nowhere else (docs/design.md, "Tensor parallelism"). Sizes in bytes are the cost
+// model's business, not the tensor's.
 #pragma once
 
 #include <compare>
@@ -40,18 +42,45 @@ struct TensorError : std::runtime_error {
 /// - WeightGrad: gradient of layer l's weight summed over a batch set, for a shard set.
 /// Unsharded tensors have shards {0} of 1.
 ///
-/// Laid out in 40 bytes (the ints before the sets, 4-byte aligned); ordered by kind, layer, step, batches, shards, count.
+/// Tensor parallelism (TP degree t = `tp_size`, at most kMaxTpSize; t = 1 without TP):
+/// - A TP slice j of t ("W3<1/4>"): weight, optimizer state and weight grad of a layer whose matrices are
+///   split over a TP group (Wqkv, Wgate, Wup by columns, Wo, Wdown by rows, embedding and LM head by
+///   vocabulary); also the last activation (the logits, split by vocabulary) and its grad. Slices are
+///   different parameters: never combined, summed or compared with each other. A slice is orthogonal to the
+///   FSDP shards: "W3<1/4>[0/8]" is FSDP shard 0 of 8 of TP slice 1 of 4.
+/// - A partial sum ("A4{0}<+1/4>", `partial`): an activation or activation grad that row-parallel matrices
+///   left as one term of a sum over the TP group; `tp_slices` holds the slices summed so far. Nothing may
+///   read it as complete: an all-reduce (or, with sequence parallelism, a reduce-scatter) over the TP group
+///   sums the terms, and the sum of every slice is the plain tensor (tp_size 1).
+/// `tp_slices` is a bit set of slices (bit j = slice j): one bit for a slice, one or more for a partial sum.
+///
+/// Laid out in 48 bytes; ordered by kind, layer, step, batches, shards, count, then the TP fields.
 struct Tensor {
+  /// Largest TP degree (slices are bits of a 64-bit set; published runs use t <= 8, NVL72 racks <= 64).
+  static constexpr int kMaxTpSize = 64;
+
   TensorKind kind = TensorKind::Weight;
+  bool partial = false;        ///< a partial sum over the TP slices in `tp_slices` (activations and their grads)
+  std::uint16_t tp_size = 1;   ///< TP degree t of the slicing; 1 without tensor parallelism
   int layer = 0;
   int step = 0;
   int num_shards = 1;
+  std::uint64_t tp_slices = 1; ///< the TP slices held (a slice) or summed (a partial sum); bit 0 when t = 1
   IdSet batches;
   IdSet shards{0};
 
   /// True when every shard 0..num_shards-1 is held.
   bool complete() const { return shards.size() == num_shards; }
-  /// "W3[0/4]", "A2{0-3}", "dW1{0-3}[1/4]", "W0@1" (see docs/schedule-format.md).
+  /// True for a TP slice j of t > 1 (not a partial sum).
+  bool tp_sliced() const { return tp_size > 1 && !partial; }
+  /// The fraction of the whole tensor's elements held: shards held / shards, and 1/t for a TP slice (a
+  /// partial sum is as large as the whole). Unitless; the cost models multiply their sizes by it.
+  double held_fraction() const {
+    return static_cast<double>(shards.size()) / num_shards / (tp_sliced() ? tp_size : 1);
+  }
+  /// The slice index of a TP slice (the lowest slice of a partial sum); 0 without TP.
+  int tp_index() const;
+  /// "W3[0/4]", "A2{0-3}", "dW1{0-3}[1/4]", "W0@1", "W3<1/4>", "A4{0}<+1/4>" (see docs/schedule-format.md).
   std::string str() const;
 
   friend bool operator==(const Tensor&, const Tensor&) = default;
@@ -59,7 +88,8 @@ struct Tensor {
     if (auto c = std::tie(a.kind, a.layer, a.step) <=> std::tie(b.kind, b.layer, b.step); c != 0) return c;
     if (auto c = a.batches <=> b.batches; c != 0) return c;
     if (auto c = a.shards <=> b.shards; c != 0) return c;
-    return a.num_shards <=> b.num_shards;
+    return std::tie(a.num_shards, a.tp_size, a.partial, a.tp_slices) <=>
+           std::tie(b.num_shards, b.tp_size, b.partial, b.tp_slices);
   }
 };
 
@@ -73,10 +103,23 @@ Tensor activation_grad_tensor(int layer, IdSet batches);
 /// Gradient of `layer`'s weight over `batches`, for `shards` of `num_shards`.
 Tensor weight_grad_tensor(int layer, IdSet batches, IdSet shards = {0}, int num_shards = 1);
 
-/// a + b for weight grads: same layer, same shards, disjoint batches; the batch sets unite.
+/// TP slice `index` of `count` of `t` (which must not be TP-sliced already): the same tensor with
+/// tp_size = count and the one slice. Throws TensorError when count is outside 1..kMaxTpSize or index outside
+/// 0..count-1.
+Tensor tp_slice(Tensor t, int index, int count);
+/// The partial sum of TP slice `index` of `count` of `t` (an activation or activation grad, not TP-sliced):
+/// what a row-parallel matrix gives before its all-reduce. Throws TensorError as tp_slice does.
+Tensor tp_partial(Tensor t, int index, int count);
+/// The bit set of every slice 0..count-1 of a TP degree `count`.
+std::uint64_t all_tp_slices(int count);
+
+/// a + b, the sum an all-reduce or reduce-scatter makes:
+/// - weight grads: same layer, same shards, same TP slice, disjoint batches; the batch sets unite;
+/// - partial sums (Megatron's TP all-reduce): same tensor, disjoint TP slices; the slices unite, and the sum
+///   of every slice is the plain tensor (tp_size 1, not partial).
 /// Throws TensorError naming the mismatch.
 Tensor sum(const Tensor& a, const Tensor& b);
-/// Union of the shards of two pieces of one tensor (same kind, layer, step, batches, shard count).
+/// Union of the shards of two pieces of one tensor (same kind, layer, step, batches, shard count, TP slice).
 /// Throws TensorError naming the mismatch.
 Tensor combine(const Tensor& a, const Tensor& b);
 /// Shard `index` of `count` of a complete tensor. Throws TensorError if incomplete or index out of range.
