@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hardware/setting.h"
@@ -29,9 +30,22 @@ struct ScheduleHeader {
   std::vector<int> stage_map;
   /// Collective groups 1, 2, ... (group 0, every rank, is implicit). Members in shard order.
   std::vector<std::vector<int>> groups;
+  /// Names of groups 1, 2, ... (version 2; empty when no group has a name, else one per group up to the last
+  /// named one, "" for an unnamed group), e.g. "tp0",
+  /// "dp3". A group whose name is "tp" or starts with "tp" and a non-letter is a TP group (is_tp_group_name).
+  std::vector<std::string> group_names;
 
   friend bool operator==(const ScheduleHeader&, const ScheduleHeader&) = default;
 };
+
+/// True for the name of a TP group: "tp", or "tp" followed by a character that is not a letter ("tp0",
+/// "tp_s1_d2", "tp.3"). Generators name their TP groups so; the executor and the hardware cost model run a
+/// layer's TP communication inside its compute ops over the rank's TP group.
+bool is_tp_group_name(std::string_view name);
+
+/// The id (1-based, as ops name groups) of the TP group that holds `rank`, or 0 when no TP group does.
+/// Throws std::invalid_argument when two TP groups hold the rank.
+int tp_group_of(const ScheduleHeader& h, int rank);
 
 /// A whole schedule.
 struct Schedule {

@@ -231,13 +231,42 @@ class Parser {
       if (id != static_cast<int>(h.groups.size()) + 1)
         fail(toks[1], fmt::format("expected group {} next (groups are numbered 1, 2, ... in order)", h.groups.size() + 1));
       std::vector<int> members;
-      for (std::size_t i = 2; i < toks.size(); ++i) {
+      std::size_t first = 2;
+      std::string name;
+      if (std::isalpha(static_cast<unsigned char>(toks[2].text[0]))) {
+        // A group's name (version 2): a letter, then letters, digits, '_', '.' or '-'; at most 64 characters.
+        const std::string_view n = toks[2].text;
+        if (h.version < 2) fail(toks[2], "group names need format version 2 (write 'trainsim-schedule 2' on the first line)");
+        const bool ok = n.size() <= 64 && std::all_of(n.begin(), n.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+        });
+        if (!ok) fail(toks[2], fmt::format("a group name is a letter then letters, digits, '_', '.' or '-' (at most 64), not '{}'", shown(n)));
+        if (std::find(h.group_names.begin(), h.group_names.end(), n) != h.group_names.end())
+          fail(toks[2], fmt::format("group name '{}' is given twice", shown(n)));
+        if (toks.size() < 4) fail(toks[0], "expected 'group ID NAME RANK...'");
+        name = n;
+        first = 3;
+      }
+      for (std::size_t i = first; i < toks.size(); ++i) {
         int r = rank_value(toks[i], h);
         if (std::find(members.begin(), members.end(), r) != members.end())
           fail(toks[i], fmt::format("rank {} is listed twice in group {}", r, id));
         members.push_back(r);
       }
       h.groups.push_back(members);
+      // Names are kept only once one group has one, so a file without names has an empty list (as a
+      // generator's header without names).
+      if (!name.empty()) h.group_names.resize(h.groups.size() - 1);
+      if (!name.empty() || !h.group_names.empty()) h.group_names.push_back(name);
+      if (!name.empty() && is_tp_group_name(name)) {
+        for (int r : members) {
+          try {
+            tp_group_of(h, r);
+          } catch (const std::invalid_argument& e) {
+            fail(toks[2], e.what());
+          }
+        }
+      }
     } else {
       fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
                                 "model, device, network, microbatch_size, seq, recompute, p2p, stage_map, group "
@@ -592,6 +621,7 @@ std::string print_schedule(const Schedule& sched) {
   }
   for (std::size_t g = 0; g < h.groups.size(); ++g) {
     s += fmt::format("group {}", g + 1);
+    if (g < h.group_names.size() && !h.group_names[g].empty()) s += " " + h.group_names[g];
     for (int r : h.groups[g]) s += fmt::format(" {}", r);
     s += "\n";
   }

@@ -32,7 +32,7 @@ std::string tp_rank(int j) {
 }
 
 std::string tp_schedule(const std::string& rank0, const std::string& rank1) {
-  return "trainsim-schedule 2\nworld_size 2\nlayers 2\nmicrobatches 1\ncost_model unit\np2p per-pair\ngroup 1 0 1\n"
+  return "trainsim-schedule 2\nworld_size 2\nlayers 2\nmicrobatches 1\ncost_model unit\np2p per-pair\ngroup 1 tp0 0 1\n"
          "rank 0\n" + rank0 + "rank 1\n" + rank1;
 }
 
@@ -105,6 +105,36 @@ TEST_CASE("TP tensors in the schedule format: version 2, round trip, clear error
   Schedule s = parse_schedule(v2, "tp.sched");
   CHECK(parse_schedule(print_schedule(s), "again.sched").ranks == s.ranks);
   CHECK(print_schedule(parse_schedule(print_schedule(s), "again.sched")) == print_schedule(s));
+}
+
+TEST_CASE("groups have names in version 2; a rank's TP group is the group named tp... that holds it") {
+  Schedule s = parse_schedule(tp_schedule(tp_rank(0), tp_rank(1)), "tp.sched");
+  REQUIRE(s.header.group_names == std::vector<std::string>{"tp0"});
+  CHECK(tp_group_of(s.header, 0) == 1);
+  CHECK(tp_group_of(s.header, 1) == 1);
+  CHECK(has(print_schedule(s), "\ngroup 1 tp0 0 1\n"));
+  CHECK(is_tp_group_name("tp"));
+  CHECK(is_tp_group_name("tp_3"));
+  CHECK(!is_tp_group_name("tpx"));
+  CHECK(!is_tp_group_name("dp0"));
+  const std::string header = "trainsim-schedule 2\nworld_size 4\nlayers 1\nmicrobatches 1\n";
+  auto error = [](const std::string& text) {
+    try {
+      parse_schedule(text, "g.sched");
+    } catch (const ParseError& e) {
+      return std::string(e.what());
+    }
+    return std::string("parsed");
+  };
+  // Unnamed groups keep no names; a later name gives the earlier ones "".
+  Schedule mixed = parse_schedule(header + "group 1 0 1\ngroup 2 dp0 0 2\nrank 0\nrank 1\nrank 2\nrank 3\n", "m.sched");
+  CHECK(mixed.header.group_names == std::vector<std::string>{"", "dp0"});
+  CHECK(parse_schedule(header + "group 1 0 1\nrank 0\nrank 1\nrank 2\nrank 3\n", "u.sched").header.group_names.empty());
+  CHECK(has(error(header + "group 1 tp0 0 1\ngroup 2 tp1 1 2\n"), "rank 1 is in two TP groups"));
+  CHECK(has(error(header + "group 1 tp0 0 1\ngroup 2 tp0 2 3\n"), "given twice"));
+  CHECK(has(error(header + "group 1 t!p 0 1\n"), "a group name is a letter"));
+  CHECK(has(error("trainsim-schedule 1\nworld_size 2\nlayers 1\nmicrobatches 1\ngroup 1 tp0 0 1\n"),
+            "g.sched:5"));
 }
 
 TEST_CASE("a TP step over two ranks passes the simulator's checks") {
