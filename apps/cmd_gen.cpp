@@ -122,7 +122,7 @@ std::string kind_list() { return joined(generator_kinds()); }
 // The kinds of the registry by family, for --help: every kind that is neither data parallel nor pp-fsdp is a
 // pipeline, so a kind added to the registry is listed without editing this.
 std::string kinds_summary() {
-  const std::set<std::string> data_parallel = {"ddp", "zero1", "zero2", "fsdp"};
+  const std::set<std::string> data_parallel = {"ddp", "zero1", "zero2", "fsdp", "zero3-owner"};
   std::vector<std::string> pipelines, data, hybrid;
   for (const auto& k : generator_kinds())
     (data_parallel.count(k) ? data : k == "pp-fsdp" ? hybrid : pipelines).push_back(k);
@@ -221,7 +221,8 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--microbatches", args->options.microbatches,
-                  "Microbatches of the step (pipelines); per rank (ddp, zero1, zero2, fsdp); per replica (pp-fsdp)")
+                  "Microbatches of the step (pipelines); per rank (ddp, zero1, zero2, fsdp, zero3-owner); per replica "
+                  "(pp-fsdp)")
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--chunks", args->options.chunks,
@@ -231,7 +232,8 @@ void add_gen_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--layers", args->options.layers, "Model layers of the data-parallel kinds (0: 4)")
       ->check(count0)
       ->capture_default_str();
-  cmd->add_option("--dp", args->options.dp, "Data-parallel degree: ranks (ddp, zero1, zero2, fsdp), replicas (pp-fsdp)")
+  cmd->add_option("--dp", args->options.dp,
+                  "Data-parallel degree: ranks (ddp, zero1, zero2, fsdp, zero3-owner), replicas (pp-fsdp)")
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--prefetch", args->options.prefetch, "fsdp: how many layers ahead each all-gather is issued")

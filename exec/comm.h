@@ -1,5 +1,6 @@
 // Communication between the ranks of a replay (DESIGN §5), with NCCL's semantics: point-to-point messages
-// matched in order per (source, destination) pair; all-gather, reduce-scatter and all-reduce over a group,
+// matched in order per (source, destination) pair; all-gather, reduce-scatter, all-reduce, broadcast and
+// reduce over a group,
 // with pieces in rank-major order (member i of the group contributes / receives the i-th piece) and sums
 // in a fixed order, so results are the same on every member and in every run. Calls run inside a stream's
 // work (exec/device.h) and block that stream until done.
@@ -65,6 +66,12 @@ class Communicator {
   virtual void all_reduce(StreamContext& s, const double* in, double* out, std::size_t count, int group) = 0;
   /// Returns when every member has called it.
   virtual void barrier(StreamContext& s, int group) = 0;
+  /// out (count floats, on every member) = the root's `in` (ncclBroadcast). `root` is a global rank, a member
+  /// of the group; `in` is read on the root only (null elsewhere), and on the root `out` may be `in`.
+  virtual void broadcast(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) = 0;
+  /// out (count floats, on the root only) = Σ over members of in, in member order (ncclReduce). `root` is a
+  /// global rank, a member of the group; `out` is written on the root only (null elsewhere) and may be `in`.
+  virtual void reduce(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) = 0;
 };
 
 /// What the ranks of a job that live in this process share: it hands each rank its Communicator and can end

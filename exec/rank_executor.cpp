@@ -458,6 +458,28 @@ struct RankExecutor::Impl {
     });
   }
 
+  // Broadcast and reduce (NCCL's semantics, docs/schedule-format.md): a broadcast's root sends its tensor in
+  // place and the others receive it into a new one; a reduce's members send theirs and the root alone gets the
+  // sum into a new one.
+  void rooted(const Op& op, int index) {
+    const bool root = op.peer == rank;
+    SlotPtr in = op.reads.empty() ? nullptr : find(op, op.reads.front());
+    SlotPtr out = op.writes.empty() ? nullptr : make(op.writes.front());
+    std::vector<EventPtr> deps;
+    if (in) add_dep(deps, in->ready);
+    const int group = op.group, peer = op.peer;
+    const bool broadcast = op.kind == OpKind::Broadcast;
+    const std::size_t count = ctx.shapes->bytes(in ? in->id : out->id) / sizeof(float);
+    EventPtr done = submit(op, index, deps, [this, in, out, group, peer, broadcast, count, root](StreamContext& s) {
+      if (out) out->buffer = alloc(out->id);
+      float* src = in ? in->buffer->as<float>() : nullptr;
+      float* dst = out ? out->buffer->as<float>() : nullptr;
+      if (broadcast) comm.broadcast(s, src, root ? src : dst, count, peer, group);
+      else comm.reduce(s, src, dst, count, peer, group);
+    });
+    if (out) out->ready = done;
+  }
+
   // Issues op `i` of the step (and the gradient norm before the first update).
   void issue(const Op& op, int i) {
     if (ctx.plan->clip && i == plan.first_update) gradient_norm(op, i);
@@ -479,6 +501,8 @@ struct RankExecutor::Impl {
       case OpKind::ReduceScatter:
       case OpKind::AllReduce:
       case OpKind::Barrier: collective(op, i); break;
+      case OpKind::Broadcast:
+      case OpKind::Reduce: rooted(op, i); break;
     }
   }
 

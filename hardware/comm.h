@@ -5,8 +5,13 @@
 // - p2p: T = alpha + S/B
 // - ring all-gather, reduce-scatter: T = (n-1)·alpha + ((n-1)/n)·S/B
 // - ring all-reduce (a reduce-scatter then an all-gather): T = 2(n-1)·alpha + 2((n-1)/n)·S/B
+// - broadcast, reduce (NCCL's pipelined ring, a chain from or to the root: the message goes in chunks, each
+//   hop forwarding one chunk while it receives the next): T = (n-1)·alpha + S/B for large messages, each
+//   link carrying S once (Thakur, Rabenseifner and Gropp 2005, "Optimization of collective communication
+//   operations in MPICH", the pipelined/chain bound; NCCL's ncclBroadcast and ncclReduce run such a ring)
 // nccl-tests (doc/PERFORMANCE.md) report algbw = S/t and busbw = algbw·2(n-1)/n for all-reduce,
-// algbw·(n-1)/n for all-gather and reduce-scatter, so that busbw of a ring with no latency equals B.
+// algbw·(n-1)/n for all-gather and reduce-scatter, algbw for broadcast and reduce, so that busbw of a ring
+// with no latency equals B.
 #pragma once
 
 #include "hardware/network.h"
@@ -14,7 +19,7 @@
 namespace trainsim::hw {
 
 /// Collectives the formulas know.
-enum class Collective { AllGather, ReduceScatter, AllReduce };
+enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast, Reduce };
 
 /// Seconds to send S bytes point to point.
 double p2p_seconds(double bytes, const Link& link);

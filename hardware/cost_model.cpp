@@ -44,7 +44,9 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
-    case OpKind::Barrier: {
+    case OpKind::Barrier:
+    case OpKind::Broadcast:
+    case OpKind::Reduce: {
       static const std::vector<int> none;
       const std::vector<int>& members =
           op.group >= 0 && op.group < static_cast<int>(groups_.size()) ? groups_[op.group] : none;
@@ -59,6 +61,13 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
         if (!op.reads.empty()) bytes = sizes_.wire_bytes(op.reads.front());
       } else if (op.kind == OpKind::AllReduce && !op.reads.empty()) {
         bytes = sizes_.wire_bytes(op.reads.front());
+      } else if (op.kind == OpKind::Broadcast) {  // the root reads the tensor, the others write it
+        c = Collective::Broadcast;
+        const TensorList& t = op.reads.empty() ? op.writes : op.reads;
+        if (!t.empty()) bytes = sizes_.wire_bytes(t.front());
+      } else if (op.kind == OpKind::Reduce) {
+        c = Collective::Reduce;
+        if (!op.reads.empty()) bytes = sizes_.wire_bytes(op.reads.front());
       }
       return collective_seconds(c, group_size, bytes, link);
     }

@@ -105,6 +105,7 @@ TraceSamples trace_samples(const MeasuredTrace& t, const hw::HardwareSetting& ba
     double multiplier = 1;  // 2 for an all-reduce (reduce-scatter + all-gather)
     double bytes = 0;       // the tensor the ring formulas take
     int members = 0;        // members that recorded the call
+    bool rooted = false;    // broadcast, reduce: (n-1)·alpha + S/B (hardware/comm.h)
   };
   std::map<std::pair<int, int>, CallShape> call_shape;
   auto same_op = [](const MeasuredOp& a, const MeasuredOp& b) {
@@ -127,9 +128,11 @@ TraceSamples trace_samples(const MeasuredTrace& t, const hw::HardwareSetting& ba
           calls[call].push_back(op.seconds());
           if (!call_shape.count(call)) {
             double bytes = 0;
-            const auto& names = op.kind == OpKind::AllGather ? op.writes : op.reads;
+            const auto& names = op.kind == OpKind::AllGather || (op.kind == OpKind::Broadcast && op.reads.empty())
+                                    ? op.writes
+                                    : op.reads;
             if (!names.empty()) bytes = sizes.wire_bytes(parse_tensor(names.front()));
-            call_shape[call] = {static_cast<double>(op.kind == OpKind::AllReduce ? 2 : 1), bytes, 0};
+            call_shape[call] = {static_cast<double>(op.kind == OpKind::AllReduce ? 2 : 1), bytes, 0, is_rooted(op.kind)};
           }
         }
       }
@@ -159,7 +162,7 @@ TraceSamples trace_samples(const MeasuredTrace& t, const hw::HardwareSetting& ba
   for (const auto& [call, times] : call_times) {
     const CallShape& c = call_shape[call];
     const double n = c.members;
-    out.comm.push_back({c.multiplier * (n - 1), c.multiplier * (n - 1) / n * c.bytes, median(times)});
+    out.comm.push_back({c.multiplier * (n - 1), c.rooted ? c.bytes : c.multiplier * (n - 1) / n * c.bytes, median(times)});
   }
   return out;
 }

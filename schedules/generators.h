@@ -14,13 +14,14 @@ struct GenOptions {
   int microbatches = 8;     ///< microbatches per step (per pipeline for pp-fsdp; per rank for data parallel)
   int chunks = 1;           ///< model chunks (virtual stages) per rank: interleaved-1f1b, looped-bfs
   int layers = 0;           ///< data-parallel kinds: model layers (0: 4)
-  int dp = 1;               ///< data-parallel degree: ranks for ddp/zero1/zero2/fsdp, replicas for pp-fsdp
+  int dp = 1;               ///< data-parallel degree: ranks for ddp/zero1/zero2/fsdp/zero3-owner, replicas for pp-fsdp
   int prefetch = 1;         ///< fsdp: how many layers ahead the all-gather is issued
   bool reshard_after_forward = true;  ///< fsdp: free gathered weights after forward (gather again in backward)
 };
 
 /// The generator kinds: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zbv, dualpipev, interleaved-zb, ddp,
-/// zero1, zero2, fsdp, pp-fsdp. zbv and dualpipev: `stages` ranks holding 2 x stages layers in V placement
+/// zero1, zero2, fsdp, zero3-owner, pp-fsdp. zero3-owner: ZeRO-3 sharded between tensors, `dp` ranks, layer l
+/// owned whole by rank l mod dp (broadcast before each use, grads reduced to the owner; .sched version 2). zbv and dualpipev: `stages` ranks holding 2 x stages layers in V placement
 /// (PyTorch's ScheduleZBVZeroBubble and ScheduleDualPipeV; dualpipev needs microbatches >= 2 x stages);
 /// interleaved-zb: `chunks` looped chunks per rank (PyTorch's ScheduleInterleavedZeroBubble).
 /// interleaved-1f1b follows Megatron-LM when the microbatches are a multiple of the stages and PyTorch's

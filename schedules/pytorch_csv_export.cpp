@@ -122,6 +122,13 @@ std::string export_pytorch_csv(const Schedule& schedule, CsvForm form) {
           cells.push_back(cell_text(op.layer >= 0 ? op.layer : t.layer, Act::ReduceGrad, -1));
           break;
         }
+        case OpKind::Broadcast:
+        case OpKind::Reduce:
+          // (PyTorch's pipelining actions gather and reduce a stage's own shards; a weight owned whole by one
+          // rank and sent to the others, or grads summed onto it, have no action.)
+          throw std::invalid_argument(fmt::format("{}: a PyTorch CSV has no action for a {} (its actions are "
+                                                  "UNSHARD, RESHARD and REDUCE_GRAD of a stage's own shards)",
+                                                  op.label(), op_name(op.kind)));
         default: break;  // load, loss, update, accumulate, barrier: no CSV action
       }
     }

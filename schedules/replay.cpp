@@ -55,7 +55,9 @@ Task interpret(World& world, const Schedule& s, int rank) {
       case OpKind::AllGather:
       case OpKind::ReduceScatter:
       case OpKind::AllReduce:
-      case OpKind::Barrier: {
+      case OpKind::Barrier:
+      case OpKind::Broadcast:
+      case OpKind::Reduce: {
         Tensor input = op.reads.empty() ? Tensor{} : op.reads.front();
         Tensor out = co_await world.collective(op, std::move(input));
         if (!op.writes.empty()) {

@@ -148,6 +148,7 @@ struct Call {
   std::uint64_t seq = 0;
   OpKind kind = OpKind::Barrier;  // the members' op, and its layer
   int layer = -1;
+  int root = -1;              // broadcast, reduce: the root rank
   std::vector<int> nodes;     // by member index; -1 where the member never calls it
   Tensor result;              // once combined: the inputs folded (result_of gives each member's output)
   bool combined = false;      // every member calls it and the outputs are as the members expect
@@ -312,6 +313,9 @@ class StreamSim {
           throw op_error(op, fmt::format("rank {} is not a member of group {} (ranks {})", rank, op.group,
                                          rank_list(groups_[op.group])));
         membership = &m->second;
+        if (is_rooted(op.kind) && !member_.count(slot_key(op.group, op.peer)))
+          throw op_error(op, fmt::format("the root, rank {}, is not a member of group {} (ranks {})", op.peer, op.group,
+                                         rank_list(groups_[op.group])));
       }
       int& tail = op.stream >= 0 && op.stream < 64 ? stream_tail[op.stream] : far_stream_tail.try_emplace(op.stream, -1).first->second;
       depend(id, tail);
@@ -495,12 +499,12 @@ class StreamSim {
     Call& c = calls_[f.call[k]];
     try {
       if (f.callers[k]++ == 0) {
-        c.kind = op.kind, c.layer = op.layer;
+        c.kind = op.kind, c.layer = op.layer, c.root = root_of(op);
         c.result = input_of(op);
-      } else if (op.kind != c.kind || op.layer != c.layer) {
+      } else if (op.kind != c.kind || op.layer != c.layer || root_of(op) != c.root) {
         f.failed = true;
       } else {
-        fold(c.kind, c.result, input_of(op));
+        fold(op, c.result);
       }
     } catch (const TensorError&) {
       f.failed = true;
@@ -539,11 +543,16 @@ class StreamSim {
     static const Tensor none;
     return op.reads.empty() ? none : op.reads.front();
   }
-  // The inputs of members 0..m-1 folded (`acc`) with member m's: the union of shards for an all-gather, the
-  // sum for an all-reduce and a reduce-scatter, the first input for a barrier. Throws TensorError.
-  static void fold(OpKind kind, Tensor& acc, const Tensor& in) {
-    if (kind == OpKind::AllGather) acc = combine(acc, in);
-    else if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter) acc = sum(acc, in);
+  // The root of a broadcast or reduce, else -1 (the calls of a group agree on it).
+  static int root_of(const Op& op) { return is_rooted(op.kind) ? op.peer : -1; }
+  // The inputs of members 0..m-1 folded (`acc`) with member m's op: the union of shards for an all-gather, the
+  // sum for an all-reduce, a reduce-scatter and a reduce, the root's input for a broadcast (the others have
+  // none), the first input for a barrier. Throws TensorError.
+  static void fold(const Op& op, Tensor& acc) {
+    const Tensor& in = input_of(op);
+    if (op.kind == OpKind::AllGather) acc = combine(acc, in);
+    else if (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter || op.kind == OpKind::Reduce) acc = sum(acc, in);
+    else if (op.kind == OpKind::Broadcast && op.rank == op.peer) acc = in;
   }
   // What a complete call gives member `m`: its reduce-scatter shard, or the folded inputs.
   static Tensor result_of(const Call& c, int m) {
@@ -577,7 +586,7 @@ class StreamSim {
         if (first < 0) {
           first = id;
           call.kind = op.kind, call.layer = op.layer;
-        } else if (const Op& a = op_of(first); a.kind != op.kind || a.layer != op.layer) {
+        } else if (const Op& a = op_of(first); a.kind != op.kind || a.layer != op.layer || root_of(a) != root_of(op)) {
           throw CollectiveMismatchError(fmt::format(
               "collective mismatch in group {} at call #{}: rank {} calls {}{} but rank {} called {}{}", g, k,
               op.rank, op.describe(), op.where_suffix(), a.rank, a.describe(), a.where_suffix()));
@@ -602,7 +611,7 @@ class StreamSim {
     Tensor acc = input_of(first);
     for (int m = 1; m < n; ++m) {
       try {
-        fold(first.kind, acc, input_of(op_of(call.nodes[m])));
+        fold(op_of(call.nodes[m]), acc);
       } catch (const TensorError& e) {
         throw fail(m, e);
       }

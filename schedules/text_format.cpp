@@ -22,7 +22,8 @@ namespace {
 constexpr OpKind kAllKinds[] = {OpKind::Load,          OpKind::Forward,    OpKind::Backward,  OpKind::BackwardInput,
                                 OpKind::BackwardWeight, OpKind::Loss,       OpKind::Update,    OpKind::Accumulate,
                                 OpKind::Free,          OpKind::Send,       OpKind::Recv,      OpKind::AllGather,
-                                OpKind::ReduceScatter, OpKind::AllReduce,  OpKind::Barrier};
+                                OpKind::ReduceScatter, OpKind::AllReduce,  OpKind::Barrier,   OpKind::Broadcast,
+                                OpKind::Reduce};
 
 std::string kind_list() {
   std::string s;
@@ -385,6 +386,8 @@ class Parser {
     auto kind = op_kind_from_name(toks[0].text);
     if (!kind) fail(toks[0], fmt::format("unknown op '{}' (expected one of: {})", shown(toks[0].text), kind_list()));
     op.kind = *kind;
+    if (is_rooted(op.kind) && h.version < 2)
+      fail(toks[0], fmt::format("{} needs format version 2 (write 'trainsim-schedule 2' on the first line)", op_name(op.kind)));
     if (op.kind == OpKind::Loss) op.layer = h.layers;
     if (op.kind == OpKind::Recv) op.peer = -2;  // must be given
     enum { Args, Reads, Writes } part = Args;
@@ -419,7 +422,7 @@ class Parser {
         }
         if (!op.batches.empty() && op.batches.runs().back().second > h.microbatches)
           fail(t, fmt::format("batch {} is out of range 0..{}", op.batches.runs().back().second - 1, h.microbatches - 1));
-      } else if ((t.text == "to" || t.text == "from" || t.text == "group" || t.text == "stream")) {
+      } else if ((t.text == "to" || t.text == "from" || t.text == "group" || t.text == "stream" || t.text == "root")) {
         if (i + 1 >= toks.size()) fail(t, fmt::format("'{}' needs a value", t.text));
         const Token& v = toks[++i];
         if (t.text == "to") {
@@ -433,15 +436,19 @@ class Parser {
           op.group = integer(v, "a group id");
           if (op.group > static_cast<int>(h.groups.size()))
             fail(v, fmt::format("group {} is not defined in the header", op.group));
+        } else if (t.text == "root") {
+          if (!is_rooted(op.kind)) fail(t, "'root' belongs to broadcast and reduce");
+          op.peer = rank_value(v, h);
         } else {
           op.stream = integer(v, "a stream");
         }
       } else {
-        fail(t, fmt::format("unexpected '{}' (expected L<layer>, {{batches}}, to, from, group, stream, ':' or '->')",
+        fail(t, fmt::format("unexpected '{}' (expected L<layer>, {{batches}}, to, from, group, root, stream, ':' or '->')",
                             shown(t.text)));
       }
     }
     if (op.kind == OpKind::Send && op.peer < 0) fail(toks[0], "send needs 'to RANK'");
+    if (is_rooted(op.kind) && op.peer < 0) fail(toks[0], fmt::format("{} needs 'root RANK'", op_name(op.kind)));
     if (op.kind == OpKind::Recv && op.peer == -2) fail(toks[0], "recv needs 'from RANK' (or 'from any')");
     if ((op.kind == OpKind::Send && op.peer == rank) || (op.kind == OpKind::Recv && op.peer == rank))
       fail(toks[0], fmt::format("rank {} cannot {} itself", rank, op.kind == OpKind::Send ? "send to" : "receive from"));
@@ -600,6 +607,7 @@ std::string print_op(const Op& op, const ScheduleHeader& h) {
   if (op.kind == OpKind::Send) s += fmt::format(" to {}", op.peer);
   if (op.kind == OpKind::Recv) s += op.peer < 0 ? std::string(" from any") : fmt::format(" from {}", op.peer);
   if (is_collective(op.kind) && op.group != 0) s += fmt::format(" group {}", op.group);
+  if (is_rooted(op.kind)) s += fmt::format(" root {}", op.peer);
   if (op.stream != 0) s += fmt::format(" stream {}", op.stream);
   auto dr = default_reads(op, h.layers, h.microbatches);
   auto dw = default_writes(op, h.layers, h.microbatches);

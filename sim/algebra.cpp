@@ -241,6 +241,39 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
   }
 }
 
+// Broadcast and reduce (NCCL's semantics, docs/schedule-format.md): a root is named; a broadcast's root reads
+// the tensor and writes nothing (its copy is the output, in place) and every other member reads nothing and
+// writes the root's tensor; a reduce's members each read their part and only the root writes the sum.
+std::string rooted_problem(const Op& op) {
+  const char* name = op_name(op.kind);
+  if (op.peer < 0) return fmt::format("{} needs a root ('root RANK')", name);
+  const bool root = op.rank == op.peer;
+  if (op.kind == OpKind::Broadcast) {
+    if (root) {
+      if (op.reads.size() != 1)
+        return fmt::format("the root of a broadcast reads the one tensor it sends (got {})", list(op.reads));
+      if (!op.writes.empty())
+        return fmt::format("the root's {} is the broadcast's output in place: it writes nothing (write 'broadcast "
+                           "root {} : {}', without '->')",
+                           op.reads.front().str(), op.peer, op.reads.front().str());
+      return "";
+    }
+    if (!op.reads.empty())
+      return fmt::format("only the root (rank {}) sends in a broadcast; rank {} reads nothing (got {})", op.peer,
+                         op.rank, list(op.reads));
+    if (op.writes.size() != 1)
+      return fmt::format("a broadcast gives each member one tensor, the root's (got {})", list(op.writes));
+    return "";
+  }
+  if (op.reads.size() != 1) return fmt::format("reduce takes one tensor (got {})", list(op.reads));
+  if (root && op.writes.size() != 1)
+    return fmt::format("the root of a reduce gets one tensor, the sum (got {})", list(op.writes));
+  if (!root && !op.writes.empty())
+    return fmt::format("only the root (rank {}) gets the reduce's result; rank {} writes nothing (got {})", op.peer,
+                       op.rank, list(op.writes));
+  return "";
+}
+
 }  // namespace
 
 std::string algebra_problem(const Op& op, int layers, int microbatches) {
@@ -292,6 +325,8 @@ std::string algebra_problem(const Op& op, int layers, int microbatches) {
       if (op.writes.size() > 1) return fmt::format("{} gives one tensor (got {})", op_name(op.kind), list(op.writes));
       return "";
     case OpKind::Barrier: return "";
+    case OpKind::Broadcast:
+    case OpKind::Reduce: return rooted_problem(op);
   }
   return "";
 }

@@ -22,7 +22,9 @@ Tensor updated_weight(const Tensor& weight, const Tensor& opt_state);
 
 /// What is wrong with `op`'s reads and writes, or "" when they obey the algebra. `layers` and
 /// `microbatches` are the model's. Send, recv and collectives are checked for arity only (their
-/// semantics are the simulator's).
+/// semantics are the simulator's); broadcast and reduce also for their root: a broadcast's root reads its
+/// tensor and writes nothing, the other members read nothing and write one; a reduce's members read one and
+/// only the root writes (the sum).
 std::string algebra_problem(const Op& op, int layers, int microbatches);
 
 }  // namespace trainsim

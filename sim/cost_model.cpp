@@ -19,7 +19,9 @@ Time PuzzleCostModel::duration(const Op& op, int /*group_size*/) const {
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
-    case OpKind::Barrier: return seconds(0.3);
+    case OpKind::Barrier:
+    case OpKind::Broadcast:
+    case OpKind::Reduce: return seconds(0.3);
     case OpKind::Send:
     case OpKind::Recv: return seconds(0.2);
     case OpKind::Loss:

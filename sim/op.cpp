@@ -29,6 +29,8 @@ const char* op_name(OpKind k) {
     case OpKind::ReduceScatter: return "reduce-scatter";
     case OpKind::AllReduce: return "all-reduce";
     case OpKind::Barrier: return "barrier";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::Reduce: return "reduce";
   }
   return "?";
 }
@@ -51,6 +53,7 @@ std::string Op::describe() const {
   if (kind == OpKind::Send) s += fmt::format(" to rank {}", peer);
   if (kind == OpKind::Recv) s += peer < 0 ? std::string(" from any rank") : fmt::format(" from rank {}", peer);
   if (is_collective(kind) && group != 0) s += fmt::format(" in group {}", group);
+  if (is_rooted(kind)) s += fmt::format(" root {}", peer);
   return s;
 }
 

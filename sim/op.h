@@ -34,6 +34,8 @@ enum class OpKind : std::uint8_t {
   ReduceScatter,   ///< collective over `group`: sum over batches, keep one shard
   AllReduce,       ///< collective over `group`: sum over batches
   Barrier,         ///< collective over `group`: synchronise only
+  Broadcast,       ///< collective over `group` rooted at `peer`: the root's tensor to every member (ncclBroadcast)
+  Reduce,          ///< collective over `group` rooted at `peer`: sum over batches, to the root only (ncclReduce)
 };
 
 /// Lower-case name used in text, traces and errors ("forward", "all-gather", ...).
@@ -44,10 +46,14 @@ const char* puzzle_event_name(OpKind k);
 constexpr bool is_timed(OpKind k) { return k != OpKind::Load && k != OpKind::Accumulate && k != OpKind::Free; }
 /// True for Send and Recv.
 constexpr bool is_p2p(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
-/// True for AllGather, ReduceScatter, AllReduce, Barrier.
+/// True for AllGather, ReduceScatter, AllReduce, Barrier, Broadcast, Reduce.
 constexpr bool is_collective(OpKind k) {
-  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Barrier;
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Barrier ||
+         k == OpKind::Broadcast || k == OpKind::Reduce;
 }
+/// True for the rooted collectives, Broadcast and Reduce: their `peer` is the root, a global rank that is a
+/// member of the group (docs/schedule-format.md, "Broadcast and reduce").
+constexpr bool is_rooted(OpKind k) { return k == OpKind::Broadcast || k == OpKind::Reduce; }
 /// True for Forward, Backward, BackwardInput, BackwardWeight, Loss, Update.
 constexpr bool is_compute(OpKind k) {
   return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::BackwardInput ||
@@ -69,7 +75,7 @@ struct Op {
   IdSet batches;                ///< batch (microbatch) set, for compute ops
   IdSet shards;                 ///< shard set, for update and collectives
   int num_shards = 1;
-  int peer = -1;                ///< Send: destination; Recv: source, -1 for any source
+  int peer = -1;                ///< Send: destination; Recv: source, -1 for any source; Broadcast, Reduce: root
   int group = 0;                ///< collectives: group id (0 = all ranks)
   int stream = 0;               ///< 0 = compute stream; 1.. = communication streams
   TensorList reads;             ///< tensors that must be resident when the op starts

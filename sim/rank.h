@@ -53,6 +53,16 @@ class Rank {
   asio::awaitable<Tensor> reduce_scatter(Tensor t, int layer = -1, int group = 0, std::string where = {}) const {
     return world_->collective(make(OpKind::ReduceScatter, layer, -1, group, std::move(where)), std::move(t));
   }
+  /// The root's `t` to every member (ncclBroadcast): `root` is a global rank in the group; the others' `t` is
+  /// ignored (pass Tensor{}). Every member gets the root's tensor.
+  asio::awaitable<Tensor> broadcast(Tensor t, int root, int layer = -1, int group = 0, std::string where = {}) const {
+    return world_->collective(make(OpKind::Broadcast, layer, root, group, std::move(where)), std::move(t));
+  }
+  /// Sum of every member's weight grad to `root` only (ncclReduce): the root gets the sum, the others their
+  /// own `t` back.
+  asio::awaitable<Tensor> reduce(Tensor t, int root, int layer = -1, int group = 0, std::string where = {}) const {
+    return world_->collective(make(OpKind::Reduce, layer, root, group, std::move(where)), std::move(t));
+  }
   /// Waits until every member arrives.
   Task barrier(int group = 0, std::string where = {}) const {
     Op op = make(OpKind::Barrier, -1, -1, group, std::move(where));

@@ -202,19 +202,24 @@ asio::awaitable<Tensor> World::collective(Op op, Tensor input) {
     throw SimError(fmt::format("rank {}: {}{}: rank {} is not a member of group {}", rank, op.describe(),
                                op.where_suffix(), rank, op.group));
   int pos = pos_it->second;
+  if (is_rooted(op.kind) && !g.index_of.count(op.peer))
+    throw SimError(fmt::format("rank {}: {}{}: the root, rank {}, is not a member of group {}", rank, op.describe(),
+                               op.where_suffix(), op.peer, op.group));
   co_await sync(rank);
   std::uint64_t seq = g.next_seq[pos]++;
   Call& call = g.calls[seq];
   if (call.arrivals.empty()) call.arrivals.resize(g.members.size());
   for (const auto& a : call.arrivals) {
     if (!a) continue;
-    if (a->op.kind != op.kind || a->op.layer != op.layer)
+    if (a->op.kind != op.kind || a->op.layer != op.layer || (is_rooted(op.kind) && a->op.peer != op.peer))
       throw CollectiveMismatchError(fmt::format(
           "collective mismatch in group {} at call #{}: rank {} calls {}{} but rank {} called {}{}", op.group, seq,
           rank, op.describe(), op.where_suffix(), a->op.rank, a->op.describe(), a->op.where_suffix()));
     break;
   }
-  op.reads = {input};
+  // (a broadcast reads nothing but on its root)
+  if (op.kind == OpKind::Broadcast && op.peer != rank) op.reads.clear();
+  else op.reads = {input};
   call.arrivals[pos] = Arrival{op, std::move(input), ranks_[rank].clock};
   ++call.arrived;
   if (call.arrived == static_cast<int>(g.members.size())) {
@@ -240,11 +245,14 @@ void World::complete(Group& g, std::uint64_t seq, Call& call) {
                                 op_name(kind), first.op.layer, seq, first.op.group, g.members[i],
                                 call.arrivals[i]->op.where_suffix(), e.what()));
   };
-  Tensor acc = first.input;
-  for (int i = 1; i < n; ++i) {
+  // A broadcast gives the root's input; the others fold every member's in member order.
+  const int root = is_rooted(kind) ? g.index_of.at(first.op.peer) : -1;
+  Tensor acc = kind == OpKind::Broadcast ? call.arrivals[root]->input : first.input;
+  for (int i = 1; i < n && kind != OpKind::Broadcast; ++i) {
     try {
       if (kind == OpKind::AllGather) acc = combine(acc, call.arrivals[i]->input);
-      else if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter) acc = sum(acc, call.arrivals[i]->input);
+      else if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::Reduce)
+        acc = sum(acc, call.arrivals[i]->input);
     } catch (const TensorError& e) {
       throw fail(i, e);
     }
@@ -266,6 +274,12 @@ void World::complete(Group& g, std::uint64_t seq, Call& call) {
     ranks_[r].clock = start;
     Op op = call.arrivals[i]->op;
     op.writes = {call.results[i]};
+    // Only the root gets a reduce's sum (the others get their input back, NCCL leaving their buffer as it
+    // was); a broadcast's root keeps its tensor in place.
+    if ((kind == OpKind::Reduce && i != root) || (kind == OpKind::Broadcast && i == root)) {
+      op.writes.clear();
+      if (kind == OpKind::Reduce) call.results[i] = call.arrivals[i]->input;
+    }
     record(r, std::move(op), n);
     if (ranks_[r].blocked) resume(r, true);
   }

@@ -79,9 +79,12 @@ class World {
   /// Receive from op.peer (-1: any source, first come first served). Waits for a message; the rank's
   /// clock rises to the sender's time; records the Recv with the actual source.
   asio::awaitable<Message> recv(Op op);
-  /// All-gather, reduce-scatter, all-reduce or barrier of `input` over op.group. Waits for every member;
-  /// the start is the latest arrival. Throws CollectiveMismatchError when members disagree on the call
-  /// and SimError when the inputs do not combine.
+  /// All-gather, reduce-scatter, all-reduce, barrier, broadcast or reduce of `input` over op.group (the
+  /// last two rooted at op.peer, a member: a broadcast gives every member the root's input and records a read
+  /// on the root only; a reduce gives the root the sum and the others their input back, recording a write on
+  /// the root only). Waits for every member; the start is the latest arrival. Throws CollectiveMismatchError
+  /// when members disagree on the call (kind, layer, root) and SimError when the inputs do not combine or the
+  /// root is not a member.
   asio::awaitable<Tensor> collective(Op op, Tensor input);
 
   /// Starts `program` as rank `rank`'s program.

@@ -135,7 +135,7 @@ TEST_CASE("dist: the TCP communicator gives ThreadHub's results bit for bit (ran
     for (float& x : v) x = nd(gen) * std::exp2(static_cast<float>(gen() % 20) - 10);
 
   struct Out {
-    std::vector<float> gathered, scattered, reduced, pair;
+    std::vector<float> gathered, scattered, reduced, pair, broadcast, rooted_sum;
     std::vector<double> reduced64;
     std::vector<float> received;
   };
@@ -152,6 +152,13 @@ TEST_CASE("dist: the TCP communicator gives ThreadHub's results bit for bit (ran
     if (r != 1) {
       o.pair.resize(2 * 10);
       c.all_gather(s, in[r].data() + 7, o.pair.data(), 10, 1);
+    }
+    o.broadcast.assign(50, 0.0f);  // rank 1's first 50 inputs, in place on the root
+    if (r == 1) std::copy(in[r].begin(), in[r].begin() + 50, o.broadcast.begin());
+    c.broadcast(s, r == 1 ? o.broadcast.data() : nullptr, o.broadcast.data(), 50, 1, 0);
+    if (r != 1) {  // group 1 is {2, 0}: the sum to rank 2 only
+      o.rooted_sum.assign(50, 0.0f);
+      c.reduce(s, in[r].data(), r == 2 ? o.rooted_sum.data() : nullptr, 50, 2, 1);
     }
     if (r == 2) c.send(s, in[r].data(), 40, 0, "msg");
     if (r == 0) {
@@ -215,11 +222,18 @@ TEST_CASE("dist: the TCP communicator gives ThreadHub's results bit for bit (ran
     CHECK(same_bits(tcp[r].reduced64, threaded[r].reduced64));
     CHECK(same_bits(tcp[r].pair, threaded[r].pair));
     CHECK(same_bits(tcp[r].received, threaded[r].received));
+    CHECK(same_bits(tcp[r].broadcast, threaded[r].broadcast));
+    CHECK(same_bits(tcp[r].rooted_sum, threaded[r].rooted_sum));
+    CHECK(same_bits(threaded[r].broadcast, std::vector<float>(in[1].begin(), in[1].begin() + 50)));
   }
   // the sum is not trivially order-independent here: member order matters in the last bits
   std::vector<float> reversed(in[0].size());
   for (std::size_t e = 0; e < reversed.size(); ++e) reversed[e] = (in[2][e] + in[1][e]) + in[0][e];
   CHECK_FALSE(same_bits(reversed, threaded[0].reduced));
+  std::vector<float> rooted(50);
+  for (std::size_t e = 0; e < rooted.size(); ++e) rooted[e] = in[2][e] + in[0][e];  // member order: 2, then 0
+  CHECK(same_bits(rooted, threaded[2].rooted_sum));
+  CHECK(same_bits(std::vector<float>(50, 0.0f), threaded[0].rooted_sum));  // not the root: untouched
 }
 
 TEST_CASE("dist: ranks that meet agree and train; a rank with another token is turned away and the job goes on") {

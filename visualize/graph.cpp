@@ -127,6 +127,7 @@ std::string label(const Op& op) {
   if (!op.batches.empty()) s += " {" + op.batches.str() + "}";
   if (is_collective(op.kind)) {
     s += " g" + std::to_string(op.group);
+    if (is_rooted(op.kind)) s += " root r" + std::to_string(op.peer);
     if (!op.writes.empty()) s += "\n" + tensor_list(op.writes);
   } else if (op.kind == OpKind::Update) {
     if (op.num_shards > 1) s += " [" + op.shards.str() + "/" + std::to_string(op.num_shards) + "]";
@@ -152,7 +153,9 @@ const char* node_style(OpKind k) {
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
-    case OpKind::Barrier: return "shape=hexagon, style=filled, fillcolor=\"#fdd0a2\"";
+    case OpKind::Barrier:
+    case OpKind::Broadcast:
+    case OpKind::Reduce: return "shape=hexagon, style=filled, fillcolor=\"#fdd0a2\"";
     case OpKind::Load:
     case OpKind::Accumulate:
     case OpKind::Free: return "shape=plaintext, fontsize=8, fontcolor=gray35, height=0.2, margin=0.02";

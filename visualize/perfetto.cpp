@@ -20,7 +20,8 @@
 //   every non-compute op under the unit cost model) are X events with dur 0. Untimed ops (load, free,
 //   accumulate) are thread-scoped instant events ("ph":"i", "s":"t", cat "memory"). args: batches (id
 //   set text, "" when none), reads and writes (tensor names), memory (resident at the op's start, in
-//   otherData.memory_unit), where, and per kind: peer (p2p), group (collectives), shards (when sharded).
+//   otherData.memory_unit), where, and per kind: peer (p2p), group (collectives), root (broadcast, reduce),
+//   shards (when sharded).
 // - Messages: a flow from each send to its receive: "s" on the sender's thread at the send's ts and "f"
 //   (bp "e", bound to the enclosing slice) on the receiver's thread at the receive's ts, with a shared id
 //   (1, 2, ... in the order of the senders' ranks and ops), name "message" and cat "p2p". The k-th send
@@ -95,6 +96,7 @@ Json op_args(const OpRun& run) {
   args["where"] = op.where;
   if (is_p2p(op.kind)) args["peer"] = op.peer;
   if (is_collective(op.kind)) args["group"] = op.group;
+  if (is_rooted(op.kind)) args["root"] = op.peer;
   if (op.num_shards > 1 || !(op.shards.empty() || op.shards == IdSet{0}))
     args["shards"] = op.shards.str() + "/" + std::to_string(op.num_shards);
   return args;

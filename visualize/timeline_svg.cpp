@@ -84,6 +84,8 @@ class Colours {
       case OpKind::AllGather: return {&ag_};
       case OpKind::ReduceScatter: return {&rs_};
       case OpKind::AllReduce: return {&ar_};
+      case OpKind::Broadcast: return {&bc_};
+      case OpKind::Reduce: return {&rd_};
       default: return {&nolayer_};
     }
   }
@@ -105,7 +107,8 @@ class Colours {
   int layers_;
   mutable std::map<int, Set> cache_;
   std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour,
-              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour;
+              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, bc_ = kBroadcastColour,
+              rd_ = kReduceColour;
 };
 
 /// The label drawn inside an op's box: the longest form that fits `width` px at `font` px, or "". Every form
@@ -138,6 +141,8 @@ std::string box_label(const Op& op, double width, double font) {
     case OpKind::AllGather: s = "AG"; break;
     case OpKind::ReduceScatter: s = "RS"; break;
     case OpKind::AllReduce: s = "AR"; break;
+    case OpKind::Broadcast: s = "BC"; break;
+    case OpKind::Reduce: s = "RD"; break;
     case OpKind::Barrier: s = "B"; break;
     case OpKind::Send: s = fmt::format("\u2192{}", op.peer); break;
     case OpKind::Recv: s = op.peer < 0 ? std::string("\u2190*") : fmt::format("\u2190{}", op.peer); break;
@@ -281,7 +286,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   std::size_t timed = 0;
   int max_layer = -1;
   double mem_max = 0;
-  bool has_bi = false, has_bw = false;
+  bool has_bi = false, has_bw = false, has_rooted = false;
   for (const auto& runs : trace.ranks)
     for (const auto& r : runs) {
       if (!is_timed(r.op.kind)) continue;
@@ -290,6 +295,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       mem_max = std::max(mem_max, r.memory);
       has_bi |= r.op.kind == OpKind::BackwardInput;
       has_bw |= r.op.kind == OpKind::BackwardWeight;
+      has_rooted |= is_rooted(r.op.kind);
     }
   if (nranks == 0 || timed == 0) return empty_svg(trace, opt);
 
@@ -443,6 +449,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     items.push_back({LegendItem::Boxes, {kUpdateColour}, 1, false, "update"});
     items.push_back({LegendItem::Boxes, {kAllGatherColour, kReduceScatterColour, kAllReduceColour, kNoLayerColour}, 1,
                      false, "all-gather (AG), reduce-scatter (RS), all-reduce (AR), barrier (B)"});
+    if (has_rooted)  // (only when drawn: the figures without them stay as they were)
+      items.push_back({LegendItem::Boxes, {kBroadcastColour, kReduceColour}, 1, false, "broadcast (BC), reduce (RD)"});
     items.push_back({LegendItem::Boxes, {kPassColour}, 1, false, "send/recv (pass)"});
     items.push_back({LegendItem::Bar, {}, 1, false, "loss"});
     if (show_exposed)

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -28,6 +29,19 @@ std::vector<unsigned char> sum(const std::vector<std::optional<std::vector<unsig
   std::vector<unsigned char> bytes(count * sizeof(T));
   std::memcpy(bytes.data(), out.data(), bytes.size());
   return bytes;
+}
+
+// The root of a broadcast's or reduce's tag ("broadcast 3", "reduce 0": the kind, then the root's global
+// rank), -1 for another collective, -2 for a rooted tag whose root is not a number up to `world`.
+int tag_root(const std::string& tag, int world) {
+  std::string_view rest;
+  if (tag.rfind("broadcast ", 0) == 0) rest = std::string_view(tag).substr(10);
+  else if (tag.rfind("reduce ", 0) == 0) rest = std::string_view(tag).substr(7);
+  else return -1;
+  if (rest.empty() || rest.size() > 9 || !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -2;
+  const int r = std::stoi(std::string(rest));
+  return r < world ? r : -2;
 }
 
 }  // namespace
@@ -80,18 +94,24 @@ void TcpHub::on_frame(Frame&& f) {
 std::string TcpHub::coordinate(Frame&& f) {
   if (pg_.rank() != 0) return fmt::format("rank {} got a collective's input, which only rank 0 collects", pg_.rank());
   std::uint64_t element = 0;  // bytes per element of the input (0: a barrier carries none)
-  if (f.tag == "all-gather" || f.tag == "all-reduce" || f.tag == "reduce-scatter") element = sizeof(float);
+  const int root = tag_root(f.tag, pg_.world_size());
+  if (f.tag == "all-gather" || f.tag == "all-reduce" || f.tag == "reduce-scatter" || root >= 0) element = sizeof(float);
   else if (f.tag == "all-reduce-f64") element = sizeof(double);
   else if (f.tag != "barrier") return fmt::format("rank {} called an unknown collective over group {}", f.src, f.group);
   if (f.group < 0 || f.group >= static_cast<int>(groups_.size()))
-    return fmt::format("rank {} called a {} over unknown group {}", f.src, f.tag, f.group);
+    return fmt::format("rank {} called a collective over unknown group {}", f.src, f.group);
   const std::vector<int>& members = groups_[f.group];
   auto it = std::find(members.begin(), members.end(), f.src);
   if (it == members.end()) return fmt::format("rank {} called a {} over group {}, which it is not in", f.src, f.tag, f.group);
   const std::size_t me = static_cast<std::size_t>(it - members.begin());
-  // Rank 0 reads exactly what the call's kind and count say of every input: check it is all there.
-  const std::uint64_t parts = f.tag == "reduce-scatter" ? members.size() : 1;
-  if (element && f.count > std::numeric_limits<std::uint64_t>::max() / element / parts)  // (no overflow below)
+  if (root >= 0 && std::find(members.begin(), members.end(), root) == members.end())
+    return fmt::format("rank {} called a {} over group {}, whose members do not include the root", f.src, f.tag, f.group);
+  // Rank 0 reads exactly what the call's kind and count say of every input: check it is all there (a
+  // broadcast's input comes from its root only).
+  const std::uint64_t parts = f.tag == "reduce-scatter" ? members.size()
+                              : f.tag.rfind("broadcast ", 0) == 0 && f.src != root ? 0
+                                                                                    : 1;
+  if (element && parts && f.count > std::numeric_limits<std::uint64_t>::max() / element / parts)  // (no overflow below)
     return fmt::format("rank {} called a {} of {} elements over group {}: too many", f.src, f.tag, f.count, f.group);
   if (f.data.size() != f.count * element * parts)
     return fmt::format("rank {} sent {} bytes for a {} of {} elements over group {}, expected {}", f.src, f.data.size(),
@@ -119,7 +139,14 @@ void TcpHub::finish(int group, std::uint64_t seq, Pending& p) {
   const std::vector<int>& members = groups_[group];
   const std::size_t n = members.size(), count = p.count;
   std::vector<unsigned char> common;
-  if (p.what == "all-gather") {
+  const int root = tag_root(p.what, pg_.world_size());
+  const std::size_t root_index =
+      root >= 0 ? static_cast<std::size_t>(std::find(members.begin(), members.end(), root) - members.begin()) : 0;
+  if (p.what.rfind("broadcast ", 0) == 0) {
+    common = *p.inputs[root_index];
+  } else if (root >= 0) {  // reduce: the sum to the root only
+    common = sum<float>(p.inputs, 0, count);
+  } else if (p.what == "all-gather") {
     for (auto& in : p.inputs) common.insert(common.end(), in->begin(), in->end());
   } else if (p.what == "all-reduce") {
     common = sum<float>(p.inputs, 0, count);
@@ -130,6 +157,7 @@ void TcpHub::finish(int group, std::uint64_t seq, Pending& p) {
     Frame out;
     out.kind = kCollOut, out.src = 0, out.dst = members[i], out.group = group, out.seq = seq, out.tag = p.what;
     out.data = p.what == "reduce-scatter" ? sum<float>(p.inputs, i * count, count) : common;
+    if (root >= 0 && p.what.rfind("reduce ", 0) == 0 && i != root_index) out.data.clear();
     pg_.post(std::move(out));
   }
 }
@@ -191,12 +219,37 @@ class TcpCommunicator final : public Communicator {
 
   void barrier(StreamContext&, int group) override { collective(group, "barrier", 0, nullptr, 0); }
 
+  void broadcast(StreamContext&, const float* in, float* out, std::size_t count, int root, int group) override {
+    const bool is_root = check_root(group, root, "broadcast");
+    const std::string tag = fmt::format("broadcast {}", root);
+    auto r = collective(group, tag.c_str(), count, in, is_root ? count * sizeof(float) : 0);
+    expect(r, count * sizeof(float));
+    if (out != in && !r.empty()) std::memcpy(out, r.data(), r.size());
+  }
+
+  void reduce(StreamContext&, const float* in, float* out, std::size_t count, int root, int group) override {
+    const bool is_root = check_root(group, root, "reduce");
+    const std::string tag = fmt::format("reduce {}", root);
+    auto r = collective(group, tag.c_str(), count, in, count * sizeof(float));
+    expect(r, is_root ? count * sizeof(float) : 0);
+    if (is_root && !r.empty()) std::memcpy(out, r.data(), r.size());
+  }
+
  private:
   std::size_t group_size(int group) const { return hub_.groups_[group].size(); }
 
   void expect(const std::vector<unsigned char>& r, std::size_t bytes) const {
     if (r.size() != bytes)
       throw CommError(fmt::format("rank {}: a collective's result has {} bytes, expected {}", rank_, r.size(), bytes));
+  }
+
+  // True when this rank is `root`; CommError when the root is not a member of `group` (or this rank is not).
+  bool check_root(int group, int root, const char* what) const {
+    member_index(hub_.groups_, group, rank_, what);
+    const auto& m = hub_.groups_[group];
+    if (std::find(m.begin(), m.end(), root) == m.end())
+      throw CommError(fmt::format("rank {}: {} over group {} from root {}, which is not in it", rank_, what, group, root));
+    return root == rank_;
   }
 
   void check_peer(int peer, const char* what) const {

@@ -5,7 +5,9 @@
 // (source, destination). A collective's members send their inputs to rank 0, which computes each member's
 // result exactly as ThreadHub does (sums in member order, starting from member 0's value) and sends it back;
 // collectives are matched per group by their sequence number, and a member calling another kind or size
-// than the others fails the job. Simple and correct, not fast: for tests and small runs.
+// than the others fails the job. A broadcast's and a reduce's tag names the root ("broadcast 3"), so members
+// naming different roots fail it too; a broadcast's input comes from the root only, a reduce's sum goes to the
+// root only. Simple and correct, not fast: for tests and small runs.
 #pragma once
 
 #include <chrono>

@@ -88,6 +88,29 @@ class ThreadCommunicator final : public Communicator {
     collective(group, "barrier", 0, nullptr, [](const std::vector<const void*>&, int) {});
   }
 
+  void broadcast(StreamContext&, const float* in, float* out, std::size_t count, int root, int group) override {
+    const int r = root_index(group, root, "broadcast");
+    const bool is_root = r == member_index(hub_.groups_, group, rank_, "broadcast");
+    const std::string what = fmt::format("broadcast from rank {}", root);
+    collective(group, what.c_str(), count, is_root ? in : nullptr, [&](const std::vector<const void*>& inputs, int me) {
+      if (me != r && count) std::memcpy(out, inputs[r], count * sizeof(float));
+    });
+    if (is_root && out != in && count) std::memcpy(out, in, count * sizeof(float));
+  }
+
+  void reduce(StreamContext&, const float* in, float* out, std::size_t count, int root, int group) override {
+    const int r = root_index(group, root, "reduce");
+    const std::string what = fmt::format("reduce to rank {}", root);
+    // out may be in on the root: every member reads every input before anyone departs, so sum into a copy
+    std::vector<float> acc;
+    collective(group, what.c_str(), count, in, [&](const std::vector<const void*>& inputs, int me) {
+      if (me != r) return;
+      acc.resize(count);
+      sum_into<float>(inputs, acc.data(), 0, count);
+    });
+    if (!acc.empty()) std::memcpy(out, acc.data(), count * sizeof(float));
+  }
+
  private:
   template <typename T>
   void reduce_all(const T* in, T* out, std::size_t count, int group) {
@@ -107,6 +130,16 @@ class ThreadCommunicator final : public Communicator {
       const T* x = static_cast<const T*>(inputs[j]) + offset;
       for (std::size_t e = 0; e < count; ++e) out[e] += x[e];
     }
+  }
+
+  // The member index of `root` in `group`; CommError when it is not a member.
+  int root_index(int group, int root, const char* what) const {
+    member_index(hub_.groups_, group, rank_, what);  // (an unknown group or a non-member, named)
+    const auto& m = hub_.groups_[group];
+    const auto it = std::find(m.begin(), m.end(), root);
+    if (it == m.end())
+      throw CommError(fmt::format("rank {}: {} over group {} from root {}, which is not in it", rank_, what, group, root));
+    return static_cast<int>(it - m.begin());
   }
 
   void check_peer(int peer, const char* what) const {

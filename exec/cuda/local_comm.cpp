@@ -48,10 +48,13 @@ class LocalCommunicator final : public Communicator {
   void all_reduce(StreamContext& s, const float* in, float* out, std::size_t count, int group) override;
   void all_reduce(StreamContext& s, const double* in, double* out, std::size_t count, int group) override;
   void barrier(StreamContext& s, int group) override;
+  void broadcast(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) override;
+  void reduce(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) override;
 
  private:
-  enum class Kind { AllGather, ReduceScatter, AllReduceF, AllReduceD, Barrier };
-  void collective(StreamContext& s, Kind kind, const void* in, void* out, std::size_t count, int group);
+  enum class Kind { AllGather, ReduceScatter, AllReduceF, AllReduceD, Barrier, Broadcast, Reduce };
+  // `root`: a broadcast's or reduce's root, a global rank (-1 for the others).
+  void collective(StreamContext& s, Kind kind, const void* in, void* out, std::size_t count, int group, int root = -1);
   template <typename Pred, typename Describe>
   void wait(std::unique_lock<std::mutex>& lock, Pred done, Describe describe);
 
@@ -103,6 +106,7 @@ class LocalHub final : public CommHub {
   };
   struct Call {
     int kind = 0;
+    int root = -1;
     std::size_t count = 0;
     std::vector<const void*> inputs;
     std::vector<cudaEvent_t> ready, read;
@@ -194,13 +198,26 @@ void LocalCommunicator::all_reduce(StreamContext& s, const double* in, double* o
   collective(s, Kind::AllReduceD, in, out, count, group);
 }
 void LocalCommunicator::barrier(StreamContext& s, int group) { collective(s, Kind::Barrier, nullptr, nullptr, 0, group); }
+void LocalCommunicator::broadcast(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) {
+  collective(s, Kind::Broadcast, root == rank_ ? in : nullptr, out, count, group, root);
+}
+void LocalCommunicator::reduce(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) {
+  collective(s, Kind::Reduce, in, out, count, group, root);
+}
 
-void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, void* out, std::size_t count, int group) {
-  static const char* names[] = {"all-gather", "reduce-scatter", "all-reduce", "all-reduce", "barrier"};
+void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, void* out, std::size_t count, int group,
+                                   int root) {
+  static const char* names[] = {"all-gather", "reduce-scatter", "all-reduce", "all-reduce", "barrier", "broadcast", "reduce"};
   const char* what = names[static_cast<int>(kind)];
   const int me = member_index(hub_.groups_, group, rank_, what);
   const std::vector<int>& members = hub_.groups_[group];
   const int n = static_cast<int>(members.size());
+  int r = -1;  // the root's member index
+  if (root >= 0) {
+    r = static_cast<int>(std::find(members.begin(), members.end(), root) - members.begin());
+    if (r == n)
+      throw CommError(fmt::format("rank {}: {} over group {} from root {}, which is not in it", rank_, what, group, root));
+  }
   const std::pair<int, std::uint64_t> key{group, next_seq_[group]++};
   cudaStream_t st = kind == Kind::Barrier ? nullptr : stream_of(s);
   std::shared_ptr<LocalHub::Call> call;
@@ -221,14 +238,15 @@ void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, 
     auto& slot = hub_.calls_[key];
     if (!slot) {
       slot = std::make_shared<LocalHub::Call>();
-      slot->kind = static_cast<int>(kind), slot->count = count;
+      slot->kind = static_cast<int>(kind), slot->count = count, slot->root = root;
       slot->inputs.assign(n, nullptr), slot->present.assign(n, false);
       slot->ready.assign(n, nullptr), slot->read.assign(n, nullptr);
     }
     call = slot;
-    if (call->kind != static_cast<int>(kind) || call->count != count)
-      throw CommError(fmt::format("rank {}: call {} over group {} is a {} of {} here but a {} of {} on another member",
-                                  rank_, key.second, group, what, count, names[call->kind], call->count));
+    if (call->kind != static_cast<int>(kind) || call->count != count || call->root != root)
+      throw CommError(fmt::format("rank {}: call {} over group {} is a {} of {} (root {}) here but a {} of {} (root {}) "
+                                  "on another member",
+                                  rank_, key.second, group, what, count, root, names[call->kind], call->count, call->root));
     call->inputs[me] = in, call->ready[me] = ready, call->present[me] = true;
     ++call->arrived;
     hub_.cv_.notify_all();
@@ -260,6 +278,16 @@ void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, 
         }
         break;
       }
+      case Kind::Broadcast:  // the root's input; the root's own output may be its input
+        if (count && (me != r || out != call->inputs[r]))
+          TS_CUDA(cudaMemcpyAsync(out, call->inputs[r], count * fsz, cudaMemcpyDeviceToDevice, st));
+        break;
+      case Kind::Reduce:  // the root only, into a temporary: `out` may be `in`, which the others are reading
+        if (me == r && count) {
+          TS_CUDA(cudaMallocAsync(&tmp, count * fsz, st));
+          sum_inputs(call->inputs.data(), n, 0, count, tmp, false, st);
+        }
+        break;
       case Kind::Barrier:
         break;
     }

@@ -27,7 +27,7 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const std::string& id, int world, int rank, const std::vector<std::vector<int>>& groups,
                    double timeout, std::shared_ptr<std::atomic<bool>> abort_flag)
-      : world_(world), rank_(rank), timeout_(timeout), abort_(std::move(abort_flag)) {
+      : world_(world), rank_(rank), timeout_(timeout), abort_(std::move(abort_flag)), groups_(groups) {
     if (!abort_) abort_ = std::make_shared<std::atomic<bool>>(false);
     if (id.size() != sizeof(ncclUniqueId)) throw std::invalid_argument("an NCCL unique id has the wrong size");
     if (groups.empty()) throw std::invalid_argument("the communicator needs group 0 (every rank)");
@@ -91,6 +91,18 @@ class NcclCommunicator final : public Communicator {
     TS_NCCL(ncclAllReduce(in, out, count, ncclFloat64, ncclSum, comm(group, "all-reduce"), st));
     finish(st, group, fmt::format("all-reduce over group {}", group));
   }
+  void broadcast(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) override {
+    cudaStream_t st = stream_of(s);
+    ncclComm_t c = comm(group, "broadcast");
+    TS_NCCL(ncclBroadcast(in, out, count, ncclFloat32, root_index(group, root, "broadcast"), c, st));
+    finish(st, group, fmt::format("broadcast from rank {} over group {}", root, group));
+  }
+  void reduce(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) override {
+    cudaStream_t st = stream_of(s);
+    ncclComm_t c = comm(group, "reduce");
+    TS_NCCL(ncclReduce(in, out, count, ncclFloat32, ncclSum, root_index(group, root, "reduce"), c, st));
+    finish(st, group, fmt::format("reduce to rank {} over group {}", root, group));
+  }
   void barrier(StreamContext& s, int group) override {
     cudaStream_t st = stream_of(s);
     TS_NCCL(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm(group, "barrier"), st));
@@ -108,6 +120,13 @@ class NcclCommunicator final : public Communicator {
       throw CommError(fmt::format("rank {}: {} over unknown group {}", rank_, what, group));
     if (!comms_[group]) throw CommError(fmt::format("rank {}: {} over group {}, which it is not in", rank_, what, group));
     return comms_[group];
+  }
+  // NCCL's rank of global rank `root` in `group`'s communicator: its index in the group (ncclCommSplit's key).
+  int root_index(int group, int root, const char* what) const {
+    const auto& m = groups_.at(group);
+    for (std::size_t i = 0; i < m.size(); ++i)
+      if (m[i] == root) return static_cast<int>(i);
+    throw CommError(fmt::format("rank {}: {} over group {} from root {}, which is not in it", rank_, what, group, root));
   }
   void abort_all() {
     aborted_ = true;
@@ -146,6 +165,7 @@ class NcclCommunicator final : public Communicator {
   int world_, rank_;
   double timeout_;
   std::shared_ptr<std::atomic<bool>> abort_;
+  std::vector<std::vector<int>> groups_;  // by group: the members, in NCCL rank order
   std::vector<ncclComm_t> comms_;  // by group; null where not a member
   void* scratch_ = nullptr;
   cudaEvent_t done_ = nullptr;

@@ -132,5 +132,7 @@ Schedule gen_interleaved_zb(const GenOptions& o);
 /// ddp, zero1, zero2, fsdp.
 Schedule gen_data_parallel(const std::string& kind, const GenOptions& o);
 Schedule gen_pp_fsdp(const GenOptions& o);
+/// zero3-owner: ZeRO-3 sharded between tensors (each layer owned whole by rank l mod dp; broadcast, reduce).
+Schedule gen_zero3_owner(const GenOptions& o);
 
 }  // namespace trainsim::gen

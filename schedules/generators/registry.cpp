@@ -12,7 +12,7 @@ namespace trainsim {
 
 const std::vector<std::string>& generator_kinds() {
   static const std::vector<std::string> kinds = {"gpipe", "1f1b",  "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev", "interleaved-zb",
-                                                 "ddp",   "zero1", "zero2",            "fsdp",       "pp-fsdp"};
+                                                 "ddp",   "zero1", "zero2",            "fsdp",       "zero3-owner", "pp-fsdp"};
   return kinds;
 }
 
@@ -21,7 +21,7 @@ namespace {
 // The limits of schedules/limits.h on what the options ask for, and a bound on the work (layers x microbatches,
 // each one or more ops), so that a mistyped option is refused at once rather than running out of memory.
 void check_size(const std::string& kind, const GenOptions& o) {
-  const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp";
+  const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner";
   const bool pp_fsdp = kind == "pp-fsdp";
   const bool chunked = kind == "interleaved-1f1b" || kind == "looped-bfs" || kind == "interleaved-zb";
   auto pos = [](int v) { return static_cast<long long>(std::max(v, 1)); };
@@ -55,6 +55,7 @@ Schedule generate(const std::string& kind, const GenOptions& options) {
   if (kind == "interleaved-zb") return gen::gen_interleaved_zb(options);
   if (kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp") return gen::gen_data_parallel(kind, options);
   if (kind == "pp-fsdp") return gen::gen_pp_fsdp(options);
+  if (kind == "zero3-owner") return gen::gen_zero3_owner(options);
   std::string names;
   for (const auto& k : generator_kinds()) names += (names.empty() ? "" : ", ") + k;
   throw std::invalid_argument("unknown generator '" + kind + "' (the kinds are: " + names + ")");
