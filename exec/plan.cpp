@@ -201,8 +201,11 @@ std::string clip_problem(const Schedule& s, ReplayPlan& plan) {
     std::string first = res.error.substr(0, res.error.find('\n'));
     return "an all-reduce of the gradient norm before each rank's first update would not complete: " + first;
   }
+  if (group != 0) {  // (the communicator's index of the group, which may differ from the probe's)
+    plan.groups.push_back(updaters);
+    group = static_cast<int>(plan.groups.size()) - 1;
+  }
   plan.norm_group = group;
-  if (group != 0) plan.groups.push_back(updaters);
   return "";
 }
 
@@ -375,6 +378,7 @@ ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, b
   order_gathers(s, plan);
   assign_norm(s, shapes, plan);
   carry_state(s, shapes, plan);
+  plan_tensor_parallel(s, plan);
   if (clip > 0) {
     std::string why = clip_problem(s, plan);
     if (!why.empty() && clip_required)
@@ -384,7 +388,6 @@ ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, b
   } else {
     plan.clip_note = "off (--grad-clip 0)";
   }
-  plan_tensor_parallel(s, plan);  // (after the norm's group: its communicator groups come last)
   return plan;
 }
 

@@ -52,9 +52,9 @@ struct RankPlan {
 /// The whole plan.
 struct ReplayPlan {
   std::vector<RankPlan> ranks;
-  /// Communicator groups: 0 = every rank, then the schedule's groups 1.. in order, then the ranks that
-  /// update (for the gradient norm) when they are not every rank, then one copy of each TP group per stream
-  /// its members compute on (RankPlan::tp_comm_groups).
+  /// Communicator groups: 0 = every rank, then the schedule's groups 1.. in order, then one copy of each TP
+  /// group per stream its members compute on (RankPlan::tp_comm_groups), then the ranks that update (for the
+  /// gradient norm, norm_group) when they are not every rank.
   std::vector<std::vector<int>> groups;
   int norm_group = 0;
   bool clip = false;        ///< clipping by the global norm runs
