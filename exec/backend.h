@@ -29,6 +29,9 @@ class LocalBackend {
   /// transport, or the job id the backend's own library needs). Calls wait at most `timeout_seconds`.
   virtual std::unique_ptr<CommHub> make_process_hub(ProcessGroup& processes, const std::vector<std::vector<int>>& groups,
                                                     double timeout_seconds) = 0;
+  /// Whether its kernels run tensor parallelism (the vocabulary-parallel embedding and cross-entropy of
+  /// exec/kernels.h): a TP schedule on a backend without them is refused before it starts.
+  virtual bool supports_tensor_parallel() const { return false; }
 };
 
 /// The backends built into this binary: "cpu" (and "cuda" where it was built with CUDA).

@@ -8,6 +8,9 @@
 // T (the scalar) is float for training; the CPU backend also instantiates double for the gradient check.
 #pragma once
 
+#include <stdexcept>
+#include <string>
+
 #include "exec/math.h"
 
 namespace trainsim::exec {
@@ -75,6 +78,50 @@ class Kernels {
   /// not null (one double in backend memory). Outputs may alias inputs.
   virtual void adamw(const T* w, const T* g, const T* m, const T* v, T* w_out, T* m_out, T* v_out, long n,
                      const AdamWStep& step, const double* grad_norm_sq, float max_norm) = 0;
+
+  // ---- tensor parallelism (Megatron-LM's vocabulary-parallel embedding and cross-entropy) ----
+  // A backend without them cannot replay TP schedules: the defaults throw std::logic_error naming the kernel
+  // (the replay refuses such a schedule before it starts; exec/backend.h LocalBackend::supports_tensor_parallel).
+
+  /// out (n×d) = row (token − lo) of `table` (rows×d) for the tokens in [lo, lo+rows), zeros for the others.
+  virtual void embedding_forward_range(const int* tokens, const T* table, T* out, long n, int d, int lo, int rows) {
+    (void)tokens, (void)table, (void)out, (void)n, (void)d, (void)lo, (void)rows;
+    missing("embedding_forward_range");
+  }
+  /// dtable (rows×d) += the dout rows of the tokens in [lo, lo+rows), scattered to row token − lo, in row order.
+  virtual void embedding_backward_range(const int* tokens, const T* dout, T* dtable, long n, int d, int lo, int rows) {
+    (void)tokens, (void)dout, (void)dtable, (void)n, (void)d, (void)lo, (void)rows;
+    missing("embedding_backward_range");
+  }
+  /// row_max (n) = the largest element of each row of x (n×V).
+  virtual void row_max(const T* x, T* row_max, long n, int V) {
+    (void)x, (void)row_max, (void)n, (void)V;
+    missing("row_max");
+  }
+  /// The vocabulary-parallel cross-entropy's local sums on a vocabulary slice (logits n×V, token ids from lo),
+  /// with m_i the largest of maxes[q·n + i] over q < k (every slice's row maxima, member-major):
+  /// stats[2i] = Σ_j exp(logits[i,j] − m_i), stats[2i+1] = logits[i, target_i − lo] − m_i when target_i is in
+  /// [lo, lo+V), else 0 (doubles).
+  virtual void vocab_parallel_ce_stats(const T* logits, const int* targets, const T* maxes, int k, double* stats,
+                                       long n, int V, int lo) {
+    (void)logits, (void)targets, (void)maxes, (void)k, (void)stats, (void)n, (void)V, (void)lo;
+    missing("vocab_parallel_ce_stats");
+  }
+  /// With `stats` summed over the TP group (S_i, z_i): dlogits = (exp(logits − m_i) / S_i − onehot)·scale
+  /// (dlogits may alias logits) and loss_sums[i / rows_per_segment] += log S_i − z_i.
+  virtual void vocab_parallel_ce_finish(const T* logits, const int* targets, const T* maxes, int k, const double* stats,
+                                        T* dlogits, double* loss_sums, long n, int V, int lo, long rows_per_segment,
+                                        T scale) {
+    (void)logits, (void)targets, (void)maxes, (void)k, (void)stats, (void)dlogits, (void)loss_sums, (void)n, (void)V,
+        (void)lo, (void)rows_per_segment, (void)scale;
+    missing("vocab_parallel_ce_finish");
+  }
+
+ private:
+  [[noreturn]] static void missing(const char* kernel) {
+    throw std::logic_error(std::string("this backend has no ") + kernel +
+                           " kernel, which tensor parallelism needs (the cpu backend has it)");
+  }
 };
 
 }  // namespace trainsim::exec

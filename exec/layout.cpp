@@ -2,34 +2,67 @@
 
 #include <cmath>
 #include <numbers>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 namespace trainsim::exec {
 
-LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec) : model_(model), spec_(spec) {
+LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp_index, int tp_size)
+    : model_(model), spec_(spec), tp_index_(tp_index), tp_size_(tp_size) {
+  const int t = tp_size, j = tp_index;
+  if (t < 1 || j < 0 || j >= t)
+    throw std::invalid_argument(fmt::format("TP slice {} of {} does not exist", j, t));
+  if (t > 1) {
+    std::string bad;
+    if (model.heads % t) bad = fmt::format("the heads ({})", model.heads);
+    else if (model.ffn % t) bad = fmt::format("the FFN size ({})", model.ffn);
+    else if (model.vocab % t) bad = fmt::format("the vocabulary ({})", model.vocab);
+    if (!bad.empty())
+      throw std::invalid_argument(fmt::format(
+          "tensor parallelism over {} ranks splits attention by heads, the MLP by FFN columns and the embedding and LM "
+          "head by vocabulary, so the heads ({}), the FFN size ({}) and the vocabulary ({}) must be multiples of {}: {} "
+          "is not (--heads and --ffn change them)",
+          t, model.heads, model.ffn, model.vocab, t, bad));
+  }
   const long d = model.dim, f = model.ffn, v = model.vocab;
+  const long dl = d / t, fl = f / t, vl = v / t;  // the slice's attention width, FFN columns, vocabulary rows
   const float out_std = model.init_std / std::sqrt(2.0f * static_cast<float>(model.blocks));  // GPT-2's residual scaling
-  auto add = [&](std::string name, ParamRole role, int block, long rows, long cols, bool decay, float std) {
-    params_.push_back(ParamSpec{std::move(name), role, block, rows, cols, size_, decay, std});
+  // A parameter of the slice: `rows` × `cols` of the whole `full_rows` × `full_cols`, its rows in `blocks` blocks
+  // `stride` rows apart starting at row `row0`, its columns from `col0`.
+  auto add = [&](std::string name, ParamRole role, int block, long rows, long cols, bool decay, float std, long full_rows,
+                 long full_cols, int blocks = 1, long stride = 0, long row0 = 0, long col0 = 0) {
+    ParamSpec p{std::move(name), role, block, rows, cols, size_, decay, std};
+    p.full_rows = full_rows, p.full_cols = full_cols, p.row_blocks = blocks, p.row_block_stride = stride;
+    p.row_start = row0, p.col_start = col0, p.tp_replicated = t > 1 && rows == full_rows && cols == full_cols;
+    params_.push_back(std::move(p));
     size_ += rows * cols;
     return params_.back().offset;
   };
-  if (spec.embedding) embedding_ = add("embedding", ParamRole::Embedding, -1, v, d, true, model.init_std);
+  if (spec.embedding) embedding_ = add("embedding", ParamRole::Embedding, -1, vl, d, true, model.init_std, v, d, 1, 0, j * vl);
   for (int k = 0; k < spec.num_blocks; ++k) {
     int b = spec.first_block + k;
     std::string p = "blocks." + std::to_string(b) + ".";
     BlockOffsets o;
-    o.attn_norm = add(p + "attn_norm", ParamRole::AttnNorm, b, d, 1, false, 0);
-    o.wqkv = add(p + "wqkv", ParamRole::Wqkv, b, 3 * d, d, true, model.init_std);
-    o.wo = add(p + "wo", ParamRole::Wo, b, d, d, true, out_std);
-    o.ffn_norm = add(p + "ffn_norm", ParamRole::FfnNorm, b, d, 1, false, 0);
-    o.wgu = add(p + "wgu", ParamRole::Wgu, b, 2 * f, d, true, model.init_std);
-    o.wdown = add(p + "wdown", ParamRole::Wdown, b, d, f, true, out_std);
+    o.attn_norm = add(p + "attn_norm", ParamRole::AttnNorm, b, d, 1, false, 0, d, 1);
+    o.wqkv = add(p + "wqkv", ParamRole::Wqkv, b, 3 * dl, d, true, model.init_std, 3 * d, d, 3, d, j * dl);
+    o.wo = add(p + "wo", ParamRole::Wo, b, d, dl, true, out_std, d, d, 1, 0, 0, j * dl);
+    o.ffn_norm = add(p + "ffn_norm", ParamRole::FfnNorm, b, d, 1, false, 0, d, 1);
+    o.wgu = add(p + "wgu", ParamRole::Wgu, b, 2 * fl, d, true, model.init_std, 2 * f, d, 2, f, j * fl);
+    o.wdown = add(p + "wdown", ParamRole::Wdown, b, d, fl, true, out_std, d, f, 1, 0, 0, j * fl);
     blocks_.push_back(o);
   }
   if (spec.head) {
-    final_norm_ = add("final_norm", ParamRole::FinalNorm, -1, d, 1, false, 0);
-    head_ = add("head", ParamRole::Head, -1, v, d, true, model.init_std);
+    final_norm_ = add("final_norm", ParamRole::FinalNorm, -1, d, 1, false, 0, d, 1);
+    head_ = add("head", ParamRole::Head, -1, vl, d, true, model.init_std, v, d, 1, 0, j * vl);
   }
+}
+
+long ParamSpec::full_index(long e) const {
+  const long r = e / cols, c = e % cols;
+  const long per_block = rows / row_blocks;
+  const long full_r = (r / per_block) * row_block_stride + row_start + r % per_block;
+  return full_r * full_cols + col_start + c;
 }
 
 long shard_chunk(long size, int num_shards) { return (size + num_shards - 1) / num_shards; }
@@ -61,13 +94,14 @@ double normal(std::uint64_t key, std::uint64_t i) {
 
 void init_parameters(const LayerLayout& layout, std::uint64_t seed, long begin, long end, float* out) {
   for (long e = begin; e < end; ++e) out[e - begin] = 0.0f;
-  for (const ParamSpec& p : layout.params()) {
+  for (const ParamSpec& p : layout.params()) {  // (keyed by the element's index in the whole parameter: a TP
+                                                 // slice holds exactly the whole model's values)
     long lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.size());
     if (lo >= hi) continue;
     std::uint64_t key = splitmix64(seed ^ fnv1a(p.name));
     for (long e = lo; e < hi; ++e)
       out[e - begin] = p.init_std == 0 ? 1.0f
-                                       : static_cast<float>(p.init_std * normal(key, static_cast<std::uint64_t>(e - p.offset)));
+                                       : static_cast<float>(p.init_std * normal(key, static_cast<std::uint64_t>(p.full_index(e - p.offset))));
   }
 }
 

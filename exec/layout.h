@@ -8,6 +8,14 @@
 // c = ceil(P/n), and shard i is elements [i·c, (i+1)·c) (FSDP's flat parameter). A tensor holding a set of
 // shards stores them back to back in increasing shard order; a complete tensor is the P elements followed
 // by its padding, whatever its shard count.
+//
+// Tensor parallelism (Shoeybi et al. 2019, Megatron-LM; docs/design.md "Tensor parallelism"): the layout of
+// TP slice j of t holds the slice's parts of the same parameters, in the same order: the embedding's and the
+// LM head's vocabulary rows [j·V/t, (j+1)·V/t); of Wqkv the rows of the slice's heads [j·H/t, (j+1)·H/t) in
+// each of q, k and v (3·d/t rows); of Wo those heads' columns (d × d/t); of Wgu the FFN rows [j·f/t,
+// (j+1)·f/t) of the gate and of the up projection (2·f/t rows); of Wdown those columns (d × f/t); the norm
+// gains whole (replicated on every slice). The slice's parameters are one flat buffer, sharded as above
+// (FSDP over a TP slice: W<j/t>[s/n]).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +39,18 @@ struct ParamSpec {
   long offset = 0;    ///< first element in the flat buffer
   bool decay = false; ///< AdamW weight decay applies (matrices: yes; norm gains: no), as nanoGPT groups them
   float init_std = 0; ///< normal(0, init_std); 0 means "initialise to ones" (norm gains)
+  // Where this (TP-sliced) parameter sits in the whole one; without TP it is the whole one.
+  long full_rows = 0, full_cols = 0;  ///< the whole parameter's shape
+  int row_blocks = 1;                 ///< the rows come in this many equal blocks (Wqkv: q, k, v; Wgu: gate, up)
+  long row_block_stride = 0;          ///< rows between the starts of two blocks in the whole parameter
+  long row_start = 0;                 ///< the whole parameter's row of this one's row 0
+  long col_start = 0;                 ///< the whole parameter's column of this one's column 0
+  bool tp_replicated = false;         ///< every TP slice holds all of it (norm gains)
 
   long size() const { return rows * cols; }
+  long full_size() const { return full_rows * full_cols; }
+  /// Index in the whole parameter (row-major) of element `e` (0 <= e < size()) of this one.
+  long full_index(long e) const;
 };
 
 /// Offsets of one block's parameters in its layer's flat buffer.
@@ -43,7 +61,10 @@ struct BlockOffsets {
 /// The parameters of one schedule layer.
 class LayerLayout {
  public:
-  LayerLayout(const ModelConfig& model, const LayerSpec& spec);
+  /// The layout of TP slice `tp_index` of `tp_size` of the layer (the whole layer when tp_size is 1). Throws
+  /// std::invalid_argument when the heads, the FFN size or the vocabulary are not multiples of tp_size, naming
+  /// them.
+  LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp_index = 0, int tp_size = 1);
 
   const LayerSpec& spec() const { return spec_; }
   const ModelConfig& model() const { return model_; }
@@ -55,10 +76,18 @@ class LayerLayout {
   long head_offset() const { return head_; }                 ///< valid when spec().head
   /// Offsets of the k-th block of this layer (0 <= k < spec().num_blocks).
   const BlockOffsets& block(int k) const { return blocks_.at(k); }
+  int tp_index() const { return tp_index_; }  ///< TP slice j (0 without TP)
+  int tp_size() const { return tp_size_; }    ///< TP degree t (1 without TP)
+  int heads() const { return model_.heads / tp_size_; }             ///< attention heads of the slice
+  int attention_dim() const { return heads() * model_.head_dim(); } ///< d/t: q, k, v widths of the slice
+  int ffn() const { return model_.ffn / tp_size_; }                 ///< FFN columns of the slice
+  int vocab() const { return model_.vocab / tp_size_; }             ///< vocabulary rows of the slice
+  int vocab_start() const { return tp_index_ * vocab(); }           ///< the slice's first token id
 
  private:
   ModelConfig model_;
   LayerSpec spec_;
+  int tp_index_ = 0, tp_size_ = 1;
   std::vector<ParamSpec> params_;
   std::vector<BlockOffsets> blocks_;
   long size_ = 0, embedding_ = 0, final_norm_ = 0, head_ = 0;
@@ -69,8 +98,8 @@ long shard_chunk(long size, int num_shards);
 
 /// Fills `out[0 .. end-begin)` with elements [begin, end) of the layer's initial flat parameter buffer
 /// (padding elements, at P and beyond, are 0). Element e of parameter p is a normal(0, std) draw keyed by
-/// (seed, p's global name, e's index inside p), so the same seed gives the same model however the layers,
-/// ranks and shards cut it. Counter-based: SplitMix64 (Steele et al. 2014) and the Box-Muller transform.
+/// (seed, p's global name, e's index inside the whole parameter p), so the same seed gives the same model
+/// however the layers, ranks, TP slices and shards cut it. Counter-based: SplitMix64 (Steele et al. 2014) and the Box-Muller transform.
 void init_parameters(const LayerLayout& layout, std::uint64_t seed, long begin, long end, float* out);
 
 /// Floats per element of the flat buffer in each kind of state: weight and weight grad 1, optimizer state

@@ -48,38 +48,49 @@ struct Run {
   ModelContext<T>& c;
   const LayerLayout& L;
   const ModelConfig& m;
-  int B, Tn, H, hd, d, f;
+  // H, da, f, V: the heads, attention width, FFN columns and vocabulary rows of the layout (its TP slice's).
+  int B, Tn, H, hd, d, da, f, V, tp_index, tp_size;
   long n;  // rows = B·T
 
   Run(ModelContext<T>& ctx, const LayerLayout& layout, int sequences)
-      : c(ctx), L(layout), m(layout.model()), B(sequences), Tn(m.seq), H(m.heads), hd(m.head_dim()), d(m.dim), f(m.ffn),
-        n(static_cast<long>(sequences) * m.seq) {}
+      : c(ctx), L(layout), m(layout.model()), B(sequences), Tn(m.seq), H(layout.heads()), hd(m.head_dim()), d(m.dim),
+        da(layout.attention_dim()), f(layout.ffn()), V(layout.vocab()), tp_index(layout.tp_index()),
+        tp_size(layout.tp_size()), n(static_cast<long>(sequences) * m.seq) {
+    if (tp_size > 1 && (!c.tp || c.tp->size != tp_size))
+      throw std::logic_error("a TP slice's layer computed without its TP group");
+  }
 
   BufferPtr make(long elements) { return c.alloc->allocate(static_cast<std::size_t>(elements) * sizeof(T)); }
   static T* p(const BufferPtr& b) { return b->as<T>(); }
   Kernels<T>& k() { return *c.k; }
   T scale() const { return T(1) / std::sqrt(static_cast<T>(hd)); }
+  // Sums a row-parallel partial result over the TP group (nothing without TP).
+  void reduce(T* x, long count) {
+    if (tp_size > 1) c.tp->all_reduce(x, count);
+  }
 
-  // One block's forward from x_in to y (n×d).
-  void block_forward(const T* W, const BlockOffsets& o, const T* x_in, T* y, BlockStash& s) {
+  // One block's forward from x_in to y (n×d). With `partial_out` (TP: the layer's last block, whose output the
+  // schedule all-reduces), y is this slice's partial sum, the residual added by slice 0 only.
+  void block_forward(const T* W, const BlockOffsets& o, const T* x_in, T* y, BlockStash& s, bool partial_out) {
     s.xn1 = make(n * d), s.rstd1 = make(n);
     k().rmsnorm_forward(x_in, W + o.attn_norm, p(s.xn1), p(s.rstd1), n, d, static_cast<T>(m.norm_eps));
-    BufferPtr qkv = make(n * 3 * d);
-    k().gemm(false, true, n, 3 * d, d, T(1), p(s.xn1), d, W + o.wqkv, d, T(0), p(qkv), 3 * d);
-    s.q = make(n * d), s.k = make(n * d), s.v = make(n * d);
+    BufferPtr qkv = make(n * 3 * da);
+    k().gemm(false, true, n, 3 * da, d, T(1), p(s.xn1), d, W + o.wqkv, d, T(0), p(qkv), 3 * da);
+    s.q = make(n * da), s.k = make(n * da), s.v = make(n * da);
     k().split_heads_rope(p(qkv), p(s.q), p(s.k), p(s.v), B, Tn, H, hd, c.rope_cos, c.rope_sin);
     qkv.reset();
     const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
     s.probs = make(B * H * tt);
     k().gemm_batched(false, true, Tn, Tn, hd, T(1), p(s.q), hd, th, p(s.k), hd, th, T(0), p(s.probs), Tn, tt, B * H);
     k().causal_softmax_forward(p(s.probs), B * H, Tn, scale());
-    BufferPtr o_heads = make(n * d);
+    BufferPtr o_heads = make(n * da);
     k().gemm_batched(false, false, Tn, hd, Tn, T(1), p(s.probs), Tn, tt, p(s.v), hd, th, T(0), p(o_heads), hd, th, B * H);
-    s.att = make(n * d);
+    s.att = make(n * da);
     k().merge_heads(p(o_heads), p(s.att), B, Tn, H, hd);
     o_heads.reset();
     s.h = make(n * d);
-    k().gemm(false, true, n, d, d, T(1), p(s.att), d, W + o.wo, d, T(0), p(s.h), d);
+    k().gemm(false, true, n, d, da, T(1), p(s.att), da, W + o.wo, da, T(0), p(s.h), d);
+    reduce(p(s.h), n * d);
     k().add(p(s.h), x_in, p(s.h), n * d);
     s.xn2 = make(n * d), s.rstd2 = make(n);
     k().rmsnorm_forward(p(s.h), W + o.ffn_norm, p(s.xn2), p(s.rstd2), n, d, static_cast<T>(m.norm_eps));
@@ -88,11 +99,19 @@ struct Run {
     s.act = make(n * f);
     k().swiglu_forward(p(s.gu), p(s.act), n, f);
     k().gemm(false, true, n, d, f, T(1), p(s.act), f, W + o.wdown, f, T(0), y, d);
+    if (partial_out) {
+      if (tp_index == 0) k().add(y, p(s.h), y, n * d);
+      return;
+    }
+    reduce(y, n * d);
     k().add(y, p(s.h), y, n * d);
   }
 
-  // One block's backward-input: dy (grad of its output) -> dx (grad of its input, overwritten).
-  void block_backward_input(const T* W, const BlockOffsets& o, const T* x_in, const T* dy, T* dx, BlockStash& s) {
+  // One block's backward-input: dy (grad of its output) -> dx (grad of its input, overwritten). With
+  // `partial_in` (TP: the first block of a layer without the embedding), dx is this slice's partial sum: the
+  // attention's input grad is not all-reduced, and slice 0 adds the residual's grad.
+  void block_backward_input(const T* W, const BlockOffsets& o, const T* x_in, const T* dy, T* dx, BlockStash& s,
+                            bool partial_in) {
     BufferPtr dact = make(n * f);
     k().gemm(false, false, n, f, d, T(1), dy, d, W + o.wdown, f, T(0), p(dact), f);
     s.dgu = make(n * 2 * f);
@@ -100,30 +119,37 @@ struct Run {
     dact.reset();
     s.dxn2 = make(n * d);
     k().gemm(false, false, n, d, 2 * f, T(1), p(s.dgu), 2 * f, W + o.wgu, d, T(0), p(s.dxn2), d);
+    reduce(p(s.dxn2), n * d);
     s.dh = make(n * d);
     k().copy(dy, p(s.dh), n * d);
     k().rmsnorm_backward_input(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), p(s.dh), n, d);
-    BufferPtr datt = make(n * d);
-    k().gemm(false, false, n, d, d, T(1), p(s.dh), d, W + o.wo, d, T(0), p(datt), d);
-    BufferPtr d_o = make(n * d);
+    BufferPtr datt = make(n * da);
+    k().gemm(false, false, n, da, d, T(1), p(s.dh), d, W + o.wo, da, T(0), p(datt), da);
+    BufferPtr d_o = make(n * da);
     k().split_heads(p(datt), p(d_o), B, Tn, H, hd);
     datt.reset();
     const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
     BufferPtr dp = make(B * H * tt);
     k().gemm_batched(false, true, Tn, Tn, hd, T(1), p(d_o), hd, th, p(s.v), hd, th, T(0), p(dp), Tn, tt, B * H);
-    BufferPtr dv = make(n * d);
+    BufferPtr dv = make(n * da);
     k().gemm_batched(true, false, Tn, hd, Tn, T(1), p(s.probs), Tn, tt, p(d_o), hd, th, T(0), p(dv), hd, th, B * H);
     d_o.reset();
     k().causal_softmax_backward(p(s.probs), p(dp), B * H, Tn, scale());
-    BufferPtr dq = make(n * d), dk = make(n * d);
+    BufferPtr dq = make(n * da), dk = make(n * da);
     k().gemm_batched(false, false, Tn, hd, Tn, T(1), p(dp), Tn, tt, p(s.k), hd, th, T(0), p(dq), hd, th, B * H);
     k().gemm_batched(true, false, Tn, hd, Tn, T(1), p(dp), Tn, tt, p(s.q), hd, th, T(0), p(dk), hd, th, B * H);
     dp.reset();
-    s.dqkv = make(n * 3 * d);
+    s.dqkv = make(n * 3 * da);
     k().merge_heads_rope_backward(p(dq), p(dk), p(dv), p(s.dqkv), B, Tn, H, hd, c.rope_cos, c.rope_sin);
     s.dxn1 = make(n * d);
-    k().gemm(false, false, n, d, 3 * d, T(1), p(s.dqkv), 3 * d, W + o.wqkv, d, T(0), p(s.dxn1), d);
-    k().copy(p(s.dh), dx, n * d);
+    k().gemm(false, false, n, d, 3 * da, T(1), p(s.dqkv), 3 * da, W + o.wqkv, d, T(0), p(s.dxn1), d);
+    if (partial_in && tp_index != 0) {
+      k().fill(dx, T(0), n * d);
+    } else {
+      if (!partial_in) reduce(p(s.dxn1), n * d);
+      k().copy(p(s.dh), dx, n * d);
+    }
+    // (the norm's input grad is linear in dxn1: on partial sums it gives the partial sums of dx)
     k().rmsnorm_backward_input(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), dx, n, d);
     // backward-weight needs neither the attention's inputs nor the FFN's pre-activations any more
     s.q.reset(), s.k.reset(), s.v.reset(), s.probs.reset(), s.gu.reset();
@@ -134,8 +160,8 @@ struct Run {
     k().gemm(true, false, d, f, n, T(1), dy, d, p(s.act), f, T(0), dW + o.wdown, f);
     k().gemm(true, false, 2 * f, d, n, T(1), p(s.dgu), 2 * f, p(s.xn2), d, T(0), dW + o.wgu, d);
     k().rmsnorm_backward_weight(p(s.dxn2), p(s.h), p(s.rstd2), dW + o.ffn_norm, n, d);
-    k().gemm(true, false, d, d, n, T(1), p(s.dh), d, p(s.att), d, T(0), dW + o.wo, d);
-    k().gemm(true, false, 3 * d, d, n, T(1), p(s.dqkv), 3 * d, p(s.xn1), d, T(0), dW + o.wqkv, d);
+    k().gemm(true, false, d, da, n, T(1), p(s.dh), d, p(s.att), da, T(0), dW + o.wo, da);
+    k().gemm(true, false, 3 * da, d, n, T(1), p(s.dqkv), 3 * da, p(s.xn1), d, T(0), dW + o.wqkv, d);
     k().rmsnorm_backward_weight(p(s.dxn1), x_in, p(s.rstd1), dW + o.attn_norm, n, d);
   }
 };
@@ -161,7 +187,14 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
   s.blocks.resize(spec.num_blocks);
   if (spec.embedding) {
     s.blocks[0].x_in = r.make(r.n * r.d);
-    c.k->embedding_forward(static_cast<const int*>(in), W + layout.embedding_offset(), Run<T>::p(s.blocks[0].x_in), r.n, r.d);
+    T* x0 = Run<T>::p(s.blocks[0].x_in);
+    if (r.tp_size > 1) {  // vocabulary-parallel: this slice's rows, zeros for the other tokens, summed over the group
+      c.k->embedding_forward_range(static_cast<const int*>(in), W + layout.embedding_offset(), x0, r.n, r.d,
+                                   layout.vocab_start(), r.V);
+      r.reduce(x0, r.n * r.d);
+    } else {
+      c.k->embedding_forward(static_cast<const int*>(in), W + layout.embedding_offset(), x0, r.n, r.d);
+    }
   }
   for (int b = 0; b < spec.num_blocks; ++b) {
     const bool last = b + 1 == spec.num_blocks;
@@ -175,15 +208,14 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
     } else {
       y = out;
     }
-    r.block_forward(W, layout.block(b), block_input<T>(s, b, in), y, s.blocks[b]);
+    r.block_forward(W, layout.block(b), block_input<T>(s, b, in), y, s.blocks[b], r.tp_size > 1 && last && !spec.head);
     if (!stash && b > 0) s.blocks[b - 1] = BlockStash{};  // nothing to keep: free as we go
   }
   if (spec.head) {
     s.xnf = r.make(r.n * r.d), s.rstdf = r.make(r.n);
     c.k->rmsnorm_forward(Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.xnf), Run<T>::p(s.rstdf), r.n,
                          r.d, static_cast<T>(r.m.norm_eps));
-    c.k->gemm(false, true, r.n, r.m.vocab, r.d, T(1), Run<T>::p(s.xnf), r.d, W + layout.head_offset(), r.d, T(0), out,
-              r.m.vocab);
+    c.k->gemm(false, true, r.n, r.V, r.d, T(1), Run<T>::p(s.xnf), r.d, W + layout.head_offset(), r.d, T(0), out, r.V);
   }
 }
 
@@ -196,8 +228,8 @@ void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T
   const T* dy = dout;  // grad of the current block's output
   if (spec.head) {
     s.dxnf = r.make(r.n * r.d);
-    c.k->gemm(false, false, r.n, r.d, r.m.vocab, T(1), dout, r.m.vocab, W + layout.head_offset(), r.d, T(0),
-              Run<T>::p(s.dxnf), r.d);
+    c.k->gemm(false, false, r.n, r.d, r.V, T(1), dout, r.V, W + layout.head_offset(), r.d, T(0), Run<T>::p(s.dxnf), r.d);
+    r.reduce(Run<T>::p(s.dxnf), r.n * r.d);  // (the LM head is column-parallel: its input grad is a partial sum)
     BufferPtr dx = r.make(r.n * r.d);
     c.k->fill(Run<T>::p(dx), T(0), r.n * r.d);
     c.k->rmsnorm_backward_input(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.rstdf),
@@ -217,9 +249,11 @@ void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T
     } else {
       dx = din;
     }
-    r.block_backward_input(W, layout.block(b), block_input<T>(s, b, in), dy, dx, bs);
+    const bool partial_in = r.tp_size > 1 && b == 0 && !spec.embedding;
+    r.block_backward_input(W, layout.block(b), block_input<T>(s, b, in), dy, dx, bs, partial_in);
     dy = dx;
   }
+  s.partial_first_norm = r.tp_size > 1 && !spec.embedding;
   s.input_grads_done = true;
 }
 
@@ -230,8 +264,7 @@ void layer_backward_weight(ModelContext<T>& c, const LayerLayout& layout, const 
   Run<T> r(c, layout, s.sequences);
   const LayerSpec& spec = layout.spec();
   if (spec.head) {
-    c.k->gemm(true, false, r.m.vocab, r.d, r.n, T(1), dout, r.m.vocab, Run<T>::p(s.xnf), r.d, T(0),
-              dW + layout.head_offset(), r.d);
+    c.k->gemm(true, false, r.V, r.d, r.n, T(1), dout, r.V, Run<T>::p(s.xnf), r.d, T(0), dW + layout.head_offset(), r.d);
     c.k->rmsnorm_backward_weight(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), Run<T>::p(s.rstdf), dW + layout.final_norm_offset(),
                                  r.n, r.d);
   }
@@ -240,19 +273,44 @@ void layer_backward_weight(ModelContext<T>& c, const LayerLayout& layout, const 
     const T* dy = bs.d_out ? Run<T>::p(bs.d_out) : dout;
     r.block_backward_weight(layout.block(b), block_input<T>(s, b, in), dy, dW, bs);
   }
+  // The first block's attention-norm gain saw a partial input grad: its grad is a partial sum too.
+  if (s.partial_first_norm) r.reduce(dW + layout.block(0).attn_norm, r.d);
   if (spec.embedding) {
     T* dE = dW + layout.embedding_offset();
-    c.k->fill(dE, T(0), static_cast<long>(r.m.vocab) * r.d);
-    c.k->embedding_backward(static_cast<const int*>(in), Run<T>::p(s.dx0), dE, r.n, r.d);
+    c.k->fill(dE, T(0), static_cast<long>(r.V) * r.d);
+    if (r.tp_size > 1)
+      c.k->embedding_backward_range(static_cast<const int*>(in), Run<T>::p(s.dx0), dE, r.n, r.d, layout.vocab_start(), r.V);
+    else
+      c.k->embedding_backward(static_cast<const int*>(in), Run<T>::p(s.dx0), dE, r.n, r.d);
   }
   s = LayerStash{};
 }
 
 template <typename T>
 void loss_forward_backward(ModelContext<T>& c, const ModelConfig& model, const T* logits, const int* targets,
-                           int sequences, T scale, T* dlogits, double* loss_sums) {
-  c.k->cross_entropy(logits, targets, dlogits, loss_sums, static_cast<long>(sequences) * model.seq, model.vocab,
-                     model.tokens_per_microbatch(), scale);
+                           int sequences, T scale, T* dlogits, double* loss_sums, int tp_index) {
+  const long n = static_cast<long>(sequences) * model.seq;
+  if (!c.tp || c.tp->size <= 1) {
+    c.k->cross_entropy(logits, targets, dlogits, loss_sums, n, model.vocab, model.tokens_per_microbatch(), scale);
+    return;
+  }
+  // Megatron-LM's vocab_parallel_cross_entropy: the rows' maxima over every slice (gathered, then the largest),
+  // the sums of exponentials and the target logits (each in one slice) summed over the group.
+  const int t = c.tp->size, V = model.vocab / t, lo = tp_index * V;
+  BufferPtr mine = c.alloc->allocate(static_cast<std::size_t>(n) * sizeof(T));
+  BufferPtr maxes = c.alloc->allocate(static_cast<std::size_t>(n) * t * sizeof(T));
+  BufferPtr stats = c.alloc->allocate(static_cast<std::size_t>(n) * 2 * sizeof(double));
+  c.k->row_max(logits, mine->as<T>(), n, V);
+  c.tp->all_gather(mine->as<T>(), maxes->as<T>(), n);
+  c.k->vocab_parallel_ce_stats(logits, targets, maxes->as<T>(), t, stats->as<double>(), n, V, lo);
+  c.tp->all_reduce_f64(stats->as<double>(), 2 * n);
+  c.k->vocab_parallel_ce_finish(logits, targets, maxes->as<T>(), t, stats->as<double>(), dlogits, loss_sums, n, V, lo,
+                                model.tokens_per_microbatch(), scale);
+}
+
+long layer_output_elements(const LayerLayout& layout, int sequences) {
+  const long n = static_cast<long>(sequences) * layout.model().seq;
+  return n * (layout.spec().head ? layout.vocab() : layout.model().dim);
 }
 
 #define TRAINSIM_INSTANTIATE(T)                                                                                          \
@@ -261,7 +319,8 @@ void loss_forward_backward(ModelContext<T>& c, const ModelConfig& model, const T
   template void layer_backward_input<T>(ModelContext<T>&, const LayerLayout&, const T*, const void*, const T*, T*,       \
                                          LayerStash&);                                                                \
   template void layer_backward_weight<T>(ModelContext<T>&, const LayerLayout&, const void*, const T*, T*, LayerStash&); \
-  template void loss_forward_backward<T>(ModelContext<T>&, const ModelConfig&, const T*, const int*, int, T, T*, double*);
+  template void loss_forward_backward<T>(ModelContext<T>&, const ModelConfig&, const T*, const int*, int, T, T*, double*, \
+                                         int);
 TRAINSIM_INSTANTIATE(float)
 TRAINSIM_INSTANTIATE(double)
 #undef TRAINSIM_INSTANTIATE

@@ -8,6 +8,7 @@
 // LayerStash (the saved activations); backward-input keeps what backward-weight needs and drops the rest.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,21 @@
 
 namespace trainsim::exec {
 
+/// The TP group a layer's TP slice is computed with (docs/design.md "Tensor parallelism"): the reductions
+/// inside a layer (between sublayers and blocks, after the vocabulary-parallel embedding, the vocabulary-
+/// parallel cross-entropy's) run over it. Each call is a collective: every member of the group makes the same
+/// calls in the same order. Buffers are backend memory.
+template <typename T>
+struct TpComm {
+  /// x (count elements) = the sum of every member's x, the same bits on every member.
+  std::function<void(T* x, long count)> all_reduce;
+  /// The same for doubles (the cross-entropy's sums of exponentials).
+  std::function<void(double* x, long count)> all_reduce_f64;
+  /// out (k·count, k the group's size) = every member's `count` elements of `in`, member-major.
+  std::function<void(const T* in, T* out, long count)> all_gather;
+  int size = 1;  ///< the group's size (the TP degree)
+};
+
 /// What the model's functions run on.
 template <typename T>
 struct ModelContext {
@@ -24,6 +40,8 @@ struct ModelContext {
   Allocator* alloc = nullptr;
   const T* rope_cos = nullptr;  ///< T × hd/2, backend memory (rope_tables())
   const T* rope_sin = nullptr;
+  /// The TP group, for a layout that is a TP slice (LayerLayout::tp_size() > 1); null otherwise.
+  const TpComm<T>* tp = nullptr;
 };
 
 /// cos and sin of the rotary angles t·theta^(-2i/hd), t < seq, i < hd/2, row-major (host memory).
@@ -44,6 +62,9 @@ struct LayerStash {
   BufferPtr dxnf;                  // head: grad of the normed input, for the final norm's gain
   BufferPtr dx0;                   // embedding: grad of the embedding output
   bool input_grads_done = false;   ///< backward-input ran: backward-weight may run
+  /// TP: the first block's attention-norm input grad was left a partial sum (the layer's input grad is one),
+  /// so its gain's grad is one too: backward-weight sums it over the TP group.
+  bool partial_first_norm = false;
   /// Bytes held.
   std::size_t bytes() const;
 };
@@ -54,22 +75,35 @@ struct LayerStash {
 long activation_elements(const ModelConfig& model, int l, int layers, int sequences);
 long activation_grad_elements(const ModelConfig& model, int l, int layers, int sequences);
 
+/// Elements of the output of `layout`'s layer for B sequences: hidden states (n×d), or logits (n×V; the
+/// vocabulary slice n×V/t of a TP slice).
+long layer_output_elements(const LayerLayout& layout, int sequences);
+
 /// Forward of the layer for B = `sequences` sequences: `in` is tokens (int32, embedding layer) or hidden
 /// states (T elements); `out` receives hidden states or logits. With a stash, keeps the saved activations.
+///
+/// On TP slice j of t (layout.tp_size() > 1, c.tp set): attention runs the slice's heads and the MLP its FFN
+/// columns; the row-parallel outputs (Wo's, Wdown's, the vocabulary-parallel embedding's) are all-reduced over
+/// c.tp inside, except the last block's Wdown output of a layer without the LM head, which `out` receives as
+/// slice j's partial sum (slice 0 adds the residual, so that the sum over the slices is the output). The LM
+/// head writes the logits' vocabulary slice (n × V/t).
 template <typename T>
 void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, int sequences, T* out,
                    LayerStash* stash);
 
 /// Backward-input: from `dout` (grad of the layer's output) computes `din` (grad of its input `in`; ignored
 /// for the embedding layer) and keeps the output grads backward-weight needs. Needs the forward's stash
-/// (std::logic_error otherwise).
+/// (std::logic_error otherwise). On a TP slice `dout` is the complete grad (the logits' vocabulary slice for
+/// the LM head) and `din` slice j's partial sum of the input grad; the grads of the column-parallel inputs
+/// are all-reduced inside, but the first block's of a layer without the embedding, which `din` carries.
 template <typename T>
 void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout,
                           T* din, LayerStash& stash);
 
 /// Backward-weight: writes the whole flat gradient dW (P elements, the padding untouched) from the stash of
 /// backward-input, `in` (tokens, for the embedding) and `dout` (the layer's output grad). Drops the stash's
-/// buffers.
+/// buffers. On a TP slice: the slice's gradient; the replicated norm gains' grads are the same on every slice
+/// (the first block's attention-norm gain is all-reduced over c.tp when its input grad was a partial sum).
 template <typename T>
 void layer_backward_weight(ModelContext<T>& c, const LayerLayout& layout, const void* in, const T* dout, T* dW,
                            LayerStash& stash);
@@ -77,8 +111,13 @@ void layer_backward_weight(ModelContext<T>& c, const LayerLayout& layout, const 
 /// Softmax cross-entropy of `logits` (B·T × V) against `targets` (B·T): writes dlogits scaled by `scale`
 /// (1 / tokens of the whole step, so that grads summed over microbatches are the mean's) and adds each
 /// microbatch's summed loss to loss_sums[0 .. B/microbatch_size) (double, backend memory).
+///
+/// With c.tp set, `logits` and `dlogits` are vocabulary slice j of t (B·T × V/t, token ids from j·V/t):
+/// the vocabulary-parallel cross-entropy of Megatron-LM (vocab_parallel_cross_entropy): the rows' maxima
+/// (all-gathered), the sums of exponentials and the target logits (all-reduced, in fp64) are combined over
+/// the TP group, so every slice adds the same loss and writes its slice of the gradient.
 template <typename T>
 void loss_forward_backward(ModelContext<T>& c, const ModelConfig& model, const T* logits, const int* targets,
-                           int sequences, T scale, T* dlogits, double* loss_sums);
+                           int sequences, T scale, T* dlogits, double* loss_sums, int tp_index = 0);
 
 }  // namespace trainsim::exec

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -130,15 +132,25 @@ std::vector<std::pair<long, long>> subtract(long b, long e, const std::vector<st
 }
 
 void assign_norm(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan) {
-  std::vector<std::vector<std::pair<long, long>>> claimed(shapes.layers());
+  // Claimed ranges by (layer, TP degree, TP slice): slices are different parameters, but the norm gains every
+  // slice holds whole are one parameter, counted by slice 0 only.
+  std::map<std::tuple<int, int, int>, std::vector<std::pair<long, long>>> claimed;
   for (std::size_t r = 0; r < s.ranks.size(); ++r)
     for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
       const Op& op = s.ranks[r][i];
       if (op.kind != OpKind::Update) continue;
       RankPlan& rp = plan.ranks[r];
       if (rp.first_update < 0) rp.first_update = static_cast<int>(i);
-      auto& cl = claimed[op.layer];
-      for (auto [b, e] : update_ranges(op, shapes.parameters(op.layer)))
+      const Tensor& ot = tensor_of(op.reads, TensorKind::OptState);
+      const auto key = std::make_tuple(op.layer, static_cast<int>(ot.tp_size), ot.tp_index());
+      auto [it, fresh] = claimed.try_emplace(key);
+      auto& cl = it->second;
+      if (fresh && ot.tp_index() > 0) {
+        for (const ParamSpec& p : shapes.layout(ot).params())
+          if (p.tp_replicated) cl.push_back({p.offset, p.offset + p.size()});
+        std::sort(cl.begin(), cl.end());
+      }
+      for (auto [b, e] : update_ranges(op, shapes.parameters(ot)))
         for (auto [pb, pe] : subtract(b, e, cl)) {
           rp.norm_parts.push_back({static_cast<int>(i), pb, pe});
           cl.push_back({pb, pe});
@@ -189,8 +201,11 @@ std::string clip_problem(const Schedule& s, ReplayPlan& plan) {
     std::string first = res.error.substr(0, res.error.find('\n'));
     return "an all-reduce of the gradient norm before each rank's first update would not complete: " + first;
   }
+  if (group != 0) {  // (the communicator's index of the group, which may differ from the probe's)
+    plan.groups.push_back(updaters);
+    group = static_cast<int>(plan.groups.size()) - 1;
+  }
   plan.norm_group = group;
-  if (group != 0) plan.groups.push_back(updaters);
   return "";
 }
 
@@ -217,7 +232,8 @@ void carry_state(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan)
     for (const Tensor& t : rp.state) {
       bool found = false;
       for (const auto& [u, n] : held)
-        if (u.kind == t.kind && u.layer == t.layer && u.step == 1 &&
+        if (u.kind == t.kind && u.layer == t.layer && u.step == 1 && u.tp_size == t.tp_size &&
+            u.tp_slices == t.tp_slices &&
             ((t.kind == TensorKind::Weight && u.complete()) ||
              (u.num_shards == t.num_shards && u.shards.contains(t.shards))))
           found = true;
@@ -232,7 +248,109 @@ void carry_state(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan)
   }
 }
 
+// Tensor parallelism: each rank's TP group and the communicator groups of the reductions inside its compute
+// ops; refuses what the executor cannot run (docs/executor.md, "Tensor parallelism").
+void plan_tensor_parallel(const Schedule& s, ReplayPlan& plan) {
+  for (const auto& ops : s.ranks)
+    for (const Op& op : ops)
+      for (const auto* ts : {&op.reads, &op.writes})
+        for (const Tensor& t : *ts)
+          if ((t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) && t.num_shards > 1)
+            throw PlanError(fmt::format(
+                "{}: {} is a sequence shard (sequence parallelism), which the executor does not run yet: replay the "
+                "schedule without sequence parallelism (TP all-reduces instead of reduce-scatters and all-gathers)",
+                op.label(), t.str()));
+  std::map<std::pair<int, int>, int> comm_group;  // (TP group, stream) -> communicator group
+  std::map<std::pair<int, int>, std::map<int, std::vector<int>>> order;  // (TP group, stream) -> rank -> op indices
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    RankPlan& rp = plan.ranks[r];
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Op& op = s.ranks[r][i];
+      const int t = compute_tp_size(op);
+      if (t <= 1) continue;
+      if (rp.tp_size > 1 && rp.tp_size != t)
+        throw PlanError(fmt::format("{}: it computes with a TP degree of {}, but rank {}'s compute ops before it with {}: "
+                                    "the executor runs one TP degree per rank",
+                                    op.label(), t, r, rp.tp_size));
+      rp.tp_size = t;
+      int g = 0;
+      try {
+        g = tp_group_of(s.header, static_cast<int>(r));
+      } catch (const std::invalid_argument& e) {
+        throw PlanError(fmt::format("{}: {}", op.label(), e.what()));
+      }
+      if (g == 0)
+        throw PlanError(fmt::format("{}: it computes a TP slice of {}, but rank {} is in no TP group: name its group in "
+                                    "the header with a name starting 'tp' (e.g. 'group 1 tp0 0 1', format version 2)",
+                                    op.label(), t, r));
+      if (static_cast<int>(plan.groups.at(g).size()) != t)
+        throw PlanError(fmt::format("{}: it computes a TP slice of {}, but rank {}'s TP group {} ('{}') has {} ranks",
+                                    op.label(), t, r, g, s.header.group_names.at(g - 1), plan.groups.at(g).size()));
+      rp.tp_group = g;
+      const std::pair<int, int> key{g, op.stream};
+      if (!comm_group.count(key)) {
+        plan.groups.push_back(plan.groups[g]);
+        comm_group[key] = static_cast<int>(plan.groups.size()) - 1;
+      }
+      if (static_cast<int>(rp.tp_comm_groups.size()) <= op.stream) rp.tp_comm_groups.resize(op.stream + 1, -1);
+      rp.tp_comm_groups[op.stream] = comm_group[key];
+      order[key][static_cast<int>(r)].push_back(static_cast<int>(i));
+    }
+  }
+  // Each compute op of a TP slice is collective over the TP group: the members must run them in the same order
+  // on each stream (the same layers and batches), or the reductions inside would pair the wrong ops.
+  for (const auto& [key, by_rank] : order) {
+    const std::vector<int>& members = plan.groups.at(key.first);
+    const int r0 = members.front();
+    auto it0 = by_rank.find(r0);
+    static const std::vector<int> none;
+    const std::vector<int>& first = it0 == by_rank.end() ? none : it0->second;
+    for (int r : members) {
+      auto it = by_rank.find(r);
+      const std::vector<int>& mine = it == by_rank.end() ? none : it->second;
+      for (std::size_t k = 0; k < std::max(first.size(), mine.size()); ++k) {
+        const Op* a = k < first.size() ? &s.ranks[r0][first[k]] : nullptr;
+        const Op* b = k < mine.size() ? &s.ranks[r][mine[k]] : nullptr;
+        if (a && b && a->kind == b->kind && a->layer == b->layer && a->batches == b->batches) continue;
+        const Op* shown = b ? b : a;
+        throw PlanError(fmt::format(
+            "{}: the members of TP group {} ('{}') must run the same compute ops in the same order on stream {} (each "
+            "is collective over the group), but compute op {} on that stream is {} on rank {} and {} on rank {}",
+            shown->label(), key.first, s.header.group_names.at(key.first - 1), key.second, k + 1,
+            a ? a->describe() : std::string("nothing"), r0, b ? b->describe() : std::string("nothing"), r));
+      }
+    }
+  }
+}
+
 }  // namespace
+
+int compute_tp_size(const Op& op) {
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Backward:
+    case OpKind::BackwardInput:
+      for (const Tensor& t : op.reads)
+        if (t.kind == TensorKind::Weight) return t.tp_size;
+      return 1;
+    case OpKind::BackwardWeight:
+      for (const Tensor& t : op.writes)
+        if (t.kind == TensorKind::WeightGrad) return t.tp_size;
+      return 1;
+    case OpKind::Loss: return op.reads.empty() ? 1 : op.reads.front().tp_size;
+    default: return 1;
+  }
+}
+
+std::vector<int> tp_degrees(const Schedule& schedule) {
+  std::set<int> found;
+  for (const auto& ops : schedule.ranks)
+    for (const Op& op : ops)
+      for (const auto* ts : {&op.reads, &op.writes})
+        for (const Tensor& t : *ts)
+          if (t.tp_size > 1) found.insert(t.tp_size);
+  return {found.begin(), found.end()};
+}
 
 ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, bool clip_required) {
   ReplayPlan plan;
@@ -260,6 +378,7 @@ ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, b
   order_gathers(s, plan);
   assign_norm(s, shapes, plan);
   carry_state(s, shapes, plan);
+  plan_tensor_parallel(s, plan);
   if (clip > 0) {
     std::string why = clip_problem(s, plan);
     if (!why.empty() && clip_required)

@@ -40,13 +40,21 @@ struct RankPlan {
   /// state it must keep from one training step to the next.
   std::vector<Tensor> state;
   std::size_t peak_bytes = 0;  ///< the most bytes its schedule tensors hold at once (program order)
+  /// Tensor parallelism: the TP degree of the rank's compute ops (1 without TP), its TP group (the schedule's
+  /// group named tp..., 0 without TP), and by stream the communicator group of the reductions inside its
+  /// compute ops on that stream (a copy of the TP group per stream, so that they never interleave with the
+  /// schedule's own collectives or another stream's; -1 where it runs none).
+  int tp_size = 1;
+  int tp_group = 0;
+  std::vector<int> tp_comm_groups;
 };
 
 /// The whole plan.
 struct ReplayPlan {
   std::vector<RankPlan> ranks;
-  /// Communicator groups: 0 = every rank, then the schedule's groups 1.. in order, then the ranks that
-  /// update (for the gradient norm) when they are not every rank.
+  /// Communicator groups: 0 = every rank, then the schedule's groups 1.. in order, then one copy of each TP
+  /// group per stream its members compute on (RankPlan::tp_comm_groups), then the ranks that update (for the
+  /// gradient norm, norm_group) when they are not every rank.
   std::vector<std::vector<int>> groups;
   int norm_group = 0;
   bool clip = false;        ///< clipping by the global norm runs
@@ -58,10 +66,19 @@ struct ReplayPlan {
   std::string repeat_note;  ///< why not
 };
 
+/// The TP degrees (> 1) of the schedule's TP-sliced tensors, in increasing order (for ModelShapes).
+std::vector<int> tp_degrees(const Schedule& schedule);
+
+/// The TP degree of a compute op: that of the weight a forward or backward reads, the weight grad a
+/// backward-weight writes, the logits a loss reads; 1 for every other op.
+int compute_tp_size(const Op& op);
+
 /// Works out the plan. `clip` is the requested max norm (0: off); with `clip_required` a schedule that cannot
 /// clip is a PlanError, otherwise clipping is turned off with a note. Throws PlanError for what the
 /// executor cannot replay: a tensor the model has no shape for, an all-gather of unequal pieces, an
-/// ambiguous any-source receive. `schedule` must have passed the simulator.
+/// ambiguous any-source receive; with tensor parallelism, a TP-sliced compute op on a rank in no TP group or
+/// in one of another size, members of a TP group that run their compute ops in different orders on a stream,
+/// and sequence parallelism (activations in sequence shards), which the executor does not run yet. `schedule` must have passed the simulator.
 ReplayPlan make_plan(const Schedule& schedule, const ModelShapes& shapes, float clip, bool clip_required);
 
 }  // namespace trainsim::exec

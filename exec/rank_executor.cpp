@@ -72,11 +72,31 @@ struct RankExecutor::Impl {
     }
   }
 
-  ModelContext<float> model_ctx(StreamContext& s) {
-    return ModelContext<float>{&s.kernels(), &dev.memory(), rope_cos->as<float>(), rope_sin->as<float>()};
+  ModelContext<float> model_ctx(StreamContext& s, const TpComm<float>* tp = nullptr) {
+    return ModelContext<float>{&s.kernels(), &dev.memory(), rope_cos->as<float>(), rope_sin->as<float>(),
+                               tp && tp->size > 1 ? tp : nullptr};
+  }
+  // The TP group's reductions inside a compute op of TP degree `tp_size` running on `s` (exec/model.h): over
+  // the plan's copy of the rank's TP group for the op's stream.
+  TpComm<float> tp_comm(StreamContext& s, int tp_size) {
+    TpComm<float> tp;
+    tp.size = tp_size;
+    if (tp_size <= 1) return tp;
+    const int stream = s.stream();
+    const int group = stream < static_cast<int>(plan.tp_comm_groups.size()) ? plan.tp_comm_groups[stream] : -1;
+    if (group < 0) throw std::logic_error("a TP compute op on a stream the plan gave no TP group");
+    tp.all_reduce = [this, &s, group](float* x, long n) { comm.all_reduce(s, x, x, static_cast<std::size_t>(n), group); };
+    tp.all_reduce_f64 = [this, &s, group](double* x, long n) {
+      comm.all_reduce(s, x, x, static_cast<std::size_t>(n), group);
+    };
+    tp.all_gather = [this, &s, group](const float* in, float* out, long n) {
+      comm.all_gather(s, in, out, static_cast<std::size_t>(n), group);
+    };
+    return tp;
   }
   BufferPtr alloc(const Tensor& t) { return dev.memory().allocate(ctx.shapes->bytes(t)); }
-  const LayerLayout& layout(int l) const { return ctx.shapes->layouts.at(l); }
+  // The layout of a W, O or dW tensor (its TP slice's).
+  const LayerLayout& layout(const Tensor& t) const { return ctx.shapes->layout(t); }
 
   SlotPtr find(const Op& op, const Tensor& t) {
     auto it = held.find(t);
@@ -174,7 +194,7 @@ struct RankExecutor::Impl {
   }
 
   void init_weight(const Tensor& t, float* out) const {
-    const LayerLayout& lay = layout(t.layer);
+    const LayerLayout& lay = layout(t);
     const long P = lay.size();
     if (t.num_shards == 1 || t.complete()) {
       init_parameters(lay, ctx.seed, 0, ctx.shapes->elements(t), out);
@@ -204,11 +224,12 @@ struct RankExecutor::Impl {
     std::vector<EventPtr> deps;
     add_dep(deps, a->ready), add_dep(deps, w->ready);
     const int l = op.layer, sequences = A.batches.size() * model.microbatch_size;
-    out->ready = submit(op, index, deps, [this, a, w, out, l, sequences](StreamContext& s) {
+    out->ready = submit(op, index, deps, [this, a, w, out, sequences](StreamContext& s) {
       out->buffer = alloc(out->id);
       auto stash = std::make_shared<LayerStash>();
-      ModelContext<float> mc = model_ctx(s);
-      layer_forward(mc, layout(l), w->buffer->as<float>(), a->buffer->data(), sequences, out->buffer->as<float>(),
+      TpComm<float> tp = tp_comm(s, w->id.tp_size);
+      ModelContext<float> mc = model_ctx(s, &tp);
+      layer_forward(mc, layout(w->id), w->buffer->as<float>(), a->buffer->data(), sequences, out->buffer->as<float>(),
                     stash.get());
       a->stash = stash;
     });
@@ -228,11 +249,13 @@ struct RankExecutor::Impl {
     if (auto it = last_forward.find(key); it != last_forward.end()) add_dep(deps, it->second);
     if (op.kind == OpKind::BackwardWeight)
       if (auto it = last_backward_input.find(key); it != last_backward_input.end()) add_dep(deps, it->second);
-    const int l = op.layer, sequences = A.batches.size() * model.microbatch_size;
+    const int sequences = A.batches.size() * model.microbatch_size;
     const OpKind kind = op.kind;
-    EventPtr done = submit(op, index, deps, [this, a, g, w, dw, da, l, sequences, kind](StreamContext& s) {
-      ModelContext<float> mc = model_ctx(s);
-      const LayerLayout& lay = layout(l);
+    const Tensor slice = w ? w->id : dw->id;  // (which TP slice of the layer: its layout)
+    EventPtr done = submit(op, index, deps, [this, a, g, w, dw, da, slice, sequences, kind](StreamContext& s) {
+      TpComm<float> tp = tp_comm(s, slice.tp_size);
+      ModelContext<float> mc = model_ctx(s, &tp);
+      const LayerLayout& lay = layout(slice);
       std::shared_ptr<LayerStash> stash = a->stash;
       if (kind == OpKind::BackwardWeight) {
         if (!stash || !stash->input_grads_done)
@@ -241,8 +264,8 @@ struct RankExecutor::Impl {
       } else if (!stash || stash->input_grads_done) {
         // No saved activations here (the forward ran elsewhere, or they were used): recompute them.
         stash = std::make_shared<LayerStash>();
-        BufferPtr scratch = dev.memory().allocate(
-            static_cast<std::size_t>(activation_elements(model, l + 1, ctx.shapes->layers(), sequences)) * sizeof(float));
+        BufferPtr scratch =
+            dev.memory().allocate(static_cast<std::size_t>(layer_output_elements(lay, sequences)) * sizeof(float));
         layer_forward(mc, lay, w->buffer->as<float>(), a->buffer->data(), sequences, scratch->as<float>(), stash.get());
       }
       if (kind != OpKind::BackwardWeight) {
@@ -283,9 +306,11 @@ struct RankExecutor::Impl {
       s.upload(t->data(), targets->data(), targets->size() * sizeof(int));
       rec->sums = dev.memory().allocate(rec->batches.size() * sizeof(double));
       s.zero(rec->sums->data(), rec->sums->bytes());
-      ModelContext<float> mc = model_ctx(s);
+      // (the logits' vocabulary slice: the vocabulary-parallel cross-entropy over the TP group)
+      TpComm<float> tp = tp_comm(s, a->id.tp_sliced() ? a->id.tp_size : 1);
+      ModelContext<float> mc = model_ctx(s, &tp);
       loss_forward_backward(mc, model, a->buffer->as<float>(), t->as<int>(), sequences, static_cast<float>(1.0 / tokens),
-                            out->buffer->as<float>(), rec->sums->as<double>());
+                            out->buffer->as<float>(), rec->sums->as<double>(), a->id.tp_sliced() ? a->id.tp_index() : 0);
     });
   }
 
@@ -303,7 +328,7 @@ struct RankExecutor::Impl {
       const Tensor& dwt = tensor_of(u.reads, TensorKind::WeightGrad);
       SlotPtr g = find(u, dwt);
       add_dep(deps, g->ready);
-      const long P = ctx.shapes->parameters(u.layer);
+      const long P = ctx.shapes->parameters(dwt);
       const long c = dwt.num_shards == 1 || dwt.complete() ? P : shard_chunk(P, dwt.num_shards);
       for (long b = p.begin; b < p.end;) {  // contiguous within one shard of the grad
         long e = std::min(p.end, (b / c + 1) * c);
@@ -332,10 +357,10 @@ struct RankExecutor::Impl {
     add_dep(deps, g->ready), add_dep(deps, w->ready), add_dep(deps, o->ready);
     SlotPtr nrm = ctx.plan->clip ? norm : nullptr;
     if (nrm) add_dep(deps, nrm->ready);
-    const int l = op.layer, step_now = step;
+    const int step_now = step;
     const float clip = ctx.optimizer.grad_clip;
-    EventPtr done = submit(op, index, deps, [this, g, w, o, nw, no, nrm, l, step_now, clip](StreamContext& s) {
-      const LayerLayout& lay = layout(l);
+    EventPtr done = submit(op, index, deps, [this, g, w, o, nw, no, nrm, step_now, clip](StreamContext& s) {
+      const LayerLayout& lay = layout(o->id);
       const long P = lay.size();
       const Tensor& ot = o->id;
       const long c = shard_chunk(P, ot.num_shards);
@@ -416,7 +441,10 @@ struct RankExecutor::Impl {
     add_dep(deps, in->ready);
     const int group = op.group;
     const int k = static_cast<int>(ctx.plan->groups.at(group).size());
-    const long P = ctx.shapes->parameters(op.layer);
+    const Tensor& moved = op.reads.front();
+    const bool flat = moved.kind == TensorKind::Weight || moved.kind == TensorKind::WeightGrad ||
+                      moved.kind == TensorKind::OptState;
+    const long P = flat ? ctx.shapes->parameters(moved) : 0;  // (a weight's flat length, for reduce-scatter)
     const std::vector<int> order = plan.gather_order[index];
     const OpKind kind = op.kind;
     out->ready = submit(op, index, deps, [this, in, out, group, k, P, order, kind](StreamContext& s) {
@@ -545,7 +573,9 @@ struct RankExecutor::Impl {
     for (const Tensor& t : plan.state) {
       SlotPtr best;
       for (const auto& [u, slots] : held) {
-        if (u.kind != t.kind || u.layer != t.layer || u.step != 1 || slots.empty()) continue;
+        if (u.kind != t.kind || u.layer != t.layer || u.step != 1 || slots.empty() || u.tp_size != t.tp_size ||
+            u.tp_slices != t.tp_slices)
+          continue;
         if (u.num_shards == t.num_shards && u.shards == t.shards) {
           best = slots.front();
           break;
@@ -560,7 +590,7 @@ struct RankExecutor::Impl {
       }
       // Cut t's shards out of a complete weight or a superset of shards.
       BufferPtr buf = dev.memory().allocate(ctx.shapes->bytes(t));
-      const long P = ctx.shapes->parameters(t.layer);
+      const long P = ctx.shapes->parameters(t);
       const long c = shard_chunk(P, t.num_shards);
       const int fpe = floats_per_element(t.kind);
       const Tensor src_id = best->id;

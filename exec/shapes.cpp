@@ -8,8 +8,27 @@
 
 namespace trainsim::exec {
 
-ModelShapes::ModelShapes(const ModelConfig& m, int layers) : model(m) {
-  for (const LayerSpec& s : partition(m, layers)) layouts.emplace_back(m, s);
+ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int>& tp_sizes) : model(m) {
+  const std::vector<LayerSpec> specs = partition(m, layers);
+  for (const LayerSpec& s : specs) layouts.emplace_back(m, s);
+  for (int t : tp_sizes) {
+    if (t <= 1 || tp_layouts.count(t)) continue;
+    auto& by_layer = tp_layouts[t];
+    for (const LayerSpec& s : specs) {
+      by_layer.emplace_back();
+      for (int j = 0; j < t; ++j) by_layer.back().emplace_back(m, s, j, t);
+    }
+  }
+}
+
+const LayerLayout& ModelShapes::layout(const Tensor& t) const {
+  if (t.layer < 0 || t.layer >= layers())
+    throw std::invalid_argument(fmt::format("{} names layer {}, but the model has {} layers", t.str(), t.layer, layers()));
+  if (t.tp_size <= 1) return layouts[t.layer];
+  auto it = tp_layouts.find(t.tp_size);
+  if (it == tp_layouts.end())
+    throw std::invalid_argument(fmt::format("{}: no layout for a TP degree of {}", t.str(), t.tp_size));
+  return it->second[t.layer].at(t.tp_index());
 }
 
 long ModelShapes::elements(const Tensor& t) const {
@@ -20,7 +39,8 @@ long ModelShapes::elements(const Tensor& t) const {
   // A tensor of many microbatches must not overflow int (the kernels' rows) or long: its size, and the attention
   // scores a forward over it holds, are checked in double first.
   const double seqs = static_cast<double>(t.batches.size()) * model.microbatch_size;
-  const double width = t.layer == 0 ? 1 : t.layer == L ? model.vocab : model.dim;
+  const bool vocab_slice = t.layer == L && t.tp_sliced();  // the logits' TP slice: V/t columns
+  const double width = t.layer == 0 ? 1 : t.layer == L ? model.vocab / (vocab_slice ? t.tp_size : 1) : model.dim;
   for (double n : {seqs * model.seq * width, seqs * model.heads * model.seq * model.seq})
     if ((t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) && n > kMaxTensorElements)
       throw std::invalid_argument(fmt::format(
@@ -32,13 +52,15 @@ long ModelShapes::elements(const Tensor& t) const {
     case TensorKind::Weight:
     case TensorKind::WeightGrad:
     case TensorKind::OptState: {
-      const long P = parameters(t.layer);
+      const long P = parameters(t);
       const long c = shard_chunk(P, t.num_shards);
       const long n = t.num_shards == 1 ? P : static_cast<long>(t.shards.size()) * c;
       return n * floats_per_element(t.kind);
     }
-    case TensorKind::Activation: return activation_elements(model, t.layer, L, sequences);
-    case TensorKind::ActivationGrad: return activation_grad_elements(model, t.layer, L, sequences);
+    case TensorKind::Activation:
+      return activation_elements(model, t.layer, L, sequences) / (vocab_slice ? t.tp_size : 1);
+    case TensorKind::ActivationGrad:
+      return activation_grad_elements(model, t.layer, L, sequences) / (vocab_slice ? t.tp_size : 1);
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 // parameter layout, exec/model.h for activations).
 #pragma once
 
+#include <map>
 #include <span>
 #include <vector>
 
@@ -13,16 +14,25 @@ namespace trainsim::exec {
 /// The model and its layer split, as the executor sees a schedule.
 struct ModelShapes {
   ModelConfig model;
-  std::vector<LayerLayout> layouts;  ///< one per schedule layer
+  std::vector<LayerLayout> layouts;  ///< one per schedule layer (the whole layer)
+  /// TP degree t -> layer -> slice j: the layouts of TP slices (exec/layout.h), for each degree asked for.
+  std::map<int, std::vector<std::vector<LayerLayout>>> tp_layouts;
 
-  ModelShapes(const ModelConfig& m, int layers);
+  /// The layouts of `layers` schedule layers, and of their TP slices for each degree in `tp_sizes` (> 1).
+  /// Throws std::invalid_argument when the model cannot be split so (exec/layout.h).
+  ModelShapes(const ModelConfig& m, int layers, const std::vector<int>& tp_sizes = {});
   int layers() const { return static_cast<int>(layouts.size()); }
-  /// P of layer l.
+  /// P of layer l (whole).
   long parameters(int layer) const { return layouts.at(layer).size(); }
+  /// The layout of the W, O or dW tensor `t`: TP slice t.tp_index() of t.tp_size when it is TP-sliced, the
+  /// whole layer otherwise. Throws std::invalid_argument for a layer or TP degree without a layout.
+  const LayerLayout& layout(const Tensor& t) const;
+  /// P of the W, O or dW tensor `t` (of its TP slice).
+  long parameters(const Tensor& t) const { return layout(t).size(); }
   /// 4-byte elements of the buffer holding `t`: W, dW: |shards|·c (a complete tensor: its padded length,
-  /// P when unsharded); O: twice that (exec/layout.h); A, dA: exec/model.h's activation shapes for
-  /// |batches|·microbatch_size sequences (A0 holds int32 token ids). Throws std::invalid_argument for a
-  /// layer out of range.
+  /// P when unsharded; P of the TP slice for a slice); O: twice that (exec/layout.h); A, dA: exec/model.h's
+  /// activation shapes for |batches|·microbatch_size sequences (A0 holds int32 token ids; the logits' TP slice
+  /// V/t columns; a partial sum is as large as the whole). Throws std::invalid_argument for a layer out of range.
   long elements(const Tensor& t) const;
   std::size_t bytes(const Tensor& t) const { return static_cast<std::size_t>(elements(t)) * 4; }
 };

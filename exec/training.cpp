@@ -77,34 +77,41 @@ Trace measured_trace(const Schedule& s, const std::vector<std::vector<WorkTiming
   return t;
 }
 
-// Puts every rank's updated weights together per parameter; notes replicas that differ.
+// Puts every rank's updated weights together per parameter, the whole model's (FSDP shards and TP slices
+// reassembled: each slice's elements go to their place in the whole parameter, exec/layout.h); notes replicas
+// that differ (data-parallel copies, and the norm gains every TP slice holds).
 std::map<std::string, std::vector<float>> assemble(const ModelShapes& shapes, const std::vector<HostState>& ranks,
                                                    bool& replicas_identical) {
   std::map<std::string, std::vector<float>> out;
-  for (int l = 0; l < shapes.layers(); ++l) {
-    const LayerLayout& lay = shapes.layouts[l];
-    const long P = lay.size();
-    std::vector<float> flat(P, 0.0f);
-    std::vector<char> have(P, 0);
-    for (const HostState& st : ranks)
-      for (const auto& [t, v] : st) {
-        if (t.kind != TensorKind::Weight || t.layer != l) continue;
-        const long c = t.num_shards == 1 || t.complete() ? P : shard_chunk(P, t.num_shards);
-        long pos = 0;
-        for (int j : (t.num_shards == 1 || t.complete()) ? std::vector<int>{0} : t.shards.ids()) {
-          for (long e = j * c; e < std::min(P, (j + 1) * c); ++e) {
-            float x = v[pos * c + (e - j * c)];
-            if (have[e] && std::memcmp(&flat[e], &x, sizeof(float)) != 0) replicas_identical = false;
-            flat[e] = x, have[e] = 1;
+  std::map<std::string, std::vector<char>> have;
+  for (const LayerLayout& lay : shapes.layouts)
+    for (const ParamSpec& p : lay.params()) out[p.name].assign(p.size(), 0.0f), have[p.name].assign(p.size(), 0);
+  for (const HostState& st : ranks)
+    for (const auto& [t, v] : st) {
+      if (t.kind != TensorKind::Weight) continue;
+      const LayerLayout& lay = shapes.layout(t);
+      const long P = lay.size();
+      const bool whole = t.num_shards == 1 || t.complete();
+      const long c = whole ? P : shard_chunk(P, t.num_shards);
+      long pos = 0;
+      for (int j : whole ? std::vector<int>{0} : t.shards.ids()) {
+        const long lo = j * c, hi = std::min(P, (j + 1) * c);
+        for (const ParamSpec& p : lay.params()) {
+          std::vector<float>& full = out.at(p.name);
+          std::vector<char>& got = have.at(p.name);
+          for (long e = std::max(lo, p.offset); e < std::min(hi, p.offset + p.size()); ++e) {
+            const float x = v[pos * c + (e - lo)];
+            const long f = p.full_index(e - p.offset);
+            if (got[f] && std::memcmp(&full[f], &x, sizeof(float)) != 0) replicas_identical = false;
+            full[f] = x, got[f] = 1;
           }
-          ++pos;
         }
+        ++pos;
       }
-    for (long e = 0; e < P; ++e)
-      if (!have[e])
-        throw std::runtime_error(fmt::format("no rank holds element {} of layer {}'s updated weights at the end", e, l));
-    for (const ParamSpec& p : lay.params()) out[p.name].assign(flat.begin() + p.offset, flat.begin() + p.offset + p.size());
-  }
+    }
+  for (const auto& [name, got] : have)
+    for (std::size_t e = 0; e < got.size(); ++e)
+      if (!got[e]) throw std::runtime_error(fmt::format("no rank holds element {} of {}'s updated weights at the end", e, name));
   return out;
 }
 
@@ -487,7 +494,7 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
       throw std::invalid_argument(fmt::format("--trace-steps must be at least 1, got {}", o.trace_steps));
     if (!(o.timeout_seconds > 0))
       throw std::invalid_argument(fmt::format("--timeout must be positive, got {}", o.timeout_seconds));
-    ModelShapes shapes(o.model, schedule.header.layers);
+    ModelShapes shapes(o.model, schedule.header.layers, tp_degrees(schedule));
     TokenData data(o.data_files.empty() ? TokenData::default_files() : o.data_files);
     data.check_fits(o.model);
     res.model_description = o.model.describe();
@@ -529,6 +536,11 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
       res.reporting = processes->rank() == 0;
     }
     auto backend = make_backend(o.backend);
+    if (!tp_degrees(schedule).empty() && !backend->supports_tensor_parallel())
+      throw std::invalid_argument(fmt::format(
+          "the {} backend does not run tensor parallelism yet (its kernels lack the vocabulary-parallel embedding and "
+          "cross-entropy): replay this TP schedule with --backend cpu",
+          backend->name()));
     Job job(schedule, o, ctx, *backend, processes.get());
     if (!saved.empty()) job.load_state(saved);
     if (!job.run(first, last, res, progress)) {

@@ -30,6 +30,7 @@ class CpuBackend final : public LocalBackend {
                                             double timeout_seconds) override {
     return std::make_unique<TcpHub>(processes, groups, timeout_seconds);
   }
+  bool supports_tensor_parallel() const override { return true; }
 };
 
 }  // namespace

@@ -277,6 +277,76 @@ void CpuKernels<T>::adamw(const T* w, const T* g, const T* m, const T* v, T* w_o
   }
 }
 
+template <typename T>
+void CpuKernels<T>::embedding_forward_range(const int* tokens, const T* table, T* out, long n, int d, int lo, int rows) {
+  for (long i = 0; i < n; ++i) {
+    const long r = static_cast<long>(tokens[i]) - lo;
+    if (r >= 0 && r < rows) std::memcpy(out + i * d, table + r * d, sizeof(T) * d);
+    else std::fill(out + i * d, out + (i + 1) * d, T(0));
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::embedding_backward_range(const int* tokens, const T* dout, T* dtable, long n, int d, int lo,
+                                             int rows) {
+  for (long i = 0; i < n; ++i) {
+    const long r = static_cast<long>(tokens[i]) - lo;
+    if (r < 0 || r >= rows) continue;
+    T* row = dtable + r * d;
+    const T* g = dout + i * d;
+    for (int j = 0; j < d; ++j) row[j] += g[j];
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::row_max(const T* x, T* out, long n, int V) {
+  for (long i = 0; i < n; ++i) out[i] = *std::max_element(x + i * V, x + (i + 1) * V);
+}
+
+namespace {
+
+template <typename T>
+T max_over(const T* maxes, int k, long n, long i) {
+  T m = maxes[i];
+  for (int q = 1; q < k; ++q) m = std::max(m, maxes[q * n + i]);
+  return m;
+}
+
+}  // namespace
+
+template <typename T>
+void CpuKernels<T>::vocab_parallel_ce_stats(const T* logits, const int* targets, const T* maxes, int k, double* stats,
+                                            long n, int V, int lo) {
+  for (long i = 0; i < n; ++i) {
+    const T* row = logits + i * V;
+    const T mx = max_over(maxes, k, n, i);
+    double sum = 0;
+    for (int j = 0; j < V; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
+    const long y = static_cast<long>(targets[i]) - lo;
+    stats[2 * i] = sum;
+    stats[2 * i + 1] = y >= 0 && y < V ? static_cast<double>(row[y] - mx) : 0.0;
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::vocab_parallel_ce_finish(const T* logits, const int* targets, const T* maxes, int k,
+                                             const double* stats, T* dlogits, double* loss_sums, long n, int V, int lo,
+                                             long rows_per_segment, T scale) {
+  for (long i = 0; i < n; ++i) {
+    const T* row = logits + i * V;
+    T* drow = dlogits + i * V;
+    const T mx = max_over(maxes, k, n, i);
+    const double sum = stats[2 * i];
+    loss_sums[i / rows_per_segment] += std::log(sum) - stats[2 * i + 1];
+    const long y = static_cast<long>(targets[i]) - lo;
+    const double inv = 1.0 / sum;
+    for (int j = 0; j < V; ++j) {
+      double p = std::exp(static_cast<double>(row[j] - mx)) * inv;
+      drow[j] = static_cast<T>((p - (j == y ? 1.0 : 0.0)) * static_cast<double>(scale));
+    }
+  }
+}
+
 template class CpuKernels<float>;
 template class CpuKernels<double>;
 

@@ -40,6 +40,14 @@ class CpuKernels : public Kernels<T> {
   void sum_squares(const T* x, long n, double* acc) override;
   void adamw(const T* w, const T* g, const T* m, const T* v, T* w_out, T* m_out, T* v_out, long n, const AdamWStep& step,
              const double* grad_norm_sq, float max_norm) override;
+  void embedding_forward_range(const int* tokens, const T* table, T* out, long n, int d, int lo, int rows) override;
+  void embedding_backward_range(const int* tokens, const T* dout, T* dtable, long n, int d, int lo, int rows) override;
+  void row_max(const T* x, T* row_max, long n, int V) override;
+  void vocab_parallel_ce_stats(const T* logits, const int* targets, const T* maxes, int k, double* stats, long n, int V,
+                               int lo) override;
+  void vocab_parallel_ce_finish(const T* logits, const int* targets, const T* maxes, int k, const double* stats,
+                                T* dlogits, double* loss_sums, long n, int V, int lo, long rows_per_segment,
+                                T scale) override;
 };
 
 extern template class CpuKernels<float>;
