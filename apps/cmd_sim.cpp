@@ -16,6 +16,8 @@
 #include "apps/schedule_input.h"
 #include "apps/stage_line.h"
 #include "apps/text_file.h"
+#include "hardware/cost_model.h"
+#include "schedules/cost_models.h"
 #include "schedules/hardware_sim.h"
 #include "schedules/limits.h"
 #include "schedules/replay.h"
@@ -143,7 +145,11 @@ int run(const SimArgs& a, bool outputs) {
     report = std::move(run.report);
   } else {
     r = simulate(s, opts);
-    if (r.ok && s.header.cost_model == "hardware") report = hw::make_report(r.trace, *s.header.hardware, s.header.microbatches);
+    if (r.ok && s.header.cost_model == "hardware") {
+      const auto cost = make_schedule_cost_model(s);  // for the report's TP communication figures
+      report = hw::make_report(r.trace, *s.header.hardware, s.header.microbatches, "",
+                               dynamic_cast<const hw::HardwareCostModel*>(cost.get()));
+    }
   }
   stage.clear();
   if (a.json) {

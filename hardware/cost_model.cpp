@@ -1,23 +1,31 @@
 #include "hardware/cost_model.h"
 
+#include <algorithm>
+
 #include "hardware/comm.h"
 
 namespace trainsim::hw {
 
 HardwareCostModel::HardwareCostModel(HardwareSetting setting, int layers, int world_size,
-                                     std::vector<std::vector<int>> groups, std::vector<std::vector<char>> forward_layers)
+                                     std::vector<std::vector<int>> groups, std::vector<std::vector<char>> forward_layers,
+                                     TpLayout tp)
     : setting_(std::move(setting)),
       sizes_(setting_, layers),
       world_size_(world_size),
       groups_(std::move(groups)),
-      forward_layers_(std::move(forward_layers)) {}
+      forward_layers_(std::move(forward_layers)),
+      tp_(std::move(tp)) {}
 
-double HardwareCostModel::seconds_of(const Op& op, int group_size) const {
-  const double busy = busy_seconds(op, group_size);
-  return is_timed(op.kind) ? busy + setting_.device.efficiency.dispatch_s : busy;
+TpSplit HardwareCostModel::tp_split(const Op& op) const {
+  TpSplit tp;
+  for (const Tensor& t : op.reads) tp.degree = std::max<int>(tp.degree, t.tp_size);
+  for (const Tensor& t : op.writes) tp.degree = std::max<int>(tp.degree, t.tp_size);
+  tp.sequence_parallel = tp.degree > 1 && op.rank >= 0 && op.rank < static_cast<int>(tp_.sequence_parallel.size()) &&
+                         tp_.sequence_parallel[op.rank] != 0;
+  return tp;
 }
 
-double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
+Work HardwareCostModel::op_work(const Op& op) const {
   const int L = static_cast<int>(sizes_.layers().size());
   switch (op.kind) {
     case OpKind::Forward:
@@ -26,17 +34,64 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::BackwardWeight:
     case OpKind::Loss: {
       const int layer = op.kind == OpKind::Loss ? L - 1 : op.layer;
-      Work w = compute_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()));
-      return work_seconds(setting_.device, w);
+      return compute_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()), 0,
+                          tp_split(op));
     }
     case OpKind::Update: {
-      // The shards it updates: those of the optimizer state it reads.
+      // The shards it updates: those of the optimizer state it reads (of its TP slice: 1/t of the layer's).
       double params = sizes_.layer_parameters(op.layer);
       for (const Tensor& t : op.reads)
-        if (t.kind == TensorKind::OptState) params *= static_cast<double>(t.shards.size()) / t.num_shards;
-      Work w = compute_work(setting_, sizes_.layers().at(op.layer), op.kind, 0, params);
-      return work_seconds(setting_.device, w);
+        if (t.kind == TensorKind::OptState) params *= t.held_fraction();
+      return compute_work(setting_, sizes_.layers().at(op.layer), op.kind, 0, params);
     }
+    default: return {};
+  }
+}
+
+double HardwareCostModel::tp_comm_seconds(const Op& op) const {
+  if (!is_compute(op.kind) || op.kind == OpKind::Update) return 0;
+  const TpSplit tp = tp_split(op);
+  if (tp.degree <= 1) return 0;
+  const int g = op.rank >= 0 && op.rank < static_cast<int>(tp_.group.size()) ? tp_.group[op.rank] : 0;
+  const Link link = g > 0 && g < static_cast<int>(groups_.size()) ? setting_.network.link_for(groups_[g])
+                                                                   : setting_.network.link_for({op.rank});
+  const double tokens = setting_.tokens_per_microbatch() * op.batches.size();
+  if (op.kind == OpKind::Loss)  // max, target logit, sum of exponentials: b·s fp32 values each
+    return 3 * collective_seconds(Collective::AllReduce, tp.degree, tokens * 4, link);
+  const int L = static_cast<int>(sizes_.layers().size());
+  if (op.layer < 0 || op.layer >= L) return 0;
+  const TpCollectives c =
+      tp_collectives_inside(sizes_.layers()[op.layer], op.kind, setting_.recompute, tp.sequence_parallel);
+  const double bytes = tokens * setting_.model.hidden * setting_.model.activation_bytes;
+  return c.all_reduces * collective_seconds(Collective::AllReduce, tp.degree, bytes, link) +
+         c.all_gathers * collective_seconds(Collective::AllGather, tp.degree, bytes, link) +
+         c.reduce_scatters * collective_seconds(Collective::ReduceScatter, tp.degree, bytes, link);
+}
+
+bool HardwareCostModel::tensor_parallel() const {
+  return std::any_of(tp_.group.begin(), tp_.group.end(), [](int g) { return g > 0; });
+}
+
+bool HardwareCostModel::is_tp_collective(const Op& op) const {
+  if (op.kind != OpKind::AllReduce && op.kind != OpKind::AllGather && op.kind != OpKind::ReduceScatter) return false;
+  return op.group > 0 && op.rank >= 0 && op.rank < static_cast<int>(tp_.group.size()) && tp_.group[op.rank] == op.group;
+}
+
+double HardwareCostModel::seconds_of(const Op& op, int group_size) const {
+  const double busy = busy_seconds(op, group_size);
+  return is_timed(op.kind) ? busy + setting_.device.efficiency.dispatch_s : busy;
+}
+
+double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Backward:
+    case OpKind::BackwardInput:
+    case OpKind::BackwardWeight:
+    case OpKind::Loss: {
+      return work_seconds(setting_.device, op_work(op)) + tp_comm_seconds(op);
+    }
+    case OpKind::Update: return work_seconds(setting_.device, op_work(op));
     case OpKind::Send: {
       if (op.reads.empty() || op.peer < 0) return 0;
       return p2p_seconds(sizes_.wire_bytes(op.reads.front()), setting_.network.link_for({op.rank, op.peer}));
@@ -78,11 +133,14 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
 Time HardwareCostModel::duration(const Op& op, int group_size) const { return seconds(seconds_of(op, group_size)); }
 
 double HardwareCostModel::memory(const Tensor& t, int rank) const {
-  bool here = false;
+  TpSplit tp{0};  // degree 0: the rank runs no forward of the layer
   if (t.kind == TensorKind::Activation && rank >= 0 && rank < static_cast<int>(forward_layers_.size()) &&
-      t.layer < static_cast<int>(forward_layers_[rank].size()))
-    here = forward_layers_[rank][t.layer] != 0;
-  return sizes_.resident_bytes(t, here);
+      t.layer >= 0 && t.layer < static_cast<int>(forward_layers_[rank].size()))
+    tp.degree = forward_layers_[rank][t.layer];
+  if (tp.degree == 0) return sizes_.resident_bytes(t, false);
+  tp.sequence_parallel = tp.degree > 1 && rank < static_cast<int>(tp_.sequence_parallel.size()) &&
+                         tp_.sequence_parallel[rank] != 0;
+  return sizes_.resident_bytes(t, true, tp);
 }
 
 }  // namespace trainsim::hw

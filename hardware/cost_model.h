@@ -10,6 +10,11 @@
 // time from its inputs being ready to its start that no op's own time holds (hardware/device.h).
 // Memory is in bytes (hardware/memory.h), rank-aware: the input of a layer's forward holds that forward's
 // saved activations on the ranks that run it.
+// Tensor parallelism (hardware/op_costs.h): a compute op on TP slice j of t does 1/t of the work, and its
+// time also holds the TP collectives inside it (tp_comm_seconds), timed with the ring formulas over the
+// rank's TP group's link (NVLink when the group sits in one node). Explicit TP collectives (the all-reduce of
+// a partial sum, the reduce-scatter and all-gather of sequence shards) are collectives like any other, over
+// the bytes of the whole activation (TensorSizes::wire_bytes).
 #pragma once
 
 #include <memory>
@@ -20,18 +25,48 @@
 
 namespace trainsim::hw {
 
+/// Where tensor parallelism runs, per rank: what the schedule shows (schedules/cost_models.h builds it).
+struct TpLayout {
+  /// The id of each rank's TP group (the header group named tp... that holds it: tp_group_of in
+  /// schedules/schedule.h), 0 for none. Empty: no rank has one.
+  std::vector<int> group;
+  /// Whether each rank runs sequence parallelism (Korthikanti et al. 2022): the schedule reduce-scatters or
+  /// all-gathers an activation or activation grad over the rank's TP group (its partial sums become sequence
+  /// shards). Empty: none does.
+  std::vector<char> sequence_parallel;
+};
+
 class HardwareCostModel final : public CostModel {
  public:
-  /// `groups`: collective groups by id, group 0 = every rank. `forward_layers[r]`: the layers whose forward
-  /// rank r runs (1 = runs). Throws SpecError when the model has fewer blocks than `layers`.
+  /// `groups`: collective groups by id, group 0 = every rank. `forward_layers[r][l]`: the TP degree of the
+  /// forward of layer l that rank r runs (1 without TP), 0 when rank r runs none. `tp`: the ranks' TP groups
+  /// and sequence parallelism. Throws SpecError when the model has fewer blocks than `layers`.
   HardwareCostModel(HardwareSetting setting, int layers, int world_size, std::vector<std::vector<int>> groups,
-                    std::vector<std::vector<char>> forward_layers);
+                    std::vector<std::vector<char>> forward_layers, TpLayout tp = {});
 
   std::string name() const override { return "hardware"; }
   Time duration(const Op& op, int group_size) const override;
   double memory(const Tensor& t) const override { return sizes_.wire_bytes(t); }
   double memory(const Tensor& t, int rank) const override;
   std::string memory_unit() const override { return "bytes"; }
+  /// The TP communication inside a compute op (tp_comm_seconds), in Time units.
+  Time inner_comm(const Op& op) const override { return seconds(tp_comm_seconds(op)); }
+
+  /// The TP degree and sequence parallelism of an op on its rank: the largest tp_size of the tensors it reads
+  /// or writes (1 without TP), the rank's sequence parallelism.
+  TpSplit tp_split(const Op& op) const;
+  /// FLOPs and bytes of a compute op (forward, backward and its halves, loss, update) on its slice and shards
+  /// (hardware/op_costs.h); no work for other kinds.
+  Work op_work(const Op& op) const;
+  /// Seconds of the TP collectives a compute op of TP degree t > 1 runs inside itself (hardware/op_costs.h:
+  /// tp_collectives_inside, and the loss's three small all-reduces), over its rank's TP group's link (the
+  /// intra-node link when the rank has no TP group); 0 without TP. Part of seconds_of.
+  double tp_comm_seconds(const Op& op) const;
+  /// True for a collective over its rank's TP group (an explicit TP all-reduce, reduce-scatter or
+  /// all-gather).
+  bool is_tp_collective(const Op& op) const;
+  /// True when some rank has a TP group (TpLayout::group).
+  bool tensor_parallel() const;
 
   /// Seconds of an op (before rounding to nanoseconds): its busy time plus, for a timed op, dispatch_s.
   double seconds_of(const Op& op, int group_size) const;
@@ -46,6 +81,7 @@ class HardwareCostModel final : public CostModel {
   int world_size_;
   std::vector<std::vector<int>> groups_;
   std::vector<std::vector<char>> forward_layers_;
+  TpLayout tp_;
 };
 
 }  // namespace trainsim::hw

@@ -16,8 +16,9 @@ double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recomp
   return (split + scores) / t + replicated / (sp ? t : 1);
 }
 
-ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int dp) {
+ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int dp, int tp) {
   ModelStates st;
+  params /= tp;
   st.weights = params * m.weight_bytes / (stage >= 3 ? dp : 1);
   st.grads = params * m.grad_bytes / (stage >= 2 ? dp : 1);
   st.optimizer = params * (m.master_bytes + m.optimizer_bytes) / (stage >= 1 ? dp : 1);
@@ -43,25 +44,28 @@ double TensorSizes::wire_bytes(const Tensor& t) const {
     case TensorKind::OptState: return layer_parameters(t.layer) * (m.master_bytes + m.optimizer_bytes) * frac;
     case TensorKind::WeightGrad: return layer_parameters(t.layer) * m.grad_bytes * frac;
     case TensorKind::Activation:
-      if (t.layer == 0) return tokens * 4;
-      if (t.layer >= L) return tokens * 4.0 * m.vocab;
-      return tokens * m.hidden * m.activation_bytes;
+      if (t.layer == 0) return tokens * 4 * frac;
+      if (t.layer >= L) return tokens * 4.0 * m.vocab * frac;
+      return tokens * m.hidden * m.activation_bytes * frac;
     case TensorKind::ActivationGrad:
       if (t.layer == 0) return 0;
-      if (t.layer >= L) return tokens * static_cast<double>(m.vocab) * m.activation_bytes;
-      return tokens * m.hidden * m.activation_bytes;
+      if (t.layer >= L) return tokens * static_cast<double>(m.vocab) * m.activation_bytes * frac;
+      return tokens * m.hidden * m.activation_bytes * frac;
   }
   return 0;
 }
 
-double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here) const {
+double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp) const {
   const int L = static_cast<int>(layers_.size());
-  if (t.kind != TensorKind::Activation || t.layer >= L || !forward_runs_here) return wire_bytes(t);
+  if (t.kind != TensorKind::Activation || t.layer >= L || !forward_runs_here || t.tp_size != 1 || !t.complete())
+    return wire_bytes(t);
   const LayerContent& c = layers_.at(t.layer);
   const double b = static_cast<double>(s_.microbatch_size) * t.batches.size();
   const double s = s_.seq_len();
-  double bytes = c.num_blocks * activation_bytes_per_block(s_.model, s, b, s_.recompute);
-  if (c.head) bytes += 2.0 * s * b * s_.model.hidden * s_.model.activation_bytes;
+  double bytes =
+      c.num_blocks * activation_bytes_per_block(s_.model, s, b, s_.recompute, tp.degree, tp.sequence_parallel);
+  if (c.head)
+    bytes += 2.0 * s * b * s_.model.hidden * s_.model.activation_bytes / (tp.sequence_parallel ? tp.degree : 1);
   if (c.embedding) bytes += wire_bytes(t);  // the token ids; the embedding's output is block 0's input
   return bytes;
 }

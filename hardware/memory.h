@@ -27,12 +27,13 @@ double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recomp
 /// Model states per GPU (bytes) for `params` parameters over `dp` data-parallel ranks under ZeRO `stage`
 /// (0: replicated; 1: optimizer state sharded; 2: and gradients; 3: and weights), with the model's bytes per
 /// parameter: weights weight_bytes, grads grad_bytes, optimizer (master + moments) master_bytes +
-/// optimizer_bytes (K = 12 in the ZeRO paper).
+/// optimizer_bytes (K = 12 in the ZeRO paper). With tensor parallelism over `tp` ranks each holds a 1/tp slice
+/// of every state, then ZeRO-sharded over `dp` (Narayanan et al. 2021 §3.3; FSDP2 + TP in torchtitan).
 struct ModelStates {
   double weights = 0, grads = 0, optimizer = 0;
   double total() const { return weights + grads + optimizer; }
 };
-ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int dp);
+ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int dp, int tp = 1);
 
 /// Sizes of schedule tensors on one hardware setting (tensor kinds: docs/schedule-format.md; the layer
 /// mapping: hardware/op_costs.h).
@@ -42,15 +43,21 @@ class TensorSizes {
   /// Parameters of schedule layer l (its blocks, plus embedding or head).
   double layer_parameters(int l) const;
   /// Bytes of a tensor as it travels (a message, a collective's buffer): weights weight_bytes, optimizer
-  /// state master + moments, weight grads grad_bytes per parameter held (times the fraction of shards);
-  /// A0 the token ids (4 bytes per token), A_l the hidden states (e·h per token), A_L the fp32 logits
-  /// (4·V per token; Korthikanti et al. 2022 §4.3), dA_l as A_l in the activation precision, dA0 nothing.
+  /// state master + moments, weight grads grad_bytes per parameter held; A0 the token ids (4 bytes per token),
+  /// A_l the hidden states (e·h per token), A_L the fp32 logits (4·V per token; Korthikanti et al. 2022 §4.3),
+  /// dA_l as A_l in the activation precision, dA0 nothing; each times the fraction held (Tensor::
+  /// held_fraction): the shards held, 1/t for a TP slice (a weight's slice, the logits' vocabulary slice), a
+  /// sequence shard's share with sequence parallelism, and the whole for a partial sum (as large as the sum).
+  /// A TP slice's parameters are 1/t of the layer's (the norms' gains, replicated in Megatron-LM, counted 1/t
+  /// too: 2h of a block's 12h² parameters).
   double wire_bytes(const Tensor& t) const;
   /// Bytes of a resident tensor: wire_bytes, except that the input A_l of a layer whose forward runs on the
   /// rank holding it also holds what that forward saved for the backward (the executor keeps the saved
-  /// activations with the input: docs/executor.md): its blocks' activation_bytes_per_block, plus for the
-  /// last layer the final norm's and the LM head's inputs (2·e·h per token), plus the token ids for A0.
-  double resident_bytes(const Tensor& t, bool forward_runs_here) const;
+  /// activations with the input: docs/executor.md): its blocks' activation_bytes_per_block at the forward's
+  /// TP degree and sequence parallelism `tp`, plus for the last layer the final norm's and the LM head's
+  /// inputs (2·e·h per token; with SP on s/t tokens), plus the token ids for A0. Only the complete A_l (what a
+  /// forward reads) holds them: a partial sum or a sequence shard of it is its wire size.
+  double resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp = {}) const;
   const std::vector<LayerContent>& layers() const { return layers_; }
 
  private:

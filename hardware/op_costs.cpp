@@ -27,26 +27,32 @@ Work& Work::operator+=(const Work& o) {
   return *this;
 }
 
-Work block_forward(const ModelSpec& m, double tokens, int seq) {
+Work block_forward(const ModelSpec& m, double tokens, int seq, TpSplit tp) {
   const double h = m.hidden, f = m.ffn, kv = static_cast<double>(m.kv_width()), e = m.activation_bytes;
+  // t = 1 divides by 1 (exact): the figures without TP are the same bytes as before TP existed.
+  const double t = tp.degree, replicated = tp.sequence_parallel ? t : 1;
   Work w;
   const double matrix = h * (h + 2 * kv) + h * h + (m.gated_ffn ? 3 : 2) * h * f;
-  w.forward_flops = 2 * tokens * matrix;
-  w.attention_flops = 4 * tokens * seq * h;
-  double per_token = 4 * h * e + 6 * h * e + (m.gated_ffn ? 3 : 2) * f * e;
-  if (!m.learned_positions) per_token += 2 * (h + kv) * e;
+  w.forward_flops = 2 * tokens * matrix / t;
+  w.attention_flops = 4 * tokens * seq * h / t;
+  // Norms and residual adds (replicated over the TP group; SP: on s/t tokens), the MLP activation and the
+  // rotary embedding (on this rank's FFN columns and heads).
+  double per_token = (4 * h * e + 6 * h * e) / replicated + (m.gated_ffn ? 3 : 2) * f * e / t;
+  if (!m.learned_positions) per_token += 2 * (h + kv) * e / t;
   w.bytes = tokens * per_token;
   return w;
 }
 
-Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, double params) {
+Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, double params,
+                  TpSplit tp) {
   const ModelSpec& m = s.model;
   const double tokens = s.tokens_per_microbatch() * batches;
   const double h = m.hidden, V = m.vocab, e = m.activation_bytes;
-  Work fwd = block_forward(m, tokens, s.seq_len());
+  const double t = tp.degree, replicated = tp.sequence_parallel ? t : 1;
+  Work fwd = block_forward(m, tokens, s.seq_len(), tp);
   fwd.forward_flops *= layer.num_blocks, fwd.attention_flops *= layer.num_blocks, fwd.bytes *= layer.num_blocks;
-  Work head;  // final norm + LM head, forward
-  if (layer.head) head.forward_flops = 2 * tokens * h * V, head.bytes = tokens * 2 * h * e;
+  Work head;  // final norm (replicated) + LM head (column-parallel over the vocabulary), forward
+  if (layer.head) head.forward_flops = 2 * tokens * h * V / t, head.bytes = tokens * 2 * h * e / replicated;
   Work w;
   auto backward_input = [&] {
     Work b;
@@ -65,14 +71,16 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
   auto backward_weight = [&] {
     Work b;
     b.backward_weight_flops = fwd.forward_flops + head.forward_flops;
-    if (layer.embedding) b.bytes += tokens * h * (e + m.grad_bytes);  // scatter-add into the embedding grad
+    // Scatter-add of the whole output grad into this rank's rows of the embedding grad.
+    if (layer.embedding) b.bytes += tokens * h * (e + m.grad_bytes / t);
     return b;
   };
   switch (kind) {
     case OpKind::Forward:
       w = fwd;
       w += head;
-      if (layer.embedding) w.bytes += tokens * h * (m.weight_bytes + e);
+      // The gather: this rank's rows of the (vocabulary-parallel) table, the whole (masked) output.
+      if (layer.embedding) w.bytes += tokens * h * (m.weight_bytes / t + e);
       return w;
     case OpKind::BackwardInput: return backward_input();
     case OpKind::BackwardWeight: return backward_weight();
@@ -80,7 +88,7 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
       w = backward_input();
       w += backward_weight();
       return w;
-    case OpKind::Loss: w.bytes = tokens * V * (8 + e); return w;
+    case OpKind::Loss: w.bytes = tokens * V * (8 + e) / t; return w;
     case OpKind::Update: {
       const double state = m.master_bytes > 0 ? m.master_bytes : m.weight_bytes;
       w.bytes = params * (2 * state + 2 * m.optimizer_bytes + m.grad_bytes + (m.master_bytes > 0 ? m.weight_bytes : 0));
@@ -88,6 +96,35 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
     }
     default: return w;
   }
+}
+
+TpCollectives tp_collectives_inside(const LayerContent& layer, OpKind kind, Recompute r, bool sequence_parallel) {
+  const int k2 = 2 * layer.num_blocks;
+  // `reduce`: the sums of partial sums (all-reduces; with SP reduce-scatters), `gather`: with SP the
+  // all-gathers of sequence shards. The forward's are the backward's conjugates with the embedding's and the
+  // head's roles swapped; the schedule's explicit ops take one of each at the layer's boundary.
+  int reduce = 0, gather = 0, recomputed = 0;
+  switch (kind) {
+    case OpKind::Forward:
+      reduce = k2 + (layer.embedding ? 1 : 0) - (layer.head ? 0 : 1);
+      gather = k2 + (layer.head ? 1 : 0) - (layer.embedding ? 0 : 1);
+      break;
+    case OpKind::Backward:
+    case OpKind::BackwardInput:
+      reduce = k2 + (layer.head ? 1 : 0) - (layer.embedding ? 0 : 1);
+      gather = k2 + (layer.embedding ? 1 : 0) - (layer.head ? 0 : 1);
+      if (r == Recompute::Full) recomputed = k2;
+      break;
+    default: return {};
+  }
+  TpCollectives c;
+  if (sequence_parallel) {
+    c.reduce_scatters = reduce + recomputed;
+    c.all_gathers = gather + recomputed;
+  } else {
+    c.all_reduces = reduce + recomputed;
+  }
+  return c;
 }
 
 double work_seconds(const DeviceSpec& d, const Work& w) {

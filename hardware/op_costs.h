@@ -20,6 +20,35 @@
 // the weight) and both moments, reads the grad, writes the bf16 weight copy: 28 bytes per parameter in mixed
 // precision. Recomputation adds to the input-grad (or full) backward the blocks' forward (full) or their
 // attention core (selective); the head is not recomputed (Narayanan et al. 2021, eq. 3).
+//
+// Tensor parallelism over t ranks (Shoeybi et al. 2019, Megatron-LM; docs/design.md "Tensor parallelism"):
+// an op whose weight (a weight-grad pass: its weight grad or activation grad; the loss: its logits) is TP
+// slice j of t does 1/t of every matrix multiply (Wqkv, Wgate, Wup by columns, Wo, Wdown by rows, the LM head
+// by vocabulary) and of the attention core (heads split), and 1/t of the memory-bound bytes of the split parts
+// (rotary embedding of its heads, the MLP activation of its columns). The replicated parts (two norms and two
+// residual adds per block, the final norm) run whole on every TP rank, or on s/t tokens with sequence
+// parallelism (Korthikanti et al. 2022, §4.2.2). The vocabulary-parallel embedding reads 1/t of the rows and
+// writes the whole output (masked, then all-reduced: Megatron's VocabParallelEmbedding); its grad reads the
+// whole output grad and scatter-adds into 1/t of the rows. The loss on a vocabulary slice: 1/t of its bytes.
+//
+// The TP reductions inside a compute op (the design's rule: the reduction of the partial sum a layer ends
+// with is an explicit op of the schedule, the others run inside the layer's compute op). Per layer of k
+// blocks and microbatch, Megatron's f/g operators are one all-reduce of b·s·h activations after attention and
+// one after the MLP in the forward, the conjugate two in the backward (Shoeybi et al. 2019, fig. 3), one after
+// the vocabulary-parallel embedding, and one for the LM head's input grad (its column-parallel input's g):
+// - forward: 2k (+1 in layer 0, the embedding's) minus the explicit one at the layer's end (none for the
+//   last layer: its head's output is a vocabulary slice);
+// - input grad (backward-input or a whole backward): 2k (+1 in the last layer, the head's input grad) minus
+//   the explicit one of the layer's input grad (none for layer 0: its input is the token ids); with full
+//   recomputation plus the 2k of the recomputed blocks' forward (Megatron recomputes them with their
+//   communication); the weight-grad pass none;
+// - loss: the vocabulary-parallel cross-entropy's three all-reduces of b·s fp32 values (the max, the target
+//   logit and the sum of exponentials: Megatron's _VocabParallelCrossEntropy).
+// Each all-reduce is a ring all-reduce of b·s·h·e bytes over the rank's TP group (hardware/comm.h); with
+// sequence parallelism the forward's reductions become an all-gather before and a reduce-scatter after each
+// sublayer (the embedding a reduce-scatter, the head an all-gather; the backward the conjugates) of the same
+// volume (Korthikanti et al. 2022, §4.2.2). They run synchronously, as in Megatron-LM without its TP-comm
+// overlap: the op's time is its compute plus this communication (HardwareCostModel::tp_comm_seconds).
 #pragma once
 
 #include <vector>
@@ -41,6 +70,22 @@ struct LayerContent {
 /// than the schedule has layers.
 std::vector<LayerContent> partition_layers(const ModelSpec& model, int layers);
 
+/// How an op's layer is split by tensor parallelism.
+struct TpSplit {
+  int degree = 1;                  ///< t: the TP degree of the op's slice; 1 without tensor parallelism
+  bool sequence_parallel = false;  ///< norms and residual adds run on s/t tokens (Korthikanti et al. 2022)
+};
+
+/// The TP collectives a compute op runs inside itself, per microbatch (see the header comment): all-reduces
+/// of b·s·h activations without sequence parallelism, all-gathers and reduce-scatters of that volume with it.
+struct TpCollectives {
+  int all_reduces = 0;
+  int all_gathers = 0;
+  int reduce_scatters = 0;
+  /// Equal when every count is.
+  friend bool operator==(const TpCollectives&, const TpCollectives&) = default;
+};
+
 /// Work of one op: FLOPs by efficiency class and bytes of memory traffic.
 struct Work {
   double forward_flops = 0;          ///< forward matrix multiplies
@@ -54,11 +99,17 @@ struct Work {
   Work& operator+=(const Work& o);
 };
 
-/// Forward work of one block over `tokens` tokens of sequences of length `seq`.
-Work block_forward(const ModelSpec& m, double tokens, int seq);
+/// Forward work of one block over `tokens` tokens of sequences of length `seq`, on one TP rank of `tp`.
+Work block_forward(const ModelSpec& m, double tokens, int seq, TpSplit tp = {});
 /// Work of a compute op (forward, backward, backward-input, backward-weight, loss) of `layer` over
-/// `batches` microbatches; of an update over `params` parameters (batches ignored). Other kinds: none.
-Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, double params = 0);
+/// `batches` microbatches on one TP rank of `tp`; of an update over `params` parameters (the slice's and
+/// shards' share already taken; batches ignored). Other kinds: none.
+Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, double params = 0,
+                  TpSplit tp = {});
+/// The TP collectives inside a forward, backward, backward-input or backward-weight of `layer` (per microbatch,
+/// at a TP degree above 1; see the header comment), with recomputation `r`. The loss's small all-reduces and
+/// other kinds: none.
+TpCollectives tp_collectives_inside(const LayerContent& layer, OpKind kind, Recompute r, bool sequence_parallel);
 /// Seconds of that work on the device (the efficiency table's formula, hardware/device.h); 0 for no work.
 double work_seconds(const DeviceSpec& d, const Work& w);
 

@@ -15,8 +15,10 @@ std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0
 
 }  // namespace
 
-StepReport make_report(const Trace& trace, const HardwareSetting& s, int microbatches, const std::string& oom_message) {
+StepReport make_report(const Trace& trace, const HardwareSetting& s, int microbatches, const std::string& oom_message,
+                       const HardwareCostModel* cost) {
   StepReport r;
+  r.tensor_parallel = cost && cost->tensor_parallel();
   const int world = static_cast<int>(trace.ranks.size());
   const Time span = trace.makespan();
   r.step_time_s = to_seconds(span);
@@ -27,7 +29,7 @@ StepReport make_report(const Trace& trace, const HardwareSetting& s, int microba
     r.tokens_per_s_per_gpu = r.tokens_per_s / std::max(world, 1);
     r.mfu = r.model_flops_per_step / (r.step_time_s * std::max(world, 1) * s.device.peak_flops);
   }
-  double busy = 0, exposed = 0;
+  double busy = 0, exposed = 0, tp_inside = 0, tp_exposed = 0;
   for (int rank = 0; rank < world; ++rank) {
     const std::vector<OpRun>& runs = trace.ranks[rank];
     RankReport rr;
@@ -40,13 +42,28 @@ StepReport make_report(const Trace& trace, const HardwareSetting& s, int microba
     rr.comm_s = to_seconds(total_length(m));
     rr.exposed_comm_s = to_seconds(total_length(subtract_intervals(m, c)));
     rr.bubble_fraction = span > 0 ? 1.0 - rr.compute_s / r.step_time_s : 0;
+    if (r.tensor_parallel) {
+      // TP collectives inside compute ops are exposed by rule; explicit ones where no compute op runs.
+      std::vector<TimeInterval> explicit_tp;
+      for (const OpRun& run : runs) {
+        if (is_compute(run.op.kind)) rr.tp_comm_inside_s += cost->tp_comm_seconds(run.op);
+        else if (cost->is_tp_collective(run.op)) explicit_tp.push_back({run.start, run.end});
+      }
+      rr.tp_comm_exposed_s =
+          rr.tp_comm_inside_s + to_seconds(total_length(subtract_intervals(merge_intervals(std::move(explicit_tp)), c)));
+    }
     busy += rr.compute_s;
     exposed += rr.exposed_comm_s;
+    tp_inside += rr.tp_comm_inside_s;
+    tp_exposed += rr.tp_comm_exposed_s;
     r.ranks.push_back(rr);
   }
   if (span > 0 && world > 0) r.bubble_fraction = 1.0 - busy / (world * r.step_time_s);
   r.exposed_comm_s = world > 0 ? exposed / world : 0;
   r.exposed_comm_share = r.step_time_s > 0 ? r.exposed_comm_s / r.step_time_s : 0;
+  r.tp_comm_inside_s = world > 0 ? tp_inside / world : 0;
+  r.tp_comm_exposed_s = world > 0 ? tp_exposed / world : 0;
+  r.tp_comm_exposed_share = r.step_time_s > 0 ? r.tp_comm_exposed_s / r.step_time_s : 0;
   MemoryPeak p = trace.peak();
   r.peak_memory_bytes = p.memory, r.peak_memory_rank = p.rank, r.peak_memory_time_s = to_seconds(p.time);
   r.memory_capacity_bytes = s.device.memory_bytes;
@@ -80,6 +97,9 @@ nlohmann::ordered_json to_json(const StepReport& r) {
   j["bubble_fraction"] = r.bubble_fraction;
   j["exposed_comm_s"] = r.exposed_comm_s;
   j["exposed_comm_share"] = r.exposed_comm_share;
+  j["tp_comm_inside_s"] = r.tp_comm_inside_s;
+  j["tp_comm_exposed_s"] = r.tp_comm_exposed_s;
+  j["tp_comm_exposed_share"] = r.tp_comm_exposed_share;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["peak_memory_rank"] = r.peak_memory_rank;
   j["peak_memory_time_s"] = r.peak_memory_time_s;
@@ -100,6 +120,8 @@ nlohmann::ordered_json to_json(const StepReport& r) {
                      {"bubble_fraction", rr.bubble_fraction},
                      {"comm_s", rr.comm_s},
                      {"exposed_comm_s", rr.exposed_comm_s},
+                     {"tp_comm_inside_s", rr.tp_comm_inside_s},
+                     {"tp_comm_exposed_s", rr.tp_comm_exposed_s},
                      {"peak_memory_bytes", rr.peak_memory_bytes}});
   return j;
 }
@@ -113,6 +135,11 @@ std::string format_report(const StepReport& r, const HardwareSetting& s, std::si
                      r.tokens_per_s, r.tokens_per_s_per_gpu, 100 * r.mfu);
   out += fmt::format("bubble {:.1f}%   exposed communication {:.6g} s ({:.1f}% of the step)\n", 100 * r.bubble_fraction,
                      r.exposed_comm_s, 100 * r.exposed_comm_share);
+  if (r.tensor_parallel)
+    out += fmt::format("exposed TP communication {:.6g} s ({:.1f}% of the step): {:.6g} s inside compute ops "
+                       "(synchronous, as Megatron-LM runs it), {:.6g} s of TP collectives outside compute\n",
+                       r.tp_comm_exposed_s, 100 * r.tp_comm_exposed_share, r.tp_comm_inside_s,
+                       r.tp_comm_exposed_s - r.tp_comm_inside_s);
   out += fmt::format("peak memory {} at rank {} t={:.6g} s of {} ({} headroom)\n", gib(r.peak_memory_bytes),
                      r.peak_memory_rank, r.peak_memory_time_s, gib(r.memory_capacity_bytes), gib(r.headroom_bytes));
   if (r.oom)

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hardware/cost_model.h"
 #include "hardware/setting.h"
 #include "sim/trace.h"
 
@@ -30,6 +31,11 @@ struct RankReport {
   double bubble_fraction = 0;   ///< 1 - compute_s / step time
   double comm_s = 0;            ///< time during which at least one of its communication ops ran
   double exposed_comm_s = 0;    ///< ... and none of its compute ops (sim/exposed_comm.h)
+  /// Tensor parallelism: the TP collectives inside its compute ops (HardwareCostModel::tp_comm_seconds), part
+  /// of compute_s, all exposed (they run synchronously, as in Megatron-LM)
+  double tp_comm_inside_s = 0;
+  /// ... plus the time its explicit TP collectives (over its TP group) ran while none of its compute ops did
+  double tp_comm_exposed_s = 0;
   double peak_memory_bytes = 0;
 };
 
@@ -39,11 +45,17 @@ struct StepReport {
   double tokens_per_step = 0;    ///< microbatches x microbatch_size x seq
   double tokens_per_s = 0;
   double tokens_per_s_per_gpu = 0;
-  double model_flops_per_step = 0;  ///< tokens x ModelSpec::flops_per_token (6·N + attention)
-  double mfu = 0;                ///< model FLOPs / (step time x ranks x peak FLOP/s)
+  /// tokens x ModelSpec::flops_per_token (6·N + attention): the model's FLOPs, however the ranks split them
+  /// (data, pipeline and tensor parallelism: the t ranks of a TP group share one microbatch's FLOPs)
+  double model_flops_per_step = 0;
+  double mfu = 0;                ///< model FLOPs / (step time x ranks x peak FLOP/s), every rank counted
   double bubble_fraction = 0;    ///< 1 - sum of compute time / (ranks x step time)
   double exposed_comm_s = 0;     ///< mean over ranks of the communication time not hidden under compute
   double exposed_comm_share = 0; ///< exposed_comm_s / step_time_s
+  bool tensor_parallel = false;  ///< some rank has a TP group (the TP lines below are printed)
+  double tp_comm_inside_s = 0;   ///< mean over ranks of RankReport::tp_comm_inside_s
+  double tp_comm_exposed_s = 0;  ///< mean over ranks of RankReport::tp_comm_exposed_s
+  double tp_comm_exposed_share = 0;  ///< tp_comm_exposed_s / step_time_s
   double peak_memory_bytes = 0;  ///< highest sample over ranks
   int peak_memory_rank = 0;
   double peak_memory_time_s = 0;
@@ -55,16 +67,18 @@ struct StepReport {
 
 /// The report of `trace` (a run of a schedule with `microbatches` microbatches over `world_size` ranks on
 /// `setting`). `oom_message`: the simulator's memory-limit message when the run went over the device's
-/// capacity (simulated again with that limit), parsed into StepReport::oom.
+/// capacity (simulated again with that limit), parsed into StepReport::oom. `cost`: the cost model that
+/// timed it, for the TP communication figures (none without it).
 StepReport make_report(const Trace& trace, const HardwareSetting& setting, int microbatches,
-                       const std::string& oom_message = "");
+                       const std::string& oom_message = "", const HardwareCostModel* cost = nullptr);
 
 /// The JSON form: step_time_s, tokens_per_s, tokens_per_s_per_gpu, mfu, bubble_fraction, exposed_comm_s,
-/// exposed_comm_share, peak_memory_bytes, peak_memory_rank, peak_memory_time_s, memory_capacity_bytes,
+/// exposed_comm_share, tp_comm_inside_s, tp_comm_exposed_s, tp_comm_exposed_share, peak_memory_bytes, peak_memory_rank, peak_memory_time_s, memory_capacity_bytes,
 /// headroom_bytes, oom (null, or {rank, time_s, op, bytes, resident, message}), model_flops_per_step,
 /// tokens_per_step, and ranks (one object per rank).
 nlohmann::ordered_json to_json(const StepReport& r);
-/// Human-readable lines (per-rank lines for at most `rank_lines` ranks).
+/// Human-readable lines (per-rank lines for at most `rank_lines` ranks; the TP communication line when
+/// StepReport::tensor_parallel).
 std::string format_report(const StepReport& r, const HardwareSetting& setting, std::size_t rank_lines = 16);
 
 }  // namespace trainsim::hw

@@ -11,8 +11,11 @@
 
 namespace trainsim {
 
-/// Throws std::invalid_argument for an unknown cost model, a `hardware` header without its block, or a model
-/// with fewer blocks than the schedule has layers.
+/// Throws std::invalid_argument for an unknown cost model, a `hardware` header without its block, a model
+/// with fewer blocks than the schedule has layers, or (hardware) a compute op on a TP slice of t whose rank has
+/// no TP group of t ranks (naming the rank, the op and its file:line). Under the hardware model a rank runs
+/// sequence parallelism when it reduce-scatters or all-gathers an activation or activation grad over its TP
+/// group (hardware/cost_model.h, TpLayout).
 std::unique_ptr<CostModel> make_schedule_cost_model(const Schedule& schedule);
 
 }  // namespace trainsim

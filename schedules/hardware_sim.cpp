@@ -2,23 +2,31 @@
 
 #include <stdexcept>
 
+#include "hardware/cost_model.h"
+#include "schedules/cost_models.h"
+
 namespace trainsim {
 
 HardwareRun simulate_hardware(const Schedule& schedule) {
   const ScheduleHeader& h = schedule.header;
   if (h.cost_model != "hardware" || !h.hardware)
     throw std::invalid_argument("the schedule does not use the hardware cost model (no 'cost_model hardware' block)");
+  // One cost model for the run, the run with the memory limit and the report's TP figures.
+  const std::unique_ptr<CostModel> cost = make_schedule_cost_model(schedule);
+  SimOptions options;
+  options.cost = cost.get();
   HardwareRun run;
-  run.result = simulate(schedule);
+  run.result = simulate(schedule, options);
   if (!run.result.ok) return run;
   std::string oom;
   if (run.result.trace.peak().memory > h.hardware->device.memory_bytes) {
-    SimOptions limited;
+    SimOptions limited = options;
     limited.memory_limit = h.hardware->device.memory_bytes;
     SimResult again = simulate(schedule, limited);
     oom = again.ok ? std::string("out of memory") : again.error;
   }
-  run.report = hw::make_report(run.result.trace, *h.hardware, h.microbatches, oom);
+  run.report = hw::make_report(run.result.trace, *h.hardware, h.microbatches, oom,
+                               dynamic_cast<const hw::HardwareCostModel*>(cost.get()));
   return run;
 }
 

@@ -29,6 +29,13 @@ class CostModel {
   }
   /// Unit of memory(): "units" for the puzzles, "bytes" for hardware models.
   virtual std::string memory_unit() const = 0;
+  /// The communication an op runs inside itself, part of its duration(), in Time units: under the hardware
+  /// model the TP collectives inside a compute op (hardware/cost_model.h), which a timeline can draw inside the
+  /// op; 0 for every op of the other models.
+  virtual Time inner_comm(const Op& op) const {
+    (void)op;
+    return 0;
+  }
 };
 
 /// The LLM Training Puzzles' own costs, reproduced exactly (srush/LLM-Training-Puzzles lib.py):
