@@ -27,6 +27,9 @@ inline constexpr const char* kNoLayerColour = "#8c7bb8";     ///< collectives wi
 inline constexpr const char* kAllGatherColour = "#4aa3d8";     ///< all-gather (AG)
 inline constexpr const char* kReduceScatterColour = "#a77fe0"; ///< reduce-scatter (RS)
 inline constexpr const char* kAllReduceColour = "#5a64d0";     ///< all-reduce (AR)
+/// Tensor-parallel collectives (is_tp_collective: the all-reduce of a layer's partial sums, sequence
+/// parallelism's reduce-scatter and all-gather of activations) in magenta, apart from the data-parallel ones.
+inline constexpr const char* kTpCollectiveColour = "#c8379b";
 inline constexpr const char* kMemoryFill = "#6b9be0";        ///< memory step plot, filled at kMemoryOpacity
 inline constexpr const char* kMemoryStroke = "#2f5fa8";      ///< memory step plot outline
 inline constexpr const char* kPeakColour = "#d62728";        ///< peak memory marker

@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "sim/world.h"
+#include "sim/tp_ops.h"
 #include "visualize/palette.h"
 #include "visualize/svg_writer.h"
 #include "visualize/timeline_exposed.h"
@@ -81,9 +82,9 @@ class Colours {
       case OpKind::Send:
       case OpKind::Recv: return {&pass_};
       case OpKind::Loss: return {&loss_};
-      case OpKind::AllGather: return {&ag_};
-      case OpKind::ReduceScatter: return {&rs_};
-      case OpKind::AllReduce: return {&ar_};
+      case OpKind::AllGather: return {is_tp_collective(op) ? &tp_ : &ag_};
+      case OpKind::ReduceScatter: return {is_tp_collective(op) ? &tp_ : &rs_};
+      case OpKind::AllReduce: return {is_tp_collective(op) ? &tp_ : &ar_};
       default: return {&nolayer_};
     }
   }
@@ -105,7 +106,7 @@ class Colours {
   int layers_;
   mutable std::map<int, Set> cache_;
   std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour,
-              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour;
+              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, tp_ = kTpCollectiveColour;
 };
 
 /// The label drawn inside an op's box: the longest form that fits `width` px at `font` px, or "". Every form
@@ -281,7 +282,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   std::size_t timed = 0;
   int max_layer = -1;
   double mem_max = 0;
-  bool has_bi = false, has_bw = false;
+  bool has_bi = false, has_bw = false, has_tp = false;
   for (const auto& runs : trace.ranks)
     for (const auto& r : runs) {
       if (!is_timed(r.op.kind)) continue;
@@ -290,6 +291,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       mem_max = std::max(mem_max, r.memory);
       has_bi |= r.op.kind == OpKind::BackwardInput;
       has_bw |= r.op.kind == OpKind::BackwardWeight;
+      has_tp |= is_tp_collective(r.op);
     }
   if (nranks == 0 || timed == 0) return empty_svg(trace, opt);
 
@@ -443,6 +445,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     items.push_back({LegendItem::Boxes, {kUpdateColour}, 1, false, "update"});
     items.push_back({LegendItem::Boxes, {kAllGatherColour, kReduceScatterColour, kAllReduceColour, kNoLayerColour}, 1,
                      false, "all-gather (AG), reduce-scatter (RS), all-reduce (AR), barrier (B)"});
+    if (has_tp)
+      items.push_back({LegendItem::Boxes, {kTpCollectiveColour}, 1, false,
+                       "TP collective (AR, RS, AG of a layer's partial sums and activations over its TP group)"});
     items.push_back({LegendItem::Boxes, {kPassColour}, 1, false, "send/recv (pass)"});
     items.push_back({LegendItem::Bar, {}, 1, false, "loss"});
     if (show_exposed)
