@@ -119,19 +119,27 @@ std::string joined(const std::vector<std::string>& names) {
 
 std::string kind_list() { return joined(generator_kinds()); }
 
-// The kinds of the registry by family, for --help: every kind that is neither data parallel nor pp-fsdp is a
+// The kinds of the registry by family, for --help: every kind that is not data parallel, pp-fsdp, tp or 3d is a
 // pipeline, so a kind added to the registry is listed without editing this.
 std::string kinds_summary() {
   const std::set<std::string> data_parallel = {"ddp", "zero1", "zero2", "fsdp", "zero3-owner"};
-  std::vector<std::string> pipelines, data, hybrid;
+  std::vector<std::string> pipelines, data, hybrid, tensor, three_d;
   for (const auto& k : generator_kinds())
-    (data_parallel.count(k) ? data : k == "pp-fsdp" ? hybrid : pipelines).push_back(k);
+    (data_parallel.count(k) ? data : k == "pp-fsdp" ? hybrid : k == "tp" ? tensor : k == "3d" ? three_d : pipelines)
+        .push_back(k);
   std::string s = "Kinds: pipelines " + joined(pipelines) +
                   " (--stages, --microbatches per step, --chunks per rank for the interleaved and looped ones)";
   if (!data.empty())
     s += "; data parallel " + joined(data) +
          " (--dp ranks, --layers, --microbatches per rank, --prefetch, --no-reshard-after-forward)";
   if (!hybrid.empty()) s += "; pipeline + FSDP " + joined(hybrid) + " (--stages, --dp replicas, --microbatches per replica)";
+  if (!tensor.empty())
+    s += "; tensor parallel " + joined(tensor) + " (--tp ranks in one TP group, --layers, --microbatches, --sp)";
+  if (!three_d.empty())
+    s += "; 3D parallel " + joined(three_d) +
+         " (--tp x --pp x --dp ranks, rank = tp + T * (dp + D * pp), TP fastest as in Megatron-LM and torchtitan's "
+         "mesh [\"pp\", \"dp\", \"tp\"]; --schedule 1f1b|interleaved-1f1b|zb-h1, --chunks, --layers, --microbatches "
+         "per replica, --sp, --zero 1|3)";
   return s + ".";
 }
 
@@ -221,20 +229,37 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--microbatches", args->options.microbatches,
-                  "Microbatches of the step (pipelines); per rank (ddp, zero1, zero2, fsdp, zero3-owner); per replica "
-                  "(pp-fsdp)")
+                  "Microbatches of the step (pipelines, tp); per rank (ddp, zero1, zero2, fsdp, zero3-owner); per "
+                  "replica (pp-fsdp, 3d)")
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--chunks", args->options.chunks,
                   "Model chunks per rank (interleaved-1f1b, looped-bfs, interleaved-zb; zbv and dualpipev hold 2)")
       ->check(count)
       ->capture_default_str();
-  cmd->add_option("--layers", args->options.layers, "Model layers of the data-parallel kinds (0: 4)")
+  cmd->add_option("--layers", args->options.layers,
+                  "Model layers of the data-parallel kinds and tp (0: 4) and of 3d (0: one per stage chunk, --pp x "
+                  "--chunks, or 4 when that is 1)")
       ->check(count0)
       ->capture_default_str();
   cmd->add_option("--dp", args->options.dp,
-                  "Data-parallel degree: ranks (ddp, zero1, zero2, fsdp, zero3-owner), replicas (pp-fsdp)")
+                  "Data-parallel degree: ranks (ddp, zero1, zero2, fsdp, zero3-owner), replicas (pp-fsdp, 3d)")
       ->check(count)
+      ->capture_default_str();
+  cmd->add_option("--tp", args->options.tp,
+                  "Tensor-parallel degree (tp, 3d): ranks splitting every layer, 1 to 64 (Megatron-LM's tensor "
+                  "parallelism; docs/design.md, Tensor parallelism)")
+      ->check(count)
+      ->capture_default_str();
+  cmd->add_option("--pp", args->options.pp, "Pipeline stages (3d)")->check(count)->capture_default_str();
+  cmd->add_flag("--sp", args->options.sequence_parallel,
+                "Sequence parallelism (tp, 3d): partial sums reduce-scattered into sequence shards over the TP group, "
+                "all-gathered before the next pass (Korthikanti et al. 2022); a no-op with --tp 1");
+  cmd->add_option("--zero", args->options.zero,
+                  "Data parallelism of 3d: 1 = ZeRO-1 (optimizer state sharded, as zero1), 3 = FSDP of each TP "
+                  "slice; without it, DDP (grads all-reduced)")
+      ->check(integer_in(0, 3, "", "1|3"));
+  cmd->add_option("--schedule", args->options.schedule, "Pipeline order of 3d: 1f1b, interleaved-1f1b (with --chunks) or zb-h1")
       ->capture_default_str();
   cmd->add_option("--prefetch", args->options.prefetch, "fsdp: how many layers ahead each all-gather is issued")
       ->check(count0)

@@ -13,15 +13,22 @@ struct GenOptions {
   int stages = 4;           ///< pipeline stages (pipeline kinds); world size = stages * dp
   int microbatches = 8;     ///< microbatches per step (per pipeline for pp-fsdp; per rank for data parallel)
   int chunks = 1;           ///< model chunks (virtual stages) per rank: interleaved-1f1b, looped-bfs
-  int layers = 0;           ///< data-parallel kinds: model layers (0: 4)
-  int dp = 1;               ///< data-parallel degree: ranks for ddp/zero1/zero2/fsdp/zero3-owner, replicas for pp-fsdp
+  int layers = 0;           ///< model layers of ddp/zero1/zero2/fsdp/zero3-owner and tp (0: 4) and 3d (0: pp x chunks, 4 when 1)
+  int dp = 1;               ///< data-parallel degree: ranks for ddp/zero1/zero2/fsdp/zero3-owner, replicas for pp-fsdp and 3d
   int prefetch = 1;         ///< fsdp: how many layers ahead the all-gather is issued
   bool reshard_after_forward = true;  ///< fsdp: free gathered weights after forward (gather again in backward)
+  int tp = 1;               ///< tp, 3d: tensor-parallel degree, 1 to Tensor::kMaxTpSize
+  int pp = 1;               ///< 3d: pipeline stages
+  bool sequence_parallel = false;  ///< tp, 3d: sequence parallelism (reduce-scatter / all-gather over the TP group)
+  int zero = 0;             ///< 3d: data parallelism: 0 plain (DDP), 1 ZeRO-1 (as zero1), 3 FSDP of each TP slice
+  std::string schedule = "1f1b";  ///< 3d: the pipeline order: 1f1b, interleaved-1f1b (with chunks) or zb-h1
 };
 
 /// The generator kinds: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zbv, dualpipev, interleaved-zb, ddp,
-/// zero1, zero2, fsdp, zero3-owner, pp-fsdp. zero3-owner: ZeRO-3 sharded between tensors, `dp` ranks, layer l
-/// owned whole by rank l mod dp (broadcast before each use, grads reduced to the owner; .sched version 2). zbv and dualpipev: `stages` ranks holding 2 x stages layers in V placement
+/// zero1, zero2, fsdp, zero3-owner, pp-fsdp, tp, 3d. zero3-owner: ZeRO-3 sharded between tensors, `dp` ranks,
+/// layer l owned whole by rank l mod dp (broadcast before each use, grads reduced to the owner; .sched version
+/// 2). tp: `tp` ranks splitting every layer (Megatron-LM's tensor parallelism); 3d: tp x pp x dp ranks,
+/// rank = tp + T * (dp + D * pp) (docs/design.md, "Tensor parallelism"). zbv and dualpipev: `stages` ranks holding 2 x stages layers in V placement
 /// (PyTorch's ScheduleZBVZeroBubble and ScheduleDualPipeV; dualpipev needs microbatches >= 2 x stages);
 /// interleaved-zb: `chunks` looped chunks per rank (PyTorch's ScheduleInterleavedZeroBubble).
 /// interleaved-1f1b follows Megatron-LM when the microbatches are a multiple of the stages and PyTorch's

@@ -86,6 +86,8 @@ TEST_CASE("gen: the registry lists every kind and rejects unknown ones") {
   want.insert(want.end(), kDataParallelKinds.begin(), kDataParallelKinds.end());
   want.push_back("pp-fsdp");
   want.push_back("zero3-owner");
+  want.push_back("tp");
+  want.push_back("3d");
   auto kinds = generator_kinds();
   std::sort(want.begin(), want.end());
   std::sort(kinds.begin(), kinds.end());

@@ -9,7 +9,8 @@
 //   compact ("F L0 {0}", "B L2 {0-3}", "send -> r1\nA2{0}", "all-gather L1 g0\nW1[0-3/4]", "load\nW0, O0");
 //   the tooltip is describe() plus where. Shapes by kind: compute ops are filled boxes (forward light blue,
 //   backward light green, loss light red, update light yellow), send/recv grey ellipses, collectives
-//   light orange hexagons, load/free/accumulate small plain text.
+//   light orange hexagons (tensor-parallel ones, sim/tp_ops.h, light magenta), load/free/accumulate small
+//   plain text.
 // - Program order on a stream: each op to the next op of the same rank on the same stream (stream order),
 //   `style=dashed, color=gray80, constraint=true`; on a one-stream rank that is every consecutive pair.
 //   Ops on different streams get no dashed edge: they wait only on data, messages and collectives
@@ -56,6 +57,8 @@
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "sim/tp_ops.h"
 
 namespace trainsim::visualize {
 
@@ -140,8 +143,10 @@ std::string label(const Op& op) {
   return s;
 }
 
-const char* node_style(OpKind k) {
-  switch (k) {
+const char* node_style(const Op& op) {
+  // Tensor-parallel collectives (sim/tp_ops.h) in light magenta, as the timeline's magenta sets them apart.
+  if (is_tp_collective(op)) return "shape=hexagon, style=filled, fillcolor=\"#f1b6da\"";
+  switch (op.kind) {
     case OpKind::Forward: return "shape=box, style=filled, fillcolor=\"#c6dbef\"";
     case OpKind::Backward: return "shape=box, style=filled, fillcolor=\"#c7e9c0\"";
     case OpKind::BackwardInput: return "shape=box, style=filled, fillcolor=\"#a1d99b\"";
@@ -206,7 +211,7 @@ std::string dependency_dot(const Schedule& schedule) {
     std::string tip = op.describe();
     if (!op.where.empty()) tip += " (" + op.where + ")";
     fmt::format_to(w, "{}{} [label={}, tooltip={}, {}];\n", indent, node_id(r, i), quote(label(op)), quote(tip),
-                   node_style(op.kind));
+                   node_style(op));
   };
   for (int r = 0; r < nranks; ++r) {
     fmt::format_to(w, "  subgraph cluster_rank{} {{\n    label={}; style=rounded; color=gray60;\n", r,

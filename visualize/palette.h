@@ -29,6 +29,9 @@ inline constexpr const char* kReduceScatterColour = "#a77fe0"; ///< reduce-scatt
 inline constexpr const char* kAllReduceColour = "#5a64d0";     ///< all-reduce (AR)
 inline constexpr const char* kBroadcastColour = "#3cc0c8";     ///< broadcast (BC), in the legend only when drawn
 inline constexpr const char* kReduceColour = "#7a3fb0";        ///< reduce (RD), in the legend only when drawn
+/// Tensor-parallel collectives (is_tp_collective: the all-reduce of a layer's partial sums, sequence
+/// parallelism's reduce-scatter and all-gather of activations) in magenta, apart from the data-parallel ones.
+inline constexpr const char* kTpCollectiveColour = "#c8379b";
 inline constexpr const char* kMemoryFill = "#6b9be0";        ///< memory step plot, filled at kMemoryOpacity
 inline constexpr const char* kMemoryStroke = "#2f5fa8";      ///< memory step plot outline
 inline constexpr const char* kPeakColour = "#d62728";        ///< peak memory marker

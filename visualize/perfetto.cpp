@@ -16,7 +16,9 @@
 //   after the rank's streams (sort_index S), with one complete event per exposed interval: name "exposed
 //   comm", cat "exposed-comm", ts and dur the interval's, no args. They follow the rank's op events.
 // - Ops: one complete event ("ph":"X") per timed op (is_timed), name = op_name + " L<layer>" ("forward
-//   L2"; no suffix without a layer), cat = "compute", "p2p" or "collective"; zero-duration ops (loss, and
+//   L2"; no suffix without a layer), cat = "compute", "p2p", "tp-collective" (is_tp_collective: the TP
+//   all-reduce of partial sums, sequence parallelism's reduce-scatter and all-gather) or "collective";
+//   zero-duration ops (loss, and
 //   every non-compute op under the unit cost model) are X events with dur 0. Untimed ops (load, free,
 //   accumulate) are thread-scoped instant events ("ph":"i", "s":"t", cat "memory"). args: batches (id
 //   set text, "" when none), reads and writes (tensor names), memory (resident at the op's start, in
@@ -54,6 +56,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/exposed_comm.h"
+#include "sim/tp_ops.h"
 
 namespace trainsim::visualize {
 
@@ -67,8 +70,10 @@ Json micros(Time t) {
   return Json(static_cast<double>(t) / 1000.0);
 }
 
-const char* category(OpKind k) {
+const char* category(const Op& op) {
+  const OpKind k = op.kind;
   if (is_p2p(k)) return "p2p";
+  if (is_tp_collective(op)) return "tp-collective";
   if (is_collective(k)) return "collective";
   if (is_compute(k)) return "compute";
   return "memory";
@@ -188,10 +193,10 @@ std::string trace_json(const Trace& trace, const std::vector<std::vector<int>>& 
       Json args = op_args(run);
       if (static_cast<std::size_t>(rank) < step_of.size() && i < step_of[rank].size()) args["step"] = step_of[rank][i];
       if (is_timed(op.kind)) {
-        emit(Json{{"ph", "X"}, {"name", event_name(op)}, {"cat", category(op.kind)}, {"pid", pid}, {"tid", tid},
+        emit(Json{{"ph", "X"}, {"name", event_name(op)}, {"cat", category(op)}, {"pid", pid}, {"tid", tid},
                   {"ts", micros(run.start)}, {"dur", micros(run.end - run.start)}, {"args", std::move(args)}});
       } else {
-        emit(Json{{"ph", "i"}, {"s", "t"}, {"name", event_name(op)}, {"cat", category(op.kind)}, {"pid", pid},
+        emit(Json{{"ph", "i"}, {"s", "t"}, {"name", event_name(op)}, {"cat", category(op)}, {"pid", pid},
                   {"tid", tid}, {"ts", micros(run.start)}, {"args", std::move(args)}});
       }
       if (static_cast<std::size_t>(rank) < flow_out.size()) {

@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "sim/world.h"
+#include "sim/tp_ops.h"
 #include "visualize/palette.h"
 #include "visualize/svg_writer.h"
 #include "visualize/timeline_exposed.h"
@@ -81,9 +82,9 @@ class Colours {
       case OpKind::Send:
       case OpKind::Recv: return {&pass_};
       case OpKind::Loss: return {&loss_};
-      case OpKind::AllGather: return {&ag_};
-      case OpKind::ReduceScatter: return {&rs_};
-      case OpKind::AllReduce: return {&ar_};
+      case OpKind::AllGather: return {is_tp_collective(op) ? &tp_ : &ag_};
+      case OpKind::ReduceScatter: return {is_tp_collective(op) ? &tp_ : &rs_};
+      case OpKind::AllReduce: return {is_tp_collective(op) ? &tp_ : &ar_};
       case OpKind::Broadcast: return {&bc_};
       case OpKind::Reduce: return {&rd_};
       default: return {&nolayer_};
@@ -108,7 +109,7 @@ class Colours {
   mutable std::map<int, Set> cache_;
   std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour,
               ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, bc_ = kBroadcastColour,
-              rd_ = kReduceColour;
+              rd_ = kReduceColour, tp_ = kTpCollectiveColour;
 };
 
 /// The label drawn inside an op's box: the longest form that fits `width` px at `font` px, or "". Every form
@@ -286,7 +287,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   std::size_t timed = 0;
   int max_layer = -1;
   double mem_max = 0;
-  bool has_bi = false, has_bw = false, has_rooted = false;
+              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, bc_ = kBroadcastColour,
+              rd_ = kReduceColour, tp_ = kTpCollectiveColour;
   for (const auto& runs : trace.ranks)
     for (const auto& r : runs) {
       if (!is_timed(r.op.kind)) continue;
@@ -295,7 +297,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       mem_max = std::max(mem_max, r.memory);
       has_bi |= r.op.kind == OpKind::BackwardInput;
       has_bw |= r.op.kind == OpKind::BackwardWeight;
-      has_rooted |= is_rooted(r.op.kind);
+              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, bc_ = kBroadcastColour,
+              rd_ = kReduceColour, tp_ = kTpCollectiveColour;
     }
   if (nranks == 0 || timed == 0) return empty_svg(trace, opt);
 
@@ -449,8 +452,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     items.push_back({LegendItem::Boxes, {kUpdateColour}, 1, false, "update"});
     items.push_back({LegendItem::Boxes, {kAllGatherColour, kReduceScatterColour, kAllReduceColour, kNoLayerColour}, 1,
                      false, "all-gather (AG), reduce-scatter (RS), all-reduce (AR), barrier (B)"});
-    if (has_rooted)  // (only when drawn: the figures without them stay as they were)
-      items.push_back({LegendItem::Boxes, {kBroadcastColour, kReduceColour}, 1, false, "broadcast (BC), reduce (RD)"});
+              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, bc_ = kBroadcastColour,
+              rd_ = kReduceColour, tp_ = kTpCollectiveColour;
     items.push_back({LegendItem::Boxes, {kPassColour}, 1, false, "send/recv (pass)"});
     items.push_back({LegendItem::Bar, {}, 1, false, "loss"});
     if (show_exposed)

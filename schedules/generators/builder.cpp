@@ -17,6 +17,13 @@ void require_at_least(const std::string& kind, const char* option, int value, in
     throw std::invalid_argument(fmt::format("{}: --{} must be at least {} (got {})", kind, option, min, value));
 }
 
+void require_tp_degree(const std::string& kind, int tp) {
+  require_at_least(kind, "tp", tp, 1);
+  if (tp > Tensor::kMaxTpSize)
+    throw std::invalid_argument(fmt::format("{}: --tp must be at most {}, the largest TP degree a tensor holds (got {})",
+                                            kind, Tensor::kMaxTpSize, tp));
+}
+
 IdSet one(int i) { return IdSet::range(i, i + 1); }
 
 Tensor weight_shard(int layer, int index, int count, int step) {
@@ -115,12 +122,13 @@ void RankProgram::compute(OpKind kind, int layer, IdSet batches, TensorList read
   fill_defaults(op, layers_, microbatches_);
 }
 
-void RankProgram::collective(OpKind kind, int layer, int group, Tensor in, Tensor out) {
+void RankProgram::collective(OpKind kind, int layer, int group, Tensor in, Tensor out, int stream) {
   Op& op = ops_.emplace_back();
   op.kind = kind;
   op.rank = rank_;
   op.layer = layer;
   op.group = group;
+  op.stream = stream;
   op.reads.push_back(std::move(in));
   op.writes.push_back(std::move(out));
 }
@@ -201,10 +209,12 @@ const char* pass_name(Pass p) {
 }  // namespace
 
 Schedule build_pipeline(const PipelinePlan& plan) {
-  const int P = plan.world_size, L = plan.layers, M = plan.microbatches, dp = plan.dp;
+  const int P = plan.world_size, L = plan.layers, M = plan.microbatches, dp = plan.dp, T = plan.tp;
   if (static_cast<int>(plan.steps.size()) != P) bad_plan("one step list per rank");
-  if (dp > 1 && (static_cast<int>(plan.shard_index.size()) != P || static_cast<int>(plan.group_of.size()) != P))
+  if (T < 1 || T > Tensor::kMaxTpSize) bad_plan("a TP degree from 1 to 64");
+  if (dp > 1 && (static_cast<int>(plan.shard_index.size()) != P * T || static_cast<int>(plan.group_of.size()) != P * T))
     bad_plan("shard_index and group_of need one entry per rank");
+  if (T > 1 && static_cast<int>(plan.tp_group.size()) != P) bad_plan("tp_group needs one entry per plan rank");
 
   // Where each pass runs.
   std::vector<Where> fwd(L * M), bwd(L * M), wgt(L * M);
@@ -332,109 +342,188 @@ Schedule build_pipeline(const PipelinePlan& plan) {
     });
 
   Schedule sched;
-  sched.header = make_header(P, L, M);
+  sched.header = make_header(P * T, L, M);
   sched.header.stage_map = plan.stage_map;
   sched.header.groups = plan.groups;
+  if (!plan.group_names.empty()) sched.header.version = 2, sched.header.group_names = plan.group_names;
   const IdSet all = IdSet::range(0, M);
+  const bool sp = plan.sequence_parallel && T > 1;
+  // How a data-parallel group shards the weight and the optimizer state (1: whole).
+  const int weight_shards = dp > 1 && plan.dp_mode == DpMode::Fsdp ? dp : 1;
+  const int opt_shards = dp > 1 && plan.dp_mode != DpMode::Replicate ? dp : 1;
+  sched.ranks.reserve(static_cast<std::size_t>(P) * T);
 
-  for (int r = 0; r < P; ++r) {
-    RankProgram prog(r, L, M);
-    // At most: a receive, a load, the pass, a loss or a send, two frees and an accumulation per step, and
-    // per layer a load, an all-gather and the finish (free, reduce-scatter, free, update, free).
-    prog.reserve(8 * plan.steps[r].size() + 8 * static_cast<std::size_t>(L) + 8);
-    const int j = dp > 1 ? plan.shard_index[r] : 0;
-    std::vector<int> mine;
-    for (const Step& s : plan.steps[r])
-      if (std::find(mine.begin(), mine.end(), s.layer) == mine.end()) mine.push_back(s.layer);
-    std::sort(mine.begin(), mine.end());
-    if (!mine.empty()) {
-      TensorList state;
-      for (int l : mine) {
-        state.push_back(weight_shard(l, j, dp));
-        state.push_back(opt_shard(l, j, dp));
-      }
-      prog.load(std::move(state));
-    }
-    if (dp > 1)
-      for (int l : mine)
-        prog.collective(OpKind::AllGather, l, plan.group_of[r], weight_shard(l, j, dp), weight_full(l, dp));
+  for (int r = 0; r < P; ++r)
+    for (int j = 0; j < T; ++j) {
+      const int rank = j + T * r;
+      RankProgram prog(rank, L, M);
+      // At most: a receive, a load, the pass, a loss or a send, two frees and an accumulation per step, and
+      // per layer a load, an all-gather and the finish (free, reduce-scatter, free, update, free); with TP
+      // also the TP collectives (two all-gathers and a reduce-scatter or all-reduce) and their frees.
+      prog.reserve((T > 1 ? 12 : 8) * plan.steps[r].size() + 8 * static_cast<std::size_t>(L) + 8);
+      const int d = dp > 1 ? plan.shard_index[rank] : 0;
+      const int dp_group = dp > 1 ? plan.group_of[rank] : 0, tp_group = T > 1 ? plan.tp_group[r] : 0;
+      // This rank's TP slice of a weight, optimizer state, weight grad or of the logits (sim/tensor.h); the
+      // tensor itself without TP.
+      auto slice = [&](Tensor t) { return tp_slice(std::move(t), j, T); };
+      // What a row-parallel pass writes: this slice's partial sum (the plain tensor without TP).
+      auto partial = [&](Tensor t) { return tp_partial(std::move(t), j, T); };
+      // What the rank keeps of a complete activation or activation grad: with sequence parallelism its
+      // sequence shard (the reduce-scatter's result), else the whole tensor.
+      auto kept = [&](Tensor t) { return sp ? shard(t, j, T) : t; };
+      // The whole tensor a pass reads: all-gathered over the TP group from a sequence shard (the caller
+      // frees it after the pass), else `t` itself.
+      auto gathered = [&](const Tensor& t, int layer) {
+        if (t.num_shards == 1) return t;
+        Tensor whole = t;
+        whole.shards = IdSet::range(0, t.num_shards);
+        prog.collective(OpKind::AllGather, layer, tp_group, t, whole);
+        return whole;
+      };
+      // Sums a partial sum over the TP group (all-reduce, or reduce-scatter into this rank's sequence shard
+      // with sequence parallelism); returns what the rank keeps. `p` stays resident: the caller frees it.
+      auto tp_reduce = [&](const Tensor& p, const Tensor& whole, int layer) {
+        if (T == 1) return p;
+        Tensor out = kept(whole);
+        prog.collective(sp ? OpKind::ReduceScatter : OpKind::AllReduce, layer, tp_group, p, out);
+        return out;
+      };
+      // The model input, loaded whole by every TP rank; any other layer's input as the rank keeps it.
+      auto input_kept = [&](int l, const IdSet& b) {
+        return l == 0 ? activation_tensor(0, b) : kept(activation_tensor(l, b));
+      };
+      // The grad of layer l's output as the rank keeps it: the last layer's is its vocabulary slice.
+      auto output_grad_kept = [&](int l, const IdSet& b) {
+        return l == L - 1 ? slice(activation_grad_tensor(L, b)) : kept(activation_grad_tensor(l + 1, b));
+      };
 
-    std::vector<int> grads_done(L, 0);
-    auto finish_layer = [&](int l) {
-      Tensor g = prog.take_grad(l);
-      if (dp == 1) {
-        if (g != weight_grad_tensor(l, all)) bad_plan(fmt::format("layer {}'s grads on rank {} miss batches", l, r));
-        prog.compute(OpKind::Update, l, {});
-        prog.free({weight_tensor(l), opt_state_tensor(l), g});
-        return;
-      }
-      prog.free({weight_full(l, dp)});
-      Tensor gs = weight_grad_tensor(l, all, one(j), dp);
-      prog.collective(OpKind::ReduceScatter, l, plan.group_of[r], g, gs);
-      prog.free({g});
-      Tensor w = weight_shard(l, j, dp), o = opt_shard(l, j, dp);
-      prog.compute(OpKind::Update, l, {}, {gs, w, o}, {weight_shard(l, j, dp, 1), opt_shard(l, j, dp, 1)});
-      prog.free({w, o, gs});
-    };
-    auto grad_done = [&](int l) {
-      if (++grads_done[l] == grad_passes[r * L + l]) finish_layer(l);
-    };
-
-    std::size_t next_recv = 0;
-    for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
-      for (; next_recv < recv_before[r].size() && msgs[recv_before[r][next_recv]].pos == i; ++next_recv) {
-        const Message& msg = msgs[recv_before[r][next_recv]];
-        prog.recv(msg.src, msg.tensor);
-      }
-      const Step& s = plan.steps[r][i];
-      const int l = s.layer;
-      const IdSet b = one(s.mb);
-      const Tensor a = activation_tensor(l, b), w = weight_full(l, dp);
-      const Tensor g_out = activation_grad_tensor(l + 1, b), g_in = activation_grad_tensor(l, b);
-      const Message* sent = nullptr;
-      if (send_after[r][i] >= 0) sent = &msgs[send_after[r][i]];
-      switch (s.pass) {
-        case Pass::F: {
-          if (l == 0) prog.load({a});
-          Tensor out = activation_tensor(l + 1, b);
-          prog.compute(OpKind::Forward, l, b, {a, w}, {out});
-          if (l == L - 1) {
-            prog.compute(OpKind::Loss, L, b);
-            prog.free({out});
-          } else if (sent) {
-            prog.send(sent->dst, out);
-            prog.free({out});
-          }
-          break;
+      std::vector<int> mine;
+      for (const Step& s : plan.steps[r])
+        if (std::find(mine.begin(), mine.end(), s.layer) == mine.end()) mine.push_back(s.layer);
+      std::sort(mine.begin(), mine.end());
+      if (!mine.empty()) {
+        TensorList state;
+        for (int l : mine) {
+          state.push_back(slice(weight_shard(l, weight_shards > 1 ? d : 0, weight_shards)));
+          state.push_back(slice(opt_shard(l, opt_shards > 1 ? d : 0, opt_shards)));
         }
-        case Pass::B:
-        case Pass::I: {
-          bool full = s.pass == Pass::B;
-          TensorList writes;  // (lists sized once: each growth past the inline tensor is a heap allocation)
-          if (full) writes.reserve(2), writes.push_back(weight_grad_tensor(l, b));
-          writes.push_back(g_in);
-          prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {a, g_out, w}, std::move(writes));
-          TensorList drop;
-          if (full) drop.reserve(3), drop.push_back(a), drop.push_back(g_out);
-          if (sent) prog.send(sent->dst, g_in);
-          if (sent || l == 0) drop.push_back(g_in);
-          prog.free(std::move(drop));
-          if (full) {
-            prog.add_grad(weight_grad_tensor(l, b));
-            grad_done(l);
-          }
-          break;
+        prog.load(std::move(state));
+      }
+      if (weight_shards > 1)
+        for (int l : mine)
+          prog.collective(OpKind::AllGather, l, dp_group, slice(weight_shard(l, d, dp)), slice(weight_full(l, dp)),
+                          plan.dp_stream);
+
+      std::vector<int> grads_done(L, 0);
+      auto finish_layer = [&](int l) {
+        Tensor g = prog.take_grad(l);
+        const Tensor w = slice(weight_shard(l, weight_shards > 1 ? d : 0, weight_shards));
+        const Tensor o = slice(opt_shard(l, opt_shards > 1 ? d : 0, opt_shards));
+        if (dp == 1) {
+          if (g != slice(weight_grad_tensor(l, all))) bad_plan(fmt::format("layer {}'s grads on rank {} miss batches", l, rank));
+          prog.compute(OpKind::Update, l, {}, {g, w, o});
+          prog.free({w, o, g});
+          return;
         }
-        case Pass::W:
-          prog.compute(OpKind::BackwardWeight, l, b, {a, g_out}, {weight_grad_tensor(l, b)});
-          prog.free({a, g_out});
-          prog.add_grad(weight_grad_tensor(l, b));
+        if (plan.dp_mode == DpMode::Fsdp) {
+          prog.free({slice(weight_full(l, dp))});
+          Tensor gs = slice(weight_grad_tensor(l, all, one(d), dp));
+          prog.collective(OpKind::ReduceScatter, l, dp_group, g, gs, plan.dp_stream);
+          prog.free({g});
+          prog.compute(OpKind::Update, l, {}, {gs, w, o}, {slice(weight_shard(l, d, dp, 1)), slice(opt_shard(l, d, dp, 1))});
+          prog.free({w, o, gs});
+          return;
+        }
+        // DDP and ZeRO-1 (as gen ddp and gen zero1): the grads all-reduced over the data-parallel group.
+        Tensor ga = slice(weight_grad_tensor(l, all));
+        prog.collective(OpKind::AllReduce, l, dp_group, g, ga, plan.dp_stream);
+        prog.free({g});
+        prog.compute(OpKind::Update, l, {}, {ga, w, o});
+        prog.free({w, o, ga});
+        if (plan.dp_mode == DpMode::Zero1) {  // every rank needs the whole updated weight
+          Tensor w1 = slice(weight_shard(l, d, dp, 1));
+          prog.collective(OpKind::AllGather, l, dp_group, w1, slice(weight_full(l, dp, 1)), plan.dp_stream);
+          prog.free({w1});
+        }
+      };
+      auto grad_done = [&](int l) {
+        if (++grads_done[l] == grad_passes[r * L + l]) finish_layer(l);
+      };
+
+      std::size_t next_recv = 0;
+      for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
+        for (; next_recv < recv_before[r].size() && msgs[recv_before[r][next_recv]].pos == i; ++next_recv) {
+          const Message& msg = msgs[recv_before[r][next_recv]];
+          prog.recv(j + T * msg.src, kept(msg.tensor));
+        }
+        const Step& s = plan.steps[r][i];
+        const int l = s.layer;
+        const IdSet b = one(s.mb);
+        const Tensor a = input_kept(l, b), w = slice(weight_full(l, weight_shards));
+        const Tensor g_out = output_grad_kept(l, b);
+        const Message* sent = nullptr;
+        if (send_after[r][i] >= 0) sent = &msgs[send_after[r][i]];
+        TensorList drop;  // (lists sized once: each growth past the inline tensor is a heap allocation)
+        switch (s.pass) {
+          case Pass::F: {
+            if (l == 0) prog.load({a});
+            const Tensor in = gathered(a, l);
+            if (in != a) drop.reserve(4), drop.push_back(in);
+            if (l == L - 1) {
+              Tensor out = slice(activation_tensor(L, b));  // the LM head is column-parallel: a vocabulary slice
+              prog.compute(OpKind::Forward, l, b, {in, w}, {out});
+              prog.compute(OpKind::Loss, L, b, {out}, {slice(activation_grad_tensor(L, b))});
+              drop.push_back(out);
+            } else {
+              Tensor out = partial(activation_tensor(l + 1, b));
+              prog.compute(OpKind::Forward, l, b, {in, w}, {out});
+              Tensor next = tp_reduce(out, activation_tensor(l + 1, b), l);
+              if (next != out) drop.push_back(out);
+              if (sent) {
+                prog.send(j + T * sent->dst, next);
+                drop.push_back(next);
+              }
+            }
+            break;
+          }
+          case Pass::B:
+          case Pass::I: {
+            bool full = s.pass == Pass::B;
+            const Tensor in = gathered(a, l), grad = gathered(g_out, l);
+            drop.reserve(5);
+            if (in != a) drop.push_back(in);
+            if (grad != g_out) drop.push_back(grad);
+            TensorList writes;
+            if (full) writes.reserve(2), writes.push_back(slice(weight_grad_tensor(l, b)));
+            const Tensor g_partial = partial(activation_grad_tensor(l, b));
+            writes.push_back(g_partial);
+            prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {in, grad, w}, std::move(writes));
+            if (full) drop.push_back(a), drop.push_back(g_out);
+            // Nothing reads the model input's grad: layer 0's partial sum is dropped, not reduced.
+            Tensor g_in = l > 0 ? tp_reduce(g_partial, activation_grad_tensor(l, b), l) : g_partial;
+            if (g_in != g_partial) drop.push_back(g_partial);
+            if (sent) prog.send(j + T * sent->dst, g_in);
+            if (sent || l == 0) drop.push_back(g_in);
+            break;
+          }
+          case Pass::W: {
+            const Tensor in = gathered(a, l), grad = gathered(g_out, l);
+            drop.reserve(4);
+            if (in != a) drop.push_back(in);
+            if (grad != g_out) drop.push_back(grad);
+            prog.compute(OpKind::BackwardWeight, l, b, {in, grad}, {slice(weight_grad_tensor(l, b))});
+            drop.push_back(a), drop.push_back(g_out);
+            break;
+          }
+        }
+        prog.free(std::move(drop));
+        if (s.pass == Pass::B || s.pass == Pass::W) {
+          prog.add_grad(slice(weight_grad_tensor(l, b)));
           grad_done(l);
-          break;
+        }
       }
+      sched.ranks.push_back(std::move(prog.ops()));
     }
-    sched.ranks.push_back(std::move(prog.ops()));
-  }
   return sched;
 }
 

@@ -15,6 +15,9 @@ namespace trainsim::gen {
 
 /// Throws std::invalid_argument "KIND: --OPTION must be at least MIN (got VALUE)" when value < min.
 void require_at_least(const std::string& kind, const char* option, int value, int min);
+/// Throws std::invalid_argument "KIND: --tp must be at least 1 / at most 64 ..." unless 1 <= tp <=
+/// Tensor::kMaxTpSize.
+void require_tp_degree(const std::string& kind, int tp);
 
 // ---- tensors and ops -----------------------------------------------------------------------------------
 
@@ -52,8 +55,8 @@ class RankProgram {
   void recv(int from, Tensor t);
   /// A compute op with explicit reads and writes (the defaults when left empty).
   void compute(OpKind kind, int layer, IdSet batches, TensorList reads = {}, TensorList writes = {});
-  /// All-gather, reduce-scatter or all-reduce of `in` into `out` over `group`.
-  void collective(OpKind kind, int layer, int group, Tensor in, Tensor out);
+  /// All-gather, reduce-scatter or all-reduce of `in` into `out` over `group`, on `stream` (0: compute).
+  void collective(OpKind kind, int layer, int group, Tensor in, Tensor out, int stream = 0);
   /// Adds the resident weight grad `g` to the running sum of its layer (same shards): the first grad becomes
   /// the sum; later ones are accumulated into it and both parts freed.
   void add_grad(const Tensor& g);
@@ -78,20 +81,44 @@ struct Step {
   int mb = 0;
 };
 
+/// How the ranks of a data-parallel group hold a layer's weight, optimizer state and grads (PipelinePlan::dp > 1).
+enum class DpMode {
+  Fsdp,       ///< weight and optimizer state sharded; weights all-gathered before the first pass, grads reduce-scattered
+  Replicate,  ///< DDP: everything whole; grads all-reduced, every rank updates the whole layer
+  Zero1,      ///< optimizer state sharded (gen zero1): grads all-reduced, a shard updated, the weight all-gathered
+};
+
 /// What build_pipeline needs: who runs which pass in which order, and how weights are held.
+///
+/// Tensor parallelism (docs/design.md, "Tensor parallelism"): with tp > 1 each plan rank r is the TP group of
+/// the schedule ranks j + tp * r (j = 0..tp-1, header group tp_group[r]); rank j holds TP slice j of every
+/// weight, optimizer state and weight grad of its layers (tp_slice), writes a layer's output as slice j's
+/// partial sum and the last layer's logits as slice j, and all-reduces each partial sum over the TP group on
+/// the compute stream (Megatron-LM runs its TP collectives there), except the input grad of layer 0, which
+/// nothing reads. With sequence_parallel a reduce-scatter keeps sequence shard j of the sum instead
+/// (Korthikanti et al. 2022), which is what the rank keeps, sends and receives; an all-gather over the TP
+/// group brings the whole tensor back before each pass that reads it (backward passes gather again).
 struct PipelinePlan {
-  int world_size = 1;
+  int world_size = 1;                   ///< plan ranks (pipeline ranks); the schedule has world_size * tp ranks
   int layers = 1;
   int microbatches = 1;                 ///< of the whole step (the header's)
   std::vector<std::vector<Step>> steps;  ///< per rank, in program order
   std::vector<int> stage_map;           ///< header stage_map
   std::vector<std::vector<int>> groups;  ///< header groups 1, 2, ...
-  /// Weight sharding: 1 = each rank holds its layers' full weights. dp > 1 = rank r holds shard
-  /// shard_index[r] of dp of its layers' weights and optimizer states; it all-gathers them in group
-  /// group_of[r] before the first pass and reduce-scatters the grads there after the last.
+  /// Data parallelism: 1 = each rank holds its layers' full weights and updates them alone. dp > 1 = schedule
+  /// rank r is member shard_index[r] of header group group_of[r] of dp ranks, and dp_mode says what it holds:
+  /// Fsdp, shard shard_index[r] of dp of its layers' weights and optimizer states, all-gathered in the group
+  /// before the first pass and the grads reduce-scattered there after the last; Replicate and Zero1 as
+  /// DpMode says. The group's collectives run on stream dp_stream.
   int dp = 1;
-  std::vector<int> shard_index;
-  std::vector<int> group_of;
+  DpMode dp_mode = DpMode::Fsdp;
+  int dp_stream = 0;
+  std::vector<int> shard_index;  ///< per schedule rank
+  std::vector<int> group_of;     ///< per schedule rank
+  int tp = 1;                    ///< TP degree: schedule ranks per plan rank
+  bool sequence_parallel = false;
+  std::vector<int> tp_group;     ///< per plan rank: the header group of its TP group (tp > 1)
+  std::vector<std::string> group_names;  ///< header group names (format version 2 when not empty)
 };
 
 /// A plan of p ranks holding 2p layers in V placement (layer l on rank l for l < p, then 2p-1-l): the
@@ -111,6 +138,13 @@ PipelinePlan looped_plan(int p, int v, int m);
 /// they come; a layer is updated right after its last grad. Timing uses unit costs (the generators'
 /// cost model). Throws std::logic_error for an inconsistent plan.
 Schedule build_pipeline(const PipelinePlan& plan);
+
+/// The orders of the pipeline kinds (what gen_1f1b, gen_interleaved_1f1b and gen_zb_h1 build), as plans of
+/// `p` stages, `v` chunks per stage and `m` microbatches, one layer per stage chunk. `kind` names the
+/// generator in errors (interleaved: microbatches_per_round's).
+PipelinePlan plan_1f1b(int p, int m);
+PipelinePlan plan_interleaved_1f1b(const std::string& kind, int p, int v, int m);
+PipelinePlan plan_zb_h1(int p, int m);
 
 /// The 1F1B order of one stage running `layer` on microbatches first..first+m-1: min(warmup, m) forwards,
 /// then one forward one backward, then the remaining backwards.
@@ -134,5 +168,10 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o);
 Schedule gen_pp_fsdp(const GenOptions& o);
 /// zero3-owner: ZeRO-3 sharded between tensors (each layer owned whole by rank l mod dp; broadcast, reduce).
 Schedule gen_zero3_owner(const GenOptions& o);
+/// Tensor parallelism alone: `tp` ranks, one TP group, `layers` layers (0: 4), 1F1B over the microbatches.
+Schedule gen_tp(const GenOptions& o);
+/// 3D parallelism: tp x pp x dp ranks, rank = tp + T * (dp + D * pp) (Megatron-LM's order, torchtitan's mesh
+/// ["pp", "dp", "tp"]).
+Schedule gen_3d(const GenOptions& o);
 
 }  // namespace trainsim::gen

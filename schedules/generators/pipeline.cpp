@@ -18,8 +18,8 @@ namespace {
 // round in turn, round after round; its warm-up is (v - 1) * per_round + 2 * (p - 1 - rank) forwards (at most
 // all of them), then one forward and one backward alternate. Each chunk's forwards (backwards) take the
 // microbatches in order.
-PipelinePlan interleaved_in_rounds(PipelinePlan plan, int p, int v, int m) {
-  const int per_round = microbatches_per_round("interleaved-1f1b", p, m), total = m * v;
+PipelinePlan interleaved_in_rounds(PipelinePlan plan, const std::string& kind, int p, int v, int m) {
+  const int per_round = microbatches_per_round(kind, p, m), total = m * v;
   for (int s = 0; s < p; ++s) {
     const int warmup = std::min((v - 1) * per_round + 2 * (p - 1 - s), total);
     std::vector<int> next_f(v, 0), next_b(v, 0);  // the next microbatch of each chunk
@@ -60,24 +60,24 @@ Schedule gen_gpipe(const GenOptions& o) {
   return build_pipeline(plan);
 }
 
-Schedule gen_1f1b(const GenOptions& o) {
-  check_pipeline("1f1b", o);
-  const int p = o.stages, m = o.microbatches;
+PipelinePlan plan_1f1b(int p, int m) {
   PipelinePlan plan = looped_plan(p, 1, m);
   for (int s = 0; s < p; ++s) plan.steps[s] = one_f_one_b(s, 0, m, p - s - 1);
-  return build_pipeline(plan);
+  return plan;
 }
 
-Schedule gen_interleaved_1f1b(const GenOptions& o) {
-  check_pipeline("interleaved-1f1b", o);
-  require_at_least("interleaved-1f1b", "chunks", o.chunks, 1);
-  const int p = o.stages, m = o.microbatches, v = o.chunks;
+Schedule gen_1f1b(const GenOptions& o) {
+  check_pipeline("1f1b", o);
+  return build_pipeline(plan_1f1b(o.stages, o.microbatches));
+}
+
+PipelinePlan plan_interleaved_1f1b(const std::string& kind, int p, int v, int m) {
   PipelinePlan plan = looped_plan(p, v, m);
   if (v == 1) {  // no interleaving: plain 1F1B
     for (int s = 0; s < p; ++s) plan.steps[s] = one_f_one_b(s, 0, m, p - s - 1);
-    return build_pipeline(plan);
+    return plan;
   }
-  if (m % p != 0) return build_pipeline(interleaved_in_rounds(std::move(plan), p, v, m));
+  if (m % p != 0) return interleaved_in_rounds(std::move(plan), kind, p, v, m);
   // Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward (backward) of a rank runs
   // chunk (k mod p*v) / p (counted from the last chunk for backwards) on microbatch (k / (p*v)) * p + k mod p.
   const int total = m * v;
@@ -98,7 +98,13 @@ Schedule gen_interleaved_1f1b(const GenOptions& o) {
     }
     for (int k = total - warmup; k < total; ++k) out.push_back(step(s, k, false));
   }
-  return build_pipeline(plan);
+  return plan;
+}
+
+Schedule gen_interleaved_1f1b(const GenOptions& o) {
+  check_pipeline("interleaved-1f1b", o);
+  require_at_least("interleaved-1f1b", "chunks", o.chunks, 1);
+  return build_pipeline(plan_interleaved_1f1b("interleaved-1f1b", o.stages, o.chunks, o.microbatches));
 }
 
 Schedule gen_looped_bfs(const GenOptions& o) {

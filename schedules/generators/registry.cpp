@@ -1,5 +1,6 @@
 // The generator registry: kind names and dispatch (schedules/generators.h).
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -12,7 +13,7 @@ namespace trainsim {
 
 const std::vector<std::string>& generator_kinds() {
   static const std::vector<std::string> kinds = {"gpipe", "1f1b",  "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev", "interleaved-zb",
-                                                 "ddp",   "zero1", "zero2",            "fsdp",       "zero3-owner", "pp-fsdp"};
+                                                 "ddp",   "zero1", "zero2",            "fsdp",       "zero3-owner", "pp-fsdp", "tp", "3d"};
   return kinds;
 }
 
@@ -24,11 +25,25 @@ void check_size(const std::string& kind, const GenOptions& o) {
   const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner";
   const bool pp_fsdp = kind == "pp-fsdp";
   const bool chunked = kind == "interleaved-1f1b" || kind == "looped-bfs" || kind == "interleaved-zb";
+  const bool tensor_parallel = kind == "tp" || kind == "3d";
   auto pos = [](int v) { return static_cast<long long>(std::max(v, 1)); };
-  const long long world = data_parallel ? pos(o.dp) : pp_fsdp ? pos(o.stages) * pos(o.dp) : pos(o.stages);
-  const long long layers = data_parallel ? (o.layers == 0 ? 4 : pos(o.layers))
-                                         : pos(o.stages) * (chunked ? pos(o.chunks) : kind == "zbv" || kind == "dualpipev" ? 2 : 1);
-  const long long microbatches = pos(o.microbatches) * (data_parallel || pp_fsdp ? pos(o.dp) : 1);
+  // Products of up to three options, each below 2^31: saturated rather than wrapped.
+  auto mul = [](long long a, long long b) { return a > std::numeric_limits<long long>::max() / b ? std::numeric_limits<long long>::max() : a * b; };
+  long long world = data_parallel ? pos(o.dp) : pp_fsdp ? pos(o.stages) * pos(o.dp) : pos(o.stages);
+  long long layers = data_parallel ? (o.layers == 0 ? 4 : pos(o.layers))
+                                   : pos(o.stages) * (chunked ? pos(o.chunks) : kind == "zbv" || kind == "dualpipev" ? 2 : 1);
+  long long microbatches = pos(o.microbatches) * (data_parallel || pp_fsdp ? pos(o.dp) : 1);
+  long long work_per_pair = 1;
+  if (tensor_parallel) gen::require_tp_degree(kind, o.tp);  // before the ranks it multiplies
+  if (tensor_parallel) {  // tp: tp ranks; 3d: tp x pp x dp ranks, each TP rank doing every pass of its pipeline
+    const bool three_d = kind == "3d";
+    const long long pp = three_d ? pos(o.pp) : 1, dp = three_d ? pos(o.dp) : 1;
+    const long long chunks = three_d ? pos(o.chunks) : 1;
+    world = mul(mul(pos(o.tp), pp), dp);
+    layers = o.layers != 0 ? pos(o.layers) : mul(pp, chunks) == 1 ? 4 : mul(pp, chunks);
+    microbatches = mul(pos(o.microbatches), dp);
+    work_per_pair = pos(o.tp);
+  }
   auto over = [&](const char* what, long long v, long long limit) {
     if (v > limit)
       throw std::invalid_argument(fmt::format("{}: the options ask for {} {}, above the limit of {} "
@@ -38,7 +53,11 @@ void check_size(const std::string& kind, const GenOptions& o) {
   over("ranks", world, kMaxWorldSize);
   over("layers", layers, kMaxCount);
   over("microbatches", microbatches, kMaxCount);
-  over("layer-microbatch pairs (the work of one step)", layers * microbatches, kMaxGeneratedWork);
+  if (work_per_pair == 1)
+    over("layer-microbatch pairs (the work of one step)", layers * microbatches, kMaxGeneratedWork);
+  else
+    over("layer-microbatch pairs times TP ranks (the work of one step)", mul(layers * microbatches, work_per_pair),
+         kMaxGeneratedWork);
 }
 
 }  // namespace
@@ -56,6 +75,8 @@ Schedule generate(const std::string& kind, const GenOptions& options) {
   if (kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp") return gen::gen_data_parallel(kind, options);
   if (kind == "pp-fsdp") return gen::gen_pp_fsdp(options);
   if (kind == "zero3-owner") return gen::gen_zero3_owner(options);
+  if (kind == "tp") return gen::gen_tp(options);
+  if (kind == "3d") return gen::gen_3d(options);
   std::string names;
   for (const auto& k : generator_kinds()) names += (names.empty() ? "" : ", ") + k;
   throw std::invalid_argument("unknown generator '" + kind + "' (the kinds are: " + names + ")");

@@ -36,7 +36,10 @@ namespace trainsim::gen {
 Schedule gen_zb_h1(const GenOptions& o) {
   require_at_least("zb-h1", "stages", o.stages, 1);
   require_at_least("zb-h1", "microbatches", o.microbatches, 1);
-  const int p = o.stages, m = o.microbatches;
+  return build_pipeline(plan_zb_h1(o.stages, o.microbatches));
+}
+
+PipelinePlan plan_zb_h1(int p, int m) {
   PipelinePlan plan;
   plan.world_size = p;
   plan.layers = p;
@@ -59,7 +62,7 @@ Schedule gen_zb_h1(const GenOptions& o) {
     while (i < m) input();
     while (w < m) out.push_back({Pass::W, s, w++});
   }
-  return build_pipeline(plan);
+  return plan;
 }
 
 Schedule gen_zbv(const GenOptions& o) {

@@ -1,0 +1,127 @@
+// Tensor parallelism (Shoeybi et al. 2019, Megatron-LM) alone and in 3D parallelism (Narayanan et al. 2021,
+// PTD-P): the semantics are docs/design.md's "Tensor parallelism: slices and partial sums"; build_pipeline
+// makes the ops (builder.h, PipelinePlan).
+//
+// gen 3d: T x P x D ranks, rank = tp + T * (dp + D * pp): TP fastest, so a TP group is T consecutive ranks
+// (inside a node), then data parallel, then pipeline stages: Megatron-LM's order (its RankGenerator's
+// "tp-dp-pp" default) and torchtitan's device mesh ["pp", "dp", "tp"]. Each pipeline (a dp index and a tp
+// index) runs the stage order of gen 1f1b, interleaved-1f1b or zb-h1 on its replica's M microbatches (replica
+// d: batches d*M .. d*M+M-1), each stage chunk holding L / (P x V) consecutive layers; activations and their
+// grads go between the ranks of neighbouring stages with the same tp and dp index. The TP groups (header
+// groups tp0, tp1, ...: tp<k> holds ranks T*k .. T*k+T-1) reduce on the compute stream; the data-parallel
+// groups (dp<k>, k = tp + T * pp, in dp order) on communication stream 1, where DDP and FSDP overlap them
+// with the backward: plain DDP (all-reduce of each slice's grads), --zero 1 (as gen zero1) or --zero 3 (FSDP
+// of each TP slice, W_l<j/T>[d/D], gathered before the first pass and kept until the layer's last backward,
+// torchtitan's reshard_after_forward=False under pipelining; the grads reduce-scattered).
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "schedules/generators/builder.h"
+
+namespace trainsim::gen {
+
+namespace {
+
+struct Shape {
+  int tp, pp, dp, chunks, layers, microbatches;
+};
+
+// Checks the options of `kind` (tp or 3d) and returns the shape they ask for.
+Shape check_options(const std::string& kind, const GenOptions& o, int pp, int dp) {
+  require_tp_degree(kind, o.tp);
+  require_at_least(kind, "pp", pp, 1);
+  require_at_least(kind, "dp", dp, 1);
+  require_at_least(kind, "microbatches", o.microbatches, 1);
+  require_at_least(kind, "chunks", o.chunks, 1);
+  require_at_least(kind, "layers", o.layers, 0);
+  if (o.schedule != "1f1b" && o.schedule != "interleaved-1f1b" && o.schedule != "zb-h1")
+    throw std::invalid_argument(
+        fmt::format("{}: --schedule must be 1f1b, interleaved-1f1b or zb-h1 (got '{}')", kind, o.schedule));
+  if (o.chunks > 1 && o.schedule != "interleaved-1f1b")
+    throw std::invalid_argument(fmt::format(
+        "{}: --chunks {} goes with --schedule interleaved-1f1b (the {} order has one chunk per stage)", kind, o.chunks,
+        o.schedule));
+  if (o.zero != 0 && o.zero != 1 && o.zero != 3)
+    throw std::invalid_argument(fmt::format(
+        "{}: --zero must be 1 (ZeRO-1: optimizer state sharded) or 3 (FSDP of each TP slice); without it, plain "
+        "data parallelism (got {})",
+        kind, o.zero));
+  const int chunks_total = pp * o.chunks;  // both at most the limits: no overflow (checked in the registry)
+  const int layers = o.layers != 0 ? o.layers : chunks_total == 1 ? 4 : chunks_total;
+  if (layers % chunks_total != 0)
+    throw std::invalid_argument(fmt::format(
+        "{}: --layers {} does not split evenly into {} stage chunks (--pp {} x --chunks {}); choose a multiple of {}",
+        kind, layers, chunks_total, pp, o.chunks, chunks_total));
+  return Shape{o.tp, pp, dp, o.chunks, layers, o.microbatches};
+}
+
+Schedule build(const Shape& sh, const GenOptions& o) {
+  const int T = sh.tp, P = sh.pp, D = sh.dp, V = sh.chunks, L = sh.layers, M = sh.microbatches;
+  const int per_chunk = L / (P * V);
+  // The order of one pipeline, one layer per stage chunk, on microbatches 0..M-1.
+  const PipelinePlan order = o.schedule == "zb-h1"              ? plan_zb_h1(P, M)
+                             : o.schedule == "interleaved-1f1b" ? plan_interleaved_1f1b("3d", P, V, M)
+                                                                : plan_1f1b(P, M);
+  PipelinePlan plan;
+  plan.world_size = P * D;  // plan rank d + D * s: the TP group of stage s, replica d
+  plan.layers = L;
+  plan.microbatches = M * D;
+  plan.tp = T;
+  plan.sequence_parallel = o.sequence_parallel;
+  plan.dp = D;
+  plan.dp_mode = o.zero == 3 ? DpMode::Fsdp : o.zero == 1 ? DpMode::Zero1 : DpMode::Replicate;
+  plan.dp_stream = 1;
+  plan.steps.resize(P * D);
+  for (int l = 0; l < L; ++l) plan.stage_map.push_back(T * D * order.stage_map[l / per_chunk]);
+  for (int s = 0; s < P; ++s)
+    for (int d = 0; d < D; ++d) {
+      auto& out = plan.steps[d + D * s];
+      out.reserve(order.steps[s].size() * per_chunk);
+      for (const Step& st : order.steps[s])
+        for (int i = 0; i < per_chunk; ++i) {
+          // Forwards run the chunk's layers up, the backward passes down.
+          const int layer = st.layer * per_chunk + (st.pass == Pass::F ? i : per_chunk - 1 - i);
+          out.push_back({st.pass, layer, st.mb + d * M});
+        }
+    }
+  // Header groups: the TP groups, then the data-parallel groups.
+  if (T > 1)
+    for (int k = 0; k < P * D; ++k) {
+      std::vector<int> members;
+      for (int j = 0; j < T; ++j) members.push_back(j + T * k);
+      plan.groups.push_back(std::move(members));
+      plan.group_names.push_back(fmt::format("tp{}", k));
+      plan.tp_group.push_back(static_cast<int>(plan.groups.size()));
+    }
+  if (D > 1) {
+    plan.shard_index.resize(static_cast<std::size_t>(T) * P * D);
+    plan.group_of.resize(plan.shard_index.size());
+    for (int s = 0; s < P; ++s)
+      for (int j = 0; j < T; ++j) {
+        std::vector<int> members;
+        for (int d = 0; d < D; ++d) {
+          const int rank = j + T * (d + D * s);
+          members.push_back(rank);
+          plan.shard_index[rank] = d;
+          plan.group_of[rank] = static_cast<int>(plan.groups.size()) + 1;
+        }
+        plan.groups.push_back(std::move(members));
+        plan.group_names.push_back(fmt::format("dp{}", j + T * s));
+      }
+  }
+  return build_pipeline(plan);
+}
+
+}  // namespace
+
+Schedule gen_tp(const GenOptions& o) {
+  GenOptions one = o;
+  one.chunks = 1;
+  one.schedule = "1f1b";
+  return build(check_options("tp", one, 1, 1), one);
+}
+
+Schedule gen_3d(const GenOptions& o) { return build(check_options("3d", o, o.pp, o.dp), o); }
+
+}  // namespace trainsim::gen
