@@ -103,7 +103,7 @@ TEST_CASE("TP tensors in the schedule format: version 2, round trip, clear error
   }
   // Version 2 prints back byte for byte as it was read.
   Schedule s = parse_schedule(v2, "tp.sched");
-  CHECK(parse_schedule(print_schedule(s), "again.sched").ranks == s.ranks);
+  CHECK(parse_schedule(print_schedule(s), "again.sched").op_count() == s.op_count());  // (Op has no ==)
   CHECK(print_schedule(parse_schedule(print_schedule(s), "again.sched")) == print_schedule(s));
 }
 
