@@ -1,4 +1,5 @@
-// `trainsim puzzles`: check the eight LLM Training Puzzles and draw their timelines.
+// `trainsim puzzles`: check the LLM Training Puzzles (the original eight and our tensor-parallel ninth) and draw
+// their timelines.
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -112,11 +113,13 @@ void add_puzzles_command(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PuzzlesArgs>();
   CLI::App* cmd = app.add_subcommand(
       "puzzles",
-      "Check the eight LLM Training Puzzles (reference solutions, or yours with --exercises): correctness, "
+      "Check the LLM Training Puzzles, the original eight and a ninth of ours, tensor parallelism (reference "
+      "solutions, or yours with --exercises): correctness, "
       "Timesteps and peak memory against each puzzle's targets. Writes a timeline SVG per puzzle. Exit status: 0 "
       "every puzzle run is correct and within its targets; 1 one is not; 2 a bad option or an output that cannot be "
       "written.");
-  cmd->add_option("--only", args->only, "Run only this puzzle (basic, grad_accum, ddp, wsdp, fsdp, pipeline, gpipe, pipeline_fsdp)");
+  cmd->add_option("--only", args->only, "Run only this puzzle (basic, grad_accum, ddp, wsdp, fsdp, pipeline, gpipe, pipeline_fsdp, "
+                  "tensor_parallel)");
   cmd->add_flag("--exercises", args->exercises, "Run your solutions in puzzles/exercises/ instead of the reference ones");
   cmd->add_option("--out", args->out,
                   "Directory for the timeline SVGs (with --exercises, its exercises/ subdirectory)")->capture_default_str();

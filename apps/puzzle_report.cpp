@@ -1,5 +1,7 @@
 #include "apps/puzzle_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "puzzles/explain.h"
@@ -32,13 +34,16 @@ nlohmann::ordered_json puzzle_json(const puzzles::PuzzleResult& r) {
 }
 
 void print_table(const std::vector<puzzles::PuzzleResult>& results) {
-  fmt::print("{:<14} {:<7} {:>9} {:>9} {:>11} {:>15} {:>10} {:>13}\n", "puzzle", "correct", "timesteps", "makespan",
-             "peak memory", "at rank @ time", "time goal", "memory goal");
+  // The name column is 14 wide, as it always was, or as wide as the longest name run ("tensor_parallel").
+  std::size_t wide = 14;
+  for (const auto& r : results) wide = std::max(wide, r.name.size());
+  fmt::print("{:<{}} {:<7} {:>9} {:>9} {:>11} {:>15} {:>10} {:>13}\n", "puzzle", wide, "correct", "timesteps",
+             "makespan", "peak memory", "at rank @ time", "time goal", "memory goal");
   for (const auto& r : results) {
     std::string at = fmt::format("{} @ {}", r.peak.rank, format_time(r.peak.time));
     // A run that stopped early has no figures to judge: its targets show "-", not a misleading "ok".
     auto verdict = [&](bool ok) { return r.completed() ? (ok ? "ok" : "MISS") : "-"; };
-    fmt::print("{:<14} {:<7} {:>9} {:>9} {:>11} {:>15} {:>10} {:>13}\n", r.name, r.correct ? "yes" : "NO",
+    fmt::print("{:<{}} {:<7} {:>9} {:>9} {:>11} {:>15} {:>10} {:>13}\n", r.name, wide, r.correct ? "yes" : "NO",
                format_time(r.timesteps), format_time(r.makespan), grouped(r.peak.memory), at,
                fmt::format("{} {}", format_memory(r.target_time), verdict(r.time_ok)),
                fmt::format("{} {}", grouped(r.target_memory), verdict(r.memory_ok)));

@@ -28,6 +28,13 @@ const std::vector<Puzzle>& catalog() {
       {"pipeline_fsdp", "Puzzle 7 - Pipeline + FSDP",
        "16 ranks: stage rank % 4 of a 4-stage pipeline, with every layer's weight sharded over all 16 ranks.", 16, 4,
        4, 15, 1'000'000, reference::pipeline_fsdp, exercises::pipeline_fsdp, "puzzles/exercises/pipeline_fsdp.cpp"},
+      // Not in the original: its targets are the reference solution's, the Timesteps rounded down and the peak
+      // rounded up to the next 100,000.
+      {"tensor_parallel", "Puzzle 8 - Tensor Parallelism",
+       "Each rank holds one TP slice of every layer and runs every batch; all-reduce each layer's partial sums "
+       "(output forward, input grad backward) before the next layer reads them.",
+       4, 4, 4, 11, 2'800'000, reference::tensor_parallel, exercises::tensor_parallel,
+       "puzzles/exercises/tensor_parallel.cpp", 4},
   };
   return all;
 }

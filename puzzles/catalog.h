@@ -1,5 +1,6 @@
-// The eight LLM Training Puzzles: configurations and targets as in the original
-// (srush/LLM-Training-Puzzles), each with a reference solution and a learner's exercise.
+// The LLM Training Puzzles: the eight of the original (srush/LLM-Training-Puzzles), with its configurations
+// and targets, and a ninth of ours, tensor parallelism (Megatron-LM), whose targets come from its reference
+// solution. Each has a reference solution and a learner's exercise.
 #pragma once
 
 #include <string>
@@ -26,9 +27,10 @@ struct Puzzle {
   Program reference = nullptr;
   Program exercise = nullptr;
   std::string exercise_file;  ///< where the learner writes the solution
+  int tp = 1;  ///< TP degree: ranks form TP groups of `tp` consecutive ranks (Model::tp); 1 without TP
 };
 
-/// The eight puzzles in the original order.
+/// The puzzles: the original eight in the original order, then tensor parallelism (Puzzle 8, an addition).
 const std::vector<Puzzle>& catalog();
 /// The puzzle called `name`, or nullptr.
 const Puzzle* find_puzzle(std::string_view name);
@@ -42,6 +44,7 @@ Task fsdp(Model& model);
 Task pipeline(Model& model);
 Task gpipe(Model& model);
 Task pipeline_fsdp(Model& model);
+Task tensor_parallel(Model& model);
 }  // namespace reference
 
 namespace exercises {
@@ -53,6 +56,7 @@ Task fsdp(Model& model);
 Task pipeline(Model& model);
 Task gpipe(Model& model);
 Task pipeline_fsdp(Model& model);
+Task tensor_parallel(Model& model);
 }  // namespace exercises
 
 }  // namespace trainsim::puzzles

@@ -1,5 +1,6 @@
 #include "puzzles/model.h"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string_view>
 
@@ -53,10 +54,11 @@ WeightGrad operator+(const WeightGrad& a, const GradTerm& b) {
   }
 }
 
-Model::Model(Rank rank, int layers, int batches)
+Model::Model(Rank rank, int layers, int batches, int tp)
     : rank_(rank),
       layers_(layers),
       batches_(batches),
+      tp_(tp),
       storage_{Store<Weight>("weights", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
                Store<OptState>("opt_states", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
                Store<Activation>("activations", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
@@ -64,6 +66,10 @@ Model::Model(Rank rank, int layers, int batches)
                Store<WeightGrad>("grad_weights", rank.id(), [this](auto* b, auto* a) { on_store(b, a); })} {
   if (layers < 1 || batches < 1)
     throw std::invalid_argument(fmt::format("a model needs at least one layer and one batch (got {} and {})", layers, batches));
+  if (tp < 1 || tp > Tensor::kMaxTpSize || rank.world_size() % tp != 0)
+    throw std::invalid_argument(fmt::format("a TP degree of {} does not split {} ranks into TP groups (1 to {}, dividing "
+                                            "the world size)",
+                                            tp, rank.world_size(), Tensor::kMaxTpSize));
 }
 
 void Model::on_store(const Tensor* before, const Tensor* after) {
@@ -91,6 +97,20 @@ void Model::check_held(const Tensor& t, const char* op, int layer, const loc& w)
                      t.str(), long_name(t.kind)));
 }
 
+void Model::check_not_partial(const Tensor& t, const char* op, int layer, const loc& w) const {
+  if (!t.partial) return;
+  // The layer that made it and the all-reduce that completes it, as the learner would write them.
+  const bool act = t.kind == TensorKind::Activation;
+  const int maker = act ? t.layer - 1 : t.layer;
+  const char* store = store_name(t.kind);
+  fail(op, layer, w,
+       fmt::format("its input {} is a partial sum: this rank's term of the {} of layer {} on its TP slice, not the "
+                   "{}; all-reduce it over the TP group before anything reads it ({}[{}] = co_await "
+                   "model.allreduce({}[{}], {}))",
+                   t.str(), act ? "output" : "input grad", maker, long_name(t.kind), store, t.layer, store, t.layer,
+                   maker));
+}
+
 Op Model::make_op(OpKind kind, int layer, const loc& w) const {
   Op op;
   op.kind = kind;
@@ -105,6 +125,20 @@ std::pair<Weight, OptState> Model::load_weights(int layer, int shard, int total,
   if (total < 1 || shard < 0 || shard >= total)
     fail("load_weights", layer, w, fmt::format("shard {} of {} is out of range", shard, total));
   return {Weight(weight_tensor(layer, {shard}, total)), OptState(opt_state_tensor(layer, {shard}, total))};
+}
+
+std::pair<Weight, OptState> Model::load_slice(int layer, int slice, int total, loc w) {
+  check_layer("load_slice", layer, w);
+  if (tp_ == 1)
+    fail("load_slice", layer, w, "this puzzle has no tensor parallelism (its TP degree is 1): load whole weights or shards "
+                                 "with load_weights");
+  if (total != tp_)
+    fail("load_slice", layer, w, fmt::format("slice {} of {}: this puzzle's TP groups have {} ranks; load slice "
+                                             "model.tp_rank() of model.tp()",
+                                             slice, total, tp_));
+  if (slice < 0 || slice >= total)
+    fail("load_slice", layer, w, fmt::format("slice {} of {} is out of range", slice, total));
+  return {Weight(tp_slice(weight_tensor(layer), slice, total)), OptState(tp_slice(opt_state_tensor(layer), slice, total))};
 }
 
 Activation Model::get_activation(const std::vector<int>& batches, loc w) {
@@ -132,20 +166,37 @@ Op Model::run_compute(OpKind kind, int layer, TensorList reads, TensorList write
 
 Activation Model::forward(int layer, const Activation& inp, const Weight& weight, loc w) {
   check_layer("forward", layer, w);
-  Op op = run_compute(OpKind::Forward, layer, {inp, weight}, {activation_tensor(layer + 1, inp.batches)}, w);
+  check_not_partial(inp, "forward", layer, w);
+  // A TP slice's output is its partial sum (a row-parallel matrix); the last layer's, its vocabulary slice of
+  // the logits (the LM head is column-parallel). The algebra checks the rest (sim/algebra.cpp).
+  Tensor out = activation_tensor(layer + 1, inp.batches);
+  if (weight.tp_sliced())
+    out = layer + 1 == layers_ ? tp_slice(out, weight.tp_index(), weight.tp_size)
+                               : tp_partial(out, weight.tp_index(), weight.tp_size);
+  Op op = run_compute(OpKind::Forward, layer, {inp, weight}, {out}, w);
   return Activation(op.writes[0]);
 }
 
 std::pair<WeightGrad, ActivationGrad> Model::backward(int layer, const Activation& inp, const ActivationGrad& grad,
                                                       const Weight& weight, loc w) {
   check_layer("backward", layer, w);
-  Op op = run_compute(OpKind::Backward, layer, {inp, grad, weight},
-                      {weight_grad_tensor(layer, inp.batches), activation_grad_tensor(layer, inp.batches)}, w);
+  check_not_partial(inp, "backward", layer, w);
+  check_not_partial(grad, "backward", layer, w);
+  Tensor dw = weight_grad_tensor(layer, inp.batches), da = activation_grad_tensor(layer, inp.batches);
+  if (weight.tp_sliced()) {
+    // The conjugate of the forward: this slice's weight grad, and the input grad as its partial sum.
+    dw = tp_slice(dw, weight.tp_index(), weight.tp_size);
+    da = tp_partial(da, weight.tp_index(), weight.tp_size);
+  }
+  Op op = run_compute(OpKind::Backward, layer, {inp, grad, weight}, {dw, da}, w);
   return {WeightGrad(op.writes[0]), ActivationGrad(op.writes[1])};
 }
 
 ActivationGrad Model::loss(const Activation& inp, loc w) {
-  Op op = run_compute(OpKind::Loss, layers_, {inp}, {activation_grad_tensor(layers_, inp.batches)}, w);
+  check_not_partial(inp, "loss", -1, w);
+  Tensor grad = activation_grad_tensor(layers_, inp.batches);
+  if (inp.tp_sliced()) grad = tp_slice(grad, inp.tp_index(), inp.tp_size);  // vocabulary-parallel cross-entropy
+  Op op = run_compute(OpKind::Loss, layers_, {inp}, {grad}, w);
   return ActivationGrad(op.writes[0]);
 }
 
@@ -175,6 +226,36 @@ asio::awaitable<WeightGrad> Model::allreduce(const WeightGrad& v, int layer, loc
   co_return WeightGrad(co_await rank_.all_reduce(v, layer, 0, where(w)));
 }
 
+asio::awaitable<Tensor> Model::tp_allreduce(const Tensor& v, int layer, loc w) {
+  check_held(v, "allreduce", layer, w);
+  const bool act = v.kind == TensorKind::Activation;
+  if (tp_ == 1)
+    fail("allreduce", layer, w, fmt::format("{} is not a partial sum, and this puzzle has no tensor parallelism: "
+                                            "only TP partial sums of activations are all-reduced",
+                                            v.str()));
+  if (!v.partial)
+    fail("allreduce", layer, w,
+         v.tp_sliced() ? fmt::format("{} is this rank's vocabulary slice of the logits{}, not a partial sum: {} reads "
+                                     "it as it is",
+                                     v.str(), act ? "" : "' grad", act ? "the loss" : "the last layer's backward")
+                       : fmt::format("{} is complete already, not a partial sum: only a TP slice's partial sum is "
+                                     "all-reduced",
+                                     v.str()));
+  const int maker = act ? v.layer - 1 : v.layer;
+  if (layer != maker)
+    fail("allreduce", layer, w, fmt::format("{} is the {} of layer {}, not of layer {}: pass layer {}", v.str(),
+                                            act ? "output" : "input grad", maker, layer, maker));
+  co_return co_await rank_.all_reduce(v, layer, 1 + rank() / tp_, where(w));
+}
+
+asio::awaitable<Activation> Model::allreduce(const Activation& v, int layer, loc w) {
+  co_return Activation(co_await tp_allreduce(v, layer, w));
+}
+
+asio::awaitable<ActivationGrad> Model::allreduce(const ActivationGrad& v, int layer, loc w) {
+  co_return ActivationGrad(co_await tp_allreduce(v, layer, w));
+}
+
 asio::awaitable<WeightGrad> Model::scatterreduce(const WeightGrad& v, int layer, loc w) {
   check_held(v, "scatterreduce", layer, w);
   co_return WeightGrad(co_await rank_.reduce_scatter(v, layer, 0, where(w)));
@@ -202,7 +283,10 @@ void Model::check(const std::vector<Model*>& models) {
   if (models.empty()) throw PuzzleError("check: no ranks");
   int layers = models.front()->layers();
   for (int l = 0; l < layers; ++l) {
-    std::optional<Weight> combined;
+    // The final weights combined per TP slice (one entry, slice 0 of 1, without tensor parallelism): slices
+    // are different parameters, each combined over its shards on its own.
+    std::map<std::uint64_t, Weight> slices;
+    int tp = 0;
     for (const Model* m : models) {
       auto it = m->final_weights_.find(l);
       if (it == m->final_weights_.end()) continue;
@@ -210,19 +294,31 @@ void Model::check(const std::vector<Model*>& models) {
       if (fw.step != 1)
         throw PuzzleError(fmt::format("check: layer {} on rank {} was updated {} times; every weight is updated exactly once",
                                       l, m->rank(), fw.step));
-      if (!combined) combined = fw;
-      else {
-        try {
-          combined = combined->combine(fw);
-        } catch (const TensorError& e) {
-          throw PuzzleError(fmt::format("check: layer {} on rank {}: {}", l, m->rank(), e.what()));
-        }
+      if (tp == 0) tp = fw.tp_size;
+      if (fw.tp_size != tp)
+        throw PuzzleError(fmt::format("check: layer {} on rank {}: its final weight {} is split over {} TP slice{}, "
+                                      "another rank's over {}",
+                                      l, m->rank(), fw.str(), fw.tp_size, fw.tp_size == 1 ? "" : "s", tp));
+      auto [slot, fresh] = slices.try_emplace(fw.tp_slices, fw);
+      if (fresh) continue;
+      try {
+        slot->second = slot->second.combine(fw);
+      } catch (const TensorError& e) {
+        throw PuzzleError(fmt::format("check: layer {} on rank {}: {}", l, m->rank(), e.what()));
       }
     }
-    if (!combined) throw PuzzleError(fmt::format("check: no rank set a final weight for layer {}", l));
-    if (!combined->complete())
-      throw PuzzleError(fmt::format("check: the final weights of layer {} hold shards {} of {} only; every shard must be updated",
-                                    l, combined->shards.str(), combined->num_shards));
+    if (slices.empty()) throw PuzzleError(fmt::format("check: no rank set a final weight for layer {}", l));
+    for (int j = 0; j < tp; ++j)
+      if (tp > 1 && !slices.count(std::uint64_t{1} << j))
+        throw PuzzleError(fmt::format("check: no rank set a final weight for TP slice {} of {} of layer {}; every slice "
+                                      "must be updated",
+                                      j, tp, l));
+    for (const auto& [bits, combined] : slices)
+      if (!combined.complete())
+        throw PuzzleError(fmt::format("check: the final weights of layer {}{} hold shards {} of {} only; every shard "
+                                      "must be updated",
+                                      l, tp > 1 ? fmt::format(" (TP slice {} of {})", combined.tp_index(), tp) : "",
+                                      combined.shards.str(), combined.num_shards));
   }
 }
 

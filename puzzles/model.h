@@ -88,8 +88,11 @@ class Model {
     Store<WeightGrad> grad_weights;
   };
 
-  /// Rank `rank` training a `layers`-layer model on `batches` batches. Throws std::invalid_argument.
-  Model(Rank rank, int layers, int batches);
+  /// Rank `rank` training a `layers`-layer model on `batches` batches. With tensor parallelism (`tp` > 1) the
+  /// ranks form TP groups of `tp` consecutive ranks, the world's group 1 + rank / tp (the runner registers
+  /// them); the rank holds slice rank % tp of each layer. Throws std::invalid_argument when layers or batches
+  /// are below 1, or tp is outside 1..Tensor::kMaxTpSize or does not divide the world size.
+  Model(Rank rank, int layers, int batches, int tp = 1);
   Model(const Model&) = delete;
 
   int rank() const { return rank_.id(); }
@@ -99,6 +102,10 @@ class Model {
   int layers() const { return layers_; }
   /// Number of batches (BATCHES).
   int batches() const { return batches_; }
+  /// Tensor parallelism: the ranks in this rank's TP group (the TP degree t); 1 without TP.
+  int tp() const { return tp_; }
+  /// This rank's place in its TP group, 0..tp()-1: the slice of each layer it holds.
+  int tp_rank() const { return rank() % tp_; }
   /// The five stores: `auto& [weights, opt_states, activations, grad_activations, grad_weights] = model.storage();`
   Storage& storage() { return storage_; }
   /// Memory held in the five stores, in puzzle units.
@@ -108,16 +115,27 @@ class Model {
 
   /// Fresh (step 0) weight and optimizer state of `layer`, shard `shard` of `total`.
   std::pair<Weight, OptState> load_weights(int layer, int shard = 0, int total = 1, loc w = loc::current());
+  /// Fresh (step 0) TP slice `slice` of `total` of `layer`'s weight and optimizer state ("W2<1/4>", "O2<1/4>":
+  /// Megatron-LM's split of a layer's matrices over a TP group, 1/total of the memory). A forward with it
+  /// gives a partial sum, a backward a slice's weight grad and a partial input grad. Throws PuzzleError when
+  /// the puzzle has no tensor parallelism, `total` is not its TP degree or `slice` is out of range.
+  std::pair<Weight, OptState> load_slice(int layer, int slice, int total, loc w = loc::current());
   /// The model input (Activation 0) for `batches`.
   Activation get_activation(const std::vector<int>& batches, loc w = loc::current());
   /// Forward of `layer`: needs Activation `layer` and the complete weight of `layer`; gives Activation layer+1.
-  /// Takes one step per batch.
+  /// Takes one step per batch. With a TP slice of the weight it gives this slice's partial sum of Activation
+  /// layer+1 ("A2{0-3}<+1/4>", to all-reduce over the TP group before anything reads it), and at the last
+  /// layer this slice of the logits ("A4{0-3}<1/4>", which the loss reads as it is); it takes 1/t of the
+  /// time. Reading a partial sum is a PuzzleError naming the line.
   Activation forward(int layer, const Activation& inp, const Weight& weight, loc w = loc::current());
   /// Backward of `layer`: needs Activation `layer`, ActivationGrad layer+1 for the same batches and the
-  /// complete weight; gives the WeightGrad of `layer` and ActivationGrad `layer`. One step per batch.
+  /// complete weight; gives the WeightGrad of `layer` and ActivationGrad `layer`. One step per batch. With a
+  /// TP slice of the weight it gives the slice's weight grad and this slice's partial sum of ActivationGrad
+  /// `layer`, in 1/t of the time.
   std::pair<WeightGrad, ActivationGrad> backward(int layer, const Activation& inp, const ActivationGrad& grad,
                                                  const Weight& weight, loc w = loc::current());
-  /// Loss at the last layer: Activation L gives ActivationGrad L. Takes no time.
+  /// Loss at the last layer: Activation L gives ActivationGrad L. Takes no time. A vocabulary slice of the
+  /// logits gives the same slice of the grad (Megatron-LM's vocabulary-parallel cross-entropy).
   ActivationGrad loss(const Activation& inp, loc w = loc::current());
   /// Optimizer step: needs the grad of every batch for the shards updated, and weight and optimizer state
   /// at the same step; gives both one step later. Takes 0.5.
@@ -128,6 +146,11 @@ class Model {
 
   /// Sum of every rank's weight grad (batch sets unite). 0.3 after the last rank arrives.
   asio::awaitable<WeightGrad> allreduce(const WeightGrad& v, int layer, loc w = loc::current());
+  /// Tensor parallelism: the sum of the partial sums of this rank's TP group, the complete activation (of
+  /// layer `layer`'s forward) or activation grad (of its backward). 0.3 after the last member arrives. Throws
+  /// PuzzleError when `v` is not a partial sum or `layer` is not the layer that made it.
+  asio::awaitable<Activation> allreduce(const Activation& v, int layer, loc w = loc::current());
+  asio::awaitable<ActivationGrad> allreduce(const ActivationGrad& v, int layer, loc w = loc::current());
   /// Union of every rank's shards (Weight, OptState or WeightGrad). 0.3 after the last rank arrives.
   asio::awaitable<Weight> allgather(const Weight& v, int layer, loc w = loc::current()) { return gather_as<Weight>(v, layer, w); }
   asio::awaitable<OptState> allgather(const OptState& v, int layer, loc w = loc::current()) { return gather_as<OptState>(v, layer, w); }
@@ -146,7 +169,8 @@ class Model {
   const std::map<int, Weight>& final_weights() const { return final_weights_; }
 
   /// Cross-rank check of a finished run: every layer's final weights, combined over the ranks, are complete
-  /// and were each updated exactly once. Throws PuzzleError naming the layer and rank.
+  /// (with tensor parallelism: every TP slice, each complete) and were each updated exactly once. Throws
+  /// PuzzleError naming the layer and rank.
   static void check(const std::vector<Model*>& models);
 
  private:
@@ -154,6 +178,10 @@ class Model {
   [[noreturn]] void fail(const char* op, int layer, const loc& w, const std::string& what) const;
   void check_layer(const char* op, int layer, const loc& w) const;
   void check_held(const Tensor& t, const char* op, int layer, const loc& w) const;
+  // A partial sum read as complete: a PuzzleError saying to all-reduce it first.
+  void check_not_partial(const Tensor& t, const char* op, int layer, const loc& w) const;
+  // The TP all-reduce of a partial sum `v` made by `layer`.
+  asio::awaitable<Tensor> tp_allreduce(const Tensor& v, int layer, loc w);
   void on_store(const Tensor* before, const Tensor* after);
   Op make_op(OpKind kind, int layer, const loc& w) const;
   // Checks the algebra and that every input is held, then executes; returns the op.
@@ -169,6 +197,7 @@ class Model {
   Rank rank_;
   int layers_;
   int batches_;
+  int tp_;
   Storage storage_;
   std::map<int, Weight> final_weights_;
   StoreHook store_observer_;

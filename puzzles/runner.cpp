@@ -4,6 +4,8 @@
 #include <memory>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "schedules/recorder.h"
 #include "sim/ledger.h"
 
@@ -46,6 +48,19 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
   header.microbatches = puzzle.batches;
   header.cost_model = cost.name();
   header.p2p = opts.p2p;
+  // Tensor parallelism: TP groups of `tp` consecutive ranks, groups 1, 2, ... named tp0, tp1, ... (a version 2
+  // schedule: the TP tensors and group names need it).
+  std::vector<std::vector<int>> tp_groups;
+  if (puzzle.tp > 1) {
+    for (int first = 0; first + puzzle.tp <= puzzle.ranks; first += puzzle.tp) {
+      std::vector<int> members(static_cast<std::size_t>(puzzle.tp));
+      for (int i = 0; i < puzzle.tp; ++i) members[i] = first + i;
+      header.group_names.push_back(fmt::format("tp{}", tp_groups.size()));
+      tp_groups.push_back(std::move(members));
+    }
+    header.groups = tp_groups;
+    header.version = 2;
+  }
   ScheduleRecorder recorder(header);
   std::vector<std::unique_ptr<Model>> models;
   // Each rank's highest memory sample so far (first strictly highest, as Trace::peak) with what was resident
@@ -55,6 +70,7 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
   std::vector<std::string> best_op(best.size());
   {
     World world(opts, cost);
+    for (const auto& g : tp_groups) world.add_group(g);
     world.set_op_observer([&](const Op& op) {
       if (record) recorder.on_op(op);
       if (!is_timed(op.kind)) return;
@@ -65,7 +81,7 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
       best_op[op.rank] = op.describe() + (op.where.empty() ? "" : " (" + op.where + ")");
     });
     for (int rank = 0; rank < puzzle.ranks; ++rank) {
-      models.push_back(std::make_unique<Model>(Rank(world, rank), puzzle.layers, puzzle.batches));
+      models.push_back(std::make_unique<Model>(Rank(world, rank), puzzle.layers, puzzle.batches, puzzle.tp));
       if (record)
         models.back()->set_store_observer(
             [&recorder, rank](const Tensor* before, const Tensor* after) { recorder.on_store(rank, before, after); });

@@ -6,15 +6,27 @@
 
 namespace trainsim {
 
+namespace {
+// The TP degree of a compute op's weight slice (its weight grad's, for a weight-grad pass that reads no
+// weight); 1 without tensor parallelism.
+Time tp_degree(const Op& op) {
+  for (const Tensor& t : op.reads)
+    if (t.kind == TensorKind::Weight && t.tp_sliced()) return t.tp_size;
+  for (const Tensor& t : op.writes)
+    if (t.kind == TensorKind::WeightGrad && t.tp_sliced()) return t.tp_size;
+  return 1;
+}
+}  // namespace
+
 Time PuzzleCostModel::duration(const Op& op, int /*group_size*/) const {
   switch (op.kind) {
     case OpKind::Forward:
     case OpKind::Backward:
-      return seconds(op.batches.size());
+      return seconds(op.batches.size()) / tp_degree(op);
     // The puzzles have no split backward; each half costs half a full backward.
     case OpKind::BackwardInput:
     case OpKind::BackwardWeight:
-      return seconds(0.5 * op.batches.size());
+      return seconds(0.5 * op.batches.size()) / tp_degree(op);
     case OpKind::Update: return seconds(0.5);
     case OpKind::AllGather:
     case OpKind::ReduceScatter:

@@ -43,6 +43,9 @@ class CostModel {
 /// reduce-scatter 0.3 after every member arrived; a pass 0.2 on the sender and 0.2 on the receiver.
 /// Memory: weight, optimizer state and weight grad 512·512 units times the fraction of shards held;
 /// activation and activation grad 512·256 units per batch. One step is one simulated second.
+/// Tensor parallelism (our addition, for the tensor-parallel puzzle): a TP slice of t holds 1/t of that
+/// memory (a partial sum is a whole activation), and a forward or backward with a TP slice of the weight
+/// does 1/t of the layer's work, 1/t of a step per batch.
 class PuzzleCostModel final : public CostModel {
  public:
   static constexpr double kHidden = 512;

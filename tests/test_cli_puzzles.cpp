@@ -74,3 +74,27 @@ TEST_CASE("bad arguments and --help") {
   CommandResult none = run_trainsim("", true);
   CHECK(none.exit_code != 0);
 }
+
+TEST_CASE("the tensor-parallel puzzle's saved schedule is version 2 and validates and simulates as it ran") {
+  auto dir = fresh_dir("puzzles-tp");
+  CommandResult r = run_trainsim("puzzles --only tensor_parallel --json --out " + dir.string() + " --save-schedules " +
+                                 dir.string());
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.size() == 1);
+  CHECK(j[0]["correct"] == true);
+  const std::string sched = (dir / "tensor_parallel.sched").string();
+  const std::string text = slurp(sched);
+  CHECK(text.rfind("trainsim-schedule 2\n", 0) == 0);
+  CHECK(has(text, "\ngroup 1 tp0 0 1 2 3\n"));
+  CHECK(run_trainsim("validate " + sched).exit_code == 0);
+  CommandResult sim = run_trainsim("sim " + sched + " --json");
+  CHECK(sim.exit_code == 0);
+  auto s = nlohmann::json::parse(sim.out);
+  CHECK(s["ok"] == true);
+  CHECK(s["timesteps"] == j[0]["timesteps"]);
+  CHECK(s["makespan"] == j[0]["makespan"]);
+  CHECK(s["max_memory"] == j[0]["max_memory"]);
+  CHECK(has(slurp(dir / "tensor_parallel.svg"), "Puzzle 8 - Tensor Parallelism"));
+  std::filesystem::remove_all(dir);
+}

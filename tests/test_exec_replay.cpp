@@ -49,6 +49,9 @@ Schedule gen(const std::string& kind, int stages, int microbatches, int chunks =
 
 TEST_CASE("exec replay: the eight puzzle solutions train exactly like one device") {
   for (const auto& p : puzzles::catalog()) {
+    // The ninth, tensor parallelism, waits for the executor's TP (another part of issue 19): the executor does
+    // not split the matrices yet, so its --check differs from one device.
+    if (p.tp > 1) continue;
     puzzles::PuzzleResult run = puzzles::run_puzzle(p, false, true);
     REQUIRE(run.schedule);
     check_equivalence(*run.schedule, p.name);
