@@ -287,8 +287,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   std::size_t timed = 0;
   int max_layer = -1;
   double mem_max = 0;
-              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, bc_ = kBroadcastColour,
-              rd_ = kReduceColour, tp_ = kTpCollectiveColour;
+  bool has_bi = false, has_bw = false, has_rooted = false, has_tp = false;
   for (const auto& runs : trace.ranks)
     for (const auto& r : runs) {
       if (!is_timed(r.op.kind)) continue;
@@ -297,8 +296,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       mem_max = std::max(mem_max, r.memory);
       has_bi |= r.op.kind == OpKind::BackwardInput;
       has_bw |= r.op.kind == OpKind::BackwardWeight;
-              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, bc_ = kBroadcastColour,
-              rd_ = kReduceColour, tp_ = kTpCollectiveColour;
+      has_rooted |= is_rooted(r.op.kind);
+      has_tp |= is_tp_collective(r.op);
     }
   if (nranks == 0 || timed == 0) return empty_svg(trace, opt);
 
@@ -452,8 +451,11 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     items.push_back({LegendItem::Boxes, {kUpdateColour}, 1, false, "update"});
     items.push_back({LegendItem::Boxes, {kAllGatherColour, kReduceScatterColour, kAllReduceColour, kNoLayerColour}, 1,
                      false, "all-gather (AG), reduce-scatter (RS), all-reduce (AR), barrier (B)"});
-              ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, bc_ = kBroadcastColour,
-              rd_ = kReduceColour, tp_ = kTpCollectiveColour;
+    if (has_rooted)  // (only when drawn: the figures without them stay as they were)
+      items.push_back({LegendItem::Boxes, {kBroadcastColour, kReduceColour}, 1, false, "broadcast (BC), reduce (RD)"});
+    if (has_tp)
+      items.push_back({LegendItem::Boxes, {kTpCollectiveColour}, 1, false,
+                       "TP collective (AR, RS, AG of a layer's partial sums and activations over its TP group)"});
     items.push_back({LegendItem::Boxes, {kPassColour}, 1, false, "send/recv (pass)"});
     items.push_back({LegendItem::Bar, {}, 1, false, "loss"});
     if (show_exposed)
