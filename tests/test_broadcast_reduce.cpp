@@ -155,9 +155,12 @@ TEST_CASE("broadcast, reduce: wrong roots and wrong tensors are refused naming r
     e = sim_error(head(cost) + "\nrank 0\n  load -> dW0{}\n  reduce L0 root 0 : dW0{} -> dW0{}\n"
                                "rank 1\n  load -> dW0{}\n  reduce L0 root 0 : dW0{} -> dW0{}\n");
     CHECK(e.find("rank 1: reduce layer 0 root 0 (bc.sched:14): only the root (rank 0) gets the reduce's result") == 0);
-    e = sim_error(head(cost) + "\nrank 0\n  load -> W0 O0\n  load -> A0{0-1}\n  forward L0 {0-1}\n  loss {0-1}\n"
-                               "  backward L0 {0-1}\n  reduce L0 root 1 : dW0{0-1}\n  update L0\n"
-                               "rank 1\n  load -> dW0{}\n  reduce L0 root 1 : dW0{} -> dW0{0-1}\n");
+    // Rank 0 computes batch 0's grad, rank 1 batch 1's; only the root (rank 1) holds their sum, so rank 0's
+    // update of both batches reads a grad it does not hold.
+    e = sim_error(head(cost) + "\nrank 0\n  load -> W0 O0\n  load -> A0{0}\n  forward L0 {0}\n  loss {0}\n"
+                               "  backward L0 {0}\n  reduce L0 root 1 : dW0{0}\n  update L0\n"
+                               "rank 1\n  load -> W0 O0\n  load -> A0{1}\n  forward L0 {1}\n  loss {1}\n"
+                               "  backward L0 {1}\n  reduce L0 root 1 : dW0{1} -> dW0{0-1}\n  update L0\n");
     CHECK(e.find("rank 0: update layer 0 (bc.sched:16): it reads dW0{0-1} (weight grad), which is not resident") == 0);
   }
 }
