@@ -13,6 +13,7 @@
 #include "cli_helpers.h"
 #include "exec/layout.h"
 #include "exec_helpers.h"
+#include "schedules/generators.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 #include "tp_schedule_helpers.h"
@@ -204,5 +205,32 @@ TEST_CASE("exec TP: what the executor does not run is refused before any rank st
     INFO(r.error);
     CHECK(has(r.error, "rank 0: forward layer 0 batches {0} (notp.sched:11): it computes a TP slice of 2, but rank 0 is "
                        "in no TP group"));
+  }
+}
+
+TEST_CASE("exec TP: the generators' TP schedules (gen tp, gen 3d) train as one device does") {
+  struct Case {
+    const char* kind;
+    int tp, pp, dp, zero;
+    bool sp;
+  };
+  for (const Case& c : {Case{"tp", 2, 1, 1, 0, false}, Case{"3d", 2, 2, 2, 0, false}, Case{"3d", 2, 2, 2, 3, false},
+                        Case{"3d", 2, 2, 1, 1, false}}) {
+    GenOptions g;
+    g.tp = c.tp, g.pp = c.pp, g.dp = c.dp, g.zero = c.zero, g.sequence_parallel = c.sp;
+    g.microbatches = 2;
+    Schedule s = generate(c.kind, g);
+    CAPTURE(c.kind);
+    CAPTURE(c.pp);
+    CAPTURE(c.zero);
+    REQUIRE(simulate(s).ok);
+    exec::ReplayOptions o = tp_options(s);
+    o.check = true;
+    exec::ReplayResult r = exec::replay(s, o);
+    INFO(r.error);
+    REQUIRE(r.ok);
+    CHECK(r.checked);
+    CHECK(r.max_rel_diff_loss <= 1e-5);
+    CHECK(r.max_rel_diff_weights <= 1e-5);
   }
 }
