@@ -64,7 +64,8 @@ constexpr bool is_compute(OpKind k) {
 /// heap. Sends, receives, loads, collectives and most frees carry one tensor per list; an inline second
 /// slot made every op larger (336 bytes instead of 240, with 48-byte tensors then) for fewer heap lists in
 /// forwards, backwards and accumulates: 5.5 GB instead of 5.0 GB peak for the 16,384-rank pp-fsdp
-/// `gen --sim` (bench/README.md). With 40-byte tensors a list is 64 bytes and an op 216.
+/// `gen --sim` (bench/README.md). With 40-byte tensors a list was 64 bytes and an op 216; the TP fields
+/// (issue 19) make a tensor 48 bytes, a list 72 and an op 232.
 using TensorList = boost::container::small_vector<Tensor, 1>;
 
 /// One primitive performed by one rank.
