@@ -1,6 +1,7 @@
 // `trainsim gen KIND ... -o FILE`: write a generated schedule (schedules/generators.h) as .sched text, or as
 // PyTorch pipelining CSV for a name ending in .csv (docs/pytorch-csv.md).
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -45,37 +46,47 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // The fields `gen --sim --json` prints for every cost model: the kind, the outcome, the shape, the timings.
-nlohmann::ordered_json run_json(const GenArgs& a, const Schedule& s, const SimResult& r, double generate_seconds,
+nlohmann::ordered_json run_json(const GenArgs& a, const ScheduleHeader& h, const SimResult& r, double generate_seconds,
                                 double sim_seconds) {
   nlohmann::ordered_json j;
   j["kind"] = a.kind;
   j["ok"] = r.ok;
   j["error"] = r.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
-  j["world_size"] = s.header.world_size;
-  j["layers"] = s.header.layers;
-  j["microbatches"] = s.header.microbatches;
-  j["cost_model"] = s.header.cost_model;
-  j["ops"] = s.op_count();
+  j["world_size"] = h.world_size;
+  j["layers"] = h.layers;
+  j["microbatches"] = h.microbatches;
+  j["cost_model"] = h.cost_model;
+  j["ops"] = r.op_count;
   j["generate_seconds"] = generate_seconds;
   j["sim_seconds"] = sim_seconds;
   return j;
 }
 
-// `gen --sim`: simulate the generated schedule in memory and print what `trainsim sim` would.
-int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seconds, StageLine& stage) {
-  stage.show(fmt::format("simulating {} ops on {} ranks", s.op_count(), s.header.world_size));
-  if (s.header.cost_model == "hardware") {
+// `gen --sim`: simulate the generated schedule in memory and print what `trainsim sim` would. A source that makes
+// each rank's ops when asked (the pipeline kinds) is simulated one rank at a time: its ops are made while it is
+// simulated, and generate_seconds is the work done for all ranks at once.
+int simulate_generated(const GenArgs& a, const RankSource& src, double generate_seconds, StageLine& stage) {
+  const ScheduleHeader& h = src.header();
+  std::function<void(int, int)> progress;
+  if (src.holds_all()) {
+    stage.show(fmt::format("simulating {} ops on {} ranks", src.op_estimate(), h.world_size));
+  } else {
+    stage.show(fmt::format("generating and simulating {} ranks", h.world_size));
+    progress = [&stage](int issued, int ranks) {
+      stage.show(fmt::format("generating and simulating rank {} of {}", issued, ranks));
+    };
+  }
+  if (h.cost_model == "hardware") {
     const auto started = std::chrono::steady_clock::now();
-    HardwareRun run = simulate_hardware(s);
+    HardwareRun run = simulate_hardware(src, false, progress);
     stage.clear();
     if (a.json) {
-      nlohmann::ordered_json j = run_json(a, s, run.result, generate_seconds, seconds_since(started));
+      nlohmann::ordered_json j = run_json(a, h, run.result, generate_seconds, seconds_since(started));
       if (run.report) j.update(hw::to_json(*run.report));
       std::cout << j.dump(2) << "\n";
     } else if (run.report) {
-      fmt::print("{}: {} ops on {} ranks, {} layers, {} microbatches (hardware cost model)\n{}", a.kind, s.op_count(),
-                 s.header.world_size, s.header.layers, s.header.microbatches,
-                 hw::format_report(*run.report, *s.header.hardware));
+      fmt::print("{}: {} ops on {} ranks, {} layers, {} microbatches (hardware cost model)\n{}", a.kind,
+                 run.result.op_count, h.world_size, h.layers, h.microbatches, hw::format_report(*run.report, *h.hardware));
     } else {
       fmt::print(stderr, "trainsim gen: the generated schedule is invalid: {}\n", run.result.error);
     }
@@ -84,13 +95,14 @@ int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seco
   // Only the figures are printed: no per-op records (at 16,384 ranks they would double the memory).
   SimOptions options;
   options.record_trace = false;
+  options.progress = progress;
   const auto started = std::chrono::steady_clock::now();
-  SimResult r = simulate(s, options);
+  SimResult r = simulate(src, options);
   const double sim_seconds = seconds_since(started);
   stage.clear();
   const RunSummary& sum = r.summary;
   if (a.json) {
-    nlohmann::ordered_json j = run_json(a, s, r, generate_seconds, sim_seconds);
+    nlohmann::ordered_json j = run_json(a, h, r, generate_seconds, sim_seconds);
     j["timesteps"] = to_seconds(sum.timesteps);
     j["makespan"] = to_seconds(sum.makespan);
     j["bubble_fraction"] = sum.bubble_fraction;
@@ -102,8 +114,8 @@ int simulate_generated(const GenArgs& a, const Schedule& s, double generate_seco
   } else if (r.ok) {
     fmt::print("{}: {} ops on {} ranks: makespan {}  bubble {:.1f}%  peak memory {} {} at rank {} ({} cost model; "
                "generated in {:.2f} s, simulated in {:.2f} s)\n",
-               a.kind, s.op_count(), s.header.world_size, format_time(sum.makespan), 100 * sum.bubble_fraction,
-               format_memory(sum.peak.memory), r.trace.memory_unit, sum.peak.rank, s.header.cost_model,
+               a.kind, r.op_count, h.world_size, format_time(sum.makespan), 100 * sum.bubble_fraction,
+               format_memory(sum.peak.memory), r.trace.memory_unit, sum.peak.rank, h.cost_model,
                generate_seconds, sim_seconds);
   } else {
     fmt::print(stderr, "trainsim gen: the generated schedule is invalid: {}\n", r.error);
@@ -156,31 +168,41 @@ int run(const GenArgs& a) {
   }
   GenOptions opts = a.options;
   opts.reshard_after_forward = !a.no_reshard;
-  Schedule s;
+  std::unique_ptr<RankSource> src;
   StageLine stage("trainsim gen");
   stage.show(fmt::format("generating {}", a.kind));
   const auto started = std::chrono::steady_clock::now();
   try {
-    s = generate(a.kind, opts);
+    src = generate_ranks(a.kind, opts);
   } catch (const std::invalid_argument& e) {
     stage.clear();
     fmt::print(stderr, "trainsim gen: {}\n", e.what());
     return 2;
   }
-  const double generate_seconds = seconds_since(started);
+  double generate_seconds = seconds_since(started);
   stage.clear();
   if (a.hardware.any()) {
     try {
-      apply_hardware(s, a.hardware);
+      apply_hardware(src->header(), a.hardware);
     } catch (const hw::SpecError& e) {
       fmt::print(stderr, "trainsim gen: {}\n", e.what());
       return 2;
     }
   }
   // A CSV that cannot hold the schedule is refused before any simulation; .sched text is printed after it (the
-  // text of 10 M ops and the simulation need not be in memory at once).
+  // text of 10 M ops and the simulation need not be in memory at once). Only what is written needs every rank's
+  // ops at once: `gen --sim` alone simulates the source rank by rank.
   const bool write = !a.sim || a.out != "-";
   const bool csv = a.out != "-" && extension(a.out) == ".csv";
+  Schedule s;
+  if (write) {
+    stage.show(fmt::format("generating {}", a.kind));
+    const auto again = std::chrono::steady_clock::now();
+    s = src->take();
+    src = std::make_unique<ScheduleView>(s);
+    generate_seconds += seconds_since(again);
+    stage.clear();
+  }
   std::string text;
   if (write && csv) {
     try {
@@ -191,7 +213,7 @@ int run(const GenArgs& a) {
       return 2;
     }
   }
-  const int code = a.sim ? simulate_generated(a, s, generate_seconds, stage) : 0;
+  const int code = a.sim ? simulate_generated(a, *src, generate_seconds, stage) : 0;
   if (!write) return code;
   if (!csv) {
     stage.show(fmt::format("writing {} ops", s.op_count()));

@@ -125,7 +125,7 @@ int run(const SimArgs& a, bool outputs) {
   stage.clear();
   if (a.hardware.any() || s.header.cost_model == "hardware") {
     try {
-      apply_hardware(s, a.hardware);
+      apply_hardware(s.header, a.hardware);
     } catch (const hw::SpecError& e) {
       if (a.json) std::cout << json_text(summary_json(a.file, nullptr, nullptr, e.what())) << "\n";
       else fmt::print(stderr, "{}: {}\n", a.command, e.what());

@@ -74,14 +74,14 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
   return s;
 }
 
-void apply_hardware(Schedule& schedule, const HardwareOptions& o) {
-  hw::HardwareSetting hs = hardware_setting(o, schedule.header.hardware);
-  if (hs.model.blocks < schedule.header.layers)
+void apply_hardware(ScheduleHeader& header, const HardwareOptions& o) {
+  hw::HardwareSetting hs = hardware_setting(o, header.hardware);
+  if (hs.model.blocks < header.layers)
     throw hw::SpecError(fmt::format("the schedule has {} layers but the model '{}' has {} blocks (each layer needs "
                                     "at least one block)",
-                                    schedule.header.layers, hs.model.preset, hs.model.blocks));
-  schedule.header.cost_model = "hardware";
-  schedule.header.hardware = hs;
+                                    header.layers, hs.model.preset, hs.model.blocks));
+  header.cost_model = "hardware";
+  header.hardware = hs;
 }
 
 }  // namespace trainsim::apps

@@ -36,9 +36,9 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o);
 /// --model, --device and --network are required. Throws hw::SpecError naming the option, file and field.
 hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::optional<hw::HardwareSetting>& base = {});
 
-/// Switches `schedule` to the hardware cost model with the setting the options give on top of its header's
+/// Switches a schedule's `header` to the hardware cost model with the setting the options give on top of its
 /// block (used by `sim`, `validate` and `gen`). Throws hw::SpecError as hardware_setting does, and when the
 /// model has fewer blocks than the schedule has layers (each layer needs at least one block).
-void apply_hardware(Schedule& schedule, const HardwareOptions& o);
+void apply_hardware(ScheduleHeader& header, const HardwareOptions& o);
 
 }  // namespace trainsim::apps

@@ -1,20 +1,60 @@
 #include "hardware/cost_model.h"
 
 #include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "hardware/comm.h"
 
 namespace trainsim::hw {
 
 HardwareCostModel::HardwareCostModel(HardwareSetting setting, int layers, int world_size,
-                                     std::vector<std::vector<int>> groups, std::vector<std::vector<char>> forward_layers,
-                                     TpLayout tp)
+                                     std::vector<std::vector<int>> groups, std::vector<std::string> group_names,
+                                     std::vector<int> tp_group)
     : setting_(std::move(setting)),
       sizes_(setting_, layers),
       world_size_(world_size),
       groups_(std::move(groups)),
-      forward_layers_(std::move(forward_layers)),
-      tp_(std::move(tp)) {}
+      group_names_(std::move(group_names)),
+      forward_layers_(world_size, std::vector<char>(layers + 1, 0)) {
+  tp_.group = std::move(tp_group);
+  if (!tp_.group.empty()) tp_.sequence_parallel.assign(world_size, 0);
+}
+
+void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
+  if (rank < 0 || rank >= world_size_) return;
+  const int layers = static_cast<int>(forward_layers_[rank].size()) - 1;
+  const int group = tp_.group.empty() ? 0 : tp_.group[rank];
+  for (const Op& op : ops) {
+    if (is_compute(op.kind) && op.kind != OpKind::Update) {
+      int degree = 1;
+      const Tensor* sliced = nullptr;
+      for (const auto* list : {&op.reads, &op.writes})
+        for (const Tensor& t : *list)
+          if (t.tp_size > degree) degree = t.tp_size, sliced = &t;
+      if (sliced) {
+        const int members = group > 0 && group < static_cast<int>(groups_.size()) ? static_cast<int>(groups_[group].size()) : 0;
+        if (members != degree) {
+          const std::string name = group - 1 < static_cast<int>(group_names_.size()) ? group_names_[group - 1] : "";
+          throw std::invalid_argument(fmt::format(
+              "{}: it computes with the TP slice {} (TP degree {}), but {}; the hardware cost model times a "
+              "layer's TP communication over the rank's TP group (the header group named tp... that holds it, "
+              "e.g. 'group 1 tp0 0 1')",
+              op.label(), sliced->str(), degree,
+              group > 0 ? fmt::format("its TP group {} ('{}') has {} ranks", group, name, members)
+                        : std::string("no TP group holds the rank")));
+        }
+      }
+      if (op.kind == OpKind::Forward && op.layer >= 0 && op.layer < layers)
+        forward_layers_[rank][op.layer] = static_cast<char>(degree);
+    } else if (group > 0 && op.group == group && (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllGather)) {
+      for (const auto* list : {&op.reads, &op.writes})
+        for (const Tensor& t : *list)
+          if (t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) tp_.sequence_parallel[rank] = 1;
+    }
+  }
+}
 
 TpSplit HardwareCostModel::tp_split(const Op& op) const {
   TpSplit tp;

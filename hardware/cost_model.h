@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "hardware/memory.h"
@@ -38,11 +39,18 @@ struct TpLayout {
 
 class HardwareCostModel final : public CostModel {
  public:
-  /// `groups`: collective groups by id, group 0 = every rank. `forward_layers[r][l]`: the TP degree of the
-  /// forward of layer l that rank r runs (1 without TP), 0 when rank r runs none. `tp`: the ranks' TP groups
-  /// and sequence parallelism. Throws SpecError when the model has fewer blocks than `layers`.
+  /// `groups`: collective groups by id, group 0 = every rank; `group_names`: the names of groups 1, 2, ... (for
+  /// messages; may be shorter). `tp_group`: each rank's TP group id (TpLayout::group; empty: no rank has one).
+  /// What each rank runs is learnt from its ops (prepare_rank) before its ops are priced. Throws SpecError when
+  /// the model has fewer blocks than `layers`.
   HardwareCostModel(HardwareSetting setting, int layers, int world_size, std::vector<std::vector<int>> groups,
-                    std::vector<std::vector<char>> forward_layers, TpLayout tp = {});
+                    std::vector<std::string> group_names = {}, std::vector<int> tp_group = {});
+
+  /// Learns from rank `rank`'s ops the TP degree of each forward it runs (its layers' saved activations) and
+  /// whether it runs sequence parallelism (it reduce-scatters or all-gathers an activation or activation grad over
+  /// its TP group). Throws std::invalid_argument for a compute op on a TP slice of t when no TP group of t ranks
+  /// holds the rank (naming the rank, the op and its file:line).
+  void prepare_rank(int rank, const std::vector<Op>& ops) override;
 
   std::string name() const override { return "hardware"; }
   Time duration(const Op& op, int group_size) const override;
@@ -80,7 +88,8 @@ class HardwareCostModel final : public CostModel {
   TensorSizes sizes_;
   int world_size_;
   std::vector<std::vector<int>> groups_;
-  std::vector<std::vector<char>> forward_layers_;
+  std::vector<std::string> group_names_;
+  std::vector<std::vector<char>> forward_layers_;  // [rank][layer]: the TP degree of its forward, 0 for none
   TpLayout tp_;
 };
 

@@ -15,12 +15,57 @@ std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0
 
 }  // namespace
 
-StepReport make_report(const Trace& trace, const HardwareSetting& s, int microbatches, const std::string& oom_message,
-                       const HardwareCostModel* cost) {
+void ReportBuilder::begin(int world_size, const CostModel& cost) {
+  begin(world_size, dynamic_cast<const HardwareCostModel*>(&cost));
+}
+
+void ReportBuilder::begin(int world_size, const HardwareCostModel* cost) {
+  cost_ = cost;
+  tensor_parallel_ = cost && cost->tensor_parallel();
+  ranks_.assign(world_size, RankReport{});
+  for (int r = 0; r < world_size; ++r) ranks_[r].rank = r;
+  issued_.assign(world_size, 0);
+  tp_collectives_.assign(world_size, {});
+}
+
+void ReportBuilder::issued(int rank, const Op& op) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return;
+  const int index = issued_[rank]++;
+  if (!tensor_parallel_) return;
+  // TP collectives inside compute ops are exposed by rule; explicit ones where no compute op runs (ran()).
+  if (is_compute(op.kind)) ranks_[rank].tp_comm_inside_s += cost_->tp_comm_seconds(op);
+  else if (cost_->is_tp_collective(op)) tp_collectives_[rank].push_back(index);
+}
+
+void ReportBuilder::ran(int rank, std::span<const RanOp> ops) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return;
+  RankReport& rr = ranks_[rank];
+  for (const RanOp& o : ops)
+    if (is_timed(o.kind)) rr.peak_memory_bytes = std::max(rr.peak_memory_bytes, o.memory);
+  // The same intervals as the timeline's exposed-communication marks (sim/exposed_comm.h).
+  const auto c = compute_intervals(ops), m = comm_intervals(ops);
+  rr.compute_s = to_seconds(total_length(c));
+  rr.comm_s = to_seconds(total_length(m));
+  rr.exposed_comm_s = to_seconds(total_length(subtract_intervals(m, c)));
+  if (tensor_parallel_) {
+    std::vector<TimeInterval> explicit_tp;
+    const std::vector<int>& places = tp_collectives_[rank];
+    std::size_t next = 0;  // both in program order
+    for (const RanOp& o : ops) {
+      while (next < places.size() && places[next] < o.index) ++next;
+      if (next < places.size() && places[next] == o.index) explicit_tp.push_back({o.start, o.end});
+    }
+    rr.tp_comm_exposed_s =
+        rr.tp_comm_inside_s + to_seconds(total_length(subtract_intervals(merge_intervals(std::move(explicit_tp)), c)));
+  }
+}
+
+StepReport ReportBuilder::report(const RunSummary& summary, const HardwareSetting& s, int microbatches,
+                                 const std::string& oom_message) const {
   StepReport r;
-  r.tensor_parallel = cost && cost->tensor_parallel();
-  const int world = static_cast<int>(trace.ranks.size());
-  const Time span = trace.makespan();
+  r.tensor_parallel = tensor_parallel_;
+  const int world = static_cast<int>(ranks_.size());
+  const Time span = summary.makespan;
   r.step_time_s = to_seconds(span);
   r.tokens_per_step = static_cast<double>(microbatches) * s.tokens_per_microbatch();
   r.model_flops_per_step = r.tokens_per_step * s.model.flops_per_token(s.seq_len());
@@ -30,33 +75,13 @@ StepReport make_report(const Trace& trace, const HardwareSetting& s, int microba
     r.mfu = r.model_flops_per_step / (r.step_time_s * std::max(world, 1) * s.device.peak_flops);
   }
   double busy = 0, exposed = 0, tp_inside = 0, tp_exposed = 0;
-  for (int rank = 0; rank < world; ++rank) {
-    const std::vector<OpRun>& runs = trace.ranks[rank];
-    RankReport rr;
-    rr.rank = rank;
-    for (const OpRun& run : runs)
-      if (is_timed(run.op.kind)) rr.peak_memory_bytes = std::max(rr.peak_memory_bytes, run.memory);
-    // The same intervals as the timeline's exposed-communication marks (sim/exposed_comm.h).
-    const auto c = compute_intervals(runs), m = comm_intervals(runs);
-    rr.compute_s = to_seconds(total_length(c));
-    rr.comm_s = to_seconds(total_length(m));
-    rr.exposed_comm_s = to_seconds(total_length(subtract_intervals(m, c)));
+  r.ranks = ranks_;
+  for (RankReport& rr : r.ranks) {
     rr.bubble_fraction = span > 0 ? 1.0 - rr.compute_s / r.step_time_s : 0;
-    if (r.tensor_parallel) {
-      // TP collectives inside compute ops are exposed by rule; explicit ones where no compute op runs.
-      std::vector<TimeInterval> explicit_tp;
-      for (const OpRun& run : runs) {
-        if (is_compute(run.op.kind)) rr.tp_comm_inside_s += cost->tp_comm_seconds(run.op);
-        else if (cost->is_tp_collective(run.op)) explicit_tp.push_back({run.start, run.end});
-      }
-      rr.tp_comm_exposed_s =
-          rr.tp_comm_inside_s + to_seconds(total_length(subtract_intervals(merge_intervals(std::move(explicit_tp)), c)));
-    }
     busy += rr.compute_s;
     exposed += rr.exposed_comm_s;
     tp_inside += rr.tp_comm_inside_s;
     tp_exposed += rr.tp_comm_exposed_s;
-    r.ranks.push_back(rr);
   }
   if (span > 0 && world > 0) r.bubble_fraction = 1.0 - busy / (world * r.step_time_s);
   r.exposed_comm_s = world > 0 ? exposed / world : 0;
@@ -64,7 +89,7 @@ StepReport make_report(const Trace& trace, const HardwareSetting& s, int microba
   r.tp_comm_inside_s = world > 0 ? tp_inside / world : 0;
   r.tp_comm_exposed_s = world > 0 ? tp_exposed / world : 0;
   r.tp_comm_exposed_share = r.step_time_s > 0 ? r.tp_comm_exposed_s / r.step_time_s : 0;
-  MemoryPeak p = trace.peak();
+  const MemoryPeak& p = summary.peak;
   r.peak_memory_bytes = p.memory, r.peak_memory_rank = p.rank, r.peak_memory_time_s = to_seconds(p.time);
   r.memory_capacity_bytes = s.device.memory_bytes;
   r.headroom_bytes = s.device.memory_bytes - p.memory;
@@ -86,6 +111,23 @@ StepReport make_report(const Trace& trace, const HardwareSetting& s, int microba
     r.oom = o;
   }
   return r;
+}
+
+StepReport make_report(const Trace& trace, const HardwareSetting& s, int microbatches, const std::string& oom_message,
+                       const HardwareCostModel* cost) {
+  ReportBuilder b;
+  const int world = static_cast<int>(trace.ranks.size());
+  b.begin(world, cost);
+  std::vector<RanOp> ran;
+  for (int rank = 0; rank < world; ++rank) {
+    ran.clear();
+    for (const OpRun& run : trace.ranks[rank]) {
+      b.issued(rank, run.op);
+      ran.push_back({static_cast<int>(ran.size()), run.op.kind, run.start, run.end, run.memory});
+    }
+    b.ran(rank, ran);
+  }
+  return b.report(trace.summary(), s, microbatches, oom_message);
 }
 
 nlohmann::ordered_json to_json(const StepReport& r) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 #include "hardware/cost_model.h"
 #include "hardware/setting.h"
+#include "sim/run_observer.h"
 #include "sim/trace.h"
 
 namespace trainsim::hw {
@@ -65,10 +67,36 @@ struct StepReport {
   std::vector<RankReport> ranks;
 };
 
+/// The per-rank figures of a StepReport, built while the simulator runs the schedule (sim/run_observer.h:
+/// SimOptions::observer), so that a report needs no trace: at 16,384 ranks a trace would hold every op. The TP
+/// figures come from the hardware model that times the run (none under another model): each compute op's TP
+/// collectives inside it (tp_comm_seconds), summed in program order, and which collectives are over the rank's
+/// TP group.
+class ReportBuilder final : public RunObserver {
+ public:
+  void begin(int world_size, const CostModel& cost) override;
+  /// The same, with the model given directly (nullptr: no TP figures).
+  void begin(int world_size, const HardwareCostModel* cost);
+  void issued(int rank, const Op& op) override;
+  void ran(int rank, std::span<const RanOp> ops) override;
+  /// The report of the run seen, with its `summary` (makespan, peak memory: SimResult::summary) on `setting`,
+  /// `microbatches` microbatches. `oom_message`: the simulator's memory-limit message when the run went over
+  /// the device's capacity (SimResult::over_capacity), parsed into StepReport::oom.
+  StepReport report(const RunSummary& summary, const HardwareSetting& setting, int microbatches,
+                    const std::string& oom_message = "") const;
+
+ private:
+  const HardwareCostModel* cost_ = nullptr;
+  bool tensor_parallel_ = false;  // some rank has a TP group (HardwareCostModel::tensor_parallel)
+  std::vector<RankReport> ranks_;
+  std::vector<int> issued_;                       // per rank: its ops issued so far
+  std::vector<std::vector<int>> tp_collectives_;  // per rank: the program places of its explicit TP collectives
+};
+
 /// The report of `trace` (a run of a schedule with `microbatches` microbatches over `world_size` ranks on
-/// `setting`). `oom_message`: the simulator's memory-limit message when the run went over the device's
-/// capacity (simulated again with that limit), parsed into StepReport::oom. `cost`: the cost model that
-/// timed it, for the TP communication figures (none without it).
+/// `setting`), as ReportBuilder builds it from the trace's ops. `oom_message`: the simulator's memory-limit
+/// message when the run went over the device's capacity, parsed into StepReport::oom. `cost`: the cost model
+/// that timed it, for the TP communication figures (none without it).
 StepReport make_report(const Trace& trace, const HardwareSetting& setting, int microbatches,
                        const std::string& oom_message = "", const HardwareCostModel* cost = nullptr);
 

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "schedules/rank_source.h"
 #include "schedules/schedule.h"
 #include "sim/cost_model.h"
 
@@ -17,5 +18,9 @@ namespace trainsim {
 /// sequence parallelism when it reduce-scatters or all-gathers an activation or activation grad over its TP
 /// group (hardware/cost_model.h, TpLayout).
 std::unique_ptr<CostModel> make_schedule_cost_model(const Schedule& schedule);
+/// The same for a schedule read one rank at a time. The hardware model learns what each rank runs from the rank's
+/// ops (CostModel::prepare_rank): here, for a source that holds every rank's ops; for one that makes them when
+/// asked, the stream engine prepares each rank as it issues it (so the error above comes from the simulation).
+std::unique_ptr<CostModel> make_schedule_cost_model(const RankSource& source);
 
 }  // namespace trainsim

@@ -1,9 +1,11 @@
 // Schedule generators (DESIGN §3): the schedules used in production, as data.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "schedules/rank_source.h"
 #include "schedules/schedule.h"
 
 namespace trainsim {
@@ -40,5 +42,10 @@ const std::vector<std::string>& generator_kinds();
 /// (naming the option and the allowed range), also when the options ask for more ranks, layers or
 /// microbatches than schedules/limits.h allows, or more than kMaxGeneratedWork layer-microbatch pairs.
 Schedule generate(const std::string& kind, const GenOptions& options);
+/// The same schedule as a RankSource, op for op: the pipeline kinds (gpipe, 1f1b, interleaved-1f1b, looped-bfs,
+/// zb-h1, zbv, dualpipev, interleaved-zb, pp-fsdp, tp, 3d) make each rank's ops when the source is asked for them,
+/// so that `gen --sim` never holds every rank's ops at once; the data-parallel kinds hold the whole schedule.
+/// Throws as generate() does.
+std::unique_ptr<RankSource> generate_ranks(const std::string& kind, const GenOptions& options);
 
 }  // namespace trainsim

@@ -4,30 +4,44 @@
 
 #include "hardware/cost_model.h"
 #include "schedules/cost_models.h"
+#include "schedules/stream_sim.h"
 
 namespace trainsim {
 
-HardwareRun simulate_hardware(const Schedule& schedule) {
-  const ScheduleHeader& h = schedule.header;
+namespace {
+
+void check_header(const ScheduleHeader& h) {
   if (h.cost_model != "hardware" || !h.hardware)
     throw std::invalid_argument("the schedule does not use the hardware cost model (no 'cost_model hardware' block)");
-  // One cost model for the run, the run with the memory limit and the report's TP figures.
-  const std::unique_ptr<CostModel> cost = make_schedule_cost_model(schedule);
+}
+
+}  // namespace
+
+HardwareRun simulate_hardware(const RankSource& source, bool record_trace,
+                              std::function<void(int issued, int ranks)> progress) {
+  const ScheduleHeader& h = source.header();
+  check_header(h);
+  hw::ReportBuilder builder;  // (told the model that times the run as it begins)
   SimOptions options;
-  options.cost = cost.get();
+  options.record_trace = record_trace;
+  options.memory_capacity = h.hardware->device.memory_bytes;
+  options.observer = &builder;
+  options.progress = std::move(progress);
   HardwareRun run;
-  run.result = simulate(schedule, options);
+  run.result = simulate_streams(source, options);
   if (!run.result.ok) return run;
-  std::string oom;
-  if (run.result.trace.peak().memory > h.hardware->device.memory_bytes) {
-    SimOptions limited = options;
-    limited.memory_limit = h.hardware->device.memory_bytes;
-    SimResult again = simulate(schedule, limited);
-    oom = again.ok ? std::string("out of memory") : again.error;
-  }
-  run.report = hw::make_report(run.result.trace, *h.hardware, h.microbatches, oom,
-                               dynamic_cast<const hw::HardwareCostModel*>(cost.get()));
+  run.report = builder.report(run.result.summary, *h.hardware, h.microbatches, run.result.over_capacity);
   return run;
+}
+
+HardwareRun simulate_hardware(const Schedule& schedule) {
+  if (static_cast<int>(schedule.ranks.size()) != schedule.header.world_size) {
+    check_header(schedule.header);
+    HardwareRun run;
+    run.result = simulate_streams(schedule);  // the error: the lists do not match the world size
+    return run;
+  }
+  return simulate_hardware(ScheduleView(schedule), true);
 }
 
 }  // namespace trainsim

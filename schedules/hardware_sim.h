@@ -1,9 +1,11 @@
 // Simulating a schedule on the hardware cost model and reporting its step (hardware/report.h).
 #pragma once
 
+#include <functional>
 #include <optional>
 
 #include "hardware/report.h"
+#include "schedules/rank_source.h"
 #include "schedules/replay.h"
 
 namespace trainsim {
@@ -15,9 +17,15 @@ struct HardwareRun {
 };
 
 /// Simulates a schedule whose header uses the hardware cost model. Out of memory is not an error of the
-/// schedule: the run is timed as if memory were unlimited, then simulated again with the device's capacity
-/// as the limit to find the first rank, time and op over it and what is resident there (StepReport::oom).
-/// Throws std::invalid_argument when the header is not `cost_model hardware`.
+/// schedule: the run is timed as if memory were unlimited, and the first rank, time and op over the device's
+/// capacity, with what is resident there, is noted (SimOptions::memory_capacity) in StepReport::oom. The report's
+/// figures are gathered while the engine runs (hw::ReportBuilder), so a source that makes each rank's ops when
+/// asked is simulated one rank at a time (schedules/stream_sim.h); `record_trace`: also keep every op's record
+/// in the result's trace (for drawing); `progress`: as SimOptions::progress. Throws std::invalid_argument when the
+/// header is not `cost_model hardware`.
+HardwareRun simulate_hardware(const RankSource& source, bool record_trace,
+                              std::function<void(int issued, int ranks)> progress = {});
+/// The same for a whole schedule, keeping the trace.
 HardwareRun simulate_hardware(const Schedule& schedule);
 
 }  // namespace trainsim

@@ -110,7 +110,13 @@ SimResult simulate(const Schedule& schedule, const SimOptions& options) {
   }
   result.trace = world.trace();
   result.summary = result.trace.summary();
+  result.op_count = schedule.op_count();
   return result;
+}
+
+SimResult simulate(const RankSource& source, const SimOptions& options) {
+  if (source.header().cost_model != "puzzle") return simulate_streams(source, options);
+  return simulate(RankSource::collect(source), options);
 }
 
 }  // namespace trainsim

@@ -5,12 +5,15 @@
 // every layer was updated exactly once over all its shards.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "schedules/rank_source.h"
 #include "schedules/schedule.h"
 #include "sim/cost_model.h"
+#include "sim/run_observer.h"
 #include "sim/trace.h"
 
 namespace trainsim {
@@ -24,6 +27,16 @@ struct SimOptions {
   /// When set, the stream engine times the schedule with this model instead of the one its header names
   /// (what-ifs and tests: e.g. passes of equal length); the puzzle engine ignores it. Not owned.
   const CostModel* cost = nullptr;
+  /// Like memory_limit (and ignored with it), but the run goes on: the first op over it is only noted, in
+  /// SimResult::over_capacity (the stream engine; the hardware model's device memory, hardware_sim.h).
+  std::optional<double> memory_capacity;
+  /// Sees the run's ops as the stream engine issues them and their times once it has run (sim/run_observer.h);
+  /// the puzzle engine ignores it. Not owned.
+  RunObserver* observer = nullptr;
+  /// Called by the stream engine as it issues the ranks, with the ranks issued so far and the world size: after
+  /// every 1/64 of them and after the last (what a long run shows on the terminal). Issuing is most of a run of a
+  /// source that makes each rank's ops when asked.
+  std::function<void(int issued, int ranks)> progress;
 };
 
 /// Outcome of a schedule simulation.
@@ -35,10 +48,19 @@ struct SimResult {
   /// After a deadlock: every rank left waiting, in rank order, with when it began to wait, the op it waits
   /// in and what for (the error's report lists the first 16 of them in words); empty otherwise.
   std::vector<World::BlockedRank> blocked;
+  /// The ops of the schedule over every rank, timed or not (after a problem met while the ranks were issued:
+  /// those issued before it).
+  std::size_t op_count = 0;
+  /// With SimOptions::memory_capacity and a valid run: the first op (by time, then rank) whose memory sample is
+  /// over it, in a memory-limit error's words ("rank R: memory limit exceeded at t=...; resident: ..."); else "".
+  std::string over_capacity;
 };
 
 /// Simulates `schedule` with the cost model its header names. Never throws for a bad schedule: the
 /// problem goes into the result. Throws std::invalid_argument for an unknown cost model.
 SimResult simulate(const Schedule& schedule, const SimOptions& options = {});
+/// The same for a schedule read one rank at a time (schedules/rank_source.h): the stream engine reads it so
+/// (simulate_streams); the puzzle cost model's engine holds every rank's ops.
+SimResult simulate(const RankSource& source, const SimOptions& options = {});
 
 }  // namespace trainsim

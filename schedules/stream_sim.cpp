@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 
 #include "sim/algebra.h"
 #include "schedules/cost_models.h"
+#include "schedules/rank_source.h"
 #include "schedules/update_check.h"
 #include "sim/cost_model.h"
 #include "sim/errors.h"
@@ -60,10 +62,11 @@ struct SameTensor {
 };
 
 // One rank's tensors, interned to ids: id -> tensor and its memory; and what each op allocates or releases.
-// Tensors are held as pointers to their first mention in the schedule's ops (the schedule outlives the
-// simulation): no tensor is copied.
+// While the rank is issued, its tensors are held as pointers to their first mention in its ops (no tensor is
+// copied); once it is issued only their memory is kept, and a message that names them numbers them again
+// (tensor_table).
 struct RankTensors {
-  std::vector<const Tensor*> tensor;
+  std::vector<const Tensor*> tensor;  // while the rank is issued
   std::vector<double> bytes;
   std::vector<int> memory_ids;    // per op: the ids it allocates (writes) or releases (a free's reads)
   std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
@@ -128,14 +131,14 @@ struct Issuing {
   }
 };
 
-// One op of the schedule as a node of the dependency graph. Node ids number every rank's ops in order.
+// One op of the schedule as a node of the dependency graph. Node ids number every rank's ops in order; the op
+// itself is not kept (a source that makes each rank's ops when asked holds one rank at a time: op_of).
 // `end` doubles as the node's state while it is timed: kNew, kActive (its dependencies are being timed),
 // kBlocked (it never runs: it waits, directly or not, for a cycle, a missing message or a call a member
 // never makes), or its end time (>= 0) once done. Until a node is done, `start` holds its ready time: the
 // latest end among the dependencies that ended.
 struct Node {
   static constexpr Time kNew = -1, kActive = -2, kBlocked = -3;
-  const Op* op = nullptr;
   Time start = 0, end = kNew;
   int call = -1;              // collectives: the call it belongs to
   int member = -1;            // collectives: the rank's position in the call's group
@@ -155,27 +158,56 @@ struct Call {
   Time state = Node::kNew;    // as Node::end: kNew, kActive, kBlocked, or >= 0 once its members ran
 };
 
+// A send or recv waiting for its other side (match_at_issue): its node and tensor.
+struct Pending {
+  int node;
+  Tensor tensor;
+};
+// The first op of a rank whose memory sample is over the limit or capacity (SimOptions): when it starts, the
+// rank, its place in the rank's start order and in its program, and the memory resident.
+struct Over {
+  Time time;
+  int rank;
+  std::size_t k;
+  int index;
+  double total;
+};
+
+// The sends and receives of one (source, destination) pair.
+struct Channel {
+  std::vector<int> sends, recvs;
+  std::map<std::size_t, int> any;  // send position -> the recv from any source that takes it
+  std::deque<Pending> waiting;     // match_at_issue: the sends (waiting_sends) or recvs not matched yet
+  bool waiting_sends = true;
+  bool claimed(std::size_t k) const { return any.count(k) > 0; }
+};
+
+// Raised inside the engine, when it simulates a source that makes each rank's ops when asked, for a schedule it
+// cannot simulate one rank at a time or a problem whose words need other ranks' ops: a receive from any source, a
+// group not listed in rank order, any problem but memory over the limit. simulate_streams then simulates every
+// rank's ops held at once, which finds the same problem in the same words.
+struct NeedsHeldSchedule {};
+
 class StreamSim {
  public:
-  StreamSim(const Schedule& s, const SimOptions& o)
-      : s_(s), o_(o), owned_cost_(o.cost ? nullptr : make_schedule_cost_model(s)),
-        cost_(o.cost ? o.cost : owned_cost_.get()), updates_(s.header.layers) {
-    const int world = s.header.world_size;
-    offset_.resize(world + 1, 0);
-    for (int r = 0; r < world; ++r) offset_[r + 1] = offset_[r] + static_cast<int>(s.ranks[r].size());
-    nodes_.resize(offset_[world]);
-    for (int r = 0; r < world; ++r)
-      for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) nodes_[offset_[r] + i].op = &s.ranks[r][i];
+  StreamSim(const RankSource& src, const SimOptions& o)
+      : src_(src), h_(src.header()), o_(o), streaming_(!src.holds_all()),
+        owned_cost_(o.cost ? nullptr : make_schedule_cost_model(src)), cost_(o.cost ? o.cost : owned_cost_.get()),
+        updates_(h_.layers) {
+    const int world = h_.world_size;
+    offset_.reserve(world + 1);
+    offset_.push_back(0);
+    // Every node's arrays, reserved to the source's estimate (pages reserved and never written cost no memory)
+    // and filled as the ranks are issued.
+    const std::size_t estimate = src.op_estimate();
+    nodes_.reserve(estimate), matched_send_.reserve(estimate), kind_.reserve(estimate);
+    duration_.reserve(estimate), paired_.reserve(estimate), stream_.reserve(estimate);
     groups_.push_back({});
     for (int r = 0; r < world; ++r) groups_[0].push_back(r);
-    for (const auto& g : s.header.groups) groups_.push_back(g);
-    matched_send_.assign(nodes_.size(), -1);
-    kind_.resize(nodes_.size());
-    duration_.resize(nodes_.size());
-    paired_.assign(nodes_.size(), 0);
+    for (const auto& g : h_.groups) groups_.push_back(g);
     trace_.world_size = world;
-    trace_.layers = s.header.layers;
-    trace_.batches = s.header.microbatches;
+    trace_.layers = h_.layers;
+    trace_.batches = h_.microbatches;
     trace_.cost_model = cost_->name();
     trace_.memory_unit = cost_->memory_unit();
     trace_.ranks.resize(world);
@@ -184,23 +216,34 @@ class StreamSim {
 
   void run() {
     check_groups();
+    if (o_.observer) o_.observer->begin(h_.world_size, *cost_);
     // About three dependencies per op (stream order, a writer or two, the users a free waits for): reserved
-    // so that the list is not copied as it grows (pages reserved and never written cost no memory).
-    deps_.reserve(4 * nodes_.size());
-    dep_begin_.reserve(nodes_.size() + 1);
+    // so that the list is not copied as it grows.
+    deps_.reserve(4 * src_.op_estimate());
+    dep_begin_.reserve(src_.op_estimate() + 1);
     dep_begin_.push_back(0);
-    for (int r = 0; r < s_.header.world_size; ++r) issue(r);
+    for (int r = 0; r < h_.world_size; ++r) {
+      const std::vector<Op>& ops = src_.ops(r);
+      // The model it made learns each rank before pricing it (make_schedule_cost_model did so for held ranks).
+      if (streaming_ && owned_cost_) owned_cost_->prepare_rank(r, ops);
+      issue(r, ops);
+      offset_.push_back(static_cast<int>(nodes_.size()));
+      if (o_.progress && ((r + 1) % std::max(1, h_.world_size / 64) == 0 || r + 1 == h_.world_size))
+        o_.progress(r + 1, h_.world_size);
+    }
     match_p2p();
     form_calls();
     time();
     timed_ = true;
     if (int blocked = count_unfinished(); blocked > 0) {
+      if (streaming_) throw NeedsHeldSchedule{};
       const std::vector<int> first = first_unfinished();
       blocked_ = blocked_ranks(first);
       throw DeadlockError(deadlock_report(first));
     }
-    for (int id : unmatched_sends_) {
-      const Op& op = op_of(id);
+    if (!unmatched_sends_.empty()) {
+      if (streaming_) throw NeedsHeldSchedule{};
+      const Op& op = op_of(unmatched_sends_.front());
       throw SimError(fmt::format("rank {}: send of {} to rank {}{} was never received", op.rank, op.reads.front().str(),
                                  op.peer, op.where_suffix()));
     }
@@ -210,8 +253,8 @@ class StreamSim {
   void fill_trace() {
     if (filled_) return;
     filled_ = true;
-    for (int r = 0; r < s_.header.world_size; ++r) sample_memory(r);
-    const double span = static_cast<double>(summary_.makespan) * s_.header.world_size;
+    for (int r = 0; r < h_.world_size; ++r) sample_memory(r);
+    const double span = static_cast<double>(summary_.makespan) * h_.world_size;
     summary_.bubble_fraction = span > 0 ? 1.0 - busy_ / span : 0.0;
   }
 
@@ -224,10 +267,23 @@ class StreamSim {
   /// The updates issued, counted (UpdateCheck::finish throws their first problem).
   const UpdateCheck& updates() const { return updates_; }
   const RunSummary& summary() const { return summary_; }
+  /// The ops issued, over every rank.
+  std::size_t op_count() const { return nodes_.size(); }
 
  private:
-  const Op& op_of(int id) const { return *nodes_[id].op; }
+  // The rank of node `id` (a rank without ops has no node: its offset equals the next rank's).
+  int rank_of(int id) const {
+    return static_cast<int>(std::upper_bound(offset_.begin(), offset_.end(), id) - offset_.begin()) - 1;
+  }
+  // The op of node `id`, from the source: with a source that makes ranks when asked, the reference is valid
+  // until the next op_of or ops() of another rank (error messages, which use one op at a time, and records).
+  const Op& op_of(int id) const {
+    const int r = rank_of(id);
+    return src_.ops(r)[id - offset_[r]];
+  }
   int id_of(int rank, int index) const { return offset_[rank] + index; }
+  // Number of ops of rank `rank` (issued).
+  int ops_of_rank(int rank) const { return offset_[rank + 1] - offset_[rank]; }
 
   // Node `node` (the op being issued, the newest node) waits for node `on` of the same rank. Each node's
   // dependencies on its own rank are a range of deps_ (dep_begin_), appended as the ops are issued in id
@@ -238,19 +294,18 @@ class StreamSim {
   }
 
   // The source rank of a matched recv, or -1.
-  int matched_src(int id) const { return matched_send_[id] >= 0 ? op_of(matched_send_[id]).rank : -1; }
+  int matched_src(int id) const { return matched_send_[id] >= 0 ? rank_of(matched_send_[id]) : -1; }
 
   void check_groups() {
-    const int world = s_.header.world_size;
-    if (static_cast<int>(s_.ranks.size()) != world)
-      throw SimError(fmt::format("the schedule has op lists for {} ranks but world_size is {}", s_.ranks.size(), world));
+    const int world = h_.world_size;
+    std::vector<std::size_t> seen(world, 0);  // the last group (g) that listed each rank
     for (std::size_t g = 1; g < groups_.size(); ++g) {
       if (groups_[g].empty()) throw SimError(fmt::format("group {} has no member", g));
-      std::vector<char> seen(world, 0);
       for (int r : groups_[g]) {
         if (r < 0 || r >= world)
           throw SimError(fmt::format("group {}: member {} is not a rank (world size {})", g, r, world));
-        if (seen[r]++) throw SimError(fmt::format("group {}: rank {} is listed twice", g, r));
+        if (seen[r] == g) throw SimError(fmt::format("group {}: rank {} is listed twice", g, r));
+        seen[r] = g;
       }
     }
     std::size_t slots = 0;
@@ -266,12 +321,17 @@ class StreamSim {
 
   // Program order on one rank: the algebra and residency of every op (as the ledger says at issue), and
   // the dependencies on the same rank (stream order, writers of what it reads, users of what it frees).
-  void issue(int rank) {
-    const ScheduleHeader& h = s_.header;
+  void issue(int rank, const std::vector<Op>& ops) {
+    const ScheduleHeader& h = h_;
     RankTensors& ts = tensors_[rank];
-    const auto& ops = s_.ranks[rank];
     Issuing& is = issuing_;
     is.reset(ops.size());
+    // The rank's nodes.
+    const std::size_t nodes = nodes_.size() + ops.size();
+    if (nodes > static_cast<std::size_t>(INT32_MAX))
+      throw SimError(fmt::format("the schedule has more than 2^31 ops (rank {} passes it)", rank));
+    nodes_.resize(nodes), matched_send_.resize(nodes, -1), kind_.resize(nodes), duration_.resize(nodes);
+    paired_.resize(nodes, 0), stream_.resize(nodes);
     // The last op issued on each stream: streams below 64 (all real schedules) in an array, others in a map.
     std::array<int, 64> stream_tail;
     stream_tail.fill(-1);
@@ -331,6 +391,8 @@ class StreamSim {
       // What timing and sampling read of the op, kept by node so that they need not visit the op again: its
       // kind and its duration (a collective's for its group's size; the cost models are pure functions).
       kind_[id] = op.kind;
+      stream_[id] = op.stream;
+      if (o_.observer) o_.observer->issued(rank, op);
       if (is_timed(op.kind)) duration_[id] = cost_->duration(op, membership ? static_cast<int>(groups_[op.group].size()) : 1);
       if (op.kind == OpKind::Update) updates_.add(op);
       for (int tid : read_ids_) {
@@ -363,21 +425,69 @@ class StreamSim {
       ts.memory_begin.push_back(static_cast<int>(ts.memory_ids.size()));
       if (deps_.size() > UINT32_MAX) throw op_error(op, "the schedule has more than 2^32 dependencies between its ops");
       dep_begin_.push_back(static_cast<std::uint32_t>(deps_.size()));
-      if (op.kind == OpKind::Send) channels_[{rank, op.peer}].sends.push_back(id);
+      if (op.kind == OpKind::Send) {
+        Channel& ch = channels_[{rank, op.peer}];
+        ch.sends.push_back(id);
+        match_at_issue(ch, id, op.reads.front(), true);
+      }
       if (op.kind == OpKind::Recv) {
-        if (op.peer >= 0) channels_[{op.peer, rank}].recvs.push_back(id);
-        else any_recvs_.push_back(id);
+        if (op.peer >= 0) {
+          Channel& ch = channels_[{op.peer, rank}];
+          ch.recvs.push_back(id);
+          match_at_issue(ch, id, op.writes.front(), false);
+        } else {
+          if (streaming_) throw NeedsHeldSchedule{};  // (matched once every rank's sends are known: match_p2p)
+          any_recvs_.push_back(id);
+        }
       }
       if (membership) {
         form_at_issue(op.group, membership->member, static_cast<int>(membership->calls.size()), id, op);
         membership->calls.push_back(id);
       }
     }
+    // What the rank's ops no longer need: the tensors' pointers into them (tensor_table numbers them again).
+    ts.tensor = {};
+  }
+
+  // A send (`send`) or recv of channel `ch`, matched as it is issued: the k-th send of the channel with its k-th
+  // recv, as match_p2p pairs them when no recv is from any source. The side that comes first waits in the
+  // channel's queue with its tensor; a payload that is not the tensor the recv expects marks the matching
+  // failed (match_p2p then pairs every channel again, for the message).
+  void match_at_issue(Channel& ch, int id, const Tensor& t, bool send) {
+    if (p2p_failed_) return;
+    if (ch.waiting.empty() || ch.waiting_sends == send) {
+      ch.waiting_sends = send;
+      ch.waiting.push_back({id, t});
+      return;
+    }
+    Pending& other = ch.waiting.front();
+    const int send_id = send ? id : other.node, recv_id = send ? other.node : id;
+    if (other.tensor != t) {
+      if (streaming_) throw NeedsHeldSchedule{};
+      p2p_failed_ = true;
+      return;
+    }
+    matched_send_[recv_id] = send_id;
+    paired_[send_id] = 1;
+    ch.waiting.pop_front();
   }
 
   // Sends and receives: in order per (source, destination) pair; a recv from any source is matched to the
-  // one rank whose next unmatched send to it carries that tensor.
+  // one rank whose next unmatched send to it carries that tensor. Without receives from any source the pairs
+  // were made as the ops were issued (match_at_issue), and only the sends left over are collected here; with
+  // them, or when a payload did not match, every channel is paired again here.
   void match_p2p() {
+    if (any_recvs_.empty() && !p2p_failed_) {
+      for (auto& [pair, ch] : channels_) {
+        if (ch.waiting_sends)
+          for (const Pending& p : ch.waiting) unmatched_sends_.push_back(p.node);
+        ch.waiting = {};
+      }
+      std::sort(unmatched_sends_.begin(), unmatched_sends_.end());
+      return;
+    }
+    std::fill(matched_send_.begin(), matched_send_.end(), -1);
+    std::fill(paired_.begin(), paired_.end(), 0);
     for (int id : any_recvs_) {
       const Op& recv = op_of(id);
       const Tensor& want = recv.writes.front();
@@ -440,7 +550,7 @@ class StreamSim {
     bool failed = false;
     std::vector<int> call;   // k -> its index in calls_
     std::vector<int> callers;                            // k -> members that made call k so far
-    std::vector<std::pair<const Tensor*, int>> first_output;  // k -> (output, member) of the first to expect one
+    std::vector<std::pair<Tensor, int>> first_output;  // k -> (output, member) of the first to expect one (-1: none yet)
   };
 
   // Collectives: the k-th call of every member of a group forms call k; members must agree on the kind and
@@ -453,8 +563,10 @@ class StreamSim {
     for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
       if (forming_[g].at_issue) {
         if (finish_forming(forming_[g], g)) continue;
+        if (streaming_) throw NeedsHeldSchedule{};
         // (the calls formed at issue are left unused: every member's node is given its new call)
       } else {
+        if (streaming_) throw NeedsHeldSchedule{};  // (a member's calls are read from its ops after issue)
         const std::size_t base = calls_.size();
         if (form_group_by_member(g)) continue;
         calls_.resize(base);
@@ -491,7 +603,7 @@ class StreamSim {
     if (k == static_cast<int>(f.call.size())) {
       f.call.push_back(static_cast<int>(calls_.size()));
       f.callers.push_back(0);
-      f.first_output.emplace_back(nullptr, -1);
+      f.first_output.emplace_back(Tensor{}, -1);
       Call& c = calls_.emplace_back();
       c.group = g, c.seq = k;
       c.nodes.assign(groups_[g].size(), -1);
@@ -511,8 +623,8 @@ class StreamSim {
     }
     if (!op.writes.empty()) {
       auto& [out, at] = f.first_output[k];
-      if (!out) out = &op.writes.front(), at = m;
-      else if (!same_output(c.kind, *out, op.writes.front(), m, static_cast<int>(c.nodes.size()))) f.failed = true;
+      if (at < 0) out = op.writes.front(), at = m;
+      else if (!same_output(c.kind, out, op.writes.front(), m, static_cast<int>(c.nodes.size()))) f.failed = true;
     }
     c.nodes[m] = id;
     nodes_[id].call = f.call[k];
@@ -530,7 +642,7 @@ class StreamSim {
         Call& c = calls_[f.call[k]];
         if (c.kind == OpKind::ReduceScatter && !c.result.complete()) return false;
         c.combined = true;
-        if (const auto& [out, at] = f.first_output[k]; out && *out != result_of(c, at)) return false;
+        if (const auto& [out, at] = f.first_output[k]; at >= 0 && out != result_of(c, at)) return false;
       }
     } catch (const TensorError&) {
       return false;
@@ -797,9 +909,9 @@ class StreamSim {
 
   // Each rank's first op that never ran, or -1 for a rank that finished.
   std::vector<int> first_unfinished() const {
-    std::vector<int> first(s_.header.world_size, -1);
-    for (int r = 0; r < s_.header.world_size; ++r)
-      for (int i = 0; i < static_cast<int>(s_.ranks[r].size()); ++i)
+    std::vector<int> first(h_.world_size, -1);
+    for (int r = 0; r < h_.world_size; ++r)
+      for (int i = 0; i < ops_of_rank(r); ++i)
         if (!nodes_[id_of(r, i)].done()) {
           first[r] = id_of(r, i);
           break;
@@ -833,10 +945,10 @@ class StreamSim {
     std::vector<World::BlockedRank> out;
     std::unordered_map<int, std::string> call_detail;
     std::vector<int> streams;  // of the rank, marked so far
-    for (int r = 0; r < s_.header.world_size; ++r) {
+    for (int r = 0; r < h_.world_size; ++r) {
       if (first[r] < 0) continue;
       streams.clear();
-      for (int id = first[r]; id < id_of(r, static_cast<int>(s_.ranks[r].size())); ++id) {
+      for (int id = first[r]; id < id_of(r, ops_of_rank(r)); ++id) {
         const Op& op = op_of(id);
         if (id != first[r] && (nodes_[id].done() || !is_timed(op.kind) ||
                                std::find(streams.begin(), streams.end(), op.stream) != streams.end()))
@@ -859,7 +971,7 @@ class StreamSim {
   // The deadlock's words (`first`: first_unfinished()): the blocked ranks, the first kListedRanks with what
   // they wait for, and the wait-for cycle.
   std::string deadlock_report(const std::vector<int>& first) const {
-    const int world = s_.header.world_size;
+    const int world = h_.world_size;
     std::vector<int> blocked;
     for (int r = 0; r < world; ++r)
       if (first[r] >= 0) blocked.push_back(r);
@@ -926,12 +1038,12 @@ class StreamSim {
   // when that order is program order (one stream, or starts that never decrease): the caller then walks the
   // ops that ran in program order, and nothing is built.
   bool ops_by_start(int r, std::vector<int>& order) const {
-    const auto& ops = s_.ranks[r];
+    const int n = ops_of_rank(r);
     auto start_of = [&](int i) { return nodes_[id_of(r, i)].start; };
     order.clear();
     Time last = 0;
     bool program_order = true;
-    for (int i = 0; i < static_cast<int>(ops.size()) && program_order; ++i) {
+    for (int i = 0; i < n && program_order; ++i) {
       if (!nodes_[id_of(r, i)].done()) continue;  // (after a deadlock: what ran before it)
       program_order = start_of(i) >= last;
       last = start_of(i);
@@ -944,9 +1056,9 @@ class StreamSim {
     boost::unordered_flat_map<int, std::size_t> far_lane;
     std::size_t ran = 0;
     bool monotone = true;
-    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    for (int i = 0; i < n; ++i) {
       if (!nodes_[id_of(r, i)].done()) continue;
-      const int stream = ops[i].stream;
+      const int stream = stream_[id_of(r, i)];
       std::size_t k;
       if (stream >= 0 && stream < 64) {
         if (near_lane[stream] < 0) near_lane[stream] = static_cast<int>(lanes.size()), lanes.emplace_back(stream, std::vector<int>{});
@@ -979,54 +1091,48 @@ class StreamSim {
     return true;
   }
 
-  // Memory of rank `r` over time; every timed op's sample; the limit.
+  // Memory of rank `r` over time; every timed op's sample; the limit (or the capacity noted).
   void sample_memory(int r) {
     const RankTensors& ts = tensors_[r];
-    const auto& ops = s_.ranks[r];
+    const int n_ops = ops_of_rank(r);
     // The rank's nodes and their kinds (the ops themselves are visited only to record them).
     const Node* node = nodes_.data() + offset_[r];  // (data(): a rank may have no ops, the schedule none)
     const OpKind* kind = kind_.data() + offset_[r];
     // In (start, program order), each timed op is sampled before its own allocations and releases apply.
     std::vector<int>& order = order_;
     const bool reordered = ops_by_start(r, order);
-    const std::size_t ran = reordered ? order.size() : ops.size();
+    const std::size_t ran = reordered ? order.size() : static_cast<std::size_t>(n_ops);
     std::vector<double>& sample = sample_;  // by op: memory resident as it starts
-    sample.assign(ops.size(), 0.0);  // (0 for the ops after a memory-limit error: they are not sampled)
+    sample.assign(n_ops, 0.0);  // (0 for the ops after a memory-limit error: they are not sampled)
+    // The first op over the limit stops the sampling; the first over the capacity is only noted.
+    bool check = o_.memory_limit || o_.memory_capacity;
+    const double bound = o_.memory_limit ? *o_.memory_limit : o_.memory_capacity ? *o_.memory_capacity : 0.0;
     double total = 0;
     for (std::size_t k = 0; k < ran; ++k) {
       const int i = reordered ? order[k] : static_cast<int>(k);
       if (!reordered && !node[i].done()) continue;
       if (is_timed(kind[i])) {
         sample[i] = total;
-        if (o_.memory_limit && total > *o_.memory_limit) {
-          MemoryLedger resident(*cost_, r);  // what is resident now, for the message
-          for (std::size_t j = 0; j < k; ++j) {
-            const int before = reordered ? order[j] : static_cast<int>(j);
-            if (!reordered && !node[before].done()) continue;
-            for (int e = ts.memory_begin[before]; e < ts.memory_begin[before + 1]; ++e)
-              kind[before] == OpKind::Free ? static_cast<void>(resident.remove(*ts.tensor[ts.memory_ids[e]]))
-                                               : resident.add(*ts.tensor[ts.memory_ids[e]]);
-          }
-          const Op& op = ops[i];
-          const Time start = node[i].start;
-          limit_errors_.push_back({start, r, fmt::format(
-              "rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}", r,
-              format_time(start), op.describe(), op.where_suffix(), format_memory(total), cost_->memory_unit(),
-              format_memory(*o_.memory_limit), resident.summary())});
-          break;
+        if (check && total > bound) {
+          over_.push_back({node[i].start, r, k, i, total});
+          if (o_.memory_limit) break;
+          check = false;  // (noted once per rank)
         }
       }
       const double sign = kind[i] == OpKind::Free ? -1.0 : 1.0;
       for (int e = ts.memory_begin[i]; e < ts.memory_begin[i + 1]; ++e) total += sign * ts.bytes[ts.memory_ids[e]];
     }
+    // The ops themselves only for the records.
+    const std::vector<Op>* ops = o_.record_trace ? &src_.ops(r) : nullptr;
     std::vector<OpRun>& runs = trace_.ranks[r];
     if (o_.record_trace) {
       std::size_t timed = 0;
-      for (int i = 0; i < static_cast<int>(ops.size()); ++i) timed += is_timed(kind[i]) && node[i].done();
+      for (int i = 0; i < n_ops; ++i) timed += is_timed(kind[i]) && node[i].done();
       runs.reserve(timed);
     }
+    ran_.clear();
     Time busy = 0;
-    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    for (int i = 0; i < n_ops; ++i) {
       if (!is_timed(kind[i]) || !node[i].done()) continue;
       const Node& n = node[i];
       // The trace's figures (sim/trace.cpp), in the same order: ranks in order, ops in program order.
@@ -1035,9 +1141,10 @@ class StreamSim {
       if (sample[i] > summary_.peak.memory) summary_.peak = MemoryPeak{sample[i], r, n.start};
       if (is_compute(kind[i])) busy += n.end - n.start;
       ++summary_.timed_ops;
-      if (!o_.record_trace) continue;
+      if (o_.observer) ran_.push_back({i, kind[i], n.start, n.end, sample[i]});
+      if (!ops) continue;
       OpRun& run = runs.emplace_back();  // built in place: the op is copied once, not copied and moved
-      run.op = ops[i], run.start = n.start, run.end = n.end, run.memory = sample[i];
+      run.op = (*ops)[i], run.start = n.start, run.end = n.end, run.memory = sample[i];
       Op& op = run.op;
       if (op.kind == OpKind::Recv) op.peer = matched_src(id_of(r, i));
       if (n.call >= 0) {
@@ -1046,32 +1153,75 @@ class StreamSim {
       }
     }
     busy_ += static_cast<double>(busy);
+    if (o_.observer) o_.observer->ran(r, ran_);
+  }
+
+  // Rank r's tensors as issue() numbered them, from its ops (first mention, each op's reads before its writes):
+  // what a message about the memory resident on the rank names.
+  std::vector<const Tensor*> tensor_table(const std::vector<Op>& ops) const {
+    boost::unordered_flat_map<const Tensor*, int, TensorHash, SameTensor> ids;
+    std::vector<const Tensor*> table;
+    auto intern = [&](const Tensor& t) {
+      if (ids.try_emplace(&t, static_cast<int>(table.size())).second) table.push_back(&t);
+    };
+    for (const Op& op : ops) {
+      for (const Tensor& t : op.reads) intern(t);
+      if (op.kind != OpKind::Free)
+        for (const Tensor& t : op.writes) intern(t);
+    }
+    return table;
+  }
+
+  // The first op over `limit` on a rank (`o`, as sample_memory found it), in the memory-limit message's words,
+  // with what is resident then.
+  std::string over_message(const Over& o, double limit) {
+    const int r = o.rank;
+    const std::vector<Op>& ops = src_.ops(r);
+    const std::vector<const Tensor*> tensor = tensor_table(ops);
+    const RankTensors& ts = tensors_[r];
+    const Node* node = nodes_.data() + offset_[r];
+    const OpKind* kind = kind_.data() + offset_[r];
+    std::vector<int> order;
+    const bool reordered = ops_by_start(r, order);
+    MemoryLedger resident(*cost_, r);  // what is resident as the op starts
+    for (std::size_t j = 0; j < o.k; ++j) {
+      const int before = reordered ? order[j] : static_cast<int>(j);
+      if (!reordered && !node[before].done()) continue;
+      for (int e = ts.memory_begin[before]; e < ts.memory_begin[before + 1]; ++e)
+        kind[before] == OpKind::Free ? static_cast<void>(resident.remove(*tensor[ts.memory_ids[e]]))
+                                     : resident.add(*tensor[ts.memory_ids[e]]);
+    }
+    const Op& op = ops[o.index];
+    return fmt::format("rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}",
+                       r, format_time(o.time), op.describe(), op.where_suffix(), format_memory(o.total),
+                       cost_->memory_unit(), format_memory(limit), resident.summary());
+  }
+
+  // The earliest op over the limit or capacity over the ranks (by time, then rank), or null.
+  const Over* first_over() const {
+    if (over_.empty()) return nullptr;
+    return &*std::min_element(over_.begin(), over_.end(),
+                              [](const Over& a, const Over& b) { return std::tie(a.time, a.rank) < std::tie(b.time, b.rank); });
   }
 
  public:
   // The earliest memory-limit error over the ranks (by time, then rank), if any.
-  void throw_memory_limit() const {
-    if (limit_errors_.empty()) return;
-    auto first = std::min_element(limit_errors_.begin(), limit_errors_.end(), [](const auto& a, const auto& b) {
-      return std::tie(a.time, a.rank) < std::tie(b.time, b.rank);
-    });
-    throw MemoryLimitError(first->message);
+  void throw_memory_limit() {
+    if (!o_.memory_limit) return;
+    if (const Over* first = first_over()) throw MemoryLimitError(over_message(*first, *o_.memory_limit));
+  }
+  // With SimOptions::memory_capacity: the earliest op over it, in the memory-limit message's words; else "".
+  std::string over_capacity() {
+    if (o_.memory_limit || !o_.memory_capacity) return "";
+    const Over* first = first_over();
+    return first ? over_message(*first, *o_.memory_capacity) : "";
   }
 
  private:
-  struct Channel {
-    std::vector<int> sends, recvs;
-    std::map<std::size_t, int> any;  // send position -> the recv from any source that takes it
-    bool claimed(std::size_t k) const { return any.count(k) > 0; }
-  };
-  struct LimitError {
-    Time time;
-    int rank;
-    std::string message;
-  };
-
-  const Schedule& s_;
+  const RankSource& src_;
+  const ScheduleHeader& h_;
   const SimOptions& o_;
+  const bool streaming_;  // the source makes each rank's ops when asked (RankSource::holds_all() is false)
   std::unique_ptr<CostModel> owned_cost_;  // the header's model, unless SimOptions::cost replaces it
   const CostModel* cost_;
   std::vector<int> offset_;
@@ -1082,6 +1232,7 @@ class StreamSim {
   std::vector<int> matched_send_;  // a recv's matched send, or -1
   std::vector<OpKind> kind_;       // by node: its op's kind
   std::vector<Time> duration_;     // by node: its op's duration (0 for untimed ops)
+  std::vector<int> stream_;        // by node: its op's stream
   UpdateCheck updates_;            // the updates, counted as they are issued
   std::vector<char> paired_;  // sends matched with a recv
   std::vector<int> unmatched_sends_;
@@ -1096,7 +1247,9 @@ class StreamSim {
   boost::unordered_flat_map<std::uint64_t, Membership> member_;
   std::vector<Call> calls_;
   std::vector<Forming> forming_;  // by group
-  std::vector<LimitError> limit_errors_;
+  std::vector<Over> over_;  // per rank, the first op over the memory limit or capacity
+  std::vector<RanOp> ran_;  // scratch of sample_memory: a rank's timed ops as they ran, for the observer
+  bool p2p_failed_ = false;  // a payload matched at issue was not what its recv expects (match_at_issue)
   std::vector<RankTensors> tensors_;  // per rank
   Issuing issuing_;                   // the rank being issued
   std::vector<int> read_ids_;         // scratch: the interned reads of the op being issued
@@ -1116,26 +1269,40 @@ class StreamSim {
 }  // namespace
 
 SimResult simulate_streams(const Schedule& schedule, const SimOptions& options) {
-  SimResult result;
   if (static_cast<int>(schedule.ranks.size()) != schedule.header.world_size) {
+    SimResult result;
     result.error = fmt::format("the schedule has op lists for {} ranks but world_size is {}", schedule.ranks.size(),
                                schedule.header.world_size);
     return result;
   }
-  StreamSim sim(schedule, options);
+  return simulate_streams(ScheduleView(schedule), options);
+}
+
+SimResult simulate_streams(const RankSource& source, const SimOptions& options) {
+  SimResult result;
+  StreamSim sim(source, options);
   try {
     sim.run();
     sim.fill_trace();
     sim.throw_memory_limit();
     sim.updates().finish();
     result.ok = true;
+    result.over_capacity = sim.over_capacity();
+  } catch (const NeedsHeldSchedule&) {
+    // Every rank's ops at once: the same problem, in the same words, with what ran before it.
+    const Schedule held = RankSource::collect(source);
+    return simulate_streams(held, options);
+  } catch (const MemoryLimitError& e) {
+    result.error = e.what();
   } catch (const std::exception& e) {
+    if (!source.holds_all()) return simulate_streams(RankSource::collect(source), options);
     result.error = e.what();
     if (sim.timed()) sim.fill_trace();  // what ran before the problem (a deadlock, a lost message)
   }
   result.trace = std::move(sim.trace());
   result.summary = sim.summary();
   result.blocked = std::move(sim.blocked());
+  result.op_count = sim.op_count();
   return result;
 }
 

@@ -27,6 +27,7 @@
 // starts (events at the same time count when they come earlier in program order).
 #pragma once
 
+#include "schedules/rank_source.h"
 #include "schedules/replay.h"
 
 namespace trainsim {
@@ -36,5 +37,11 @@ namespace trainsim {
 /// samples memory and checks that every layer is updated exactly once (schedules/update_check.h). Never throws for a bad schedule: the first problem goes into the result, naming the
 /// rank, the op and its file:line. Throws std::invalid_argument for an unknown cost model.
 SimResult simulate_streams(const Schedule& schedule, const SimOptions& options = {});
+/// The same for a schedule read one rank at a time. With a source that makes each rank's ops when asked
+/// (RankSource::holds_all() false), the engine holds one rank's ops at a time: what it keeps of an op after
+/// issuing it is its node (times, kind, stream, duration, dependencies; about 70 bytes), and a valid run or one
+/// over the memory limit is reported from that alone. Any other problem (and a receive from any source, or a
+/// group not listed in rank order) is reported by simulating every rank's ops held at once, in the same words.
+SimResult simulate_streams(const RankSource& source, const SimOptions& options = {});
 
 }  // namespace trainsim

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "sim/op.h"
 #include "sim/tensor.h"
@@ -35,6 +36,14 @@ class CostModel {
   virtual Time inner_comm(const Op& op) const {
     (void)op;
     return 0;
+  }
+  /// What the model learns of rank `rank` from its ops before it prices them: nothing, but for a model whose
+  /// prices on a rank depend on the rank's other ops (the hardware model: the TP degree of each forward the rank
+  /// runs, its sequence parallelism; hardware/cost_model.h). make_schedule_cost_model calls it for every rank of
+  /// a schedule held whole; the stream engine, for a source that makes each rank's ops when asked, with each
+  /// rank's ops just before it issues them. Throws std::invalid_argument for ops the model cannot price.
+  virtual void prepare_rank(int rank, const std::vector<Op>& ops) {
+    (void)rank, (void)ops;
   }
 };
 

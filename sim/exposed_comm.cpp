@@ -39,11 +39,14 @@ Time total_length(const std::vector<TimeInterval>& v) {
 
 namespace {
 
-template <typename Pred>
-std::vector<TimeInterval> intervals_of(const std::vector<OpRun>& runs, Pred keep) {
+OpKind kind_of(const OpRun& r) { return r.op.kind; }
+OpKind kind_of(const RanOp& r) { return r.kind; }
+
+template <typename Runs, typename Pred>
+std::vector<TimeInterval> intervals_of(const Runs& runs, Pred keep) {
   std::vector<TimeInterval> v;
-  for (const OpRun& r : runs)
-    if (keep(r.op.kind)) v.push_back({r.start, r.end});
+  for (const auto& r : runs)
+    if (keep(kind_of(r))) v.push_back({r.start, r.end});
   return merge_intervals(std::move(v));
 }
 
@@ -56,6 +59,12 @@ std::vector<TimeInterval> compute_intervals(const std::vector<OpRun>& runs) {
 }
 
 std::vector<TimeInterval> comm_intervals(const std::vector<OpRun>& runs) { return intervals_of(runs, is_comm); }
+
+std::vector<TimeInterval> compute_intervals(std::span<const RanOp> runs) {
+  return intervals_of(runs, [](OpKind k) { return is_compute(k); });
+}
+
+std::vector<TimeInterval> comm_intervals(std::span<const RanOp> runs) { return intervals_of(runs, is_comm); }
 
 std::vector<TimeInterval> exposed_comm_intervals(const std::vector<OpRun>& runs) {
   return subtract_intervals(comm_intervals(runs), compute_intervals(runs));

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <compare>
+#include <span>
 #include <vector>
 
+#include "sim/run_observer.h"
 #include "sim/trace.h"
 
 namespace trainsim {
@@ -32,6 +34,9 @@ std::vector<TimeInterval> compute_intervals(const std::vector<OpRun>& runs);
 /// When one rank's communication ops (send, recv and collectives, on any stream) run: merged intervals, so
 /// two overlapping ops on two streams count once.
 std::vector<TimeInterval> comm_intervals(const std::vector<OpRun>& runs);
+/// The same two of a rank's timed ops as the simulator shows them to a RunObserver (sim/run_observer.h).
+std::vector<TimeInterval> compute_intervals(std::span<const RanOp> runs);
+std::vector<TimeInterval> comm_intervals(std::span<const RanOp> runs);
 /// One rank's exposed communication: comm_intervals minus compute_intervals (sorted, disjoint, non-empty).
 std::vector<TimeInterval> exposed_comm_intervals(const std::vector<OpRun>& runs);
 /// Exposed communication of every rank: element r is exposed_comm_intervals(trace.ranks[r]).

@@ -110,9 +110,13 @@ TEST_CASE("on a terminal, gen and sim show each stage on one status line and era
   CommandResult gen = on_terminal("gen 1f1b --stages 2 --microbatches 2 --sim");
   CHECK(gen.exit_code == 0);
   CHECK(gen.out.find(erase + "trainsim gen: generating 1f1b...") != std::string::npos);
-  CHECK(gen.out.find(erase + "trainsim gen: simulating 38 ops on 2 ranks...") != std::string::npos);
+  // A pipeline is generated rank by rank as it is simulated: the line counts the ranks.
+  CHECK(gen.out.find(erase + "trainsim gen: generating and simulating 2 ranks...") != std::string::npos);
+  CHECK(gen.out.find(erase + "trainsim gen: generating and simulating rank 1 of 2...") != std::string::npos);
   // Erased before the result, which starts its own line.
-  CHECK(gen.out.find("ranks..." + erase + "1f1b: 38 ops on 2 ranks: makespan") != std::string::npos);
+  CHECK(gen.out.find("rank 2 of 2..." + erase + "1f1b: 38 ops on 2 ranks: makespan") != std::string::npos);
+  CommandResult held = on_terminal("gen ddp --dp 2 --sim");  // (a data-parallel kind is generated whole)
+  CHECK(held.out.find(erase + "trainsim gen: simulating ") != std::string::npos);
   CommandResult sim = on_terminal("sim " + sched + " --svg " + (dir / "t.svg").string());
   CHECK(sim.exit_code == 0);
   CHECK(sim.out.find(erase + "trainsim sim: reading " + sched + "...") != std::string::npos);

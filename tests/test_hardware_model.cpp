@@ -149,7 +149,7 @@ TEST_CASE("the cost model picks intra- or inter-node links from where the group'
   for (int r = 0; r < 16; ++r) groups[0].push_back(r);
   groups[1] = {0, 1, 2, 3, 4, 5, 6, 7};
   groups[2] = {0, 8};
-  HardwareCostModel cost(s, 4, 16, groups, std::vector<std::vector<char>>(16, std::vector<char>(5, 1)));
+  HardwareCostModel cost(s, 4, 16, groups);
   const double w = cost.sizes().wire_bytes(weight_tensor(1));
   Op ag;
   ag.kind = OpKind::AllGather, ag.layer = 1, ag.group = 1;
@@ -173,7 +173,7 @@ TEST_CASE("the cost model picks intra- or inter-node links from where the group'
   // A device's dispatch time goes on every timed op (compute and communication), not on load or free.
   HardwareSetting d = s;
   d.device.efficiency.dispatch_s = 1e-3;
-  HardwareCostModel with(d, 4, 16, groups, std::vector<std::vector<char>>(16, std::vector<char>(5, 1)));
+  HardwareCostModel with(d, 4, 16, groups);
   Op fwd;
   fwd.kind = OpKind::Forward, fwd.layer = 1, fwd.batches = IdSet{0};
   CHECK(cost.seconds_of(fwd, 1) > 0);

@@ -3,10 +3,12 @@
 // compute passes into complete op lists (loads, sends and receives, loss, frees, accumulation, updates).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "schedules/generators.h"
+#include "schedules/rank_source.h"
 #include "schedules/schedule.h"
 
 namespace trainsim::gen {
@@ -42,6 +44,9 @@ ScheduleHeader make_header(int world_size, int layers, int microbatches);
 class RankProgram {
  public:
   RankProgram(int rank, int layers, int microbatches) : rank_(rank), layers_(layers), microbatches_(microbatches) {}
+  /// The same, appending to `ops` (a list whose memory is reused: the caller clears it).
+  RankProgram(int rank, int layers, int microbatches, std::vector<Op> ops)
+      : rank_(rank), layers_(layers), microbatches_(microbatches), ops_(std::move(ops)) {}
 
   int rank() const { return rank_; }
   std::vector<Op>& ops() { return ops_; }
@@ -128,7 +133,9 @@ PipelinePlan v_shaped_plan(int p, int m);
 /// steps yet: GPipe, 1F1B and the interleaved schedules.
 PipelinePlan looped_plan(int p, int v, int m);
 
-/// Builds the schedule of a plan. Each (layer, microbatch) must have one forward and either one full
+/// The schedule of a plan, as a source that makes each rank's ops when asked (RankSource::holds_all() is
+/// false; take() builds them all). The plan-wide work is done here, once: the checks, the messages and where
+/// their receives go (schedules/generators/pipeline_source.cpp). Each (layer, microbatch) must have one forward and either one full
 /// backward or one backward-input and one backward-weight (on the rank of its backward-input). Activations
 /// and their grads go from the rank of one layer to the rank of the next: sent right after the producing
 /// pass, received right before the consuming one, or earlier (at a step boundary the receiver reaches after
@@ -137,7 +144,7 @@ PipelinePlan looped_plan(int p, int v, int m);
 /// the inputs; the rank of the last layer computes the loss right after its forward; grads are summed as
 /// they come; a layer is updated right after its last grad. Timing uses unit costs (the generators'
 /// cost model). Throws std::logic_error for an inconsistent plan.
-Schedule build_pipeline(const PipelinePlan& plan);
+std::unique_ptr<RankSource> build_pipeline(PipelinePlan plan);
 
 /// The orders of the pipeline kinds (what gen_1f1b, gen_interleaved_1f1b and gen_zb_h1 build), as plans of
 /// `p` stages, `v` chunks per stage and `m` microbatches, one layer per stage chunk. `kind` names the
@@ -152,26 +159,26 @@ std::vector<Step> one_f_one_b(int layer, int first, int m, int warmup);
 
 // ---- the families ----------------------------------------------------------------------------------------
 
-Schedule gen_gpipe(const GenOptions& o);
-Schedule gen_1f1b(const GenOptions& o);
-Schedule gen_interleaved_1f1b(const GenOptions& o);
-Schedule gen_looped_bfs(const GenOptions& o);
-Schedule gen_zb_h1(const GenOptions& o);
+std::unique_ptr<RankSource> gen_gpipe(const GenOptions& o);
+std::unique_ptr<RankSource> gen_1f1b(const GenOptions& o);
+std::unique_ptr<RankSource> gen_interleaved_1f1b(const GenOptions& o);
+std::unique_ptr<RankSource> gen_looped_bfs(const GenOptions& o);
+std::unique_ptr<RankSource> gen_zb_h1(const GenOptions& o);
 /// ZBV: `stages` ranks, 2 x stages layers in V placement, PyTorch ScheduleZBVZeroBubble's order.
-Schedule gen_zbv(const GenOptions& o);
+std::unique_ptr<RankSource> gen_zbv(const GenOptions& o);
 /// DualPipeV: the same placement, PyTorch ScheduleDualPipeV's order (overlapped F/B pairs as two passes).
-Schedule gen_dualpipev(const GenOptions& o);
+std::unique_ptr<RankSource> gen_dualpipev(const GenOptions& o);
 /// Interleaved zero bubble: `chunks` looped chunks per rank, PyTorch ScheduleInterleavedZeroBubble's order.
-Schedule gen_interleaved_zb(const GenOptions& o);
+std::unique_ptr<RankSource> gen_interleaved_zb(const GenOptions& o);
 /// ddp, zero1, zero2, fsdp.
 Schedule gen_data_parallel(const std::string& kind, const GenOptions& o);
-Schedule gen_pp_fsdp(const GenOptions& o);
+std::unique_ptr<RankSource> gen_pp_fsdp(const GenOptions& o);
 /// zero3-owner: ZeRO-3 sharded between tensors (each layer owned whole by rank l mod dp; broadcast, reduce).
 Schedule gen_zero3_owner(const GenOptions& o);
 /// Tensor parallelism alone: `tp` ranks, one TP group, `layers` layers (0: 4), 1F1B over the microbatches.
-Schedule gen_tp(const GenOptions& o);
+std::unique_ptr<RankSource> gen_tp(const GenOptions& o);
 /// 3D parallelism: tp x pp x dp ranks, rank = tp + T * (dp + D * pp) (Megatron-LM's order, torchtitan's mesh
 /// ["pp", "dp", "tp"]).
-Schedule gen_3d(const GenOptions& o);
+std::unique_ptr<RankSource> gen_3d(const GenOptions& o);
 
 }  // namespace trainsim::gen

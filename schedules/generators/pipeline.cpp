@@ -49,7 +49,7 @@ void check_pipeline(const std::string& kind, const GenOptions& o) {
 
 }  // namespace
 
-Schedule gen_gpipe(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_gpipe(const GenOptions& o) {
   check_pipeline("gpipe", o);
   const int p = o.stages, m = o.microbatches;
   PipelinePlan plan = looped_plan(p, 1, m);
@@ -66,7 +66,7 @@ PipelinePlan plan_1f1b(int p, int m) {
   return plan;
 }
 
-Schedule gen_1f1b(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_1f1b(const GenOptions& o) {
   check_pipeline("1f1b", o);
   return build_pipeline(plan_1f1b(o.stages, o.microbatches));
 }
@@ -101,13 +101,13 @@ PipelinePlan plan_interleaved_1f1b(const std::string& kind, int p, int v, int m)
   return plan;
 }
 
-Schedule gen_interleaved_1f1b(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_interleaved_1f1b(const GenOptions& o) {
   check_pipeline("interleaved-1f1b", o);
   require_at_least("interleaved-1f1b", "chunks", o.chunks, 1);
   return build_pipeline(plan_interleaved_1f1b("interleaved-1f1b", o.stages, o.chunks, o.microbatches));
 }
 
-Schedule gen_looped_bfs(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_looped_bfs(const GenOptions& o) {
   check_pipeline("looped-bfs", o);
   require_at_least("looped-bfs", "chunks", o.chunks, 1);
   const int p = o.stages, m = o.microbatches, v = o.chunks;

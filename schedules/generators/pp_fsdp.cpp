@@ -7,7 +7,7 @@
 
 namespace trainsim::gen {
 
-Schedule gen_pp_fsdp(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_pp_fsdp(const GenOptions& o) {
   require_at_least("pp-fsdp", "stages", o.stages, 1);
   require_at_least("pp-fsdp", "microbatches", o.microbatches, 1);
   require_at_least("pp-fsdp", "dp", o.dp, 1);

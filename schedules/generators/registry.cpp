@@ -62,7 +62,7 @@ void check_size(const std::string& kind, const GenOptions& o) {
 
 }  // namespace
 
-Schedule generate(const std::string& kind, const GenOptions& options) {
+std::unique_ptr<RankSource> generate_ranks(const std::string& kind, const GenOptions& options) {
   check_size(kind, options);
   if (kind == "gpipe") return gen::gen_gpipe(options);
   if (kind == "1f1b") return gen::gen_1f1b(options);
@@ -72,14 +72,17 @@ Schedule generate(const std::string& kind, const GenOptions& options) {
   if (kind == "zbv") return gen::gen_zbv(options);
   if (kind == "dualpipev") return gen::gen_dualpipev(options);
   if (kind == "interleaved-zb") return gen::gen_interleaved_zb(options);
-  if (kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp") return gen::gen_data_parallel(kind, options);
+  if (kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp")
+    return std::make_unique<HeldSchedule>(gen::gen_data_parallel(kind, options));
   if (kind == "pp-fsdp") return gen::gen_pp_fsdp(options);
-  if (kind == "zero3-owner") return gen::gen_zero3_owner(options);
+  if (kind == "zero3-owner") return std::make_unique<HeldSchedule>(gen::gen_zero3_owner(options));
   if (kind == "tp") return gen::gen_tp(options);
   if (kind == "3d") return gen::gen_3d(options);
   std::string names;
   for (const auto& k : generator_kinds()) names += (names.empty() ? "" : ", ") + k;
   throw std::invalid_argument("unknown generator '" + kind + "' (the kinds are: " + names + ")");
 }
+
+Schedule generate(const std::string& kind, const GenOptions& options) { return generate_ranks(kind, options)->take(); }
 
 }  // namespace trainsim

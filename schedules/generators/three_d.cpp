@@ -56,7 +56,7 @@ Shape check_options(const std::string& kind, const GenOptions& o, int pp, int dp
   return Shape{o.tp, pp, dp, o.chunks, layers, o.microbatches};
 }
 
-Schedule build(const Shape& sh, const GenOptions& o) {
+std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
   const int T = sh.tp, P = sh.pp, D = sh.dp, V = sh.chunks, L = sh.layers, M = sh.microbatches;
   const int per_chunk = L / (P * V);
   // The order of one pipeline, one layer per stage chunk, on microbatches 0..M-1.
@@ -115,13 +115,13 @@ Schedule build(const Shape& sh, const GenOptions& o) {
 
 }  // namespace
 
-Schedule gen_tp(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_tp(const GenOptions& o) {
   GenOptions one = o;
   one.chunks = 1;
   one.schedule = "1f1b";
   return build(check_options("tp", one, 1, 1), one);
 }
 
-Schedule gen_3d(const GenOptions& o) { return build(check_options("3d", o, o.pp, o.dp), o); }
+std::unique_ptr<RankSource> gen_3d(const GenOptions& o) { return build(check_options("3d", o, o.pp, o.dp), o); }
 
 }  // namespace trainsim::gen

@@ -33,7 +33,7 @@
 
 namespace trainsim::gen {
 
-Schedule gen_zb_h1(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_zb_h1(const GenOptions& o) {
   require_at_least("zb-h1", "stages", o.stages, 1);
   require_at_least("zb-h1", "microbatches", o.microbatches, 1);
   return build_pipeline(plan_zb_h1(o.stages, o.microbatches));
@@ -65,7 +65,7 @@ PipelinePlan plan_zb_h1(int p, int m) {
   return plan;
 }
 
-Schedule gen_zbv(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_zbv(const GenOptions& o) {
   require_at_least("zbv", "stages", o.stages, 1);
   require_at_least("zbv", "microbatches", o.microbatches, 1);
   const int p = o.stages, m = o.microbatches, layers = 2 * p;
@@ -113,7 +113,7 @@ Schedule gen_zbv(const GenOptions& o) {
   return build_pipeline(plan);
 }
 
-Schedule gen_interleaved_zb(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_interleaved_zb(const GenOptions& o) {
   require_at_least("interleaved-zb", "stages", o.stages, 1);
   require_at_least("interleaved-zb", "microbatches", o.microbatches, 1);
   require_at_least("interleaved-zb", "chunks", o.chunks, 1);
@@ -150,7 +150,7 @@ Schedule gen_interleaved_zb(const GenOptions& o) {
   return build_pipeline(plan);
 }
 
-Schedule gen_dualpipev(const GenOptions& o) {
+std::unique_ptr<RankSource> gen_dualpipev(const GenOptions& o) {
   require_at_least("dualpipev", "stages", o.stages, 1);
   require_at_least("dualpipev", "microbatches", o.microbatches, 1);
   const int p = o.stages, m = o.microbatches, layers = 2 * p;

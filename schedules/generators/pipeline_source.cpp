@@ -1,0 +1,415 @@
+// build_pipeline (builder.h): a plan's schedule as a RankSource. The work that needs every rank (where each
+// pass runs, the messages between ranks, when each pass would run and so where each receive goes) is done
+// once, on the plan's steps; each rank's ops are then made when the rank is asked for, from that alone. A
+// 16,384-rank 3D schedule is simulated one rank's ops at a time (schedules/rank_source.h).
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "schedules/generators/builder.h"
+#include "sim/cost_model.h"
+
+namespace trainsim::gen {
+
+namespace {
+
+struct Where {
+  int rank = -1;
+  int index = -1;
+};
+
+struct Message {
+  int src = 0, dst = 0;
+  Tensor tensor;
+  int send_step = 0;  // index of the producing step on src
+  int consumer = 0;   // index of the consuming step on dst
+  int pos = 0;        // the receive goes right before this step on dst
+};
+
+[[noreturn]] void bad_plan(const std::string& what) { throw std::logic_error("generator: inconsistent plan: " + what); }
+
+const char* pass_name(Pass p) {
+  switch (p) {
+    case Pass::F: return "F";
+    case Pass::B: return "B";
+    case Pass::I: return "I";
+    case Pass::W: return "W";
+  }
+  return "?";
+}
+
+class PipelineSource final : public RankSource {
+ public:
+  explicit PipelineSource(PipelinePlan plan);
+  const std::vector<Op>& ops(int rank) const override;
+  bool holds_all() const override { return false; }
+  std::size_t op_estimate() const override { return estimate_; }
+  Schedule take() override;
+
+ private:
+  // At most: a receive, a load, the pass, a loss or a send, two frees and an accumulation per step, and
+  // per layer a load, an all-gather and the finish (free, reduce-scatter, free, update, free); with TP
+  // also the TP collectives (two all-gathers and a reduce-scatter or all-reduce) and their frees.
+  std::size_t ops_bound(int plan_rank) const {
+    return (plan_.tp > 1 ? 12 : 8) * plan_.steps[plan_rank].size() + 8 * static_cast<std::size_t>(plan_.layers) + 8;
+  }
+  void build_rank(int rank, std::vector<Op>& out) const;
+
+  PipelinePlan plan_;
+  std::vector<int> grad_passes_;               // plan rank * layers + layer -> its backward (or weight) passes
+  std::vector<Message> msgs_;
+  std::vector<std::vector<int>> send_after_;   // plan rank -> step index -> the message it sends, or -1
+  std::vector<std::vector<int>> recv_before_;  // plan rank -> its messages, by the step they go before
+  std::size_t estimate_ = 0;
+  // The rank whose ops buffer_ holds (-1: none yet): the list ops() returned last, kept until the next call.
+  mutable int built_ = -1;
+  mutable std::vector<Op> buffer_;
+};
+
+PipelineSource::PipelineSource(PipelinePlan plan) : RankSource(ScheduleHeader{}), plan_(std::move(plan)) {
+  const PipelinePlan& p = plan_;
+  const int P = p.world_size, L = p.layers, M = p.microbatches, dp = p.dp, T = p.tp;
+  if (static_cast<int>(p.steps.size()) != P) bad_plan("one step list per rank");
+  if (T < 1 || T > Tensor::kMaxTpSize) bad_plan("a TP degree from 1 to 64");
+  if (dp > 1 && (static_cast<int>(p.shard_index.size()) != P * T || static_cast<int>(p.group_of.size()) != P * T))
+    bad_plan("shard_index and group_of need one entry per rank");
+  if (T > 1 && static_cast<int>(p.tp_group.size()) != P) bad_plan("tp_group needs one entry per plan rank");
+
+  // Where each pass runs.
+  std::vector<Where> fwd(L * M), bwd(L * M), wgt(L * M);
+  grad_passes_.assign(static_cast<std::size_t>(P) * L, 0);
+  for (int r = 0; r < P; ++r)
+    for (int i = 0; i < static_cast<int>(p.steps[r].size()); ++i) {
+      const Step& s = p.steps[r][i];
+      if (s.layer < 0 || s.layer >= L || s.mb < 0 || s.mb >= M)
+        bad_plan(fmt::format("rank {} step {} is out of range", r, i));
+      Where& w = s.pass == Pass::F ? fwd[s.layer * M + s.mb] : s.pass == Pass::W ? wgt[s.layer * M + s.mb] : bwd[s.layer * M + s.mb];
+      if (w.rank >= 0) bad_plan(fmt::format("{} of layer {} batch {} twice", pass_name(s.pass), s.layer, s.mb));
+      w = {r, i};
+      if (s.pass == Pass::B || s.pass == Pass::W) ++grad_passes_[r * L + s.layer];
+    }
+  for (int l = 0; l < L; ++l)
+    for (int b = 0; b < M; ++b) {
+      const Where &f = fwd[l * M + b], &g = bwd[l * M + b], &w = wgt[l * M + b];
+      if (f.rank < 0 || g.rank < 0) bad_plan(fmt::format("layer {} batch {} lacks a forward or a backward", l, b));
+      if (f.rank != g.rank || g.index < f.index) bad_plan(fmt::format("layer {} batch {}: backward before forward", l, b));
+      Pass gp = p.steps[g.rank][g.index].pass;
+      if ((gp == Pass::I) != (w.rank >= 0)) bad_plan(fmt::format("layer {} batch {}: backward-input without weight", l, b));
+      if (w.rank >= 0 && (w.rank != g.rank || w.index < g.index))
+        bad_plan(fmt::format("layer {} batch {}: backward-weight before backward-input", l, b));
+    }
+
+  // Messages, in send order per channel: at most one per step.
+  {
+    std::size_t steps = 0;
+    for (const auto& st : p.steps) steps += st.size();
+    msgs_.reserve(steps);
+  }
+  std::map<std::pair<int, int>, std::vector<int>> channels;
+  send_after_.resize(P);
+  for (int r = 0; r < P; ++r) send_after_[r].assign(p.steps[r].size(), -1);
+  for (int r = 0; r < P; ++r)
+    for (int i = 0; i < static_cast<int>(p.steps[r].size()); ++i) {
+      const Step& s = p.steps[r][i];
+      Where c;
+      Tensor t;
+      if (s.pass == Pass::F && s.layer + 1 < L) {
+        c = fwd[(s.layer + 1) * M + s.mb];
+        t = activation_tensor(s.layer + 1, one(s.mb));
+      } else if ((s.pass == Pass::B || s.pass == Pass::I) && s.layer > 0) {
+        c = bwd[(s.layer - 1) * M + s.mb];
+        t = activation_grad_tensor(s.layer, one(s.mb));
+      } else {
+        continue;
+      }
+      if (c.rank == r) continue;
+      int id = static_cast<int>(msgs_.size());
+      msgs_.push_back(Message{r, c.rank, t, i, c.index, c.index});
+      channels[{r, c.rank}].push_back(id);
+      send_after_[r][i] = id;
+    }
+  // When each pass would run (dataflow, communication free as in the unit cost model), to place receives.
+  auto cost = make_cost_model("unit");
+  std::vector<std::vector<Time>> end(P);
+  {
+    std::vector<Time> clock(P, 0);
+    Op op;  // the pass being timed (one op reused: only its kind, layer and batches matter to the cost model)
+    auto finished = [&](const Where& w) { return w.index < static_cast<int>(end[w.rank].size()); };
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int r = 0; r < P; ++r)
+        while (end[r].size() < p.steps[r].size()) {
+          const Step& s = p.steps[r][end[r].size()];
+          Time ready = 0;
+          const Where* dep = nullptr;
+          if (s.pass == Pass::F && s.layer > 0) dep = &fwd[(s.layer - 1) * M + s.mb];
+          if ((s.pass == Pass::B || s.pass == Pass::I) && s.layer + 1 < L) dep = &bwd[(s.layer + 1) * M + s.mb];
+          if (dep) {
+            if (!finished(*dep)) break;
+            ready = end[dep->rank][dep->index];
+          }
+          op.kind = s.pass == Pass::F ? OpKind::Forward
+                    : s.pass == Pass::B ? OpKind::Backward
+                    : s.pass == Pass::I ? OpKind::BackwardInput
+                                        : OpKind::BackwardWeight;
+          op.layer = s.layer;
+          op.batches = one(s.mb);
+          clock[r] = std::max(clock[r], ready) + cost->duration(op, 1);
+          end[r].push_back(clock[r]);
+          progress = true;
+        }
+    }
+    for (int r = 0; r < P; ++r)
+      if (end[r].size() < p.steps[r].size()) bad_plan(fmt::format("rank {} waits for a pass that never runs", r));
+  }
+  // The receiver's clock before its step i.
+  auto clock_before = [&](int r, int i) { return i == 0 ? Time{0} : end[r][i - 1]; };
+
+  // A receive goes right before the pass that needs it, unless the sender would then send the next
+  // message of the channel before this one is taken (one slot per pair): then it goes at the last step
+  // boundary between the two messages' ready times, or the first after the first's. A channel delivers in
+  // order, so a message is also received no later than the next one on its channel.
+  recv_before_.resize(P);
+  for (auto& [key, ids] : channels) {
+    const int n = static_cast<int>(ids.size());
+    for (int k = n - 1; k >= 0; --k) {
+      Message& msg = msgs_[ids[k]];
+      const Time ready = end[msg.src][msg.send_step];
+      if (k + 1 < n) {
+        const Message& next = msgs_[ids[k + 1]];
+        const Time next_ready = end[next.src][next.send_step];
+        if (clock_before(msg.dst, msg.consumer) > next_ready) {
+          int best = -1;
+          for (int i = msg.consumer; i >= 0; --i)
+            if (clock_before(msg.dst, i) <= next_ready) {
+              if (clock_before(msg.dst, i) >= ready) best = i;
+              break;
+            }
+          for (int i = 0; best < 0 && i <= msg.consumer; ++i)
+            if (clock_before(msg.dst, i) >= ready) best = i;
+          if (best >= 0) msg.pos = best;
+        }
+        msg.pos = std::min(msg.pos, next.pos);
+      }
+    }
+    for (int id : ids) recv_before_[msgs_[id].dst].push_back(id);
+  }
+  for (auto& ids : recv_before_)
+    std::sort(ids.begin(), ids.end(), [&](int a, int b) {
+      return std::tie(msgs_[a].pos, msgs_[a].send_step, msgs_[a].src) <
+             std::tie(msgs_[b].pos, msgs_[b].send_step, msgs_[b].src);
+    });
+
+  header_ = make_header(P * T, L, M);
+  header_.stage_map = p.stage_map;
+  header_.groups = p.groups;
+  if (!p.group_names.empty()) header_.version = 2, header_.group_names = p.group_names;
+  for (int r = 0; r < P; ++r) estimate_ += T * ops_bound(r);
+}
+
+const std::vector<Op>& PipelineSource::ops(int rank) const {
+  if (rank < 0 || rank >= header_.world_size)
+    throw std::out_of_range(fmt::format("rank {} of a schedule of {} ranks", rank, header_.world_size));
+  if (built_ != rank) {
+    built_ = -1;  // (should building throw, the buffer holds no rank)
+    build_rank(rank, buffer_);
+    built_ = rank;
+  }
+  return buffer_;
+}
+
+Schedule PipelineSource::take() {
+  Schedule s;
+  s.header = header_;
+  s.ranks.resize(header_.world_size);
+  for (int rank = 0; rank < header_.world_size; ++rank) build_rank(rank, s.ranks[rank]);
+  return s;
+}
+
+void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
+  const PipelinePlan& plan = plan_;
+  const int L = plan.layers, M = plan.microbatches, dp = plan.dp, T = plan.tp;
+  const int r = rank / T, j = rank % T;  // the plan rank (the TP group) and the TP slice
+  const IdSet all = IdSet::range(0, M);
+  const bool sp = plan.sequence_parallel && T > 1;
+  // How a data-parallel group shards the weight and the optimizer state (1: whole).
+  const int weight_shards = dp > 1 && plan.dp_mode == DpMode::Fsdp ? dp : 1;
+  const int opt_shards = dp > 1 && plan.dp_mode != DpMode::Replicate ? dp : 1;
+
+  out.clear();  // (the list's capacity is kept: the next rank's ops are made in the same memory)
+  RankProgram prog(rank, L, M, std::move(out));
+  prog.reserve(ops_bound(r));
+  const int d = dp > 1 ? plan.shard_index[rank] : 0;
+  const int dp_group = dp > 1 ? plan.group_of[rank] : 0, tp_group = T > 1 ? plan.tp_group[r] : 0;
+  // This rank's TP slice of a weight, optimizer state, weight grad or of the logits (sim/tensor.h); the
+  // tensor itself without TP.
+  auto slice = [&](Tensor t) { return tp_slice(std::move(t), j, T); };
+  // What a row-parallel pass writes: this slice's partial sum (the plain tensor without TP).
+  auto partial = [&](Tensor t) { return tp_partial(std::move(t), j, T); };
+  // What the rank keeps of a complete activation or activation grad: with sequence parallelism its
+  // sequence shard (the reduce-scatter's result), else the whole tensor.
+  auto kept = [&](Tensor t) { return sp ? shard(t, j, T) : t; };
+  // The whole tensor a pass reads: all-gathered over the TP group from a sequence shard (the caller
+  // frees it after the pass), else `t` itself.
+  auto gathered = [&](const Tensor& t, int layer) {
+    if (t.num_shards == 1) return t;
+    Tensor whole = t;
+    whole.shards = IdSet::range(0, t.num_shards);
+    prog.collective(OpKind::AllGather, layer, tp_group, t, whole);
+    return whole;
+  };
+  // Sums a partial sum over the TP group (all-reduce, or reduce-scatter into this rank's sequence shard
+  // with sequence parallelism); returns what the rank keeps. `p` stays resident: the caller frees it.
+  auto tp_reduce = [&](const Tensor& p, const Tensor& whole, int layer) {
+    if (T == 1) return p;
+    Tensor out = kept(whole);
+    prog.collective(sp ? OpKind::ReduceScatter : OpKind::AllReduce, layer, tp_group, p, out);
+    return out;
+  };
+  // The model input, loaded whole by every TP rank; any other layer's input as the rank keeps it.
+  auto input_kept = [&](int l, const IdSet& b) {
+    return l == 0 ? activation_tensor(0, b) : kept(activation_tensor(l, b));
+  };
+  // The grad of layer l's output as the rank keeps it: the last layer's is its vocabulary slice.
+  auto output_grad_kept = [&](int l, const IdSet& b) {
+    return l == L - 1 ? slice(activation_grad_tensor(L, b)) : kept(activation_grad_tensor(l + 1, b));
+  };
+
+  std::vector<int> mine;
+  for (const Step& s : plan.steps[r])
+    if (std::find(mine.begin(), mine.end(), s.layer) == mine.end()) mine.push_back(s.layer);
+  std::sort(mine.begin(), mine.end());
+  if (!mine.empty()) {
+    TensorList state;
+    for (int l : mine) {
+      state.push_back(slice(weight_shard(l, weight_shards > 1 ? d : 0, weight_shards)));
+      state.push_back(slice(opt_shard(l, opt_shards > 1 ? d : 0, opt_shards)));
+    }
+    prog.load(std::move(state));
+  }
+  if (weight_shards > 1)
+    for (int l : mine)
+      prog.collective(OpKind::AllGather, l, dp_group, slice(weight_shard(l, d, dp)), slice(weight_full(l, dp)),
+                      plan.dp_stream);
+
+  std::vector<int> grads_done(L, 0);
+  auto finish_layer = [&](int l) {
+    Tensor g = prog.take_grad(l);
+    const Tensor w = slice(weight_shard(l, weight_shards > 1 ? d : 0, weight_shards));
+    const Tensor o = slice(opt_shard(l, opt_shards > 1 ? d : 0, opt_shards));
+    if (dp == 1) {
+      if (g != slice(weight_grad_tensor(l, all))) bad_plan(fmt::format("layer {}'s grads on rank {} miss batches", l, rank));
+      prog.compute(OpKind::Update, l, {}, {g, w, o});
+      prog.free({w, o, g});
+      return;
+    }
+    if (plan.dp_mode == DpMode::Fsdp) {
+      prog.free({slice(weight_full(l, dp))});
+      Tensor gs = slice(weight_grad_tensor(l, all, one(d), dp));
+      prog.collective(OpKind::ReduceScatter, l, dp_group, g, gs, plan.dp_stream);
+      prog.free({g});
+      prog.compute(OpKind::Update, l, {}, {gs, w, o}, {slice(weight_shard(l, d, dp, 1)), slice(opt_shard(l, d, dp, 1))});
+      prog.free({w, o, gs});
+      return;
+    }
+    // DDP and ZeRO-1 (as gen ddp and gen zero1): the grads all-reduced over the data-parallel group.
+    Tensor ga = slice(weight_grad_tensor(l, all));
+    prog.collective(OpKind::AllReduce, l, dp_group, g, ga, plan.dp_stream);
+    prog.free({g});
+    prog.compute(OpKind::Update, l, {}, {ga, w, o});
+    prog.free({w, o, ga});
+    if (plan.dp_mode == DpMode::Zero1) {  // every rank needs the whole updated weight
+      Tensor w1 = slice(weight_shard(l, d, dp, 1));
+      prog.collective(OpKind::AllGather, l, dp_group, w1, slice(weight_full(l, dp, 1)), plan.dp_stream);
+      prog.free({w1});
+    }
+  };
+  auto grad_done = [&](int l) {
+    if (++grads_done[l] == grad_passes_[r * L + l]) finish_layer(l);
+  };
+
+  std::size_t next_recv = 0;
+  for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
+    for (; next_recv < recv_before_[r].size() && msgs_[recv_before_[r][next_recv]].pos == i; ++next_recv) {
+      const Message& msg = msgs_[recv_before_[r][next_recv]];
+      prog.recv(j + T * msg.src, kept(msg.tensor));
+    }
+    const Step& s = plan.steps[r][i];
+    const int l = s.layer;
+    const IdSet b = one(s.mb);
+    const Tensor a = input_kept(l, b), w = slice(weight_full(l, weight_shards));
+    const Tensor g_out = output_grad_kept(l, b);
+    const Message* sent = nullptr;
+    if (send_after_[r][i] >= 0) sent = &msgs_[send_after_[r][i]];
+    TensorList drop;  // (lists sized once: each growth past the inline tensor is a heap allocation)
+    switch (s.pass) {
+      case Pass::F: {
+        if (l == 0) prog.load({a});
+        const Tensor in = gathered(a, l);
+        if (in != a) drop.reserve(4), drop.push_back(in);
+        if (l == L - 1) {
+          Tensor out = slice(activation_tensor(L, b));  // the LM head is column-parallel: a vocabulary slice
+          prog.compute(OpKind::Forward, l, b, {in, w}, {out});
+          prog.compute(OpKind::Loss, L, b, {out}, {slice(activation_grad_tensor(L, b))});
+          drop.push_back(out);
+        } else {
+          Tensor out = partial(activation_tensor(l + 1, b));
+          prog.compute(OpKind::Forward, l, b, {in, w}, {out});
+          Tensor next = tp_reduce(out, activation_tensor(l + 1, b), l);
+          if (next != out) drop.push_back(out);
+          if (sent) {
+            prog.send(j + T * sent->dst, next);
+            drop.push_back(next);
+          }
+        }
+        break;
+      }
+      case Pass::B:
+      case Pass::I: {
+        bool full = s.pass == Pass::B;
+        const Tensor in = gathered(a, l), grad = gathered(g_out, l);
+        drop.reserve(5);
+        if (in != a) drop.push_back(in);
+        if (grad != g_out) drop.push_back(grad);
+        TensorList writes;
+        if (full) writes.reserve(2), writes.push_back(slice(weight_grad_tensor(l, b)));
+        const Tensor g_partial = partial(activation_grad_tensor(l, b));
+        writes.push_back(g_partial);
+        prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {in, grad, w}, std::move(writes));
+        if (full) drop.push_back(a), drop.push_back(g_out);
+        // Nothing reads the model input's grad: layer 0's partial sum is dropped, not reduced.
+        Tensor g_in = l > 0 ? tp_reduce(g_partial, activation_grad_tensor(l, b), l) : g_partial;
+        if (g_in != g_partial) drop.push_back(g_partial);
+        if (sent) prog.send(j + T * sent->dst, g_in);
+        if (sent || l == 0) drop.push_back(g_in);
+        break;
+      }
+      case Pass::W: {
+        const Tensor in = gathered(a, l), grad = gathered(g_out, l);
+        drop.reserve(4);
+        if (in != a) drop.push_back(in);
+        if (grad != g_out) drop.push_back(grad);
+        prog.compute(OpKind::BackwardWeight, l, b, {in, grad}, {slice(weight_grad_tensor(l, b))});
+        drop.push_back(a), drop.push_back(g_out);
+        break;
+      }
+    }
+    prog.free(std::move(drop));
+    if (s.pass == Pass::B || s.pass == Pass::W) {
+      prog.add_grad(slice(weight_grad_tensor(l, b)));
+      grad_done(l);
+    }
+  }
+  out = std::move(prog.ops());
+}
+
+}  // namespace
+
+std::unique_ptr<RankSource> build_pipeline(PipelinePlan plan) {
+  return std::make_unique<PipelineSource>(std::move(plan));
+}
+
+}  // namespace trainsim::gen

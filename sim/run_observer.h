@@ -1,0 +1,38 @@
+// Figures of a run built while the simulator runs it, without a trace: at 16,384 ranks a trace holds a copy of
+// every op (gigabytes), while a report needs a few numbers per rank (the hardware report: hardware/report.h).
+#pragma once
+
+#include <span>
+
+#include "sim/cost_model.h"
+#include "sim/op.h"
+#include "sim/time.h"
+
+namespace trainsim {
+
+/// A timed op of a rank as it ran, without the op: its place in the rank's program, its kind, when it ran and the
+/// memory resident on the rank as it started (cost model unit).
+struct RanOp {
+  int index = 0;  ///< position in the rank's program (0-based; loads, frees and accumulates count)
+  OpKind kind = OpKind::Forward;
+  Time start = 0;
+  Time end = 0;
+  double memory = 0;
+};
+
+/// What a caller sees of a run (SimOptions::observer; the stream engine calls it, the puzzle engine does not).
+/// The calls come in this order: begin; issued for every op of rank 0 in program order, then of rank 1, ...; once
+/// the run is timed, ran for rank 0, 1, ... A run the engine starts again (schedules/stream_sim.h) calls begin
+/// again.
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  /// A run of `world_size` ranks, timed with `cost`, begins: forget any earlier one.
+  virtual void begin(int world_size, const CostModel& cost) = 0;
+  /// The next op of rank `rank`, as it is issued.
+  virtual void issued(int rank, const Op& op) = 0;
+  /// Rank `rank`'s timed ops that ran, in program order (only those of a run that was timed).
+  virtual void ran(int rank, std::span<const RanOp> ops) = 0;
+};
+
+}  // namespace trainsim
