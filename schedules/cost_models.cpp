@@ -30,16 +30,9 @@ std::unique_ptr<CostModel> make_schedule_cost_model(const Schedule& s) {
   // sequence parallelism (it reduce-scatters or all-gathers an activation or its grad over its TP group).
   std::vector<std::vector<char>> forward(h.world_size, std::vector<char>(h.layers + 1, 0));
   hw::TpLayout tp;
-  // Each rank's TP group in one pass over the groups (tp_group_of per rank would scan them all for each rank).
-  for (std::size_t g = 0; g < h.group_names.size() && g < h.groups.size(); ++g) {
-    if (!is_tp_group_name(h.group_names[g])) continue;
-    if (tp.group.empty()) tp.group.assign(h.world_size, 0), tp.sequence_parallel.assign(h.world_size, 0);
-    for (int r : h.groups[g]) {
-      if (r < 0 || r >= h.world_size) continue;
-      if (tp.group[r] != 0) tp_group_of(h, r);  // throws: the rank is in two TP groups
-      tp.group[r] = static_cast<int>(g) + 1;
-    }
-  }
+  if (std::vector<int> by_rank = tp_groups_by_rank(h);
+      std::any_of(by_rank.begin(), by_rank.end(), [](int g) { return g > 0; }))
+    tp.group = std::move(by_rank), tp.sequence_parallel.assign(h.world_size, 0);
   for (std::size_t r = 0; r < s.ranks.size() && static_cast<int>(r) < h.world_size; ++r) {
     const int group = tp.group.empty() ? 0 : tp.group[r];
     for (const Op& op : s.ranks[r]) {
