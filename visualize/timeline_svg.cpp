@@ -7,7 +7,7 @@
 // Many ranks (more than options.max_detailed_ranks): ranks are bucketed into rows of k consecutive ranks
 // ("ranks a-b", at most max_detailed_ranks rows). Each row is cut into time bins of summary_bin_px pixels; a
 // bin is a stacked column of the shares of the row's rank-time spent in each op category (forward, backward,
-// update, collective, pass; tenths of the row's height), in the detailed view's colours. Adjacent bins with
+// update, collective, TP collective, pass; tenths of the row's height), in the detailed view's colours. Adjacent bins with
 // equal columns are one rectangle per segment. The row's memory lane plots, per bin, the highest memory of any
 // of its ranks. The summary lines of the SVG say so. Failure banner, blocked marks, the peak's placement and
 // explanation, and heatmap strips are in timeline_marks.h; exposed-communication strips in timeline_exposed.h.
@@ -288,6 +288,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   int max_layer = -1;
   double mem_max = 0;
   bool has_bi = false, has_bw = false, has_rooted = false, has_tp = false;
+  bool has_tp_time = false;  // a TP collective that takes time (summary rows stack only time)
   for (const auto& runs : trace.ranks)
     for (const auto& r : runs) {
       if (!is_timed(r.op.kind)) continue;
@@ -297,9 +298,11 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       has_bi |= r.op.kind == OpKind::BackwardInput;
       has_bw |= r.op.kind == OpKind::BackwardWeight;
       has_rooted |= is_rooted(r.op.kind);
-      has_tp |= is_tp_collective(r.op);
+      if (is_tp_collective(r.op)) has_tp = true, has_tp_time |= r.end > r.start;
     }
   if (nranks == 0 || timed == 0) return empty_svg(trace, opt);
+  // Summary rows stack a TP collective share (and name it) when some TP communication takes time.
+  const bool summary_tp = has_tp_time;
 
   // Loss sits at layer L (one past the last layer); it has its own colour, so L = trace.layers when known.
   const Colours colours(trace.layers > 0 ? trace.layers : max_layer + 1);
@@ -419,8 +422,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   if (!detailed)
     line3 = fmt::format(
         "Summarised: {} ranks in {} rows of {}; each time bin stacks the share of the row's rank-time in each op "
-        "kind (forward, backward, update, collective, send/recv); memory lanes show the row's highest memory.",
-        nranks, nrows, per_row);
+        "kind (forward, backward, update, collective, {}send/recv); memory lanes show the row's highest memory.",
+        nranks, nrows, per_row, summary_tp ? "TP collective, " : "");
 
   double width = x1 + right_margin;
   width = std::max({width, text_width(title, 19.8) + 32, text_width(line1, 12.5) + 32, text_width(line2, 11) + 32,
@@ -465,8 +468,10 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
                      "labels: L2 = layer 2, then a forward's or backward's batches (microbatches: 0 1 2 3 or 0-3), or "
                      "the op (U update, AG/RS/AR); \u2192N send to rank N, \u2190N receive"});
   } else {
-    for (Cat c : {Cat::Forward, Cat::Backward, Cat::Update, Cat::Collective, Cat::Pass})
-      items.push_back({LegendItem::Boxes, {summary_colour(c, colours.layers())}, 1, false, cat_name(c)});
+    for (Cat c : {Cat::Forward, Cat::Backward, Cat::Update, Cat::Collective, Cat::TpCollective, Cat::Pass})
+      if (c != Cat::TpCollective || summary_tp)  // (only when drawn: the figures without TP stay as they were)
+        items.push_back({LegendItem::Boxes, {summary_colour(c, colours.layers())}, 1, false,
+                         c != Cat::TpCollective ? cat_name(c) : "TP collective (over a TP group)"});
     items.push_back({LegendItem::Text, {}, 1, false,
                      "each time bin stacks the shares of the row's rank-time spent in each kind (full height = all busy)"});
   }

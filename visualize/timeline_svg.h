@@ -10,7 +10,7 @@
 //
 // With more ranks, ranks are bucketed into at most `max_detailed_ranks` rows ("ranks a-b"); each row is cut
 // into time bins of `summary_bin_px` pixels, and each bin stacks the shares of the row's rank-time in each op
-// category (forward, backward, update, collective, pass) in the detailed view's colours. The row's memory lane
+// category (forward, backward, update, collective, TP collective, pass) in the detailed view's colours. The row's memory lane
 // plots the highest memory of its ranks in each bin.
 //
 // Exposed communication (sim/exposed_comm.h: a rank's communication running while none of its compute runs)
@@ -19,6 +19,9 @@
 // along the bottom of the rank's row over each exposed interval (intervals less than a pixel apart share one
 // strip), the row's total in seconds in the right margin ("exposed 0.5 s"; a bucket of ranks: its mean), the
 // mean and the most over ranks in the heading, and a legend entry. Summarised rows get the totals only.
+//
+// Tensor parallelism: TP collectives (sim/tp_ops.h) are magenta, in the detailed boxes and as a category of
+// their own in summary rows, each with a legend entry only when drawn.
 //
 // Memory lanes start at t=0 (what the first op finds was held from the start); the peak is marked where its
 // value is held longest, labelled in a band above its lane (never over the curve); above
