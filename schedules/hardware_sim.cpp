@@ -12,10 +12,11 @@ HardwareRun simulate_hardware(const Schedule& schedule) {
   if (h.cost_model != "hardware" || !h.hardware)
     throw std::invalid_argument("the schedule does not use the hardware cost model (no 'cost_model hardware' block)");
   // One cost model for the run, the run with the memory limit and the report's TP figures.
-  const std::unique_ptr<CostModel> cost = make_schedule_cost_model(schedule);
-  SimOptions options;
-  options.cost = cost.get();
   HardwareRun run;
+  run.cost = make_schedule_cost_model(schedule);
+  const CostModel* cost = run.cost.get();
+  SimOptions options;
+  options.cost = cost;
   run.result = simulate(schedule, options);
   if (!run.result.ok) return run;
   std::string oom;
@@ -26,7 +27,7 @@ HardwareRun simulate_hardware(const Schedule& schedule) {
     oom = again.ok ? std::string("out of memory") : again.error;
   }
   run.report = hw::make_report(run.result.trace, *h.hardware, h.microbatches, oom,
-                               dynamic_cast<const hw::HardwareCostModel*>(cost.get()));
+                               dynamic_cast<const hw::HardwareCostModel*>(cost));
   return run;
 }
 

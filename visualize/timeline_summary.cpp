@@ -11,6 +11,7 @@
 
 #include "sim/tp_ops.h"
 #include "visualize/palette.h"
+#include "visualize/timeline_tp_inside.h"
 
 namespace trainsim::visualize {
 
@@ -61,7 +62,7 @@ std::string bucket_name(const char* singular, int a, int b) {
   return a == b ? fmt::format("{} {}", singular, a) : fmt::format("{}s {}-{}", singular, a, b);
 }
 
-void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& L, int layers) {
+void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& L, int layers, const CostModel* cost) {
   const int nranks = static_cast<int>(trace.ranks.size());
   const int per_row = std::max(1, L.per_row);
   const int nrows = (nranks + per_row - 1) / per_row;
@@ -81,12 +82,21 @@ void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& L, int
       ++row_ops[row];
       Cat c = category(r.op);
       if (c == Cat::Loss || r.end <= r.start) continue;
-      double s = to_seconds(r.start), e = to_seconds(r.end);
-      int i0 = std::clamp(static_cast<int>(std::floor(s / bin_s)), 0, nbins - 1);
-      int i1 = std::clamp(static_cast<int>(std::ceil(e / bin_s)) - 1, i0, nbins - 1);
-      for (int i = i0; i <= i1; ++i) {
-        double overlap = std::min(e, (i + 1) * bin_s) - std::max(s, i * bin_s);
-        if (overlap > 0) busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats + static_cast<int>(c)] += overlap;
+      auto add = [&](Cat cat, double s, double e) {
+        int i0 = std::clamp(static_cast<int>(std::floor(s / bin_s)), 0, nbins - 1);
+        int i1 = std::clamp(static_cast<int>(std::ceil(e / bin_s)) - 1, i0, nbins - 1);
+        for (int i = i0; i <= i1; ++i) {
+          double overlap = std::min(e, (i + 1) * bin_s) - std::max(s, i * bin_s);
+          if (overlap > 0) busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats + static_cast<int>(cat)] += overlap;
+        }
+      };
+      // The TP communication inside a compute op: its last `inside` of time, as the detailed view's band.
+      const Time inside = tp_inside(cost, r);
+      if (inside > 0) {
+        add(c, to_seconds(r.start), to_seconds(r.end - inside));
+        add(Cat::TpCollective, to_seconds(r.end - inside), to_seconds(r.end));
+      } else {
+        add(c, to_seconds(r.start), to_seconds(r.end));
       }
     }
   }

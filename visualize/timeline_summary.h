@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "sim/cost_model.h"
 #include "sim/trace.h"
 #include "visualize/svg_writer.h"
 
@@ -40,7 +41,10 @@ struct SummaryLayout {
 /// Draws every row's outline (titled with its timed-op count) and stacked category shares per time bin. A
 /// run of bins with equal columns is one rectangle per segment; each category's segments in a row are one
 /// <path class="share"> with one tooltip. TP collectives stack in magenta between the other collectives and
-/// send/recv (no TP: no such segment, nothing else changes).
-void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& layout, int layers);
+/// send/recv (no TP: no such segment, nothing else changes). With `cost`, the TP communication inside a
+/// compute op (timeline_tp_inside.h: the last tp_inside of its time) counts as TP collective time, the rest as
+/// the op's own category.
+void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& layout, int layers,
+                       const CostModel* cost = nullptr);
 
 }  // namespace trainsim::visualize
