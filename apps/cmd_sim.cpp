@@ -138,15 +138,17 @@ int run(const SimArgs& a, bool outputs) {
   opts.record_trace = s.header.cost_model == "hardware" || (outputs && (!a.svg.empty() || !a.trace.empty()));
   SimResult r;
   std::optional<hw::StepReport> report;
+  std::unique_ptr<CostModel> cost;  // the hardware model that timed it: the timeline and trace draw its inner_comm
   stage.show(fmt::format("simulating {} ops on {} ranks", s.op_count(), s.header.world_size));
   if (s.header.cost_model == "hardware" && !a.memory_limit) {
     HardwareRun run = simulate_hardware(s);
     r = std::move(run.result);
     report = std::move(run.report);
+    cost = std::move(run.cost);
   } else {
     r = simulate(s, opts);
     if (r.ok && s.header.cost_model == "hardware") {
-      const auto cost = make_schedule_cost_model(s);  // for the report's TP communication figures
+      cost = make_schedule_cost_model(s);  // for the report's TP communication figures and the drawings
       report = hw::make_report(r.trace, *s.header.hardware, s.header.microbatches, "",
                                dynamic_cast<const hw::HardwareCostModel*>(cost.get()));
     }
@@ -174,6 +176,7 @@ int run(const SimArgs& a, bool outputs) {
     if (!a.svg.empty()) {
       visualize::TimelineOptions o;
       o.title = std::filesystem::path(a.file).filename().string();
+      o.cost = cost.get();
       if (!r.ok) {  // an invalid run's partial timeline says so: a banner, and its blocked ranks marked
         o.error = r.error;
         for (const auto& b : r.blocked) o.blocked.push_back({b.rank, b.since, b.what(), b.stream});
@@ -185,7 +188,7 @@ int run(const SimArgs& a, bool outputs) {
     }
     if (!a.trace.empty()) {
       stage.show("writing the trace");
-      std::string trace = visualize::perfetto_trace_json(r.trace);
+      std::string trace = visualize::perfetto_trace_json(r.trace, cost.get());
       stage.clear();
       wrote = write_output(a.command, a.trace, trace) && wrote;
     }

@@ -262,6 +262,7 @@ void plan_tensor_parallel(const Schedule& s, ReplayPlan& plan) {
                 op.label(), t.str()));
   std::map<std::pair<int, int>, int> comm_group;  // (TP group, stream) -> communicator group
   std::map<std::pair<int, int>, std::map<int, std::vector<int>>> order;  // (TP group, stream) -> rank -> op indices
+  std::vector<int> tp_group;  // rank -> its TP group (tp_groups_by_rank), 0 for none; empty until needed
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     RankPlan& rp = plan.ranks[r];
     for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
@@ -273,12 +274,14 @@ void plan_tensor_parallel(const Schedule& s, ReplayPlan& plan) {
                                     "the executor runs one TP degree per rank",
                                     op.label(), t, r, rp.tp_size));
       rp.tp_size = t;
-      int g = 0;
-      try {
-        g = tp_group_of(s.header, static_cast<int>(r));
-      } catch (const std::invalid_argument& e) {
-        throw PlanError(fmt::format("{}: {}", op.label(), e.what()));
+      if (tp_group.empty()) {  // each rank's TP group, once, when the first TP compute op needs it
+        try {
+          tp_group = tp_groups_by_rank(s.header);
+        } catch (const std::invalid_argument& e) {
+          throw PlanError(fmt::format("{}: {}", op.label(), e.what()));
+        }
       }
+      const int g = r < tp_group.size() ? tp_group[r] : 0;
       if (g == 0)
         throw PlanError(fmt::format("{}: it computes a TP slice of {}, but rank {} is in no TP group: name its group in "
                                     "the header with a name starting 'tp' (e.g. 'group 1 tp0 0 1', format version 2)",

@@ -28,7 +28,7 @@ namespace trainsim::hw {
 
 /// Where tensor parallelism runs, per rank: what the schedule shows (schedules/cost_models.h builds it).
 struct TpLayout {
-  /// The id of each rank's TP group (the header group named tp... that holds it: tp_group_of in
+  /// The id of each rank's TP group (the header group named tp... that holds it: tp_groups_by_rank in
   /// schedules/schedule.h), 0 for none. Empty: no rank has one.
   std::vector<int> group;
   /// Whether each rank runs sequence parallelism (Korthikanti et al. 2022): the schedule reduce-scatters or

@@ -30,17 +30,9 @@ std::unique_ptr<CostModel> make_schedule_cost_model(const RankSource& src) {
   std::vector<std::vector<int>> groups(1);
   for (int r = 0; r < h.world_size; ++r) groups[0].push_back(r);
   for (const auto& g : h.groups) groups.push_back(g);
-  // Each rank's TP group in one pass over the groups (tp_group_of per rank would scan them all for each rank).
-  std::vector<int> tp_group;
-  for (std::size_t g = 0; g < h.group_names.size() && g < h.groups.size(); ++g) {
-    if (!is_tp_group_name(h.group_names[g])) continue;
-    if (tp_group.empty()) tp_group.assign(h.world_size, 0);
-    for (int r : h.groups[g]) {
-      if (r < 0 || r >= h.world_size) continue;
-      if (tp_group[r] != 0) tp_group_of(h, r);  // throws: the rank is in two TP groups
-      tp_group[r] = static_cast<int>(g) + 1;
-    }
-  }
+  // Each rank's TP group (none: an empty list), from one pass over the groups.
+  std::vector<int> tp_group = tp_groups_by_rank(h);
+  if (std::none_of(tp_group.begin(), tp_group.end(), [](int g) { return g > 0; })) tp_group.clear();
   auto model = std::make_unique<hw::HardwareCostModel>(*h.hardware, h.layers, h.world_size, std::move(groups),
                                                        h.group_names, std::move(tp_group));
   // What each rank runs, at which TP degree, with or without sequence parallelism: from every rank's ops now

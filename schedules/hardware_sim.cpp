@@ -21,13 +21,16 @@ HardwareRun simulate_hardware(const RankSource& source, bool record_trace,
                               std::function<void(int issued, int ranks)> progress) {
   const ScheduleHeader& h = source.header();
   check_header(h);
-  hw::ReportBuilder builder;  // (told the model that times the run as it begins)
+  HardwareRun run;
+  // One cost model for the run, the report's TP figures and the drawings (HardwareRun::cost).
+  run.cost = make_schedule_cost_model(source);
+  hw::ReportBuilder builder;  // (told the model as the run begins)
   SimOptions options;
+  options.cost = run.cost.get();
   options.record_trace = record_trace;
   options.memory_capacity = h.hardware->device.memory_bytes;
   options.observer = &builder;
   options.progress = std::move(progress);
-  HardwareRun run;
   run.result = simulate_streams(source, options);
   if (!run.result.ok) return run;
   run.report = builder.report(run.result.summary, *h.hardware, h.microbatches, run.result.over_capacity);

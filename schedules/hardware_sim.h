@@ -2,11 +2,13 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "hardware/report.h"
 #include "schedules/rank_source.h"
 #include "schedules/replay.h"
+#include "sim/cost_model.h"
 
 namespace trainsim {
 
@@ -14,6 +16,9 @@ namespace trainsim {
 struct HardwareRun {
   SimResult result;                  ///< the simulation (ok also when the step runs out of device memory)
   std::optional<hw::StepReport> report;  ///< when the schedule is valid
+  /// The cost model that timed it (for drawing: the timeline and trace draw its inner_comm, the TP
+  /// communication inside compute ops).
+  std::unique_ptr<CostModel> cost;
 };
 
 /// Simulates a schedule whose header uses the hardware cost model. Out of memory is not an error of the

@@ -25,8 +25,10 @@ struct SimOptions {
   /// records). Saves a copy of every timed op: what `gen --sim` does at 16,384 ranks.
   bool record_trace = true;
   /// When set, the stream engine times the schedule with this model instead of the one its header names
-  /// (what-ifs and tests: e.g. passes of equal length); the puzzle engine ignores it. Not owned.
-  const CostModel* cost = nullptr;
+  /// (what-ifs and tests: e.g. passes of equal length; the hardware run, whose report and drawings use the same
+  /// model); the puzzle engine ignores it. Not owned. The engine prepares it for each rank of a source that makes
+  /// ranks when asked, as it prepares a model of its own (CostModel::prepare_rank).
+  CostModel* cost = nullptr;
   /// Like memory_limit (and ignored with it), but the run goes on: the first op over it is only noted, in
   /// SimResult::over_capacity (the stream engine; the hardware model's device memory, hardware_sim.h).
   std::optional<double> memory_capacity;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,9 +44,19 @@ struct ScheduleHeader {
 /// layer's TP communication inside its compute ops over the rank's TP group.
 bool is_tp_group_name(std::string_view name);
 
-/// The id (1-based, as ops name groups) of the TP group that holds `rank`, or 0 when no TP group does.
-/// Throws std::invalid_argument when two TP groups hold the rank.
-int tp_group_of(const ScheduleHeader& h, int rank);
+/// Raised by tp_groups_by_rank when two TP groups hold one rank; `first` < `second` are the two group ids
+/// (1-based, as ops name groups), `second` the later in the header, where a parser points its error.
+struct TpGroupConflict : std::invalid_argument {
+  TpGroupConflict(const std::string& what, int rank, int first, int second)
+      : std::invalid_argument(what), rank(rank), first(first), second(second) {}
+  int rank, first, second;
+};
+
+/// Each rank's TP group, in one pass over the header's groups: element r is the id (1-based, as ops name
+/// groups) of the group named tp... (is_tp_group_name) that holds rank r, 0 when none does; size world_size
+/// (members outside 0..world_size-1 are skipped). Throws TpGroupConflict (a std::invalid_argument: "rank R is
+/// in two TP groups, G1 ('tp0') and G2 ('tp1')") when two TP groups hold a rank.
+std::vector<int> tp_groups_by_rank(const ScheduleHeader& h);
 
 /// A whole schedule.
 struct Schedule {

@@ -224,8 +224,8 @@ class StreamSim {
     dep_begin_.push_back(0);
     for (int r = 0; r < h_.world_size; ++r) {
       const std::vector<Op>& ops = src_.ops(r);
-      // The model it made learns each rank before pricing it (make_schedule_cost_model did so for held ranks).
-      if (streaming_ && owned_cost_) owned_cost_->prepare_rank(r, ops);
+      // The model learns each rank before pricing it (make_schedule_cost_model did so for held ranks).
+      if (streaming_) cost_->prepare_rank(r, ops);
       issue(r, ops);
       offset_.push_back(static_cast<int>(nodes_.size()));
       if (o_.progress && ((r + 1) % std::max(1, h_.world_size / 64) == 0 || r + 1 == h_.world_size))
@@ -1223,7 +1223,7 @@ class StreamSim {
   const SimOptions& o_;
   const bool streaming_;  // the source makes each rank's ops when asked (RankSource::holds_all() is false)
   std::unique_ptr<CostModel> owned_cost_;  // the header's model, unless SimOptions::cost replaces it
-  const CostModel* cost_;
+  CostModel* cost_;
   std::vector<int> offset_;
   std::vector<Node> nodes_;
   std::vector<std::vector<int>> groups_;

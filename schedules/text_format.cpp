@@ -259,15 +259,7 @@ class Parser {
       // generator's header without names).
       if (!name.empty()) h.group_names.resize(h.groups.size() - 1);
       if (!name.empty() || !h.group_names.empty()) h.group_names.push_back(name);
-      if (!name.empty() && is_tp_group_name(name)) {
-        for (int r : members) {
-          try {
-            tp_group_of(h, r);
-          } catch (const std::invalid_argument& e) {
-            fail(toks[2], e.what());
-          }
-        }
-      }
+      group_name_at_.push_back({line_no_, toks[2]});  // where a TP group conflict is reported (check_header)
     } else {
       fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
                                 "model, device, network, microbatch_size, seq, recompute, p2p, stage_map, group "
@@ -347,8 +339,21 @@ class Parser {
   void check_header(Schedule& s, const std::set<std::string, std::less<>>& seen, const Token& at) {
     for (const char* k : {"world_size", "layers", "microbatches"})
       if (!seen.count(k)) fail(at, fmt::format("the header has no '{}' line", k));
+    check_tp_groups(s.header);
     if (s.header.cost_model == "hardware") build_hardware(s, at);
     s.ranks.clear();  // filled rank by rank as the file lists them
+  }
+
+  // No rank in two TP groups (tp_groups_by_rank, one pass over the groups); the error points at the later
+  // group's name, on its line.
+  void check_tp_groups(const ScheduleHeader& h) {
+    try {
+      tp_groups_by_rank(h);
+    } catch (const TpGroupConflict& e) {
+      const auto& [line, name] = group_name_at_.at(e.second - 1);
+      line_no_ = line;
+      fail(name, e.what());
+    }
   }
 
   int rank_value(const Token& t, const ScheduleHeader& h) const {
@@ -469,6 +474,7 @@ class Parser {
   std::string source_;
   std::string where_prefix_;  // "file.sched:", each op's `where` without its line number
   std::map<std::string, std::pair<std::vector<Token>, int>> hardware_lines_;  // key -> (tokens, line)
+  std::vector<std::pair<int, Token>> group_name_at_;  // group id - 1 -> (line, the token after its id)
   std::vector<std::string_view> lines_;
   std::vector<Token> toks_;  // the current line's words
   int line_no_ = 0;

@@ -41,7 +41,7 @@ struct Counts {
 
 Counts count(const Schedule& s, int rank) {
   Counts c;
-  const int tp_group = tp_group_of(s.header, rank);
+  const int tp_group = tp_groups_by_rank(s.header).at(rank);
   for (const Op& op : s.ranks[rank]) {
     if (op.kind == OpKind::Forward) ++c.forwards;
     if (!is_collective(op.kind)) continue;

@@ -25,6 +25,7 @@ const Example kExamples[] = {
     {"1f1b.sched", "1f1b --stages 2 --microbatches 3"},
     {"zb-h1.sched", "zb-h1 --stages 2 --microbatches 3"},
     {"pp-fsdp.sched", "pp-fsdp --stages 2 --dp 2 --microbatches 1"},
+    {"zero3-owner.sched", "zero3-owner --dp 2 --layers 2 --microbatches 1"},
 };
 
 }  // namespace

@@ -111,8 +111,7 @@ TEST_CASE("TP tensors in the schedule format: version 2, round trip, clear error
 TEST_CASE("groups have names in version 2; a rank's TP group is the group named tp... that holds it") {
   Schedule s = parse_schedule(tp_schedule(tp_rank(0), tp_rank(1)), "tp.sched");
   REQUIRE(s.header.group_names == std::vector<std::string>{"tp0"});
-  CHECK(tp_group_of(s.header, 0) == 1);
-  CHECK(tp_group_of(s.header, 1) == 1);
+  CHECK(tp_groups_by_rank(s.header) == std::vector<int>{1, 1});
   CHECK(has(print_schedule(s), "\ngroup 1 tp0 0 1\n"));
   CHECK(is_tp_group_name("tp"));
   CHECK(is_tp_group_name("tp_3"));
@@ -132,10 +131,37 @@ TEST_CASE("groups have names in version 2; a rank's TP group is the group named 
   CHECK(mixed.header.group_names == std::vector<std::string>{"", "dp0"});
   CHECK(parse_schedule(header + "group 1 0 1\nrank 0\nrank 1\nrank 2\nrank 3\n", "u.sched").header.group_names.empty());
   CHECK(has(error(header + "group 1 tp0 0 1\ngroup 2 tp1 1 2\n"), "rank 1 is in two TP groups"));
+  // The error points at the later group's name, on its line (the check runs once, when the header ends).
+  CHECK(error(header + "group 1 tp0 0 1\ngroup 2 dp0 0 2\ngroup 3 tp1 1 2\nrank 0\n") ==
+        "g.sched:7:9: rank 1 is in two TP groups, 1 ('tp0') and 3 ('tp1')");
+  CHECK(error(header + "group 1 tp0 0 1\ngroup 2 tp1 2 3\ngroup 3 tp2 3 0\n") ==
+        "g.sched:7:9: rank 3 is in two TP groups, 2 ('tp1') and 3 ('tp2')");
   CHECK(has(error(header + "group 1 tp0 0 1\ngroup 2 tp0 2 3\n"), "given twice"));
   CHECK(has(error(header + "group 1 t!p 0 1\n"), "a group name is a letter"));
   CHECK(has(error("trainsim-schedule 1\nworld_size 2\nlayers 1\nmicrobatches 1\ngroup 1 tp0 0 1\n"),
             "g.sched:5"));
+}
+
+TEST_CASE("tp_groups_by_rank: each rank's TP group in one pass; a rank in two TP groups is refused, naming both") {
+  ScheduleHeader h;
+  h.version = 2;
+  h.world_size = 6;
+  h.groups = {{0, 1}, {0, 2, 4}, {2, 3}, {4, 5}};
+  h.group_names = {"tp0", "dp0", "tp1"};  // group 4 has no name: not a TP group
+  CHECK(tp_groups_by_rank(h) == std::vector<int>{1, 1, 3, 3, 0, 0});
+  h.group_names = {};
+  CHECK(tp_groups_by_rank(h) == std::vector<int>(6, 0));
+  h.group_names = {"tp0", "tp_x", "tp1"};
+  try {
+    tp_groups_by_rank(h);
+    FAIL("rank 0 in two TP groups was accepted");
+  } catch (const TpGroupConflict& e) {
+    CHECK(std::string(e.what()) == "rank 0 is in two TP groups, 1 ('tp0') and 2 ('tp_x')");
+    CHECK(e.rank == 0);
+    CHECK(e.first == 1);
+    CHECK(e.second == 2);
+  }
+  CHECK_THROWS_AS(tp_groups_by_rank(h), std::invalid_argument);  // callers catch it as one
 }
 
 TEST_CASE("a TP step over two ranks passes the simulator's checks") {

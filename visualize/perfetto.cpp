@@ -24,6 +24,11 @@
 //   set text, "" when none), reads and writes (tensor names), memory (resident at the op's start, in
 //   otherData.memory_unit), where, and per kind: peer (p2p), group (collectives), root (broadcast, reduce),
 //   shards (when sharded).
+// - TP communication inside compute ops (perfetto_trace_json's cost model given; visualize/timeline_tp_inside.h):
+//   a compute op whose inner_comm is above 0 gets args.tp_comm_inside_us (microseconds, as ts), and right after
+//   its X event a nested X event on the same thread: name "TP comm inside", cat "tp-collective", ts = the op's
+//   end less that time, dur = that time, no args. Its length is the figure; the timeline draws it at the op's
+//   end as well. Without a cost model, or without TP, no such event or arg.
 // - Messages: a flow from each send to its receive: "s" on the sender's thread at the send's ts and "f"
 //   (bp "e", bound to the enclosing slice) on the receiver's thread at the receive's ts, with a shared id
 //   (1, 2, ... in the order of the senders' ranks and ops), name "message" and cat "p2p". The k-th send
@@ -57,6 +62,7 @@
 
 #include "sim/exposed_comm.h"
 #include "sim/tp_ops.h"
+#include "visualize/timeline_tp_inside.h"
 
 namespace trainsim::visualize {
 
@@ -109,7 +115,8 @@ Json op_args(const OpRun& run) {
 
 // The trace's JSON; `step_of[rank][i]` (when not empty) is op i's step, written as args.step, and `more`
 // goes into otherData after the common fields.
-std::string trace_json(const Trace& trace, const std::vector<std::vector<int>>& step_of, const Json& more) {
+std::string trace_json(const Trace& trace, const std::vector<std::vector<int>>& step_of, const Json& more,
+                       const CostModel* cost = nullptr) {
   const int nranks = std::max(trace.world_size, static_cast<int>(trace.ranks.size()));
   const std::string unit = trace.memory_unit.empty() ? std::string("memory") : trace.memory_unit;
 
@@ -193,8 +200,13 @@ std::string trace_json(const Trace& trace, const std::vector<std::vector<int>>& 
       Json args = op_args(run);
       if (static_cast<std::size_t>(rank) < step_of.size() && i < step_of[rank].size()) args["step"] = step_of[rank][i];
       if (is_timed(op.kind)) {
+        const Time inside = tp_inside(cost, run);
+        if (inside > 0) args["tp_comm_inside_us"] = micros(inside);
         emit(Json{{"ph", "X"}, {"name", event_name(op)}, {"cat", category(op)}, {"pid", pid}, {"tid", tid},
                   {"ts", micros(run.start)}, {"dur", micros(run.end - run.start)}, {"args", std::move(args)}});
+        if (inside > 0)
+          emit(Json{{"ph", "X"}, {"name", "TP comm inside"}, {"cat", "tp-collective"}, {"pid", pid}, {"tid", tid},
+                    {"ts", micros(run.end - inside)}, {"dur", micros(inside)}});
       } else {
         emit(Json{{"ph", "i"}, {"s", "t"}, {"name", event_name(op)}, {"cat", category(op)}, {"pid", pid},
                   {"tid", tid}, {"ts", micros(run.start)}, {"args", std::move(args)}});
@@ -241,7 +253,9 @@ std::string trace_json(const Trace& trace, const std::vector<std::vector<int>>& 
 
 }  // namespace
 
-std::string perfetto_trace_json(const Trace& trace) { return trace_json(trace, {}, Json::object()); }
+std::string perfetto_trace_json(const Trace& trace, const CostModel* cost) {
+  return trace_json(trace, {}, Json::object(), cost);
+}
 
 std::string perfetto_steps_json(const std::vector<StepTrace>& steps) {
   if (steps.empty()) return perfetto_trace_json(Trace{});

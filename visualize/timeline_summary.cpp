@@ -9,13 +9,15 @@
 
 #include <fmt/format.h>
 
+#include "sim/tp_ops.h"
 #include "visualize/palette.h"
+#include "visualize/timeline_tp_inside.h"
 
 namespace trainsim::visualize {
 
 
-Cat category(OpKind k) {
-  switch (k) {
+Cat category(const Op& op) {
+  switch (op.kind) {
     case OpKind::Forward: return Cat::Forward;
     case OpKind::Backward:
     case OpKind::BackwardInput:
@@ -24,7 +26,7 @@ Cat category(OpKind k) {
     case OpKind::Send:
     case OpKind::Recv: return Cat::Pass;
     case OpKind::Loss: return Cat::Loss;
-    default: return Cat::Collective;
+    default: return is_tp_collective(op) ? Cat::TpCollective : Cat::Collective;
   }
 }
 
@@ -34,6 +36,7 @@ const char* cat_name(Cat c) {
     case Cat::Backward: return "backward";
     case Cat::Update: return "update";
     case Cat::Collective: return "collective";
+    case Cat::TpCollective: return "TP collective";
     case Cat::Pass: return "send/recv";
     case Cat::Loss: return "loss";
   }
@@ -41,13 +44,14 @@ const char* cat_name(Cat c) {
 }
 
 /// Colour of a category in summary rows: the detailed view's (the first layer's forward and backward, the
-/// all-reduce colour for every collective).
+/// all-reduce colour for every data-parallel collective, the TP collectives' magenta for TP collectives).
 std::string summary_colour(Cat c, int layers) {
   switch (c) {
     case Cat::Forward: return summary_forward_colour(layers);
     case Cat::Backward: return summary_backward_colour(layers);
     case Cat::Update: return kUpdateColour;
     case Cat::Collective: return kAllReduceColour;
+    case Cat::TpCollective: return kTpCollectiveColour;
     case Cat::Pass: return kPassColour;
     case Cat::Loss: return kLossColour;
   }
@@ -58,7 +62,7 @@ std::string bucket_name(const char* singular, int a, int b) {
   return a == b ? fmt::format("{} {}", singular, a) : fmt::format("{}s {}-{}", singular, a, b);
 }
 
-void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& L, int layers) {
+void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& L, int layers, const CostModel* cost) {
   const int nranks = static_cast<int>(trace.ranks.size());
   const int per_row = std::max(1, L.per_row);
   const int nrows = (nranks + per_row - 1) / per_row;
@@ -76,20 +80,29 @@ void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& L, int
     for (const auto& r : trace.ranks[rank]) {
       if (!is_timed(r.op.kind)) continue;
       ++row_ops[row];
-      Cat c = category(r.op.kind);
+      Cat c = category(r.op);
       if (c == Cat::Loss || r.end <= r.start) continue;
-      double s = to_seconds(r.start), e = to_seconds(r.end);
-      int i0 = std::clamp(static_cast<int>(std::floor(s / bin_s)), 0, nbins - 1);
-      int i1 = std::clamp(static_cast<int>(std::ceil(e / bin_s)) - 1, i0, nbins - 1);
-      for (int i = i0; i <= i1; ++i) {
-        double overlap = std::min(e, (i + 1) * bin_s) - std::max(s, i * bin_s);
-        if (overlap > 0) busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats + static_cast<int>(c)] += overlap;
+      auto add = [&](Cat cat, double s, double e) {
+        int i0 = std::clamp(static_cast<int>(std::floor(s / bin_s)), 0, nbins - 1);
+        int i1 = std::clamp(static_cast<int>(std::ceil(e / bin_s)) - 1, i0, nbins - 1);
+        for (int i = i0; i <= i1; ++i) {
+          double overlap = std::min(e, (i + 1) * bin_s) - std::max(s, i * bin_s);
+          if (overlap > 0) busy[(static_cast<std::size_t>(row) * nbins + i) * kBusyCats + static_cast<int>(cat)] += overlap;
+        }
+      };
+      // The TP communication inside a compute op: its last `inside` of time, as the detailed view's band.
+      const Time inside = tp_inside(cost, r);
+      if (inside > 0) {
+        add(c, to_seconds(r.start), to_seconds(r.end - inside));
+        add(Cat::TpCollective, to_seconds(r.end - inside), to_seconds(r.end));
+      } else {
+        add(c, to_seconds(r.start), to_seconds(r.end));
       }
     }
   }
   // Each bin is a stacked column: from the bottom, one segment per category (forward, backward, update,
-  // collective, send/recv) as tall as its share of the row's rank-time in the bin, in tenths of the row's
-  // height. Mixed work (1F1B's steady state) shows as mixed. A run of bins with equal columns is one
+  // collective, TP collective, send/recv) as tall as its share of the row's rank-time in the bin, in tenths
+  // of the row's height. Mixed work (1F1B's steady state) shows as mixed. A run of bins with equal columns is one
   // rectangle per segment; all segments of one category in the row are one <path> with one tooltip.
   std::vector<std::string> paths(kBusyCats);
   const double inner_h = row_h - 2;

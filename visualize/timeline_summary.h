@@ -5,19 +5,22 @@
 
 #include <string>
 
+#include "sim/cost_model.h"
 #include "sim/trace.h"
 #include "visualize/svg_writer.h"
 
 namespace trainsim::visualize {
 
-/// Op categories of the timeline (summary rows and legend).
-enum class Cat { Forward, Backward, Update, Collective, Pass, Loss };
+/// Op categories of the timeline (summary rows and legend), in the order a summary bin stacks them from the
+/// bottom.
+enum class Cat { Forward, Backward, Update, Collective, TpCollective, Pass, Loss };
 /// Categories counted in summary bins (loss takes no time).
-inline constexpr int kBusyCats = 5;
+inline constexpr int kBusyCats = 6;
 
-/// The category of an op kind (backward halves are backward, collectives one category, send/recv "pass").
-Cat category(OpKind k);
-/// "forward", "backward", "update", "collective", "send/recv", "loss".
+/// The category of an op (backward halves are backward; tensor-parallel collectives, sim/tp_ops.h
+/// is_tp_collective, are "TP collective", the other collectives one category; send/recv "pass").
+Cat category(const Op& op);
+/// "forward", "backward", "update", "collective", "TP collective", "send/recv", "loss".
 const char* cat_name(Cat c);
 /// Colour of a category in summary rows: the detailed view's (see summary_forward_colour).
 std::string summary_colour(Cat c, int layers);
@@ -37,7 +40,11 @@ struct SummaryLayout {
 
 /// Draws every row's outline (titled with its timed-op count) and stacked category shares per time bin. A
 /// run of bins with equal columns is one rectangle per segment; each category's segments in a row are one
-/// <path class="share"> with one tooltip.
-void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& layout, int layers);
+/// <path class="share"> with one tooltip. TP collectives stack in magenta between the other collectives and
+/// send/recv (no TP: no such segment, nothing else changes). With `cost`, the TP communication inside a
+/// compute op (timeline_tp_inside.h: the last tp_inside of its time) counts as TP collective time, the rest as
+/// the op's own category.
+void draw_summary_rows(Svg& svg, const Trace& trace, const SummaryLayout& layout, int layers,
+                       const CostModel* cost = nullptr);
 
 }  // namespace trainsim::visualize

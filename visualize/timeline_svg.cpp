@@ -7,7 +7,7 @@
 // Many ranks (more than options.max_detailed_ranks): ranks are bucketed into rows of k consecutive ranks
 // ("ranks a-b", at most max_detailed_ranks rows). Each row is cut into time bins of summary_bin_px pixels; a
 // bin is a stacked column of the shares of the row's rank-time spent in each op category (forward, backward,
-// update, collective, pass; tenths of the row's height), in the detailed view's colours. Adjacent bins with
+// update, collective, TP collective, pass; tenths of the row's height), in the detailed view's colours. Adjacent bins with
 // equal columns are one rectangle per segment. The row's memory lane plots, per bin, the highest memory of any
 // of its ranks. The summary lines of the SVG say so. Failure banner, blocked marks, the peak's placement and
 // explanation, and heatmap strips are in timeline_marks.h; exposed-communication strips in timeline_exposed.h.
@@ -33,6 +33,7 @@
 #include "visualize/timeline_exposed.h"
 #include "visualize/timeline_marks.h"
 #include "visualize/timeline_summary.h"
+#include "visualize/timeline_tp_inside.h"
 #include "visualize/timeline_units.h"
 
 namespace trainsim::visualize {
@@ -183,7 +184,8 @@ std::string empty_svg(const Trace& trace, const TimelineOptions& opt) {
 // ---------------------------------------------------------------- legend
 
 struct LegendItem {
-  enum Style { Boxes, Bar, Area, PeakLine, DashedLine, Strip, Text } style = Boxes;
+  // Band: a box in fills[0] with the TP-inside band at its bottom right (timeline_tp_inside.h).
+  enum Style { Boxes, Bar, Area, PeakLine, DashedLine, Strip, Text, Band } style = Boxes;
   std::vector<std::string> fills;
   double opacity = 1;  // < 1: the boxes fade from `opacity` to 1
   bool dashed = false;
@@ -194,6 +196,7 @@ double legend_swatch_width(const LegendItem& it) {
   if (it.style == LegendItem::Boxes) return 12.0 * static_cast<double>(std::max<std::size_t>(it.fills.size(), 1));
   if (it.style == LegendItem::Bar) return 4;
   if (it.style == LegendItem::Text) return 0;
+  if (it.style == LegendItem::Band) return 24;
   return 18;
 }
 
@@ -238,6 +241,10 @@ int legend(Svg* svg, const std::vector<LegendItem>& items, double x0, double top
                    kExposedColour);
           break;
         case LegendItem::Text:
+          break;
+        case LegendItem::Band:
+          svg->put("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"24\" height=\"12\" fill=\"{}\"/>\n", x, y, it.fills.at(0));
+          draw_tp_inside_band(*svg, x, 24, y, 12, 1, 3);
           break;
         case LegendItem::DashedLine:
           svg->put("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"1.2\" "
@@ -288,6 +295,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   int max_layer = -1;
   double mem_max = 0;
   bool has_bi = false, has_bw = false, has_rooted = false, has_tp = false;
+  bool has_tp_time = false;  // a TP collective that takes time (summary rows stack only time)
   for (const auto& runs : trace.ranks)
     for (const auto& r : runs) {
       if (!is_timed(r.op.kind)) continue;
@@ -297,9 +305,13 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       has_bi |= r.op.kind == OpKind::BackwardInput;
       has_bw |= r.op.kind == OpKind::BackwardWeight;
       has_rooted |= is_rooted(r.op.kind);
-      has_tp |= is_tp_collective(r.op);
+      if (is_tp_collective(r.op)) has_tp = true, has_tp_time |= r.end > r.start;
     }
   if (nranks == 0 || timed == 0) return empty_svg(trace, opt);
+  // TP communication inside compute ops (the cost model's inner_comm): a band in each such op's box.
+  const bool has_inside = has_tp_inside(trace, opt.cost);
+  // Summary rows stack a TP collective share (and name it) when some TP communication takes time.
+  const bool summary_tp = has_tp_time || has_inside;
 
   // Loss sits at layer L (one past the last layer); it has its own colour, so L = trace.layers when known.
   const Colours colours(trace.layers > 0 ? trace.layers : max_layer + 1);
@@ -419,12 +431,13 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   if (!detailed)
     line3 = fmt::format(
         "Summarised: {} ranks in {} rows of {}; each time bin stacks the share of the row's rank-time in each op "
-        "kind (forward, backward, update, collective, send/recv); memory lanes show the row's highest memory.",
-        nranks, nrows, per_row);
+        "kind (forward, backward, update, collective, {}send/recv); memory lanes show the row's highest memory.",
+        nranks, nrows, per_row, summary_tp ? "TP collective, " : "");
+  const std::string line_tp = has_inside ? tp_inside_heading(trace, opt.cost, real) : std::string();
 
   double width = x1 + right_margin;
   width = std::max({width, text_width(title, 19.8) + 32, text_width(line1, 12.5) + 32, text_width(line2, 11) + 32,
-                    text_width(line3, 11) + 32, text_width(line_memory, 11) + 32});
+                    text_width(line3, 11) + 32, text_width(line_memory, 11) + 32, text_width(line_tp, 11) + 32});
   for (const auto& l : banner) width = std::max(width, text_width(l, 12.5) + 40);
   width = std::ceil(width);
 
@@ -456,6 +469,10 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     if (has_tp)
       items.push_back({LegendItem::Boxes, {kTpCollectiveColour}, 1, false,
                        "TP collective (AR, RS, AG of a layer's partial sums and activations over its TP group)"});
+    if (has_inside)
+      items.push_back({LegendItem::Band, {colours.forward(0)}, 1, false,
+                       "TP communication inside a compute op (band: its length is the time, ending at the op's end; "
+                       "tooltip: seconds)"});
     items.push_back({LegendItem::Boxes, {kPassColour}, 1, false, "send/recv (pass)"});
     items.push_back({LegendItem::Bar, {}, 1, false, "loss"});
     if (show_exposed)
@@ -465,8 +482,12 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
                      "labels: L2 = layer 2, then a forward's or backward's batches (microbatches: 0 1 2 3 or 0-3), or "
                      "the op (U update, AG/RS/AR); \u2192N send to rank N, \u2190N receive"});
   } else {
-    for (Cat c : {Cat::Forward, Cat::Backward, Cat::Update, Cat::Collective, Cat::Pass})
-      items.push_back({LegendItem::Boxes, {summary_colour(c, colours.layers())}, 1, false, cat_name(c)});
+    for (Cat c : {Cat::Forward, Cat::Backward, Cat::Update, Cat::Collective, Cat::TpCollective, Cat::Pass})
+      if (c != Cat::TpCollective || summary_tp)  // (only when drawn: the figures without TP stay as they were)
+        items.push_back({LegendItem::Boxes, {summary_colour(c, colours.layers())}, 1, false,
+                         c != Cat::TpCollective ? cat_name(c)
+                         : has_inside       ? "TP collective (over a TP group, and inside compute ops)"
+                                            : "TP collective (over a TP group)"});
     items.push_back({LegendItem::Text, {}, 1, false,
                      "each time bin stacks the shares of the row's rank-time spent in each kind (full height = all busy)"});
   }
@@ -485,6 +506,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   const double line2_y = y += 17;
   const double line3_y = line3.empty() ? y : (y += 16);
   const double line_memory_y = line_memory.empty() ? y : (y += 16);
+  const double line_tp_y = line_tp.empty() ? y : (y += 16);
   const double legend_top = y + 12;
   const int legend_rows = legend(nullptr, items, 16, legend_top, width - 16);
   y = legend_top + legend_rows * 18 + 6;
@@ -519,6 +541,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   svg.text(16, line2_y, line2, "font-size=\"11\" fill=\"#555555\"");
   if (!line3.empty()) svg.text(16, line3_y, line3, "font-size=\"11\" fill=\"#555555\"");
   if (!line_memory.empty()) svg.text(16, line_memory_y, line_memory, "font-size=\"11\" fill=\"#555555\"");
+  if (!line_tp.empty()) svg.text(16, line_tp_y, line_tp, "font-size=\"11\" fill=\"#555555\"");
   legend(&svg, items, 16, legend_top, width - 16);
 
   // ---- Row and lane backgrounds, labels.
@@ -602,6 +625,8 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
                                          time_text(r.end - r.start, true), memory_text(r.memory, unit))
                            : fmt::format("rank {}: {}\nstart {}, end {}\nmemory at start {} {}", rank, r.op.describe(),
                                          format_time(r.start), format_time(r.end), format_memory(r.memory), unit);
+      if (has_inside)
+        if (std::string inside = tp_inside_line(opt.cost, r, real); !inside.empty()) t += "\n" + inside;
       if (!r.op.where.empty()) t += "\n" + r.op.where;
       return t;
     };
@@ -612,6 +637,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
               lk.dashed ? " stroke-dasharray=\"3,2\" stroke-opacity=\"0.7\"" : "");
       append_escaped(svg.s, title_of(rank, r));
       svg.s += "</title></rect>\n";
+      if (has_inside) draw_tp_inside_band(svg, xa, std::max(w, 0.1), by, sub_h, tp_inside(opt.cost, r), r.end - r.start);
       if (font >= 6) {
         std::string text = box_label(r.op, w, font);
         if (!text.empty()) labels.push_back({xa + w / 2, by + sub_h / 2 + font * 0.36, std::move(text)});
@@ -715,7 +741,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
     layout.row_h = row_h;
     layout.per_row = per_row;
     layout.bin_px = opt.summary_bin_px;
-    draw_summary_rows(svg, trace, layout, colours.layers());
+    draw_summary_rows(svg, trace, layout, colours.layers(), has_inside ? opt.cost : nullptr);
   }
 
   // ---- Blocked ranks (a deadlock, or ranks left waiting by an error): each marked from the time it began to

@@ -10,7 +10,7 @@
 //
 // With more ranks, ranks are bucketed into at most `max_detailed_ranks` rows ("ranks a-b"); each row is cut
 // into time bins of `summary_bin_px` pixels, and each bin stacks the shares of the row's rank-time in each op
-// category (forward, backward, update, collective, pass) in the detailed view's colours. The row's memory lane
+// category (forward, backward, update, collective, TP collective, pass) in the detailed view's colours. The row's memory lane
 // plots the highest memory of its ranks in each bin.
 //
 // Exposed communication (sim/exposed_comm.h: a rank's communication running while none of its compute runs)
@@ -19,6 +19,11 @@
 // along the bottom of the rank's row over each exposed interval (intervals less than a pixel apart share one
 // strip), the row's total in seconds in the right margin ("exposed 0.5 s"; a bucket of ranks: its mean), the
 // mean and the most over ranks in the heading, and a legend entry. Summarised rows get the totals only.
+//
+// Tensor parallelism: TP collectives (sim/tp_ops.h) are magenta, in the detailed boxes and as a category of
+// their own in summary rows, each with a legend entry only when drawn. Given the cost model
+// (TimelineOptions::cost), the TP communication a compute op runs inside itself is a magenta band along the
+// bottom of its box, ending at its end, as long as that time (timeline_tp_inside.h).
 //
 // Memory lanes start at t=0 (what the first op finds was held from the start); the peak is marked where its
 // value is held longest, labelled in a band above its lane (never over the curve); above
@@ -33,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "sim/cost_model.h"
 #include "sim/trace.h"
 
 namespace trainsim::visualize {
@@ -76,6 +82,11 @@ struct TimelineOptions {
   /// figure); the heading names the highest beside the lanes' peak, which samples the allocator only as each
   /// op starts. Empty: not shown.
   std::vector<double> allocator_peak;
+  /// The cost model that timed the trace, or null. With the hardware model's tensor parallelism, a compute op's
+  /// inner_comm (the TP collectives inside it) is drawn as a magenta band in its box, its seconds in the op's
+  /// tooltip, its totals in the heading, and summary rows count it as TP collective time
+  /// (timeline_tp_inside.h). Null, or a model without TP: nothing of it is drawn.
+  const CostModel* cost = nullptr;
 };
 
 /// The SVG document (UTF-8 text). Deterministic: the same trace and options give the same bytes.
