@@ -534,8 +534,9 @@ struct RankExecutor::Impl {
       if (gather) {
         float* dst = staged ? staged->as<float>() : out->buffer->as<float>();
         comm.all_gather(s, in->buffer->as<float>(), dst, static_cast<std::size_t>(in_n), group);
-        for (const CopyRun& r : runs)
-          if (staged) s.copy(out->buffer->as<float>() + r.dst, dst + r.src, static_cast<std::size_t>(r.count) * sizeof(float));
+        if (staged)
+          for (const CopyRun& r : runs)
+            s.copy(out->buffer->as<float>() + r.dst, dst + r.src, static_cast<std::size_t>(r.count) * sizeof(float));
       } else {
         if (in_n != out_n * static_cast<long>(ctx.plan->groups.at(group).size()))
           throw std::runtime_error("the reduce-scatter's result is not one sequence shard of the group");

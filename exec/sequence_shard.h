@@ -27,9 +27,9 @@ struct SequenceShards {
   long block() const { return rows * width; }
 };
 
-/// The split of activation or activation grad `t` into its t.num_shards sequence shards. Throws std::invalid_argument naming the tensor when the sequence length is not
-/// a multiple of t.num_shards ("A1{0}[0/3] is sequence shard 0 of 3, but a sequence of 16 tokens does not split
-/// into 3 equal shards ...").
+/// The split of activation or activation grad `t` into its t.num_shards sequence shards. Throws
+/// std::invalid_argument naming the tensor when the sequence length is not a multiple of t.num_shards
+/// ("A1{0}[0/3] is sequence shard 0 of 3, but a sequence of 16 tokens does not split into 3 equal shards ...").
 SequenceShards sequence_shards(const ModelShapes& shapes, const Tensor& t);
 
 /// A contiguous copy of `count` elements from offset `src` to offset `dst`.
