@@ -251,15 +251,6 @@ void carry_state(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan)
 // Tensor parallelism: each rank's TP group and the communicator groups of the reductions inside its compute
 // ops; refuses what the executor cannot run (docs/executor.md, "Tensor parallelism").
 void plan_tensor_parallel(const Schedule& s, ReplayPlan& plan) {
-  for (const auto& ops : s.ranks)
-    for (const Op& op : ops)
-      for (const auto* ts : {&op.reads, &op.writes})
-        for (const Tensor& t : *ts)
-          if ((t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) && t.num_shards > 1)
-            throw PlanError(fmt::format(
-                "{}: {} is a sequence shard (sequence parallelism), which the executor does not run yet: replay the "
-                "schedule without sequence parallelism (TP all-reduces instead of reduce-scatters and all-gathers)",
-                op.label(), t.str()));
   std::map<std::pair<int, int>, int> comm_group;  // (TP group, stream) -> communicator group
   std::map<std::pair<int, int>, std::map<int, std::vector<int>>> order;  // (TP group, stream) -> rank -> op indices
   std::vector<int> tp_group;  // rank -> its TP group (tp_groups_by_rank), 0 for none; empty until needed

@@ -77,8 +77,9 @@ int compute_tp_size(const Op& op);
 /// clip is a PlanError, otherwise clipping is turned off with a note. Throws PlanError for what the
 /// executor cannot replay: a tensor the model has no shape for, an all-gather of unequal pieces, an
 /// ambiguous any-source receive; with tensor parallelism, a TP-sliced compute op on a rank in no TP group or
-/// in one of another size, members of a TP group that run their compute ops in different orders on a stream,
-/// and sequence parallelism (activations in sequence shards), which the executor does not run yet. `schedule` must have passed the simulator.
+/// in one of another size, members of a TP group that run their compute ops in different orders on a stream;
+/// with sequence parallelism, a sequence shard of a sequence whose length is not a multiple of the shard count
+/// (exec/sequence_shard.h). `schedule` must have passed the simulator.
 ReplayPlan make_plan(const Schedule& schedule, const ModelShapes& shapes, float clip, bool clip_required);
 
 }  // namespace trainsim::exec

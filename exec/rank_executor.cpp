@@ -10,19 +10,29 @@
 
 #include <fmt/format.h>
 
+#include "exec/sequence_shard.h"
+
 namespace trainsim::exec {
 
 namespace {
 
 // A tensor the rank holds in this step: its buffer (filled by the work that produces it, before `ready`)
 // and, for an activation a forward read, the activations that forward saved for the backward.
+struct Slot;
+using SlotPtr = std::shared_ptr<Slot>;
 struct Slot {
   Tensor id;
   BufferPtr buffer;
   std::shared_ptr<LayerStash> stash;
   EventPtr ready;  // null: ready now
+  // Sequence parallelism: for an activation an all-gather assembled from this rank's sequence shard, that
+  // shard's slot. The schedule frees the gathered tensor after each pass and gathers it again for the next
+  // (Korthikanti et al. 2022), so the saved activations stay with the shard the rank keeps.
+  SlotPtr source;
 };
-using SlotPtr = std::shared_ptr<Slot>;
+
+// The slot that keeps the saved activations of a forward that reads `a`.
+Slot& stash_holder(const SlotPtr& a) { return a->source ? *a->source : *a; }
 
 // The loss sums of one loss op, for the end of the step.
 struct LossRecord {
@@ -231,7 +241,7 @@ struct RankExecutor::Impl {
       ModelContext<float> mc = model_ctx(s, &tp);
       layer_forward(mc, layout(w->id), w->buffer->as<float>(), a->buffer->data(), sequences, out->buffer->as<float>(),
                     stash.get());
-      a->stash = stash;
+      stash_holder(a).stash = stash;
     });
     last_forward[{l, A.batches}] = out->ready;
   }
@@ -256,7 +266,8 @@ struct RankExecutor::Impl {
       TpComm<float> tp = tp_comm(s, slice.tp_size);
       ModelContext<float> mc = model_ctx(s, &tp);
       const LayerLayout& lay = layout(slice);
-      std::shared_ptr<LayerStash> stash = a->stash;
+      Slot& holder = stash_holder(a);
+      std::shared_ptr<LayerStash> stash = holder.stash;
       if (kind == OpKind::BackwardWeight) {
         if (!stash || !stash->input_grads_done)
           throw std::runtime_error("backward-weight needs the activations its backward-input saved on this rank, and "
@@ -276,9 +287,9 @@ struct RankExecutor::Impl {
       if (kind != OpKind::BackwardInput) {
         dw->buffer = alloc(dw->id);
         layer_backward_weight(mc, lay, a->buffer->data(), g->buffer->as<float>(), dw->buffer->as<float>(), *stash);
-        a->stash.reset();
+        holder.stash.reset();
       } else {
-        a->stash = stash;
+        holder.stash = stash;
       }
     });
     if (dw) dw->ready = done;
@@ -447,6 +458,10 @@ struct RankExecutor::Impl {
     const long P = flat ? ctx.shapes->parameters(moved) : 0;  // (a weight's flat length, for reduce-scatter)
     const std::vector<int> order = plan.gather_order[index];
     const OpKind kind = op.kind;
+    if (!flat && kind != OpKind::AllReduce) {
+      sequence_collective(op, index, in, out, std::move(deps));
+      return;
+    }
     out->ready = submit(op, index, deps, [this, in, out, group, k, P, order, kind](StreamContext& s) {
       out->buffer = alloc(out->id);
       const long in_n = static_cast<long>(in->buffer->bytes() / sizeof(float));
@@ -482,6 +497,56 @@ struct RankExecutor::Impl {
         } else {
           comm.reduce_scatter(s, src, out->buffer->as<float>(), c, group);
         }
+      }
+    });
+  }
+
+  // Sequence parallelism's collectives over the TP group (exec/sequence_shard.h): an all-gather of sequence shards
+  // of an activation or activation grad into the tensor they make up, a reduce-scatter of a whole one (a partial
+  // sum) into this rank's sequence shard. The communicator moves member-major pieces; stream-ordered copies put
+  // each sequence's rows in place (none when every microbatch is one sequence and the pieces come in order).
+  void sequence_collective(const Op& op, int index, const SlotPtr& in, const SlotPtr& out, std::vector<EventPtr> deps) {
+    const int group = op.group;
+    const Tensor &from = in->id, &to = out->id;
+    const bool gather = op.kind == OpKind::AllGather;
+    const SequenceShards split = sequence_shards(*ctx.shapes, to);  // (the gathered tensor, or the shard kept)
+    std::vector<CopyRun> runs;
+    if (gather) {
+      runs = gather_copies(split, to.shards.size(), from.shards.size(), plan.gather_order[index]);
+      if (op.reads.front().kind == TensorKind::Activation) out->source = in;  // (keeps the forward's saved activations)
+    } else {
+      const int k = static_cast<int>(ctx.plan->groups.at(group).size());
+      const int me = member_index(ctx.plan->groups, group, rank, "reduce-scatter");
+      if (!from.complete() || to.num_shards != k || to.shards != IdSet{me})
+        throw std::runtime_error(fmt::format(
+            "{}: a reduce-scatter of {} into {}: the executor reduce-scatters a whole activation or activation grad "
+            "into sequence shard i of the group's {} ranks, i the rank's index in the group ({} here)",
+            op.label(), from.str(), to.str(), k, me));
+      runs = scatter_copies(split);
+    }
+    out->ready = submit(op, index, std::move(deps), [this, in, out, group, gather, runs](StreamContext& s) {
+      out->buffer = alloc(out->id);
+      const long in_n = static_cast<long>(in->buffer->bytes() / sizeof(float));
+      const long out_n = static_cast<long>(out->buffer->bytes() / sizeof(float));
+      const long whole = gather ? out_n : in_n;  // the elements the copies lay out
+      BufferPtr staged;
+      if (!is_identity(runs, whole)) staged = dev.memory().allocate(static_cast<std::size_t>(whole) * sizeof(float));
+      if (gather) {
+        float* dst = staged ? staged->as<float>() : out->buffer->as<float>();
+        comm.all_gather(s, in->buffer->as<float>(), dst, static_cast<std::size_t>(in_n), group);
+        if (staged)
+          for (const CopyRun& r : runs)
+            s.copy(out->buffer->as<float>() + r.dst, dst + r.src, static_cast<std::size_t>(r.count) * sizeof(float));
+      } else {
+        if (in_n != out_n * static_cast<long>(ctx.plan->groups.at(group).size()))
+          throw std::runtime_error("the reduce-scatter's result is not one sequence shard of the group");
+        const float* src = in->buffer->as<float>();
+        if (staged) {
+          for (const CopyRun& r : runs)
+            s.copy(staged->as<float>() + r.dst, src + r.src, static_cast<std::size_t>(r.count) * sizeof(float));
+          src = staged->as<float>();
+        }
+        comm.reduce_scatter(s, src, out->buffer->as<float>(), static_cast<std::size_t>(out_n), group);
       }
     });
   }

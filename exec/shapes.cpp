@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "exec/model.h"
+#include "exec/sequence_shard.h"
 
 namespace trainsim::exec {
 
@@ -40,7 +41,7 @@ long ModelShapes::elements(const Tensor& t) const {
   // scores a forward over it holds, are checked in double first.
   const double seqs = static_cast<double>(t.batches.size()) * model.microbatch_size;
   const bool vocab_slice = t.layer == L && t.tp_sliced();  // the logits' TP slice: V/t columns
-  const double width = t.layer == 0 ? 1 : t.layer == L ? model.vocab / (vocab_slice ? t.tp_size : 1) : model.dim;
+  const double width = static_cast<double>(row_width(t));
   for (double n : {seqs * model.seq * width, seqs * model.heads * model.seq * model.seq})
     if ((t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) && n > kMaxTensorElements)
       throw std::invalid_argument(fmt::format(
@@ -58,11 +59,23 @@ long ModelShapes::elements(const Tensor& t) const {
       return n * floats_per_element(t.kind);
     }
     case TensorKind::Activation:
-      return activation_elements(model, t.layer, L, sequences) / (vocab_slice ? t.tp_size : 1);
-    case TensorKind::ActivationGrad:
-      return activation_grad_elements(model, t.layer, L, sequences) / (vocab_slice ? t.tp_size : 1);
+    case TensorKind::ActivationGrad: {
+      const long whole = (t.kind == TensorKind::Activation ? activation_elements(model, t.layer, L, sequences)
+                                                           : activation_grad_elements(model, t.layer, L, sequences)) /
+                         (vocab_slice ? t.tp_size : 1);
+      if (t.num_shards == 1 || whole == 0) return whole;
+      // Sequence shards (sequence parallelism): the rows of the shards held.
+      return sequence_shards(*this, t).block() * sequences * static_cast<long>(t.shards.size());
+    }
   }
   return 0;
+}
+
+long ModelShapes::row_width(const Tensor& t) const {
+  const int L = layers();
+  if (t.layer == 0) return 1;
+  if (t.layer == L) return model.vocab / (t.tp_sliced() ? t.tp_size : 1);  // the logits (their vocabulary slice)
+  return model.dim;
 }
 
 const Tensor& tensor_of(std::span<const Tensor> ts, TensorKind k) {

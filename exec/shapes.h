@@ -32,9 +32,13 @@ struct ModelShapes {
   /// 4-byte elements of the buffer holding `t`: W, dW: |shards|·c (a complete tensor: its padded length,
   /// P when unsharded; P of the TP slice for a slice); O: twice that (exec/layout.h); A, dA: exec/model.h's
   /// activation shapes for |batches|·microbatch_size sequences (A0 holds int32 token ids; the logits' TP slice
-  /// V/t columns; a partial sum is as large as the whole). Throws std::invalid_argument for a layer out of range.
+  /// V/t columns; a partial sum is as large as the whole; k sequence shards of t, k/t of it: exec/sequence_shard.h).
+  /// Throws std::invalid_argument for a layer out of range, or a sequence shard of a sequence that does not split.
   long elements(const Tensor& t) const;
   std::size_t bytes(const Tensor& t) const { return static_cast<std::size_t>(elements(t)) * 4; }
+  /// Elements per row (per token) of the activation or activation grad `t`: 1 for the token ids (layer 0), the
+  /// vocabulary for the logits (V/t for their TP slice), the hidden size otherwise.
+  long row_width(const Tensor& t) const;
 };
 
 /// The tensor of kind `k` among an op's reads or writes. Throws std::invalid_argument when there is none.

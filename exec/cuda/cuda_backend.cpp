@@ -18,6 +18,9 @@ class CudaBackend final : public LocalBackend {
  public:
   explicit CudaBackend(int device) : device_(device) {}
   std::string name() const override { return "cuda"; }
+  /// The vocabulary-parallel kernels are written (exec/cuda/cuda_kernels.cu); like the rest of the backend they
+  /// have been compiled, never run on a GPU (docs/executor.md §7).
+  bool supports_tensor_parallel() const override { return true; }
   std::unique_ptr<Device> make_device(int, std::chrono::steady_clock::time_point epoch) override {
     return std::make_unique<CudaDevice>(device_, epoch);
   }

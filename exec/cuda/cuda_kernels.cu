@@ -1,6 +1,7 @@
 // CUDA kernels of the "cuda" backend (see cuda_kernels.h). Each mirrors the CPU kernel of the same name in
 // exec/cpu/cpu_kernels.cpp, expression for expression, so that with --fmad=false (CMakeLists.txt) the
 // per-element results round the same way; only the order of sums within a row differs (a block-wide tree).
+// The tensor-parallel kernels (the vocabulary-parallel embedding and cross-entropy) follow the same rule.
 // NOT YET RUN ON A GPU.
 #include "exec/cuda/cuda_kernels.h"
 
@@ -295,6 +296,88 @@ __global__ void adamw_k(const float* w, const float* g, const float* m, const fl
   }
 }
 
+// ---- tensor parallelism: Megatron-LM's vocabulary-parallel embedding and cross-entropy (exec/kernels.h) ----
+// Each mirrors the CPU kernel of the same name (exec/cpu/cpu_kernels.cpp, its CPU reference); a vocabulary
+// slice holds token ids [lo, lo + rows) (the embedding) or [lo, lo + V) (the logits' columns).
+
+// CpuKernels::embedding_forward_range: row token − lo of the slice's table, zeros for tokens outside it.
+__global__ void embedding_forward_range_k(const int* tokens, const float* table, float* out, long n, int d, int lo,
+                                          int rows) {
+  GRID_STRIDE(e, n * d) {
+    const long r = static_cast<long>(tokens[e / d]) - lo;
+    out[e] = r >= 0 && r < rows ? table[r * d + e % d] : 0.0f;
+  }
+}
+
+// CpuKernels::embedding_backward_range: one thread per column, rows in order (the CPU's order of additions
+// into each table row); rows of tokens outside the slice are skipped.
+__global__ void embedding_backward_range_k(const int* tokens, const float* dout, float* dtable, long n, int d, int lo,
+                                           int rows) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  for (long i = 0; i < n; ++i) {
+    const long r = static_cast<long>(tokens[i]) - lo;
+    if (r >= 0 && r < rows) dtable[r * d + j] += dout[i * d + j];
+  }
+}
+
+// CpuKernels::row_max: one block per row (the largest element does not depend on the order).
+__global__ void row_max_k(const float* x, float* out, int V) {
+  __shared__ float sh[kThreads];
+  const long i = blockIdx.x;
+  const float* row = x + i * V;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += kThreads) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, sh);
+  if (threadIdx.x == 0) out[i] = mx;
+}
+
+// The largest of every slice's maximum of row i (maxes: k × n, member-major), in member order as the CPU's
+// max_over takes it.
+__device__ float max_over_slices(const float* maxes, int k, long n, long i) {
+  float m = maxes[i];
+  for (int q = 1; q < k; ++q) m = fmaxf(m, maxes[q * n + i]);
+  return m;
+}
+
+// CpuKernels::vocab_parallel_ce_stats: one block per row; the sum of exponentials in a fixed tree (as
+// cross_entropy_rows_k), the target logit where the target lies in the slice.
+__global__ void vocab_parallel_ce_stats_k(const float* logits, const int* targets, const float* maxes, int k,
+                                          double* stats, long n, int V, int lo) {
+  __shared__ double sh[kThreads];
+  const long i = blockIdx.x;
+  const float* row = logits + i * V;
+  const float mx = max_over_slices(maxes, k, n, i);
+  double sum = 0;
+  for (int j = threadIdx.x; j < V; j += kThreads) sum += exp(static_cast<double>(row[j] - mx));
+  sum = block_sum(sum, sh);
+  if (threadIdx.x == 0) {
+    const long y = static_cast<long>(targets[i]) - lo;
+    stats[2 * i] = sum;
+    stats[2 * i + 1] = y >= 0 && y < V ? static_cast<double>(row[y] - mx) : 0.0;
+  }
+}
+
+// CpuKernels::vocab_parallel_ce_finish, one block per row: the row's loss log S_i − z_i into row_loss[i] (summed
+// into the segments in row order by segment_sums_k), the slice's gradient into dlogits (which may alias logits:
+// each element is read and then written by the same thread, and nothing else of the row is read).
+__global__ void vocab_parallel_ce_finish_k(const float* logits, const int* targets, const float* maxes, int k,
+                                           const double* stats, float* dlogits, double* row_loss, long n, int V, int lo,
+                                           float scale) {
+  const long i = blockIdx.x;
+  const float* row = logits + i * V;
+  float* drow = dlogits + i * V;
+  const float mx = max_over_slices(maxes, k, n, i);
+  const double sum = stats[2 * i];
+  if (threadIdx.x == 0) row_loss[i] = log(sum) - stats[2 * i + 1];
+  const long y = static_cast<long>(targets[i]) - lo;
+  const double inv = 1.0 / sum;
+  for (int j = threadIdx.x; j < V; j += kThreads) {
+    const double p = exp(static_cast<double>(row[j] - mx)) * inv;
+    drow[j] = static_cast<float>((p - (j == y ? 1.0 : 0.0)) * static_cast<double>(scale));
+  }
+}
+
 constexpr int kMaxInputs = 16;
 struct Inputs {
   const void* p[kMaxInputs];
@@ -493,6 +576,51 @@ void CudaKernels::adamw(const float* w, const float* g, const float* m, const fl
                         float* v_out, long n, const AdamWStep& step, const double* grad_norm_sq, float max_norm) {
   if (n == 0) return;
   adamw_k<<<grid_for(n), kThreads, 0, stream_>>>(w, g, m, v, w_out, m_out, v_out, n, step, grad_norm_sq, max_norm);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::embedding_forward_range(const int* tokens, const float* table, float* out, long n, int d, int lo,
+                                          int rows) {
+  if (n * d == 0) return;
+  embedding_forward_range_k<<<grid_for(n * d), kThreads, 0, stream_>>>(tokens, table, out, n, d, lo, rows);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::embedding_backward_range(const int* tokens, const float* dout, float* dtable, long n, int d, int lo,
+                                           int rows) {
+  if (n == 0 || d == 0) return;
+  embedding_backward_range_k<<<(d + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(tokens, dout, dtable, n, d, lo,
+                                                                                       rows);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::row_max(const float* x, float* out, long n, int V) {
+  if (n == 0) return;
+  if (V <= 0) throw std::invalid_argument("row_max: a row needs at least one element");
+  row_max_k<<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(x, out, V);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::vocab_parallel_ce_stats(const float* logits, const int* targets, const float* maxes, int k,
+                                          double* stats, long n, int V, int lo) {
+  if (n == 0) return;
+  vocab_parallel_ce_stats_k<<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(logits, targets, maxes, k, stats, n, V,
+                                                                                lo);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::vocab_parallel_ce_finish(const float* logits, const int* targets, const float* maxes, int k,
+                                           const double* stats, float* dlogits, double* loss_sums, long n, int V, int lo,
+                                           long rows_per_segment, float scale) {
+  if (n == 0) return;
+  if (rows_per_segment <= 0) throw std::invalid_argument("vocab_parallel_ce_finish: rows_per_segment must be positive");
+  Scratch row_loss(sizeof(double) * n, stream_);
+  vocab_parallel_ce_finish_k<<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(
+      logits, targets, maxes, k, stats, dlogits, row_loss.as<double>(), n, V, lo, scale);
+  TS_LAUNCHED();
+  const long segments = (n + rows_per_segment - 1) / rows_per_segment;
+  segment_sums_k<<<static_cast<unsigned>((segments + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(
+      row_loss.as<double>(), loss_sums, n, rows_per_segment);
   TS_LAUNCHED();
 }
 

@@ -59,6 +59,18 @@ class CudaKernels final : public Kernels<float> {
   void sum_squares(const float* x, long n, double* acc) override;
   void adamw(const float* w, const float* g, const float* m, const float* v, float* w_out, float* m_out, float* v_out,
              long n, const AdamWStep& step, const double* grad_norm_sq, float max_norm) override;
+  // Tensor parallelism (Megatron-LM's vocabulary-parallel embedding and cross-entropy; exec/kernels.h): the
+  // embedding's and the per-row reductions' orders as above.
+  void embedding_forward_range(const int* tokens, const float* table, float* out, long n, int d, int lo,
+                               int rows) override;
+  void embedding_backward_range(const int* tokens, const float* dout, float* dtable, long n, int d, int lo,
+                                int rows) override;
+  void row_max(const float* x, float* row_max, long n, int V) override;
+  void vocab_parallel_ce_stats(const float* logits, const int* targets, const float* maxes, int k, double* stats, long n,
+                               int V, int lo) override;
+  void vocab_parallel_ce_finish(const float* logits, const int* targets, const float* maxes, int k, const double* stats,
+                                float* dlogits, double* loss_sums, long n, int V, int lo, long rows_per_segment,
+                                float scale) override;
 
  private:
   cudaStream_t stream_;

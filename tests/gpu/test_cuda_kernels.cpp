@@ -3,10 +3,14 @@
 // are compared at 1e-6 relative (same expressions, --fmad=false; only expf/sqrtf implementations may
 // differ by an ulp or two); kernels whose sums run in the CPU's order (embedding backward, RMSNorm weight
 // grad) at 1e-6; row reductions in a tree (RMSNorm, softmax, cross-entropy, GEMMs through cuBLAS) at 1e-5;
-// the double sums at 1e-12.
+// the double sums at 1e-12. The tensor-parallel kernels (vocabulary-parallel embedding and cross-entropy) by
+// the same rules: the embedding's lookup and row maxima exactly, its backward (rows in the CPU's order) at 1e-6,
+// the cross-entropy's gradient at 1e-6 and its double sums at 1e-12; put together over every vocabulary slice,
+// they equal the whole-vocabulary cross-entropy of the CPU (1e-6 on the gradient, 1e-9 on the loss).
 // NOT YET RUN ON A GPU.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -220,5 +224,83 @@ TEST_CASE("cuda kernels: cross-entropy, sum of squares and AdamW") {
     close(g.down(dw, m), cw, 1e-6, "adamw w");
     close(g.down(dm, m), cm, 1e-6, "adamw m");
     close(g.down(dv, m), cv, 1e-6, "adamw v");
+  }
+}
+
+TEST_CASE("cuda kernels: the vocabulary-parallel embedding and cross-entropy (tensor parallelism)") {
+  Gpu g;
+  cuda::CudaKernels k(g.s);
+  CpuKernels<float> c;
+  const long n = 37;
+  const int d = 24, V = 300, t = 3, Vs = V / t;  // three vocabulary slices of 100
+  std::vector<int> tok(n), tgt(n);
+  for (long i = 0; i < n; ++i) tok[i] = static_cast<int>((i * 13) % V), tgt[i] = static_cast<int>((i * 31) % V);
+  const int* dtok = g.up(tok);
+  const int* dtgt = g.up(tgt);
+  {  // slice 1 of the embedding: token ids [100, 200)
+    auto table = rnd(static_cast<std::size_t>(Vs) * d, 100);
+    std::vector<float> out(n * d, 7.0f);
+    float* o = g.up(out);
+    k.embedding_forward_range(dtok, g.up(table), o, n, d, Vs, Vs);
+    c.embedding_forward_range(tok.data(), table.data(), out.data(), n, d, Vs, Vs);
+    close(g.down(o, out.size()), out, 0, "embedding_forward_range");
+    auto dout = rnd(n * d, 101), dt = rnd(static_cast<std::size_t>(Vs) * d, 102);
+    float* ddt = g.up(dt);
+    k.embedding_backward_range(dtok, g.up(dout), ddt, n, d, Vs, Vs);
+    c.embedding_backward_range(tok.data(), dout.data(), dt.data(), n, d, Vs, Vs);
+    close(g.down(ddt, dt.size()), dt, 1e-6, "embedding_backward_range");
+  }
+  // The whole logits, and each slice's columns [j·Vs, (j+1)·Vs) as that slice holds them (n × Vs).
+  auto whole = rnd(n * V, 110, -5, 5);
+  std::vector<std::vector<float>> slice(t, std::vector<float>(n * Vs));
+  for (int j = 0; j < t; ++j)
+    for (long i = 0; i < n; ++i)
+      std::copy_n(whole.begin() + i * V + j * Vs, Vs, slice[j].begin() + i * Vs);
+  // Each slice's row maxima (row_max), gathered member-major as the TP group's all-gather returns them.
+  std::vector<float> maxes(t * n);
+  std::vector<float*> dslice(t);
+  for (int j = 0; j < t; ++j) {
+    dslice[j] = g.up(slice[j]);
+    std::vector<float> mine(n);
+    float* dm = g.up(mine);
+    k.row_max(dslice[j], dm, n, Vs);
+    c.row_max(slice[j].data(), mine.data(), n, Vs);
+    const std::vector<float> got = g.down(dm, n);
+    close(got, mine, 0, "row_max");
+    std::copy(got.begin(), got.end(), maxes.begin() + j * n);
+  }
+  const float* dmaxes = g.up(maxes);
+  // Each slice's sums of exponentials and target logits, then their sum over the group (the all-reduce).
+  std::vector<double> summed(2 * n, 0.0);
+  for (int j = 0; j < t; ++j) {
+    std::vector<double> stats(2 * n);
+    double* ds = g.up(stats);
+    k.vocab_parallel_ce_stats(dslice[j], dtgt, dmaxes, t, ds, n, Vs, j * Vs);
+    c.vocab_parallel_ce_stats(slice[j].data(), tgt.data(), maxes.data(), t, stats.data(), n, Vs, j * Vs);
+    const std::vector<double> got = g.down(ds, stats.size());
+    close(got, stats, 1e-12, "vocab_parallel_ce_stats");
+    for (long e = 0; e < 2 * n; ++e) summed[e] += got[e];
+  }
+  const double* dsummed = g.up(summed);
+  // The slices' gradients (in place, as the model may) and loss sums, against the CPU's and against the
+  // whole-vocabulary cross-entropy.
+  std::vector<float> dwhole = whole;
+  std::vector<double> whole_sums = {0.5, 1.5, 2.5, 3.5};
+  c.cross_entropy(whole.data(), tgt.data(), dwhole.data(), whole_sums.data(), n, V, 10, 0.125f);
+  for (int j = 0; j < t; ++j) {
+    std::vector<double> sums = {0.5, 1.5, 2.5, 3.5};
+    double* dsums = g.up(sums);
+    k.vocab_parallel_ce_finish(dslice[j], dtgt, dmaxes, t, dsummed, dslice[j], dsums, n, Vs, j * Vs, 10, 0.125f);
+    std::vector<float> grad = slice[j];
+    c.vocab_parallel_ce_finish(slice[j].data(), tgt.data(), maxes.data(), t, summed.data(), grad.data(), sums.data(), n,
+                               Vs, j * Vs, 10, 0.125f);
+    const std::vector<float> got = g.down(dslice[j], grad.size());
+    close(got, grad, 1e-6, "vocab_parallel_ce_finish dlogits");
+    const std::vector<double> got_sums = g.down(dsums, sums.size());
+    close(got_sums, sums, 1e-12, "vocab_parallel_ce_finish loss sums");
+    close(got_sums, whole_sums, 1e-9, "vocabulary-parallel loss against the whole vocabulary's");
+    std::vector<float> expected(n * Vs);
+    for (long i = 0; i < n; ++i) std::copy_n(dwhole.begin() + i * V + j * Vs, Vs, expected.begin() + i * Vs);
+    close(got, expected, 1e-6, "vocabulary-parallel gradient against the whole vocabulary's");
   }
 }
