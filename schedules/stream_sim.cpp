@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -194,6 +195,9 @@ class StreamSim {
       : src_(src), h_(src.header()), o_(o), streaming_(!src.holds_all()),
         owned_cost_(o.cost ? nullptr : make_schedule_cost_model(src)), cost_(o.cost ? o.cost : owned_cost_.get()),
         updates_(h_.layers) {
+    for (const auto& [limit, name] : {std::pair{o.memory_limit, "memory limit"}, {o.memory_capacity, "memory capacity"}})
+      if (limit && !(std::isfinite(*limit) && *limit >= 0))
+        throw std::invalid_argument(fmt::format("the {} must be a finite number of at least 0, got {}", name, *limit));
     const int world = h_.world_size;
     offset_.reserve(world + 1);
     offset_.push_back(0);

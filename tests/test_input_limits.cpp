@@ -144,11 +144,24 @@ TEST_CASE("ranks without ops, and a schedule without any, simulate to an error, 
 
 TEST_CASE("a memory limit that is NaN, infinite or negative is refused, not silently turned off") {
   Schedule s = parse_schedule(ddp(), "t.sched");
+  Schedule streams = s;  // (the stream engine's cost models)
+  streams.header.cost_model = "unit";
+  auto limited = [](double limit, bool capacity) {
+    SimOptions o;
+    (capacity ? o.memory_capacity : o.memory_limit) = limit;
+    return o;
+  };
   for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
     CAPTURE(bad);
-    CHECK_THROWS_AS(simulate(s, SimOptions{bad}), std::invalid_argument);
+    CHECK_THROWS_AS(simulate(s, limited(bad, false)), std::invalid_argument);
+    CHECK_THROWS_AS(simulate(streams, limited(bad, false)), std::invalid_argument);
+    CHECK_THROWS_AS(simulate(streams, limited(bad, true)), std::invalid_argument);
   }
-  CHECK(simulate(s, SimOptions{0.0}).error.find("memory limit exceeded") != std::string::npos);
+  CHECK(simulate(s, limited(0.0, false)).error.find("memory limit exceeded") != std::string::npos);
+  CHECK(simulate(streams, limited(0.0, false)).error.find("memory limit exceeded") != std::string::npos);
+  const SimResult noted = simulate(streams, limited(0.0, true));
+  CHECK(noted.ok);
+  CHECK(noted.over_capacity.find("memory limit exceeded") != std::string::npos);
 }
 
 TEST_CASE("a deadlock cycle over 50,000 ranks is found without recursion and reported in a few lines") {
