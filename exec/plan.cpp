@@ -248,6 +248,60 @@ void carry_state(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan)
   }
 }
 
+// The communicator group of each collective (RankPlan::comm_group). A communicator numbers a group's calls in
+// the order they run, and a rank's streams run in any order relative to each other, so a group whose collectives
+// run on several streams gets a copy per stream: the calls on one stream are numbered alike on every member when
+// every member runs the group's k-th collective (in program order, the simulator's matching) on the same stream,
+// which is checked here. A group on one stream keeps its own communicator group.
+void plan_collective_streams(const Schedule& s, ReplayPlan& plan) {
+  const std::size_t schedule_groups = plan.groups.size();
+  std::vector<std::vector<int>> streams(schedule_groups);  // group -> the streams of its collectives
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    plan.ranks[r].comm_group.assign(s.ranks[r].size(), -1);
+    for (const Op& op : s.ranks[r]) {
+      if (!is_collective(op.kind) || op.group < 0 || op.group >= static_cast<int>(schedule_groups)) continue;
+      auto& v = streams[op.group];
+      if (std::find(v.begin(), v.end(), op.stream) == v.end()) v.push_back(op.stream);
+    }
+  }
+  std::map<std::pair<int, int>, int> copy;  // (group, stream) -> communicator group, for groups on several streams
+  for (std::size_t g = 0; g < schedule_groups; ++g) {
+    if (streams[g].size() < 2) continue;
+    std::sort(streams[g].begin(), streams[g].end());
+    for (int stream : streams[g]) {
+      plan.groups.push_back(plan.groups[g]);
+      copy[{static_cast<int>(g), stream}] = static_cast<int>(plan.groups.size()) - 1;
+    }
+  }
+  // The k-th collective of each group on each rank, against the first rank's that makes it: the same stream.
+  std::vector<std::vector<std::pair<int, const Op*>>> first(schedule_groups);  // group -> k -> (stream, op)
+  std::vector<std::size_t> k(schedule_groups);
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    std::fill(k.begin(), k.end(), 0);
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Op& op = s.ranks[r][i];
+      if (!is_collective(op.kind) || op.group < 0 || op.group >= static_cast<int>(schedule_groups)) continue;
+      const int g = op.group;
+      if (streams[g].size() < 2) {
+        plan.ranks[r].comm_group[i] = g;
+        continue;
+      }
+      plan.ranks[r].comm_group[i] = copy.at({g, op.stream});
+      const std::size_t n = k[g]++;
+      auto& seen = first[g];
+      if (n == seen.size()) {
+        seen.emplace_back(op.stream, &op);
+      } else if (seen[n].first != op.stream) {
+        throw PlanError(fmt::format(
+            "{}: collective #{} of group {} runs on stream {} here but on stream {} on rank {} ({}): the executor "
+            "runs a group's collectives of one stream over a communicator of their own, so every member must run "
+            "each of the group's collectives on the same stream",
+            op.label(), n, g, op.stream, seen[n].first, seen[n].second->rank, seen[n].second->describe()));
+      }
+    }
+  }
+}
+
 // Tensor parallelism: each rank's TP group and the communicator groups of the reductions inside its compute
 // ops; refuses what the executor cannot run (docs/executor.md, "Tensor parallelism").
 void plan_tensor_parallel(const Schedule& s, ReplayPlan& plan) {
@@ -372,6 +426,7 @@ ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, b
   order_gathers(s, plan);
   assign_norm(s, shapes, plan);
   carry_state(s, shapes, plan);
+  plan_collective_streams(s, plan);
   plan_tensor_parallel(s, plan);
   if (clip > 0) {
     std::string why = clip_problem(s, plan);

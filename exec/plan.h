@@ -47,12 +47,19 @@ struct RankPlan {
   int tp_size = 1;
   int tp_group = 0;
   std::vector<int> tp_comm_groups;
+  /// Collectives (all-gather, reduce-scatter, all-reduce, barrier, broadcast, reduce), by op index: the
+  /// communicator group the op runs over (-1 for other ops). The schedule's group itself, or, for a group whose
+  /// members run its collectives on more than one stream (FSDP's all-gathers and reduce-scatters), a copy of
+  /// the group for each stream: a communicator numbers a group's calls as they run, and calls on two streams of
+  /// a rank run in any order, so each stream gets calls of its own, which the members make in the same order.
+  std::vector<int> comm_group;
 };
 
 /// The whole plan.
 struct ReplayPlan {
   std::vector<RankPlan> ranks;
-  /// Communicator groups: 0 = every rank, then the schedule's groups 1.. in order, then one copy of each TP
+  /// Communicator groups: 0 = every rank, then the schedule's groups 1.. in order, then one copy per stream of
+  /// each group whose collectives run on several streams (RankPlan::comm_group), then one copy of each TP
   /// group per stream its members compute on (RankPlan::tp_comm_groups), then the ranks that update (for the
   /// gradient norm, norm_group) when they are not every rank.
   std::vector<std::vector<int>> groups;
@@ -78,6 +85,7 @@ int compute_tp_size(const Op& op);
 /// executor cannot replay: a tensor the model has no shape for, an all-gather of unequal pieces, an
 /// ambiguous any-source receive; with tensor parallelism, a TP-sliced compute op on a rank in no TP group or
 /// in one of another size, members of a TP group that run their compute ops in different orders on a stream;
+/// members of a group that run the same collective of the group (its k-th, in program order) on different streams;
 /// with sequence parallelism, a sequence shard of a sequence whose length is not a multiple of the shard count
 /// (exec/sequence_shard.h). `schedule` must have passed the simulator.
 ReplayPlan make_plan(const Schedule& schedule, const ModelShapes& shapes, float clip, bool clip_required);

@@ -443,14 +443,14 @@ struct RankExecutor::Impl {
 
   void collective(const Op& op, int index) {
     if (op.kind == OpKind::Barrier) {
-      submit(op, index, {}, [this, group = op.group](StreamContext& s) { comm.barrier(s, group); });
+      submit(op, index, {}, [this, group = plan.comm_group[index]](StreamContext& s) { comm.barrier(s, group); });
       return;
     }
     SlotPtr in = find(op, op.reads.front());
     SlotPtr out = make(op.writes.front());
     std::vector<EventPtr> deps;
     add_dep(deps, in->ready);
-    const int group = op.group;
+    const int group = plan.comm_group[index];  // (the schedule's group, or its copy for this stream)
     const int k = static_cast<int>(ctx.plan->groups.at(group).size());
     const Tensor& moved = op.reads.front();
     const bool flat = moved.kind == TensorKind::Weight || moved.kind == TensorKind::WeightGrad ||
@@ -506,7 +506,7 @@ struct RankExecutor::Impl {
   // sum) into this rank's sequence shard. The communicator moves member-major pieces; stream-ordered copies put
   // each sequence's rows in place (none when every microbatch is one sequence and the pieces come in order).
   void sequence_collective(const Op& op, int index, const SlotPtr& in, const SlotPtr& out, std::vector<EventPtr> deps) {
-    const int group = op.group;
+    const int group = plan.comm_group[index];
     const Tensor &from = in->id, &to = out->id;
     const bool gather = op.kind == OpKind::AllGather;
     const SequenceShards split = sequence_shards(*ctx.shapes, to);  // (the gathered tensor, or the shard kept)
@@ -560,7 +560,7 @@ struct RankExecutor::Impl {
     SlotPtr out = op.writes.empty() ? nullptr : make(op.writes.front());
     std::vector<EventPtr> deps;
     if (in) add_dep(deps, in->ready);
-    const int group = op.group, peer = op.peer;
+    const int group = plan.comm_group[index], peer = op.peer;
     const bool broadcast = op.kind == OpKind::Broadcast;
     const std::size_t count = ctx.shapes->bytes(in ? in->id : out->id) / sizeof(float);
     EventPtr done = submit(op, index, deps, [this, in, out, group, peer, broadcast, count, root](StreamContext& s) {

@@ -12,6 +12,7 @@
 #include "schedules/generators.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/pytorch_csv_cells.h"
+#include "schedules/replay.h"
 #include "schedules/text_format.h"
 
 using namespace trainsim;
@@ -235,4 +236,36 @@ TEST_CASE("exec replay: sharding the weights really saves memory") {
     // the measured peak holds the schedule's tensors plus the forward's saved activations and temporaries
     CHECK(ddp.peak_bytes[r] >= ddp.predicted_peak_bytes[r]);
   }
+}
+
+TEST_CASE("exec replay: a group's collectives on two streams (FSDP's all-gathers and reduce-scatters) equal one device") {
+  // FSDP as FSDP2 runs it: all-gathers on one communication stream, reduce-scatters on another, both over the
+  // data-parallel group. A communicator numbers a group's calls as they run, and two streams of a rank run in
+  // either order: the executor gives each stream its own copy of the group (exec/plan.h, comm_group).
+  GenOptions g;
+  g.dp = 4, g.layers = 3, g.microbatches = 2;
+  Schedule s = generate("fsdp", g);
+  int gathers = 0, scatters = 0;
+  for (auto& ops : s.ranks)
+    for (Op& op : ops) {
+      if (op.kind == OpKind::AllGather) op.stream = 1, ++gathers;
+      if (op.kind == OpKind::ReduceScatter) op.stream = 2, ++scatters;
+    }
+  REQUIRE(gathers > 0);
+  REQUIRE(scatters > 0);
+  REQUIRE(simulate(s).ok);
+  for (int round = 0; round < 3; ++round) check_equivalence(s, "fsdp, all-gathers on stream 1, reduce-scatters on 2");
+  // Members that run the same collective of the group on different streams cannot share a stream's numbering:
+  // refused before any rank starts, naming the op and both streams.
+  Schedule crossed = s;
+  for (Op& op : crossed.ranks[1])
+    if (op.kind == OpKind::AllGather) {
+      op.stream = 2;
+      break;
+    }
+  REQUIRE(simulate(crossed).ok);  // (the simulator matches a group's calls in program order, whatever the stream)
+  exec::ReplayResult r = exec::replay(crossed, tiny_options(crossed));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("rank 1: all-gather layer 0") != std::string::npos);
+  CHECK(r.error.find("collective #0 of group 0 runs on stream 2 here but on stream 1 on rank 0") != std::string::npos);
 }
