@@ -239,8 +239,9 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       "for a name ending in .csv (compute-only, as trainsim convert writes it; pipelines only), else .sched text "
       "(NAME.sched, a name without an extension, or - for standard output). " +
           kinds_summary() +
-          " --model/--device/--network (with --microbatch-size, --seq, --recompute, --set) put the hardware cost "
-          "model in the header; --sim simulates instead of writing. Exit status: 0 written (with --sim: valid); 1 "
+          " --layout gives each stage its blocks (Megatron-LM's layout grammar). --model/--device/--network (with "
+          "--microbatch-size, --seq, --recompute, --set) put the hardware cost model in the header; --sim simulates "
+          "instead of writing. Exit status: 0 written (with --sim: valid); 1 "
           "with --sim, the generated schedule is invalid; 2 a bad option, a schedule the output's format cannot "
           "hold, or an output that cannot be written.");
   cmd->add_option("KIND", args->kind, "What to generate: one of " + kind_list())->required();
@@ -283,6 +284,12 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->check(integer_in(0, 3, "", "1|3"));
   cmd->add_option("--schedule", args->options.schedule, "Pipeline order of 3d: 1f1b, interleaved-1f1b (with --chunks) or zb-h1")
       ->capture_default_str();
+  cmd->add_option("--layout", args->options.layout,
+                  "Stage layout, Megatron-LM's --pipeline-model-parallel-layout: the blocks of each schedule layer "
+                  "(stage or stage chunk, in order), E the embedding (first), t a block, L the LM head and loss "
+                  "(last), | between stages, X*N and (...)*N repeats, e.g. Et*3|t*4|t*4|t*3L (docs/"
+                  "schedule-format.md, Stage layouts); written to the header's layout line. Without it: the blocks "
+                  "split evenly");
   cmd->add_option("--prefetch", args->options.prefetch, "fsdp: how many layers ahead each all-gather is issued")
       ->check(count0)
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "apps/number_check.h"
+#include "hardware/op_costs.h"
 
 namespace trainsim::apps {
 
@@ -76,7 +77,8 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
 
 void apply_hardware(ScheduleHeader& header, const HardwareOptions& o) {
   hw::HardwareSetting hs = hardware_setting(o, header.hardware);
-  if (hs.model.blocks < header.layers)
+  if (header.layout) hw::partition_layers(hs.model, header.layers, &*header.layout);  // the layout fits the model
+  if (!header.layout && hs.model.blocks < header.layers)
     throw hw::SpecError(fmt::format("the schedule has {} layers but the model '{}' has {} blocks (each layer needs "
                                     "at least one block)",
                                     header.layers, hs.model.preset, hs.model.blocks));

@@ -37,8 +37,9 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o);
 hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::optional<hw::HardwareSetting>& base = {});
 
 /// Switches a schedule's `header` to the hardware cost model with the setting the options give on top of its
-/// block (used by `sim`, `validate` and `gen`). Throws hw::SpecError as hardware_setting does, and when the
-/// model has fewer blocks than the schedule has layers (each layer needs at least one block).
+/// block (used by `sim`, `validate` and `gen`). Throws hw::SpecError as hardware_setting does, when the
+/// model has fewer blocks than the schedule has layers (each layer needs at least one block), and when the
+/// header's stage layout holds another number of blocks than the model.
 void apply_hardware(ScheduleHeader& header, const HardwareOptions& o);
 
 }  // namespace trainsim::apps
