@@ -17,6 +17,8 @@ namespace trainsim::apps {
 
 struct HardwareOptions {
   std::string model, device, network;
+  /// A model built in memory (gen --from-megatron / --from-torchtitan), taking the place of --model.
+  std::optional<hw::ModelSpec> model_spec;
   int microbatch_size = 0;  // 0: 1, or the schedule's
   int seq = 0;              // 0: the model's, or the schedule's
   std::string recompute;    // "": none, or the schedule's
@@ -24,7 +26,7 @@ struct HardwareOptions {
 
   /// True when any option was given.
   bool any() const {
-    return !model.empty() || !device.empty() || !network.empty() || microbatch_size > 0 || seq > 0 ||
+    return !model.empty() || model_spec || !device.empty() || !network.empty() || microbatch_size > 0 || seq > 0 ||
            !recompute.empty() || !set.empty();
   }
 };
