@@ -12,6 +12,7 @@
 #include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "schedules/calibration.h"
+#include "schedules/kineto_trace.h"
 
 namespace trainsim::apps {
 
@@ -24,7 +25,70 @@ struct CalibrateArgs {
   HardwareOptions hardware;
 };
 
+// PyTorch profiler (Kineto) traces of a user's GPU run: the device's table and the network from kernel times
+// (schedules/kineto_trace.h). --device names the GPU they ran on.
+int run_kineto(CalibrateArgs a) {
+  if (a.hardware.device.empty()) {
+    fmt::print(stderr, "trainsim calibrate: {} is a PyTorch profiler trace: give --device, the GPU it ran on (a preset: "
+                       "{}; or a JSON file)\n",
+               a.traces.front(), "h100-sxm, h200, a100-80g");
+    return 2;
+  }
+  if (a.hardware.network.empty()) {
+    a.hardware.network = "nvlink8-ib400";
+    fmt::print(stderr, "trainsim calibrate: network nvlink8-ib400 (8 GPUs per node) tells intra- from inter-node "
+                       "groups (no --network given)\n");
+  }
+  hw::HardwareSetting base;
+  try {
+    for (const std::string& t : a.traces) check_readable(t);
+    HardwareOptions o = a.hardware;
+    o.model.clear();
+    o.model_spec = hw::model_preset("llama3-8b");  // any valid model: Kineto calibration reads none
+    base = hardware_setting(o);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "trainsim calibrate: {}\n", e.what());
+    return 2;
+  }
+  Calibration c;
+  try {
+    c = calibrate_kineto(a.traces, base);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "trainsim calibrate: {}\n", e.what());
+    return 1;
+  }
+  nlohmann::ordered_json j = hw::to_json(c.device);
+  j["calibration"] = {{"source", "pytorch-profiler"}, {"traces", c.traces},       {"kernels", c.kernels},
+                      {"compute_ops", c.compute_ops},  {"comm_ops", c.comm_ops},   {"left_out", c.left_out},
+                      {"kernel_floor_s", c.kernel_floor_s}};
+  if (!write_output("trainsim calibrate", a.out, j.dump(2) + "\n")) return 2;
+  if (!a.network_out.empty() && !write_output("trainsim calibrate", a.network_out, hw::to_json(c.network).dump(2) + "\n"))
+    return 2;
+  const hw::EfficiencyTable& e = c.device.efficiency;
+  fmt::print("{} kernels: {} GEMM, attention and memory-bound, {} communications, {} left out, from {} trace{}\n",
+             c.kernels, c.compute_ops, c.comm_ops, c.left_out, c.traces.size(), c.traces.size() == 1 ? "" : "s");
+  fmt::print("efficiency: forward {:.4g}  backward {:.4g}  attention {:.4g}  memory {:.4g} (kernel floor {:.3g} s; of "
+             "peak {:.4g} FLOP/s, {:.4g} bytes/s)\n",
+             e.forward, e.backward_input, e.attention, e.memory, c.kernel_floor_s, c.device.peak_flops,
+             c.device.hbm_bandwidth);
+  if (c.network_fitted)
+    fmt::print("network: intra-node {:.4g} s, {:.4g} bytes/s; inter-node {:.4g} s, {:.4g} bytes/s{}\n",
+               c.network.intra_latency_s, c.network.intra_bandwidth, c.network.inter_latency_s,
+               c.network.inter_bandwidth, a.network_out.empty() ? " (not written: --network-output FILE)" : "");
+  fmt::print("wrote {}\n", a.out);
+  return 0;
+}
+
 int run(CalibrateArgs a) {
+  const bool kineto = !a.traces.empty() && looks_like_kineto_file(a.traces.front());
+  for (const std::string& t : a.traces)
+    if (looks_like_kineto_file(t) != kineto) {
+      fmt::print(stderr, "trainsim calibrate: give PyTorch profiler traces or trainsim replay traces, not both ({} is "
+                         "{})\n",
+                 t, kineto ? "not a profiler trace" : "a profiler trace");
+      return 2;
+    }
+  if (kineto) return run_kineto(std::move(a));
   if (a.hardware.model.empty()) a.hardware.model = "small";
   if (a.hardware.device.empty()) a.hardware.device = "cpu";
   if (a.hardware.network.empty()) a.hardware.network = "cpu";
@@ -82,7 +146,9 @@ void add_calibrate_command(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "calibrate",
       "Fit a device description's efficiency table (and a network's latency and bandwidth) to measured replay "
-      "traces (trainsim replay FILE --trace T). --model names the model the replays trained (default: small). "
+      "traces (trainsim replay FILE --trace T), or to a PyTorch profiler (Kineto) trace of your own GPU run "
+      "(torch.profiler with record_shapes=True, export_chrome_trace; --device names the GPU; docs/calibration.md). "
+      "--model names the model the replays trained (default: small). "
       "Exit status: 0 written; 1 the traces cannot be fitted (not a replay trace, another model); 2 a bad option, a "
       "trace that cannot be read or an output that cannot be written.");
   cmd->add_option("TRACE", a->traces,

@@ -21,6 +21,7 @@
 #include "apps/schedule_input.h"
 #include "apps/stage_line.h"
 #include "apps/text_file.h"
+#include "schedules/framework_args.h"
 #include "schedules/generators.h"
 #include "schedules/hardware_sim.h"
 #include "schedules/pytorch_csv.h"
@@ -39,7 +40,85 @@ struct GenArgs {
   HardwareOptions hardware;
   bool sim = false;
   bool json = false;
+  std::string from_megatron, from_torchtitan;  // a framework's configuration (schedules/framework_args.h)
+  std::set<std::string> given;                 // the options given on the command line (by long name)
 };
+
+// The options a framework's configuration sets, which may not be given beside it.
+const char* const kFrameworkSets[] = {"--stages", "--microbatches", "--chunks", "--layers", "--tp", "--pp", "--sp",
+                                      "--zero", "--schedule", "--layout", "--prefetch", "--no-reshard-after-forward",
+                                      "--microbatch-size", "--seq", "--recompute"};
+
+// The gen command that writes what a plan asks for (printed so the user can see and rerun it).
+std::string plan_command(const FrameworkPlan& p) {
+  const GenOptions& o = p.options;
+  std::string s = "gen " + p.kind;
+  if (p.kind == "3d") s += fmt::format(" --tp {} --pp {} --dp {}", o.tp, o.pp, o.dp);
+  else if (p.kind == "fsdp" || p.kind == "ddp") s += fmt::format(" --dp {}", o.dp);
+  else s += fmt::format(" --stages {}", o.stages);
+  if (o.chunks > 1) s += fmt::format(" --chunks {}", o.chunks);
+  if (p.kind == "3d" && o.schedule != "1f1b") s += " --schedule " + o.schedule;
+  if (p.kind == "3d" && o.zero != 0) s += fmt::format(" --zero {}", o.zero);
+  if (o.sequence_parallel) s += " --sp";
+  if (p.kind == "fsdp" && !o.reshard_after_forward) s += " --no-reshard-after-forward";
+  s += fmt::format(" --microbatches {}", o.microbatches);
+  if (o.layers > 0) s += fmt::format(" --layers {}", o.layers);
+  if (!o.layout.empty()) s += " --layout '" + o.layout + "'";
+  s += fmt::format(" --microbatch-size {}", p.microbatch_size);
+  if (p.seq > 0) s += fmt::format(" --seq {}", p.seq);
+  return s + fmt::format(" --recompute {}", hw::recompute_name(p.recompute));
+}
+
+// Replaces the kind, the generator options and the hardware shape with what a framework's configuration asks
+// for, printing what was assumed. Returns 0, or 2 after printing why not.
+int apply_framework(GenArgs& a) {
+  const bool megatron = !a.from_megatron.empty();
+  const std::string framework = megatron ? "Megatron-LM" : "torchtitan";
+  const std::string flag = megatron ? "--from-megatron" : "--from-torchtitan";
+  if (!a.from_megatron.empty() && !a.from_torchtitan.empty()) {
+    fmt::print(stderr, "trainsim gen: give --from-megatron or --from-torchtitan, not both\n");
+    return 2;
+  }
+  if (!a.kind.empty()) {
+    fmt::print(stderr, "trainsim gen: {} chooses the kind: leave KIND ('{}') out\n", flag, a.kind);
+    return 2;
+  }
+  for (const char* o : kFrameworkSets)
+    if (a.given.count(o)) {
+      fmt::print(stderr, "trainsim gen: {} comes from the {} configuration with {}: leave it out\n", o, framework, flag);
+      return 2;
+    }
+  FrameworkInputs in;
+  in.dp = a.options.dp;
+  in.dp_given = a.given.count("--dp") > 0;
+  FrameworkPlan plan;
+  try {
+    if (!a.hardware.model.empty()) in.model = hw::load_model(a.hardware.model);
+    plan = megatron ? from_megatron(a.from_megatron, in) : from_torchtitan(a.from_torchtitan, in);
+  } catch (const std::invalid_argument& e) {  // hw::SpecError too
+    fmt::print(stderr, "trainsim gen: {}\n", e.what());
+    return 2;
+  }
+  a.kind = plan.kind;
+  a.options = plan.options;
+  a.no_reshard = !plan.options.reshard_after_forward;
+  a.hardware.model.clear();
+  a.hardware.model_spec = plan.model;
+  a.hardware.microbatch_size = plan.microbatch_size;
+  a.hardware.seq = plan.seq;
+  a.hardware.recompute = hw::recompute_name(plan.recompute);
+  if (a.hardware.device.empty()) {
+    a.hardware.device = "h100-sxm";
+    plan.notes.push_back("device h100-sxm (no --device given)");
+  }
+  if (a.hardware.network.empty()) {
+    a.hardware.network = "nvlink8-ib400";
+    plan.notes.push_back("network nvlink8-ib400 (no --network given)");
+  }
+  fmt::print(stderr, "trainsim gen: from {}: {}\n  model {}\n", framework, plan_command(plan), hw::spec_text(plan.model));
+  for (const std::string& n : plan.notes) fmt::print(stderr, "  note: {}\n", n);
+  return 0;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -155,7 +234,16 @@ std::string kinds_summary() {
   return s + ".";
 }
 
-int run(const GenArgs& a) {
+int run(GenArgs& a) {
+  if (!a.from_megatron.empty() || !a.from_torchtitan.empty()) {
+    if (int code = apply_framework(a); code != 0) return code;
+  } else if (a.kind.empty()) {
+    fmt::print(stderr,
+               "trainsim gen: KIND is required (one of {}), or --from-megatron / --from-torchtitan\nRun `trainsim gen "
+               "--help` for the options.\n",
+               kind_list());
+    return 2;
+  }
   bool known = false;
   for (const auto& k : generator_kinds()) known = known || k == a.kind;
   if (!known) {
@@ -239,11 +327,14 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       "for a name ending in .csv (compute-only, as trainsim convert writes it; pipelines only), else .sched text "
       "(NAME.sched, a name without an extension, or - for standard output). " +
           kinds_summary() +
-          " --model/--device/--network (with --microbatch-size, --seq, --recompute, --set) put the hardware cost "
-          "model in the header; --sim simulates instead of writing. Exit status: 0 written (with --sim: valid); 1 "
+          " --layout gives each stage its blocks (Megatron-LM's layout grammar). --from-megatron \"ARGS\" and "
+          "--from-torchtitan \"FLAGS\" take the kind, options and model from a framework's own configuration "
+          "(docs/frameworks.md). --model/--device/--network (with --microbatch-size, --seq, --recompute, --set) put "
+          "the hardware cost model in the header; --sim simulates instead of writing. Exit status: 0 written (with --sim: valid); 1 "
           "with --sim, the generated schedule is invalid; 2 a bad option, a schedule the output's format cannot "
           "hold, or an output that cannot be written.");
-  cmd->add_option("KIND", args->kind, "What to generate: one of " + kind_list())->required();
+  cmd->add_option("KIND", args->kind,
+                  "What to generate: one of " + kind_list() + " (left out with --from-megatron or --from-torchtitan)");
   // Counts of 0 or less (or that wrap an int) are refused whatever the kind, even where the kind ignores the option.
   const CLI::Validator count = integer_in(1, std::numeric_limits<int>::max(), "", "N>=1");
   const CLI::Validator count0 = integer_in(0, std::numeric_limits<int>::max(), "", "N>=0");
@@ -283,6 +374,12 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->check(integer_in(0, 3, "", "1|3"));
   cmd->add_option("--schedule", args->options.schedule, "Pipeline order of 3d: 1f1b, interleaved-1f1b (with --chunks) or zb-h1")
       ->capture_default_str();
+  cmd->add_option("--layout", args->options.layout,
+                  "Stage layout, Megatron-LM's --pipeline-model-parallel-layout: the blocks of each schedule layer "
+                  "(stage or stage chunk, in order), E the embedding (first), t a block, L the LM head and loss "
+                  "(last), | between stages, X*N and (...)*N repeats, e.g. Et*3|t*4|t*4|t*3L (docs/"
+                  "schedule-format.md, Stage layouts); written to the header's layout line. Without it: the blocks "
+                  "split evenly");
   cmd->add_option("--prefetch", args->options.prefetch, "fsdp: how many layers ahead each all-gather is issued")
       ->check(count0)
       ->capture_default_str();
@@ -298,7 +395,23 @@ void add_gen_command(CLI::App& app, int* exit_code) {
                 "Simulate the generated schedule in memory and print its report (with --model/--device/--network: "
                 "step time, tokens/s, MFU, bubble, exposed communication, memory); exits 1 when it is invalid");
   cmd->add_flag("--json", args->json, "With --sim: print the report as JSON");
-  cmd->callback([args, exit_code] { *exit_code = run(*args); });
+  cmd->add_option("--from-megatron", args->from_megatron,
+                  "A Megatron-LM argument line, quoted (\"--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
+                  "--micro-batch-size 1 --global-batch-size 512 --num-layers 80 ... --bf16\"): generates gen 3d with the "
+                  "model, microbatch size, sequence length, recomputation and stage layout it describes (docs/"
+                  "frameworks.md lists the flags read; others are refused by name). --dp gives the data-parallel degree "
+                  "(default 1), --model a base model, --device and --network the machine (default h100-sxm, "
+                  "nvlink8-ib400)");
+  cmd->add_option("--from-torchtitan", args->from_torchtitan,
+                  "A torchtitan command line, quoted (\"--model.flavor 8B --parallelism.tensor_parallel_degree 8 "
+                  "--training.local_batch_size 2 ...\"): generates gen 3d, fsdp, ddp or a pipeline kind with the model "
+                  "and shape it describes (docs/frameworks.md); --dp gives the data-parallel degree where "
+                  "data_parallel_shard_degree is -1 (torchtitan's default: the rest of the world)");
+  cmd->callback([args, exit_code, cmd] {
+    for (const CLI::Option* o : cmd->get_options())
+      if (o->count() > 0 && !o->get_lnames().empty()) args->given.insert("--" + o->get_lnames().front());
+    *exit_code = run(*args);
+  });
 }
 
 }  // namespace trainsim::apps

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "apps/number_check.h"
+#include "hardware/op_costs.h"
 
 namespace trainsim::apps {
 
@@ -41,7 +42,7 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
     if (v.empty() && !base)
       throw hw::SpecError(fmt::format("{} is needed with the hardware cost model (--model, --device and --network)", flag));
   };
-  need(o.model, "--model");
+  if (!o.model_spec) need(o.model, "--model");
   need(o.device, "--device");
   need(o.network, "--network");
   auto wrap = [](const char* flag, auto&& f) {
@@ -51,7 +52,8 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
       throw hw::SpecError(fmt::format("{}: {}", flag, e.what()));
     }
   };
-  if (!o.model.empty()) wrap("--model", [&] { s.model = hw::load_model(o.model); });
+  if (o.model_spec) s.model = *o.model_spec;
+  else if (!o.model.empty()) wrap("--model", [&] { s.model = hw::load_model(o.model); });
   if (!o.device.empty()) wrap("--device", [&] { s.device = hw::load_device(o.device); });
   if (!o.network.empty()) wrap("--network", [&] { s.network = hw::load_network(o.network); });
   for (const std::string& kv : o.set) {
@@ -76,7 +78,8 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
 
 void apply_hardware(ScheduleHeader& header, const HardwareOptions& o) {
   hw::HardwareSetting hs = hardware_setting(o, header.hardware);
-  if (hs.model.blocks < header.layers)
+  if (header.layout) hw::partition_layers(hs.model, header.layers, &*header.layout);  // the layout fits the model
+  if (!header.layout && hs.model.blocks < header.layers)
     throw hw::SpecError(fmt::format("the schedule has {} layers but the model '{}' has {} blocks (each layer needs "
                                     "at least one block)",
                                     header.layers, hs.model.preset, hs.model.blocks));

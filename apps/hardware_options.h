@@ -17,6 +17,8 @@ namespace trainsim::apps {
 
 struct HardwareOptions {
   std::string model, device, network;
+  /// A model built in memory (gen --from-megatron / --from-torchtitan), taking the place of --model.
+  std::optional<hw::ModelSpec> model_spec;
   int microbatch_size = 0;  // 0: 1, or the schedule's
   int seq = 0;              // 0: the model's, or the schedule's
   std::string recompute;    // "": none, or the schedule's
@@ -24,7 +26,7 @@ struct HardwareOptions {
 
   /// True when any option was given.
   bool any() const {
-    return !model.empty() || !device.empty() || !network.empty() || microbatch_size > 0 || seq > 0 ||
+    return !model.empty() || model_spec || !device.empty() || !network.empty() || microbatch_size > 0 || seq > 0 ||
            !recompute.empty() || !set.empty();
   }
 };
@@ -37,8 +39,9 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o);
 hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::optional<hw::HardwareSetting>& base = {});
 
 /// Switches a schedule's `header` to the hardware cost model with the setting the options give on top of its
-/// block (used by `sim`, `validate` and `gen`). Throws hw::SpecError as hardware_setting does, and when the
-/// model has fewer blocks than the schedule has layers (each layer needs at least one block).
+/// block (used by `sim`, `validate` and `gen`). Throws hw::SpecError as hardware_setting does, when the
+/// model has fewer blocks than the schedule has layers (each layer needs at least one block), and when the
+/// header's stage layout holds another number of blocks than the model.
 void apply_hardware(ScheduleHeader& header, const HardwareOptions& o);
 
 }  // namespace trainsim::apps

@@ -13,6 +13,11 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
   const int t = tp_size, j = tp_index;
   if (t < 1 || j < 0 || j >= t)
     throw std::invalid_argument(fmt::format("TP slice {} of {} does not exist", j, t));
+  if (t > 1 && spec.num_blocks == 0)
+    throw std::invalid_argument(fmt::format(
+        "layer {} holds no transformer block (only the {}): the executor runs such a layer without tensor parallelism "
+        "only",
+        spec.index, spec.embedding ? "embedding" : spec.head ? "final norm and LM head" : "nothing"));
   if (t > 1) {
     std::string bad;
     if (model.heads % t) bad = fmt::format("the heads ({})", model.heads);

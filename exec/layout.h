@@ -63,7 +63,7 @@ class LayerLayout {
  public:
   /// The layout of TP slice `tp_index` of `tp_size` of the layer (the whole layer when tp_size is 1). Throws
   /// std::invalid_argument when the heads, the FFN size or the vocabulary are not multiples of tp_size, naming
-  /// them.
+  /// them, and for a TP slice of a layer without blocks (a stage layout's embedding or head alone).
   LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp_index = 0, int tp_size = 1);
 
   const LayerSpec& spec() const { return spec_; }

@@ -185,9 +185,20 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
   s = LayerStash{};
   s.sequences = sequences;
   s.blocks.resize(spec.num_blocks);
+  // A layer without blocks (a stage layout's embedding or head alone): the embedding writes the layer's output,
+  // the head reads the layer's input (kept as x_final, which its backward reads).
+  if (spec.num_blocks == 0 && spec.head) {
+    s.x_final = r.make(r.n * r.d);
+    if (!spec.embedding) c.k->copy(static_cast<const T*>(in), Run<T>::p(s.x_final), r.n * r.d);
+  }
   if (spec.embedding) {
-    s.blocks[0].x_in = r.make(r.n * r.d);
-    T* x0 = Run<T>::p(s.blocks[0].x_in);
+    T* x0;
+    if (spec.num_blocks > 0) {
+      s.blocks[0].x_in = r.make(r.n * r.d);
+      x0 = Run<T>::p(s.blocks[0].x_in);
+    } else {
+      x0 = spec.head ? Run<T>::p(s.x_final) : out;
+    }
     if (r.tp_size > 1) {  // vocabulary-parallel: this slice's rows, zeros for the other tokens, summed over the group
       c.k->embedding_forward_range(static_cast<const int*>(in), W + layout.embedding_offset(), x0, r.n, r.d,
                                    layout.vocab_start(), r.V);
@@ -222,7 +233,7 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
 template <typename T>
 void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout,
                           T* din, LayerStash& s) {
-  if (s.blocks.empty()) throw std::logic_error("backward-input without the forward's saved activations");
+  if (s.sequences == 0) throw std::logic_error("backward-input without the forward's saved activations");
   Run<T> r(c, layout, s.sequences);
   const LayerSpec& spec = layout.spec();
   const T* dy = dout;  // grad of the current block's output
@@ -234,7 +245,9 @@ void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T
     c.k->fill(Run<T>::p(dx), T(0), r.n * r.d);
     c.k->rmsnorm_backward_input(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.rstdf),
                                 Run<T>::p(dx), r.n, r.d);
-    s.blocks.back().d_out = dx;
+    if (spec.num_blocks > 0) s.blocks.back().d_out = dx;
+    else if (spec.embedding) s.dx0 = dx;
+    else c.k->copy(Run<T>::p(dx), din, r.n * r.d);  // the head alone: its input grad is the layer's
     dy = Run<T>::p(dx);
   }
   for (int b = spec.num_blocks - 1; b >= 0; --b) {
@@ -277,11 +290,13 @@ void layer_backward_weight(ModelContext<T>& c, const LayerLayout& layout, const 
   if (s.partial_first_norm) r.reduce(dW + layout.block(0).attn_norm, r.d);
   if (spec.embedding) {
     T* dE = dW + layout.embedding_offset();
+    // The embedding's output grad: the first block's input grad, or with no block the layer's output grad.
+    const T* dx0 = s.dx0 ? Run<T>::p(s.dx0) : dout;
     c.k->fill(dE, T(0), static_cast<long>(r.V) * r.d);
     if (r.tp_size > 1)
-      c.k->embedding_backward_range(static_cast<const int*>(in), Run<T>::p(s.dx0), dE, r.n, r.d, layout.vocab_start(), r.V);
+      c.k->embedding_backward_range(static_cast<const int*>(in), dx0, dE, r.n, r.d, layout.vocab_start(), r.V);
     else
-      c.k->embedding_backward(static_cast<const int*>(in), Run<T>::p(s.dx0), dE, r.n, r.d);
+      c.k->embedding_backward(static_cast<const int*>(in), dx0, dE, r.n, r.d);
   }
   s = LayerStash{};
 }

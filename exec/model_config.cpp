@@ -88,7 +88,27 @@ ModelConfig preset(const std::string& name) {
   throw std::invalid_argument(fmt::format("unknown model preset '{}' (presets: {})", name, list));
 }
 
-std::vector<LayerSpec> partition(const ModelConfig& model, int layers) {
+std::vector<LayerSpec> partition(const ModelConfig& model, int layers, const hw::StageLayout* layout) {
+  if (layout) {
+    if (layout->layers() != layers)
+      throw std::invalid_argument(fmt::format("the layout '{}' has {} stages but the schedule has {} layers (one stage "
+                                              "per layer)",
+                                              layout->str(), layout->layers(), layers));
+    if (layout->blocks() != model.blocks)
+      throw std::invalid_argument(fmt::format("the layout '{}' holds {} blocks but the model has {} (try --blocks {})",
+                                              layout->str(), layout->blocks(), model.blocks, layout->blocks()));
+    std::vector<LayerSpec> specs;
+    int i = 0;
+    for (const hw::LayerContent& c : layout->contents()) {
+      if (c.num_blocks == 0 && !c.embedding && !c.head)
+        throw std::invalid_argument(fmt::format(
+            "the layout '{}' leaves layer {} empty (no block, embedding or head): the executor needs every layer to "
+            "compute something",
+            layout->str(), i));
+      specs.push_back(LayerSpec{i++, c.first_block, c.num_blocks, c.embedding, c.head});
+    }
+    return specs;
+  }
   if (layers < 1) throw std::invalid_argument(fmt::format("a schedule needs at least one layer, got {}", layers));
   if (model.blocks % layers != 0 || model.blocks < layers) {
     int suggest = ((model.blocks + layers - 1) / layers) * layers;

@@ -5,15 +5,18 @@
 // byte. Each block is pre-norm: x += Wo·attention(rope(Wqkv·rmsnorm(x))); x += Wdown·swiglu(Wgu·rmsnorm(x)),
 // with causal multi-head attention and rotary position embedding (Touvron et al. 2023, "LLaMA").
 //
-// Schedule layer i of L holds blocks [i·B/L, (i+1)·B/L) (B blocks, divisible by L); layer 0 also holds the
-// embedding, layer L-1 the final norm and the LM head. The loss op is the cross-entropy on layer L-1's
-// output (the logits).
+// Schedule layer i of L holds blocks [i·B/L, (i+1)·B/L) (B blocks, divisible by L), or with a stage layout
+// (the header's `layout` line, hardware/stage_layout.h) the blocks it gives the layer, any number, none for a
+// layer of the embedding or the head alone; layer 0 also holds the embedding, layer L-1 the final norm and the
+// LM head. The loss op is the cross-entropy on layer L-1's output (the logits).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "hardware/stage_layout.h"
 
 namespace trainsim::exec {
 
@@ -69,9 +72,12 @@ struct LayerSpec {
   bool head = false;       ///< holds the final norm and the LM head (the last layer)
 };
 
-/// The layer → blocks map for a schedule of `layers` layers. Throws std::invalid_argument when the blocks
-/// are not a positive multiple of the layers, naming both and suggesting a block count.
-std::vector<LayerSpec> partition(const ModelConfig& model, int layers);
+/// The layer → blocks map for a schedule of `layers` layers: `layout`'s (hardware/stage_layout.h, the header's
+/// `layout` line) when given, else equal chunks. Throws std::invalid_argument when, without a layout, the blocks
+/// are not a positive multiple of the layers, naming both and suggesting a block count; with one, when its
+/// stages are not the layers, its blocks not the model's, or a layer holds nothing (no block, embedding or head:
+/// the executor needs each layer to compute something).
+std::vector<LayerSpec> partition(const ModelConfig& model, int layers, const hw::StageLayout* layout = nullptr);
 
 nlohmann::json to_json(const ModelConfig& m);
 /// Throws std::invalid_argument for a missing or mistyped field.

@@ -9,8 +9,10 @@
 
 namespace trainsim::exec {
 
-ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int>& tp_sizes) : model(m) {
-  const std::vector<LayerSpec> specs = partition(m, layers);
+ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int>& tp_sizes,
+                         const hw::StageLayout* stages)
+    : model(m) {
+  const std::vector<LayerSpec> specs = partition(m, layers, stages);
   for (const LayerSpec& s : specs) layouts.emplace_back(m, s);
   for (int t : tp_sizes) {
     if (t <= 1 || tp_layouts.count(t)) continue;

@@ -18,9 +18,11 @@ struct ModelShapes {
   /// TP degree t -> layer -> slice j: the layouts of TP slices (exec/layout.h), for each degree asked for.
   std::map<int, std::vector<std::vector<LayerLayout>>> tp_layouts;
 
-  /// The layouts of `layers` schedule layers, and of their TP slices for each degree in `tp_sizes` (> 1).
-  /// Throws std::invalid_argument when the model cannot be split so (exec/layout.h).
-  ModelShapes(const ModelConfig& m, int layers, const std::vector<int>& tp_sizes = {});
+  /// The layouts of `layers` schedule layers (split as the stage layout `stages` says when given: partition),
+  /// and of their TP slices for each degree in `tp_sizes` (> 1). Throws std::invalid_argument when the model
+  /// cannot be split so (exec/model_config.h, exec/layout.h).
+  ModelShapes(const ModelConfig& m, int layers, const std::vector<int>& tp_sizes = {},
+              const hw::StageLayout* stages = nullptr);
   int layers() const { return static_cast<int>(layouts.size()); }
   /// P of layer l (whole).
   long parameters(int layer) const { return layouts.at(layer).size(); }

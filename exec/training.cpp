@@ -494,7 +494,8 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
       throw std::invalid_argument(fmt::format("--trace-steps must be at least 1, got {}", o.trace_steps));
     if (!(o.timeout_seconds > 0))
       throw std::invalid_argument(fmt::format("--timeout must be positive, got {}", o.timeout_seconds));
-    ModelShapes shapes(o.model, schedule.header.layers, tp_degrees(schedule));
+    ModelShapes shapes(o.model, schedule.header.layers, tp_degrees(schedule),
+                       schedule.header.layout ? &*schedule.header.layout : nullptr);
     TokenData data(o.data_files.empty() ? TokenData::default_files() : o.data_files);
     data.check_fits(o.model);
     res.model_description = o.model.describe();

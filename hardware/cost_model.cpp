@@ -11,9 +11,12 @@ namespace trainsim::hw {
 
 HardwareCostModel::HardwareCostModel(HardwareSetting setting, int layers, int world_size,
                                      std::vector<std::vector<int>> groups, std::vector<std::string> group_names,
-                                     std::vector<int> tp_group)
+                                     std::vector<int> tp_group, const ModelPlacement& placement)
     : setting_(std::move(setting)),
-      sizes_(setting_, layers),
+      tied_offset_(setting_.model.tied_embeddings && layers > 1 && static_cast<int>(placement.stage_map.size()) == layers
+                       ? placement.stage_map.back() - placement.stage_map.front()
+                       : 0),
+      sizes_(setting_, layers, placement.layout ? &*placement.layout : nullptr, tied_offset_ != 0),
       world_size_(world_size),
       groups_(std::move(groups)),
       group_names_(std::move(group_names)),
@@ -108,6 +111,17 @@ double HardwareCostModel::tp_comm_seconds(const Op& op) const {
          c.reduce_scatters * collective_seconds(Collective::ReduceScatter, tp.degree, bytes, link);
 }
 
+double HardwareCostModel::tied_embedding_seconds(const Op& op) const {
+  const int L = static_cast<int>(sizes_.layers().size());
+  if (op.kind != OpKind::Update || tied_offset_ == 0 || (op.layer != 0 && op.layer != L - 1)) return 0;
+  const int partner = op.rank + (op.layer == 0 ? tied_offset_ : -tied_offset_);
+  int t = 1;
+  for (const Tensor& x : op.reads) t = std::max<int>(t, x.tp_size);
+  const ModelSpec& m = setting_.model;
+  const double bytes = static_cast<double>(m.vocab) * m.hidden * m.grad_bytes / t;
+  return collective_seconds(Collective::AllReduce, 2, bytes, setting_.network.link_for({op.rank, partner}));
+}
+
 bool HardwareCostModel::tensor_parallel() const {
   return std::any_of(tp_.group.begin(), tp_.group.end(), [](int g) { return g > 0; });
 }
@@ -131,7 +145,7 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::Loss: {
       return work_seconds(setting_.device, op_work(op)) + tp_comm_seconds(op);
     }
-    case OpKind::Update: return work_seconds(setting_.device, op_work(op));
+    case OpKind::Update: return work_seconds(setting_.device, op_work(op)) + tied_embedding_seconds(op);
     case OpKind::Send: {
       if (op.reads.empty() || op.peer < 0) return 0;
       return p2p_seconds(sizes_.wire_bytes(op.reads.front()), setting_.network.link_for({op.rank, op.peer}));

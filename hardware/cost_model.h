@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,14 +38,24 @@ struct TpLayout {
   std::vector<char> sequence_parallel;
 };
 
+/// How a schedule splits the model over its layers and ranks: the header's `layout` and `stage_map`.
+struct ModelPlacement {
+  std::optional<StageLayout> layout;  ///< the blocks of each layer (hardware/stage_layout.h); none: the even split
+  std::vector<int> stage_map;         ///< the rank of each layer's stage; empty: every rank runs every layer
+};
+
 class HardwareCostModel final : public CostModel {
  public:
   /// `groups`: collective groups by id, group 0 = every rank; `group_names`: the names of groups 1, 2, ... (for
   /// messages; may be shorter). `tp_group`: each rank's TP group id (TpLayout::group; empty: no rank has one).
-  /// What each rank runs is learnt from its ops (prepare_rank) before its ops are priced. Throws SpecError when
-  /// the model has fewer blocks than `layers`.
+  /// What each rank runs is learnt from its ops (prepare_rank) before its ops are priced. `placement`: the
+  /// layer -> blocks split and the stage map; with tied embeddings (ModelSpec::tied_embeddings) and the first
+  /// and last layers on different ranks of the stage map, the last layer holds a copy of the embedding matrix
+  /// (TensorSizes) and their grads are all-reduced (tied_embedding_seconds). Throws SpecError when the model
+  /// has fewer blocks than `layers`, or the layout does not fit the schedule or the model (partition_layers).
   HardwareCostModel(HardwareSetting setting, int layers, int world_size, std::vector<std::vector<int>> groups,
-                    std::vector<std::string> group_names = {}, std::vector<int> tp_group = {});
+                    std::vector<std::string> group_names = {}, std::vector<int> tp_group = {},
+                    const ModelPlacement& placement = {});
 
   /// Learns from rank `rank`'s ops the TP degree of each forward it runs (its layers' saved activations) and
   /// whether it runs sequence parallelism (it reduce-scatters or all-gathers an activation or activation grad over
@@ -70,6 +81,13 @@ class HardwareCostModel final : public CostModel {
   /// tp_collectives_inside, and the loss's three small all-reduces), over its rank's TP group's link (the
   /// intra-node link when the rank has no TP group); 0 without TP. Part of seconds_of.
   double tp_comm_seconds(const Op& op) const;
+  /// Seconds of the all-reduce of the tied embedding matrix's grad that the update of the first or of the last
+  /// layer runs before it (Megatron-LM's _allreduce_word_embedding_grads in finalize_model_grads: between the
+  /// first and the last pipeline stage, after the backward, before the optimizer step): a ring all-reduce of
+  /// two ranks over V·h/t grads (grad_bytes each; t the update's TP degree) on the link between the rank and its
+  /// partner (the same place in the other stage: rank + or - stage_map.back() - stage_map.front()). 0 for
+  /// other ops, untied models, and layouts whose first and last layers share a rank. Part of seconds_of.
+  double tied_embedding_seconds(const Op& op) const;
   /// True for a collective over its rank's TP group (an explicit TP all-reduce, reduce-scatter or
   /// all-gather).
   bool is_tp_collective(const Op& op) const;
@@ -85,6 +103,7 @@ class HardwareCostModel final : public CostModel {
   double busy_seconds(const Op& op, int group_size) const;  // without dispatch_s
 
   HardwareSetting setting_;
+  int tied_offset_ = 0;  // tied embeddings: rank of the last layer - rank of layer 0 (0: none to all-reduce)
   TensorSizes sizes_;
   int world_size_;
   std::vector<std::vector<int>> groups_;

@@ -25,13 +25,15 @@ ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int 
   return st;
 }
 
-TensorSizes::TensorSizes(const HardwareSetting& s, int layers) : s_(s), layers_(partition_layers(s.model, layers)) {}
+TensorSizes::TensorSizes(const HardwareSetting& s, int layers, const StageLayout* layout, bool tied_copy)
+    : s_(s), layers_(partition_layers(s.model, layers, layout)), tied_copy_(tied_copy && s.model.tied_embeddings) {}
 
 double TensorSizes::layer_parameters(int l) const {
   const LayerContent& c = layers_.at(l);
   const ModelSpec& m = s_.model;
+  const double copy = c.head && tied_copy_ ? static_cast<double>(m.vocab) * m.hidden : 0;
   return c.num_blocks * m.block_parameters() + (c.embedding ? m.embedding_parameters() : 0) +
-         (c.head ? m.head_parameters() : 0);
+         (c.head ? m.head_parameters() : 0) + copy;
 }
 
 double TensorSizes::wire_bytes(const Tensor& t) const {

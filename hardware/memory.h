@@ -39,9 +39,17 @@ ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int 
 /// mapping: hardware/op_costs.h).
 class TensorSizes {
  public:
-  TensorSizes(const HardwareSetting& s, int layers);
-  /// Parameters of schedule layer l (its blocks, plus embedding or head).
+  /// `layers` schedule layers split as `layout` says (partition_layers: the even split without one). With
+  /// `tied_copy` (tied embeddings, the embedding's and the LM head's layers on different ranks) the last layer
+  /// holds its own copy of the token embedding matrix, as Megatron-LM's last pipeline stage does (its
+  /// output_layer.weight, kept equal to the first stage's word embeddings by an all-reduce of their grads).
+  /// Throws SpecError as partition_layers does.
+  TensorSizes(const HardwareSetting& s, int layers, const StageLayout* layout = nullptr, bool tied_copy = false);
+  /// Parameters of schedule layer l (its blocks, plus embedding or head; plus the tied copy, V·h, on the last
+  /// layer with `tied_copy`).
   double layer_parameters(int l) const;
+  /// True when the last layer holds a copy of the tied embedding matrix (the constructor's `tied_copy`).
+  bool tied_copy() const { return tied_copy_; }
   /// Bytes of a tensor as it travels (a message, a collective's buffer): weights weight_bytes, optimizer
   /// state master + moments, weight grads grad_bytes per parameter held; A0 the token ids (4 bytes per token),
   /// A_l the hidden states (e·h per token), A_L the fp32 logits (4·V per token; Korthikanti et al. 2022 §4.3),
@@ -63,6 +71,7 @@ class TensorSizes {
  private:
   HardwareSetting s_;
   std::vector<LayerContent> layers_;
+  bool tied_copy_ = false;
 };
 
 }  // namespace trainsim::hw

@@ -4,18 +4,23 @@
 
 namespace trainsim::hw {
 
-std::vector<LayerContent> partition_layers(const ModelSpec& model, int layers) {
+std::vector<LayerContent> partition_layers(const ModelSpec& model, int layers, const StageLayout* layout) {
+  if (layout) {
+    if (layout->layers() != layers)
+      throw SpecError(fmt::format("the layout '{}' has {} stages but the schedule has {} layers (one stage per "
+                                  "schedule layer)",
+                                  layout->str(), layout->layers(), layers));
+    if (layout->blocks() != model.blocks)
+      throw SpecError(fmt::format("the layout '{}' holds {} blocks but the model '{}' has {} (set model.blocks={} or "
+                                  "change the layout)",
+                                  layout->str(), layout->blocks(), model.preset, model.blocks, layout->blocks()));
+    return layout->contents();
+  }
   if (layers < 1 || model.blocks < layers)
     throw SpecError(fmt::format("the schedule has {} layers but the model '{}' has {} blocks: each schedule layer "
                                 "needs at least one block",
                                 layers, model.preset, model.blocks));
-  std::vector<LayerContent> out;
-  for (int i = 0; i < layers; ++i) {
-    long long lo = static_cast<long long>(i) * model.blocks / layers;
-    long long hi = static_cast<long long>(i + 1) * model.blocks / layers;
-    out.push_back({static_cast<int>(lo), static_cast<int>(hi - lo), i == 0, i == layers - 1});
-  }
-  return out;
+  return StageLayout::even(model.blocks, layers).contents();
 }
 
 Work& Work::operator+=(const Work& o) {

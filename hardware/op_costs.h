@@ -1,9 +1,10 @@
 // FLOPs and bytes of each compute op of a schedule on a hardware setting, and the seconds they take.
 //
-// Schedule layer i of L holds the contiguous blocks [i·B/L, (i+1)·B/L) of the model's B blocks; layer 0 also
+// Schedule layer i of L holds the blocks its stage layout gives it (hardware/stage_layout.h: the header's
+// `layout` line), or without one the contiguous blocks [i·B/L, (i+1)·B/L) of the model's B blocks; layer 0 also
 // holds the embedding, layer L-1 the final norm and the LM head; the loss op is the cross-entropy on the
-// logits. This is the executor's mapping (docs/executor.md), which needs B to be a multiple of L; here any
-// B >= L is accepted (the floor division spreads the remainder).
+// logits. This is the executor's mapping (docs/executor.md), which needs B to be a multiple of L without a
+// layout; here any B >= L is accepted (the floor division spreads the remainder).
 //
 // Per block and token, forward (h hidden, f MLP width, kv the K/V width, s the sequence length):
 // - matrix multiplies: 2 FLOPs per weight: 2·(h·(h + 2kv) + h² + 3hf) (2hf for a GeLU MLP);
@@ -54,21 +55,15 @@
 #include <vector>
 
 #include "hardware/setting.h"
+#include "hardware/stage_layout.h"
 #include "sim/op.h"
 
 namespace trainsim::hw {
 
-/// What one schedule layer holds.
-struct LayerContent {
-  int first_block = 0;
-  int num_blocks = 0;
-  bool embedding = false;  ///< layer 0
-  bool head = false;       ///< the last layer
-};
-
-/// The layer -> blocks map for `layers` schedule layers. Throws SpecError when the model has fewer blocks
-/// than the schedule has layers.
-std::vector<LayerContent> partition_layers(const ModelSpec& model, int layers);
+/// The layer -> blocks map for `layers` schedule layers: `layout`'s (hardware/stage_layout.h) when given, else
+/// the even split (StageLayout::even). Throws SpecError when the model has fewer blocks than the schedule has
+/// layers (even split), or when the layout's stages are not the schedule's layers or its blocks not the model's.
+std::vector<LayerContent> partition_layers(const ModelSpec& model, int layers, const StageLayout* layout = nullptr);
 
 /// How an op's layer is split by tensor parallelism.
 struct TpSplit {

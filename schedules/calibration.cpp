@@ -10,6 +10,7 @@
 
 #include "hardware/comm.h"
 #include "hardware/memory.h"
+#include "schedules/kineto_trace.h"
 #include "schedules/measured_trace.h"
 #include "schedules/op_gaps.h"
 #include "schedules/text_format.h"
@@ -275,6 +276,89 @@ Calibration calibrate(const std::vector<std::string>& files, const hw::HardwareS
   c.gap_ops = static_cast<int>(gaps.size());
   c.steps = steps;
   c.device.validate("calibrate");
+  return c;
+}
+
+hw::DeviceSpec fit_device(const std::vector<MeasuredWork>& work, const hw::DeviceSpec& base, double* floor_s) {
+  hw::DeviceSpec d = base;
+  hw::EfficiencyTable& e = d.efficiency;
+  using C = MeasuredWork::Class;
+  // Memory-bound kernels: time = bytes / (bandwidth x memory) + a floor per kernel (kept apart: op_overhead_s
+  // is per schedule op, a whole layer's kernels).
+  std::vector<double> x, y;
+  for (const MeasuredWork& w : work)
+    if (w.cls == C::MemoryBound && w.bytes > 0) x.push_back(w.bytes), y.push_back(w.seconds);
+  double floor = 0;
+  if (!x.empty()) {
+    const bool distinct = std::any_of(x.begin(), x.end(), [&](double v) { return std::fabs(v - x.front()) > 1e-9 * x.front(); });
+    auto [intercept, per_byte] = fit_line(x, y, distinct);
+    floor = intercept;
+    if (per_byte > 0) e.memory = std::clamp(1.0 / (per_byte * d.hbm_bandwidth), 1e-6, 1.0);
+  }
+  if (floor_s) *floor_s = floor;
+  // GEMMs and attention: their FLOPs over peak x their time (kernels that take far longer than the floor).
+  auto efficiency = [&](C cls) {
+    double flops = 0, time = 0;
+    for (const MeasuredWork& w : work)
+      if (w.cls == cls && w.flops > 0) flops += w.flops, time += w.seconds;
+    return flops > 0 && time > 0 ? std::clamp(flops / (d.peak_flops * time), 1e-6, 1.0) : 0.0;
+  };
+  if (const double f = efficiency(C::ForwardGemm); f > 0) e.forward = f;
+  if (const double b = efficiency(C::BackwardGemm); b > 0) e.backward_input = e.backward_weight = b;
+  if (const double a = efficiency(C::Attention); a > 0) e.attention = a;
+  d.validate("calibrate");
+  return d;
+}
+
+hw::NetworkSpec fit_network(const std::vector<MeasuredComm>& comm, const hw::NetworkSpec& base, bool* fitted) {
+  hw::NetworkSpec n = base;
+  bool any = false;
+  for (const bool inter : {false, true}) {
+    // T = steps x alpha + bytes / B, with the steps and the bytes each formula of hardware/comm.h charges.
+    std::vector<double> u, v, t;
+    for (const MeasuredComm& c : comm) {
+      if (c.inter_node != inter) continue;
+      const double r = c.ranks;
+      double steps = 1, bytes = c.bytes;
+      if (!c.p2p) {
+        switch (c.collective) {
+          case hw::Collective::AllReduce: steps = 2 * (r - 1), bytes = 2 * (r - 1) / r * c.bytes; break;
+          case hw::Collective::AllGather:
+          case hw::Collective::ReduceScatter: steps = r - 1, bytes = (r - 1) / r * c.bytes; break;
+          case hw::Collective::Broadcast:
+          case hw::Collective::Reduce: steps = r - 1; break;
+        }
+      }
+      u.push_back(steps), v.push_back(bytes), t.push_back(c.seconds);
+    }
+    if (t.empty()) continue;
+    auto [latency, per_byte] = fit_two(u, v, t);
+    if (per_byte <= 0) continue;
+    (inter ? n.inter_latency_s : n.intra_latency_s) = latency;
+    (inter ? n.inter_bandwidth : n.intra_bandwidth) = 1.0 / per_byte;
+    any = true;
+  }
+  if (fitted) *fitted = any;
+  n.validate("calibrate");
+  return n;
+}
+
+Calibration calibrate_kineto(const std::vector<std::string>& files, const hw::HardwareSetting& base) {
+  if (files.empty()) throw std::invalid_argument("calibrate: no trace given");
+  const KinetoRecords r = read_kineto_traces(files, base.network.gpus_per_node);
+  if (r.work.empty())
+    throw std::invalid_argument(fmt::format("calibrate: no GEMM, attention or memory-bound kernel with its op's shapes in "
+                                            "{} (profile with record_shapes=True and CUDA activities)",
+                                            files.front()));
+  Calibration c;
+  c.traces = files;
+  c.device = fit_device(r.work, base.device, &c.kernel_floor_s);
+  c.network = fit_network(r.comm, base.network, &c.network_fitted);
+  c.compute_ops = static_cast<int>(r.work.size());
+  c.comm_ops = static_cast<int>(r.comm.size());
+  c.kernels = r.kernels;
+  c.left_out = r.left_out;
+  c.steps = 0;
   return c;
 }
 

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "hardware/comm.h"
 #include "hardware/setting.h"
 
 namespace trainsim {
@@ -49,6 +50,9 @@ struct Calibration {
   int gap_ops = 0;          ///< ops whose dispatch gap was measured (efficiency.dispatch_s)
   int steps = 0;            ///< traced steps over all the traces
   bool network_fitted = false;
+  int kernels = 0;          ///< Kineto traces: GPU kernels read
+  int left_out = 0;         ///< Kineto traces: kernels not used
+  double kernel_floor_s = 0;  ///< Kineto traces: the memory-bound kernels' fitted floor (fit_device)
   std::vector<std::string> traces;
 };
 
@@ -57,5 +61,50 @@ struct Calibration {
 /// each trace). Throws std::invalid_argument naming the file and the problem (unreadable, not a trace, a
 /// malformed event, no compute op).
 Calibration calibrate(const std::vector<std::string>& trace_files, const hw::HardwareSetting& base);
+
+// ---- calibration from measured (op, shape, seconds) records: a user's own GPU run ----------------------------
+
+/// One measured piece of work of a user's run (a GPU kernel and the op that launched it: schedules/
+/// kineto_trace.h): the class of the efficiency table its time is charged to, the op and its shape, its FLOPs
+/// (as hardware/op_costs.h counts them) and bytes, and its seconds.
+struct MeasuredWork {
+  enum class Class { ForwardGemm, BackwardGemm, Attention, MemoryBound };
+  Class cls = Class::MemoryBound;
+  std::string op;                ///< "aten::mm", "aten::_scaled_dot_product_flash_attention_backward", ...
+  std::vector<long long> shape;  ///< GEMM: B, M, N, K; attention: B, H, S_q, S_k, D; memory-bound: elements read
+  double flops = 0;              ///< GEMM and attention
+  double bytes = 0;              ///< memory-bound traffic
+  double seconds = 0;
+};
+
+/// One measured collective call or point-to-point send.
+struct MeasuredComm {
+  hw::Collective collective = hw::Collective::AllReduce;
+  bool p2p = false;          ///< a send (alpha + S/B), not a collective
+  int ranks = 2;             ///< the group's size
+  double bytes = 0;          ///< S, as hardware/comm.h takes it (the all-gather's output, the others' input)
+  bool inter_node = false;   ///< the group spans nodes
+  double seconds = 0;
+};
+
+/// The efficiency table of `base` fitted to `work`: `memory` from the memory-bound records by least squares
+/// (time = bytes / (hbm_bandwidth x memory) + a floor per kernel, the floor reported in `floor_s` and not
+/// written: op_overhead_s is per schedule op, not per kernel); `forward` from the forward GEMMs, `backward_input`
+/// and `backward_weight` both from the backward GEMMs (a kernel's trace does not say which half it is), and
+/// `attention` from the attention records, each as the sum of their FLOPs over peak_flops x the sum of their
+/// seconds, clamped to (0, 1]. A class without records keeps the base's value. This is the one place that turns records into a
+/// table: a table by shape (GEMM efficiency per M, N, K) is fitted from the same records.
+hw::DeviceSpec fit_device(const std::vector<MeasuredWork>& work, const hw::DeviceSpec& base, double* floor_s = nullptr);
+
+/// The network of `base` fitted to `comm`: latency and bandwidth by least squares against the alpha-beta formulas
+/// of hardware/comm.h, separately for intra-node and inter-node records (a link without records keeps the
+/// base's). `fitted` (when given) says whether any link was.
+hw::NetworkSpec fit_network(const std::vector<MeasuredComm>& comm, const hw::NetworkSpec& base, bool* fitted = nullptr);
+
+/// Calibration from PyTorch profiler (Kineto) traces of a user's GPU run (schedules/kineto_trace.h): fit_device
+/// and fit_network on their records. `base`'s device is the GPU they ran on (its peak), its network says which
+/// ranks share a node. Throws std::invalid_argument naming the file, or when no GEMM, attention or
+/// memory-bound kernel could be used.
+Calibration calibrate_kineto(const std::vector<std::string>& trace_files, const hw::HardwareSetting& base);
 
 }  // namespace trainsim

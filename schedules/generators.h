@@ -24,6 +24,10 @@ struct GenOptions {
   bool sequence_parallel = false;  ///< tp, 3d: sequence parallelism (reduce-scatter / all-gather over the TP group)
   int zero = 0;             ///< 3d: data parallelism: 0 plain (DDP), 1 ZeRO-1 (as zero1), 3 FSDP of each TP slice
   std::string schedule = "1f1b";  ///< 3d: the pipeline order: 1f1b, interleaved-1f1b (with chunks) or zb-h1
+  /// A stage layout (hardware/stage_layout.h, Megatron-LM's --pipeline-model-parallel-layout, e.g.
+  /// "Et*3|t*4|t*4|t*3L"): one stage per schedule layer, written to the header's `layout` line. "": none (the
+  /// even split). For the kinds with --layers (data parallel, tp, 3d) its stages are the layers when `layers` is 0.
+  std::string layout;
 };
 
 /// The generator kinds: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zbv, dualpipev, interleaved-zb, ddp,
@@ -40,7 +44,8 @@ const std::vector<std::string>& generator_kinds();
 
 /// Generates a schedule of `kind`. Throws std::invalid_argument for an unknown kind or bad options
 /// (naming the option and the allowed range), also when the options ask for more ranks, layers or
-/// microbatches than schedules/limits.h allows, or more than kMaxGeneratedWork layer-microbatch pairs.
+/// microbatches than schedules/limits.h allows, or more than kMaxGeneratedWork layer-microbatch pairs, and for
+/// a layout that cannot be read (naming the position) or whose stages are not the schedule's layers.
 Schedule generate(const std::string& kind, const GenOptions& options);
 /// The same schedule as a RankSource, op for op: the pipeline kinds (gpipe, 1f1b, interleaved-1f1b, looped-bfs,
 /// zb-h1, zbv, dualpipev, interleaved-zb, pp-fsdp, tp, 3d) make each rank's ops when the source is asked for them,

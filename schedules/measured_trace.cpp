@@ -11,23 +11,22 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "schedules/input.h"
 #include "schedules/text_format.h"
 
 namespace trainsim {
 
-namespace {
-
-nlohmann::json parse_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::invalid_argument(fmt::format("{}: cannot open the trace", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
+nlohmann::json read_trace_json(const std::string& path) {
+  std::string text;
+  text = read_input_file(path);  // "PATH: why"
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw std::invalid_argument(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
 }
+
+namespace {
 
 std::vector<std::string> names(const nlohmann::json& args, const char* key) {
   std::vector<std::string> out;
@@ -47,7 +46,7 @@ double median(std::vector<double> v) {
 }
 
 MeasuredTrace read_measured_trace(const std::string& path) {
-  nlohmann::json j = parse_file(path);
+  nlohmann::json j = read_trace_json(path);
   if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array() || !j.contains("otherData") ||
       !j["otherData"].is_object())
     throw std::invalid_argument(fmt::format("{}: not a trainsim trace (no traceEvents and otherData)", path));

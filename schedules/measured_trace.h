@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/op.h"
 
 namespace trainsim {
@@ -46,6 +48,10 @@ struct MeasuredTrace {
 /// Reads `path`. Throws std::invalid_argument naming the file and the problem: unreadable, not JSON, not a
 /// trainsim trace (no traceEvents and otherData), no integer otherData.layers, a malformed field.
 MeasuredTrace read_measured_trace(const std::string& path);
+
+/// The JSON of a trace file (a replay's, or a PyTorch profiler's: schedules/kineto_trace.h). Throws
+/// std::invalid_argument naming the file: unreadable, larger than kMaxInputBytes, not JSON.
+nlohmann::json read_trace_json(const std::string& path);
 
 /// The middle value of `v` (the mean of the two middle ones for an even count); NaN when empty.
 double median(std::vector<double> v);

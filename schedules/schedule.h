@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hardware/setting.h"
+#include "hardware/stage_layout.h"
 #include "sim/op.h"
 #include "sim/world.h"
 
@@ -29,6 +30,10 @@ struct ScheduleHeader {
   /// Rank that owns each layer's stage (size `layers`), or empty when every rank runs every layer
   /// (data parallel). Informational for pipeline schedules; the CSV converter uses it.
   std::vector<int> stage_map;
+  /// The blocks each layer holds, the embedding on layer 0 and the LM head on the last (hardware/stage_layout.h,
+  /// the `layout` line: Megatron-LM's --pipeline-model-parallel-layout), one stage per layer; none: the even split.
+  /// The hardware cost model and the executor split the model so.
+  std::optional<hw::StageLayout> layout;
   /// Collective groups 1, 2, ... (group 0, every rank, is implicit). Members in shard order.
   std::vector<std::vector<int>> groups;
   /// Names of groups 1, 2, ... (version 2; empty when no group has a name, else one per group up to the last

@@ -225,6 +225,19 @@ class Parser {
       if (static_cast<int>(toks.size()) - 1 != h.layers)
         fail(toks[0], fmt::format("stage_map needs one rank per layer ({}), got {}", h.layers, toks.size() - 1));
       for (std::size_t i = 1; i < toks.size(); ++i) h.stage_map.push_back(rank_value(toks[i], h));
+    } else if (key == "layout") {
+      need(seen, {"layers"}, toks[0]);
+      expect_count(toks, 2);
+      try {
+        h.layout = hw::StageLayout::parse(toks[1].text);
+      } catch (const hw::LayoutError& e) {
+        Token at = toks[1];
+        at.col += std::max(e.position, 1) - 1;
+        fail(at, fmt::format("layout '{}': {}", shown(toks[1].text), e.what()));
+      }
+      if (h.layout->layers() != h.layers)
+        fail(toks[1], fmt::format("the layout has {} stages but the schedule has {} layers (one stage per layer)",
+                                  h.layout->layers(), h.layers));
     } else if (key == "group") {
       need(seen, {"world_size"}, toks[0]);
       if (toks.size() < 3) fail(toks[0], "expected 'group ID RANK...'");
@@ -262,7 +275,7 @@ class Parser {
       group_name_at_.push_back({line_no_, toks[2]});  // where a TP group conflict is reported (check_header)
     } else {
       fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
-                                "model, device, network, microbatch_size, seq, recompute, p2p, stage_map, group "
+                                "model, device, network, microbatch_size, seq, recompute, p2p, stage_map, layout, group "
                                 "or rank)",
                                 shown(key)));
     }
@@ -323,7 +336,11 @@ class Parser {
     });
     guarded("recompute", [&](const auto& t) { hs.recompute = hw::recompute_from_name(std::string(t[1].text), "recompute"); });
     guarded("model", [&](const auto& t) {
-      if (hs.model.blocks < h.layers)
+      if (h.layout && h.layout->blocks() != hs.model.blocks)
+        fail(t[1], fmt::format("the model has {} blocks but the layout '{}' holds {} (set blocks={} or change the "
+                               "layout)",
+                               hs.model.blocks, h.layout->str(), h.layout->blocks(), h.layout->blocks()));
+      if (!h.layout && hs.model.blocks < h.layers)
         fail(t[1], fmt::format("the model has {} blocks but the schedule has {} layers (each layer needs a block)",
                                hs.model.blocks, h.layers));
     });
@@ -633,6 +650,7 @@ std::string print_schedule(const Schedule& sched) {
     for (int r : h.stage_map) s += fmt::format(" {}", r);
     s += "\n";
   }
+  if (h.layout) s += "layout " + h.layout->str() + "\n";
   for (std::size_t g = 0; g < h.groups.size(); ++g) {
     s += fmt::format("group {}", g + 1);
     if (g < h.group_names.size() && !h.group_names[g].empty()) s += " " + h.group_names[g];

@@ -68,13 +68,38 @@ UnitCostModel::UnitCostModel(int stages, int layers) {
   half_batch_ = ratio(kTicksPerSecond * stages, 2 * static_cast<std::int64_t>(layers));
 }
 
+UnitCostModel::UnitCostModel(int stages, const std::vector<int>& blocks_per_layer) {
+  long long total = 0;
+  for (int b : blocks_per_layer) {
+    if (b < 0) throw std::invalid_argument("the unit cost model needs layers of 0 or more blocks, got " + std::to_string(b));
+    total += b;
+  }
+  if (stages < 1 || total < 1)
+    throw std::invalid_argument("the unit cost model needs 1 <= stages and at least one block, got " +
+                                std::to_string(stages) + " stages over " + std::to_string(total) + " blocks");
+  // Rounded to the nearest nanosecond, exactly (in 128 bits: 1e9 x stages x blocks exceeds 64).
+  const auto ratio = [](__int128 num, __int128 den) { return static_cast<Time>((2 * num + den) / (2 * den)); };
+  for (int b : blocks_per_layer) {
+    layer_per_batch_.push_back(ratio(static_cast<__int128>(kTicksPerSecond) * stages * b, total));
+    layer_half_batch_.push_back(ratio(static_cast<__int128>(kTicksPerSecond) * stages * b, 2 * total));
+  }
+  per_batch_ = ratio(static_cast<__int128>(kTicksPerSecond) * stages, static_cast<__int128>(blocks_per_layer.size()));
+  half_batch_ = ratio(static_cast<__int128>(kTicksPerSecond) * stages, 2 * static_cast<__int128>(blocks_per_layer.size()));
+}
+
+Time UnitCostModel::per_batch(int layer) const {
+  if (layer >= 0 && layer < static_cast<int>(layer_per_batch_.size())) return layer_per_batch_[layer];
+  return per_batch_;
+}
+
 Time UnitCostModel::duration(const Op& op, int /*group_size*/) const {
   const auto n = static_cast<Time>(op.batches.size());
+  const bool by_layer = op.layer >= 0 && op.layer < static_cast<int>(layer_per_batch_.size());
   switch (op.kind) {
     case OpKind::Forward:
-    case OpKind::Backward: return n * per_batch_;
+    case OpKind::Backward: return n * (by_layer ? layer_per_batch_[op.layer] : per_batch_);
     case OpKind::BackwardInput:
-    case OpKind::BackwardWeight: return n * half_batch_;
+    case OpKind::BackwardWeight: return n * (by_layer ? layer_half_batch_[op.layer] : half_batch_);
     default: return 0;
   }
 }

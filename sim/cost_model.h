@@ -77,16 +77,24 @@ class UnitCostModel final : public CostModel {
   /// `stages` pipeline stages over `layers` schedule layers (the default: one second per batch and layer).
   /// Throws std::invalid_argument unless 1 <= stages <= layers.
   explicit UnitCostModel(int stages = 1, int layers = 1);
+  /// `stages` pipeline stages over layers holding `blocks_per_layer` transformer blocks (a stage layout,
+  /// hardware/stage_layout.h): a layer's share of the model is its blocks over all of them, so it costs
+  /// stages·blocks/B seconds per batch (0 for a layer of the embedding or the LM head alone). Throws
+  /// std::invalid_argument unless 1 <= stages and the blocks are not negative and not all 0.
+  UnitCostModel(int stages, const std::vector<int>& blocks_per_layer);
   std::string name() const override { return "unit"; }
   Time duration(const Op& op, int group_size) const override;
   double memory(const Tensor& t) const override { return PuzzleCostModel().memory(t); }
   std::string memory_unit() const override { return "units"; }
   /// Nanoseconds of a forward or backward of one batch through one layer: 1e9 * stages / layers, rounded.
   Time per_batch() const { return per_batch_; }
+  /// The same for layer `layer` (per_batch() without a layout or for a layer outside it).
+  Time per_batch(int layer) const;
 
  private:
   Time per_batch_ = kTicksPerSecond;  // forward or backward, one batch, one layer
   Time half_batch_ = kTicksPerSecond / 2;  // backward-input or backward-weight, one batch, one layer
+  std::vector<Time> layer_per_batch_, layer_half_batch_;  // per layer, with a layout
 };
 
 /// The cost model called `name` ("puzzle", or "unit" at one second per batch and layer; a schedule's unit model,

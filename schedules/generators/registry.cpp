@@ -1,6 +1,7 @@
 // The generator registry: kind names and dispatch (schedules/generators.h).
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -21,7 +22,8 @@ namespace {
 
 // The limits of schedules/limits.h on what the options ask for, and a bound on the work (layers x microbatches,
 // each one or more ops), so that a mistyped option is refused at once rather than running out of memory.
-void check_size(const std::string& kind, const GenOptions& o) {
+// Returns the schedule layers the options ask for.
+long long check_size(const std::string& kind, const GenOptions& o) {
   const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner";
   const bool pp_fsdp = kind == "pp-fsdp";
   const bool chunked = kind == "interleaved-1f1b" || kind == "looped-bfs" || kind == "interleaved-zb";
@@ -58,12 +60,28 @@ void check_size(const std::string& kind, const GenOptions& o) {
   else
     over("layer-microbatch pairs times TP ranks (the work of one step)", mul(layers * microbatches, work_per_pair),
          kMaxGeneratedWork);
+  return layers;
 }
 
-}  // namespace
+bool takes_layers(const std::string& kind) {
+  return kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner" ||
+         kind == "tp" || kind == "3d";
+}
 
-std::unique_ptr<RankSource> generate_ranks(const std::string& kind, const GenOptions& options) {
-  check_size(kind, options);
+// The options' layout, read (nullopt without one); for a kind with --layers left at 0, its stages become the
+// layers. Throws std::invalid_argument naming the position of what cannot be read.
+std::optional<hw::StageLayout> read_layout(const std::string& kind, GenOptions& o) {
+  if (o.layout.empty()) return std::nullopt;
+  try {
+    hw::StageLayout layout = hw::StageLayout::parse(o.layout);
+    if (o.layers == 0 && takes_layers(kind)) o.layers = layout.layers();
+    return layout;
+  } catch (const hw::LayoutError& e) {
+    throw std::invalid_argument(fmt::format("{}: --layout '{}': {}", kind, o.layout, e.what()));
+  }
+}
+
+std::unique_ptr<RankSource> generate_kind(const std::string& kind, const GenOptions& options) {
   if (kind == "gpipe") return gen::gen_gpipe(options);
   if (kind == "1f1b") return gen::gen_1f1b(options);
   if (kind == "interleaved-1f1b") return gen::gen_interleaved_1f1b(options);
@@ -81,6 +99,25 @@ std::unique_ptr<RankSource> generate_ranks(const std::string& kind, const GenOpt
   std::string names;
   for (const auto& k : generator_kinds()) names += (names.empty() ? "" : ", ") + k;
   throw std::invalid_argument("unknown generator '" + kind + "' (the kinds are: " + names + ")");
+}
+
+}  // namespace
+
+std::unique_ptr<RankSource> generate_ranks(const std::string& kind, const GenOptions& given) {
+  GenOptions options = given;
+  const std::optional<hw::StageLayout> layout = read_layout(kind, options);
+  const long long layers = check_size(kind, options);
+  if (layout && layout->layers() != layers)
+    throw std::invalid_argument(fmt::format(
+        "{}: --layout '{}' has {} stages but the schedule has {} layers: one stage per schedule layer ({})", kind,
+        options.layout, layout->layers(), layers,
+        takes_layers(kind) ? "--layers"
+        : kind == "zbv" || kind == "dualpipev" ? "2 x --stages, in V placement"
+        : kind == "interleaved-1f1b" || kind == "looped-bfs" || kind == "interleaved-zb" ? "--stages x --chunks"
+                                                                                        : "one per stage"));
+  std::unique_ptr<RankSource> src = generate_kind(kind, options);
+  if (layout) src->header().layout = layout;
+  return src;
 }
 
 Schedule generate(const std::string& kind, const GenOptions& options) { return generate_ranks(kind, options)->take(); }

@@ -1,0 +1,773 @@
+// gen --from-megatron and --from-torchtitan (schedules/framework_args.h; docs/frameworks.md).
+#include "schedules/framework_args.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "hardware/stage_layout.h"
+
+namespace trainsim {
+
+std::vector<std::string> split_words(std::string_view text) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\'' || c == '"') {
+      const std::size_t close = text.find(c, i + 1);
+      if (close == std::string_view::npos)
+        throw std::invalid_argument(fmt::format("an unclosed {} quote at character {}", c == '"' ? "double" : "single", i + 1));
+      for (std::size_t j = i + 1; j < close; ++j) {
+        if (c == '"' && text[j] == '\\' && j + 1 < close) ++j;
+        word += text[j];
+      }
+      i = close;
+      in_word = true;
+    } else if (c == '\\' && i + 1 < text.size()) {
+      word += text[++i];
+      in_word = true;
+    } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      if (in_word) words.push_back(std::move(word)), word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+namespace {
+
+// ---- flags ---------------------------------------------------------------------------------------------
+
+enum class Arg { Value, Flag };
+
+// The flags of a command line as name -> value ("true" for a flag given alone), the last one winning as
+// argparse does. `arity`: how each known name takes its value; `ignored`: names accepted without effect (their
+// values, any number, skipped); `framework` names the framework in errors.
+struct Flags {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> ignored;  // given, no effect (in order, once each)
+
+  bool has(const std::string& k) const { return values.count(k) > 0; }
+  const std::string* get(const std::string& k) const {
+    auto it = values.find(k);
+    return it == values.end() ? nullptr : &it->second;
+  }
+};
+
+[[noreturn]] void refuse(const std::string& what) { throw std::invalid_argument(what); }
+
+// --name VALUE, --name=VALUE, or --name alone for a flag. `normalize` maps a written name to its table key
+// (torchtitan accepts '-' for '_' in field names; both frameworks' tables use the spelling of their source).
+Flags read_flags(const std::string& text, const std::string& framework, const std::map<std::string, Arg>& known,
+                 const std::set<std::string>& ignored, const std::set<std::string>& ignored_sections,
+                 std::string (*normalize)(const std::string&), const std::string& doc) {
+  Flags f;
+  std::vector<std::string> words;
+  try {
+    words = split_words(text);
+  } catch (const std::invalid_argument& e) {
+    refuse(fmt::format("--from-{}: {}", framework, e.what()));
+  }
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w.size() < 3 || w.compare(0, 2, "--") != 0)
+      refuse(fmt::format("--from-{}: expected a flag (--name), got '{}'", framework, w));
+    std::string name = w.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) value = name.substr(eq + 1), name = name.substr(0, eq), has_value = true;
+    name = normalize(name);
+    auto section = name.find('.');
+    if (ignored.count(name) || (section != std::string::npos && ignored_sections.count(name.substr(0, section)))) {
+      if (std::find(f.ignored.begin(), f.ignored.end(), "--" + name) == f.ignored.end()) f.ignored.push_back("--" + name);
+      if (!has_value)
+        while (i + 1 < words.size() && words[i + 1].compare(0, 2, "--") != 0) ++i;  // its values (nargs='*')
+      continue;
+    }
+    auto it = known.find(name);
+    bool negated = false;
+    if (it == known.end() && framework == "torchtitan") {  // tyro's --SECTION.no-FIELD / --SECTION.no_FIELD
+      if (section != std::string::npos && name.compare(section + 1, 3, "no_") == 0) {
+        const std::string positive = name.substr(0, section + 1) + name.substr(section + 4);
+        auto p = known.find(positive);
+        if (p != known.end() && p->second == Arg::Flag) it = p, negated = true, name = positive;
+      }
+    }
+    if (it == known.end())
+      refuse(fmt::format("--from-{}: --{} is not in the subset trainsim reads ({} lists it, flag by flag)", framework,
+                         name, doc));
+    if (it->second == Arg::Flag) {
+      if (has_value) {
+        if (value != "true" && value != "false" && value != "True" && value != "False")
+          refuse(fmt::format("--from-{}: --{} is a flag: true or false, not '{}'", framework, name, value));
+        value = value == "true" || value == "True" ? "true" : "false";
+      } else if (i + 1 < words.size() && (words[i + 1] == "true" || words[i + 1] == "false" || words[i + 1] == "True" ||
+                                          words[i + 1] == "False")) {
+        value = words[++i] == "true" || words[i] == "True" ? "true" : "false";
+      } else {
+        value = "true";
+      }
+      if (negated) value = value == "true" ? "false" : "true";
+    } else if (!has_value) {
+      if (i + 1 >= words.size() || (words[i + 1].compare(0, 2, "--") == 0 && words[i + 1].size() > 2))
+        refuse(fmt::format("--from-{}: --{} needs a value", framework, name));
+      value = words[++i];
+    }
+    f.values[name] = value;
+  }
+  return f;
+}
+
+std::string as_is(const std::string& s) { return s; }
+// torchtitan (tyro) accepts dashes in field names: --training.local-batch-size is --training.local_batch_size.
+std::string underscores(const std::string& s) {
+  std::string out = s;
+  std::replace(out.begin(), out.end(), '-', '_');
+  return out;
+}
+
+// An integer value of flag `name` (at least `min`); `fallback` when not given.
+long long integer(const Flags& f, const std::string& framework, const std::string& name, long long fallback,
+                  long long min = 1) {
+  const std::string* v = f.get(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v->c_str(), &end, 10);
+  if (v->empty() || end != v->c_str() + v->size() || errno != 0 || n < min || n > (1LL << 31) - 1)
+    refuse(fmt::format("--from-{}: --{} takes an integer of at least {}, not '{}'", framework, name, min, *v));
+  return n;
+}
+
+double number(const Flags& f, const std::string& framework, const std::string& name, double fallback) {
+  const std::string* v = f.get(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const double d = std::strtod(v->c_str(), &end);
+  if (v->empty() || end != v->c_str() + v->size() || !std::isfinite(d) || d < 0)
+    refuse(fmt::format("--from-{}: --{} takes a number of at least 0, not '{}'", framework, name, *v));
+  return d;
+}
+
+bool flag(const Flags& f, const std::string& name) {
+  const std::string* v = f.get(name);
+  return v && *v == "true";
+}
+
+std::string text(const Flags& f, const std::string& name, const std::string& fallback) {
+  const std::string* v = f.get(name);
+  return v ? *v : fallback;
+}
+
+// The note saying which flags were accepted without effect.
+void note_ignored(const Flags& f, FrameworkPlan& plan) {
+  if (f.ignored.empty()) return;
+  std::string names;
+  for (const auto& n : f.ignored) names += (names.empty() ? "" : ", ") + n;
+  plan.notes.push_back(fmt::format("accepted without effect on a step's time or memory: {}", names));
+}
+
+void note_dp(const FrameworkInputs& in, const std::string& framework, FrameworkPlan& plan) {
+  if (!in.dp_given)
+    plan.notes.push_back(fmt::format("data-parallel degree 1: {} takes it from the world size, which its flags do not "
+                                     "hold; give it with gen --dp N",
+                                     framework));
+}
+
+// A stage layout from the blocks of each stage, through its text (the one place that checks layouts).
+std::string layout_text(const std::vector<int>& blocks) { return hw::StageLayout(blocks).str(); }
+
+// ---- Megatron-LM -----------------------------------------------------------------------------------------
+
+const std::map<std::string, Arg>& megatron_flags() {
+  static const std::map<std::string, Arg> m = {
+      {"tensor-model-parallel-size", Arg::Value},
+      {"pipeline-model-parallel-size", Arg::Value},
+      {"num-layers-per-virtual-pipeline-stage", Arg::Value},
+      {"num-virtual-stages-per-pipeline-rank", Arg::Value},
+      {"pipeline-model-parallel-layout", Arg::Value},
+      {"decoder-first-pipeline-num-layers", Arg::Value},
+      {"decoder-last-pipeline-num-layers", Arg::Value},
+      {"account-for-embedding-in-pipeline-split", Arg::Flag},
+      {"account-for-loss-in-pipeline-split", Arg::Flag},
+      {"context-parallel-size", Arg::Value},
+      {"expert-model-parallel-size", Arg::Value},
+      {"micro-batch-size", Arg::Value},
+      {"global-batch-size", Arg::Value},
+      {"seq-length", Arg::Value},
+      {"sequence-parallel", Arg::Flag},
+      {"use-distributed-optimizer", Arg::Flag},
+      {"recompute-activations", Arg::Flag},
+      {"recompute-granularity", Arg::Value},
+      {"recompute-method", Arg::Value},
+      {"recompute-num-layers", Arg::Value},
+      {"num-layers", Arg::Value},
+      {"hidden-size", Arg::Value},
+      {"num-attention-heads", Arg::Value},
+      {"group-query-attention", Arg::Flag},
+      {"num-query-groups", Arg::Value},
+      {"ffn-hidden-size", Arg::Value},
+      {"kv-channels", Arg::Value},
+      {"vocab-size", Arg::Value},
+      {"make-vocab-size-divisible-by", Arg::Value},
+      {"swiglu", Arg::Flag},
+      {"untie-embeddings-and-output-weights", Arg::Flag},
+      {"disable-bias-linear", Arg::Flag},
+      {"normalization", Arg::Value},
+      {"position-embedding-type", Arg::Value},
+      {"use-rotary-position-embeddings", Arg::Flag},
+      {"attention-dropout", Arg::Value},
+      {"hidden-dropout", Arg::Value},
+      {"bf16", Arg::Flag},
+      {"fp16", Arg::Flag},
+      {"overlap-grad-reduce", Arg::Flag},
+      {"overlap-param-gather", Arg::Flag},
+      {"use-flash-attn", Arg::Flag},
+  };
+  return m;
+}
+
+// Flags that change nothing trainsim predicts for one step (data, logging, checkpoints, the learning rate...).
+const std::set<std::string>& megatron_ignored() {
+  static const std::set<std::string> s = {
+      "lr", "min-lr", "lr-decay-style", "lr-decay-iters", "lr-decay-samples", "lr-warmup-iters", "lr-warmup-fraction",
+      "lr-warmup-samples", "lr-warmup-init", "train-iters", "train-samples", "weight-decay", "clip-grad", "adam-beta1",
+      "adam-beta2", "adam-eps", "init-method-std", "seed", "log-interval", "save-interval", "eval-interval",
+      "eval-iters", "save", "load", "data-path", "split", "mock-data", "tokenizer-type", "tokenizer-model",
+      "vocab-file", "merge-file", "tensorboard-dir", "distributed-backend", "use-mcore-models", "transformer-impl",
+      "max-position-embeddings", "num-workers", "log-throughput", "exit-interval", "no-load-optim", "no-load-rng",
+      "no-save-optim", "wandb-project", "wandb-exp-name", "rotary-base", "norm-epsilon", "attention-softmax-in-fp32",
+      "no-masked-softmax-fusion", "no-bias-swiglu-fusion", "no-bias-dropout-fusion", "no-gradient-accumulation-fusion",
+      "log-timers-to-tensorboard", "log-memory-to-tensorboard", "log-validation-ppl-to-tensorboard", "timing-log-level",
+      "ckpt-format", "dataloader-type", "data-cache-path", "no-create-attention-mask-in-dataloader"};
+  return s;
+}
+
+constexpr const char* kMegatronDoc = "docs/frameworks.md, Megatron-LM";
+
+std::string meg(const std::string& name) { return "--from-megatron: --" + name; }
+
+// The blocks of each of `stages` stage chunks when Megatron-LM splits them itself.
+std::vector<int> megatron_split(const Flags& f, int blocks, int p, int v, FrameworkPlan& plan) {
+  const int stages = p * v;
+  const bool emb = flag(f, "account-for-embedding-in-pipeline-split"),
+             loss = flag(f, "account-for-loss-in-pipeline-split");
+  const bool first_given = f.has("decoder-first-pipeline-num-layers"), last_given = f.has("decoder-last-pipeline-num-layers");
+  if (first_given || last_given) {
+    if (v > 1)
+      refuse(meg("decoder-first-pipeline-num-layers") +
+             " with virtual pipeline stages is not generated (write the split as --pipeline-model-parallel-layout)");
+    if (emb || loss)
+      refuse(meg("account-for-embedding-in-pipeline-split") +
+             " goes without --decoder-first/last-pipeline-num-layers (Megatron-LM refuses the two together)");
+    if (p < 2) refuse(meg("decoder-first-pipeline-num-layers") + " needs --pipeline-model-parallel-size 2 or more");
+    const int first = static_cast<int>(integer(f, "megatron", "decoder-first-pipeline-num-layers", -1, 0));
+    const int last = static_cast<int>(integer(f, "megatron", "decoder-last-pipeline-num-layers", -1, 0));
+    const int fixed = (first_given ? 1 : 0) + (last_given ? 1 : 0);
+    const int rest = blocks - std::max(first, 0) - std::max(last, 0), middle = p - fixed;
+    if (rest < 0 || (middle == 0 ? rest != 0 : rest % middle != 0))
+      refuse(fmt::format("--from-megatron: the {} layers less the first and last stages' ({} and {}) do not split "
+                         "evenly over the other {} stages (Megatron-LM refuses it too)",
+                         blocks, first_given ? std::to_string(first) : "even", last_given ? std::to_string(last) : "even",
+                         middle));
+    std::vector<int> out(p, middle == 0 ? 0 : rest / middle);
+    if (first_given) out.front() = first;
+    if (last_given) out.back() = last;
+    return out;
+  }
+  const int total = blocks + (emb ? 1 : 0) + (loss ? 1 : 0);
+  if (total % stages != 0)
+    refuse(fmt::format("--from-megatron: --num-layers {}{} does not divide into {} stage chunks (--pipeline-model-parallel-"
+                       "size {} x {} virtual stages); Megatron-LM refuses it too: give --decoder-first/last-pipeline-num-"
+                       "layers or --pipeline-model-parallel-layout",
+                       blocks, emb || loss ? fmt::format(" (+{} for the embedding and loss)", total - blocks) : "", stages,
+                       p, v));
+  std::vector<int> out(stages, total / stages);
+  if (emb) out.front() -= 1;
+  if (loss) out.back() -= 1;
+  if (out.front() < 0 || out.back() < 0) refuse("--from-megatron: the embedding or the loss leaves a stage with fewer than no layers");
+  if (emb || loss) plan.notes.push_back("the embedding and the loss count as a layer each in the stage split (Megatron-LM's "
+                                        "--account-for-embedding/loss-in-pipeline-split)");
+  return out;
+}
+
+}  // namespace
+
+FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) {
+  const Flags f = read_flags(args, "megatron", megatron_flags(), megatron_ignored(), {}, as_is, kMegatronDoc);
+  FrameworkPlan plan;
+  const std::string fw = "megatron";
+  const int t = static_cast<int>(integer(f, fw, "tensor-model-parallel-size", 1));
+  const int p = static_cast<int>(integer(f, fw, "pipeline-model-parallel-size", 1));
+  if (integer(f, fw, "context-parallel-size", 1) != 1)
+    refuse(meg("context-parallel-size") + " above 1: context parallelism is not generated yet");
+  if (integer(f, fw, "expert-model-parallel-size", 1) != 1)
+    refuse(meg("expert-model-parallel-size") + " above 1: trainsim's models have no experts");
+  if (!f.has("micro-batch-size")) refuse(meg("micro-batch-size") + " is required (Megatron-LM requires it too)");
+  const int b = static_cast<int>(integer(f, fw, "micro-batch-size", 1));
+  const int d = in.dp;
+  note_dp(in, "Megatron-LM", plan);
+  const long long global = integer(f, fw, "global-batch-size", static_cast<long long>(b) * d);
+  if (global % (static_cast<long long>(b) * d) != 0)
+    refuse(fmt::format("--from-megatron: --global-batch-size {} is not a multiple of --micro-batch-size {} x the "
+                       "data-parallel degree {}",
+                       global, b, d));
+  const int microbatches = static_cast<int>(global / (static_cast<long long>(b) * d));
+  if (!flag(f, "bf16") && !flag(f, "fp16"))
+    refuse("--from-megatron: give --bf16 or --fp16: trainsim models mixed-precision training (Megatron-LM trains in "
+           "fp32 without them)");
+
+  // The model: gen --model with the flags given applied, or one built from the flags with Megatron-LM's defaults.
+  const bool custom = !in.model;
+  hw::ModelSpec m = custom ? hw::model_preset("custom") : *in.model;
+  if (custom) {
+    for (const char* need : {"num-layers", "hidden-size", "num-attention-heads", "vocab-size"})
+      if (!f.has(need))
+        refuse(fmt::format("--from-megatron: --{} is needed to describe the model (or give gen --model PRESET){}", need,
+                           std::string(need) == "vocab-size" ? "; Megatron-LM takes it from the tokenizer" : ""));
+    m.preset = "custom";
+  }
+  if (f.has("num-layers")) m.blocks = static_cast<int>(integer(f, fw, "num-layers", 1));
+  if (f.has("hidden-size")) m.hidden = static_cast<int>(integer(f, fw, "hidden-size", 1));
+  if (f.has("num-attention-heads")) m.heads = static_cast<int>(integer(f, fw, "num-attention-heads", 1));
+  if (custom || f.has("group-query-attention") || f.has("num-query-groups"))
+    m.kv_heads = flag(f, "group-query-attention") ? static_cast<int>(integer(f, fw, "num-query-groups", 1)) : m.heads;
+  if (f.has("swiglu") || custom) m.gated_ffn = flag(f, "swiglu");
+  if (f.has("ffn-hidden-size")) m.ffn = static_cast<int>(integer(f, fw, "ffn-hidden-size", 1));
+  else if (custom) m.ffn = m.gated_ffn ? static_cast<int>(4.0 * m.hidden * 2 / 3 / 64) * 64 : 4 * m.hidden;
+  if (f.has("kv-channels") && integer(f, fw, "kv-channels", 1) * m.heads != m.hidden)
+    refuse(meg("kv-channels") + " other than --hidden-size / --num-attention-heads is not modelled");
+  if (f.has("vocab-size") || f.has("make-vocab-size-divisible-by")) {
+    // Megatron-LM pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP (vocab_utils.py).
+    const long long v = f.has("vocab-size") ? integer(f, fw, "vocab-size", 1) : m.vocab;
+    const long long multiple = integer(f, fw, "make-vocab-size-divisible-by", 128) * t;
+    m.vocab = static_cast<int>((v + multiple - 1) / multiple * multiple);
+    if (m.vocab != v) plan.notes.push_back(fmt::format("vocabulary {} padded to {} (a multiple of {}), as Megatron-LM pads it", v, m.vocab, multiple));
+  }
+  if (f.has("untie-embeddings-and-output-weights") || custom) m.tied_embeddings = !flag(f, "untie-embeddings-and-output-weights");
+  if (f.has("disable-bias-linear") || custom) m.bias = !flag(f, "disable-bias-linear");
+  if (f.has("normalization") || custom) {
+    const std::string n = text(f, "normalization", "LayerNorm");
+    if (n != "LayerNorm" && n != "RMSNorm") refuse(meg("normalization") + " is LayerNorm or RMSNorm, not '" + n + "'");
+    m.layernorm = n == "LayerNorm";
+  }
+  if (f.has("position-embedding-type") || f.has("use-rotary-position-embeddings") || custom) {
+    const std::string pe = flag(f, "use-rotary-position-embeddings") ? "rope" : text(f, "position-embedding-type", "learned_absolute");
+    if (pe != "learned_absolute" && pe != "rope" && pe != "none")
+      refuse(meg("position-embedding-type") + " '" + pe + "' is not modelled (learned_absolute, rope or none)");
+    m.learned_positions = pe == "learned_absolute";
+  }
+  if (f.has("attention-dropout") || f.has("hidden-dropout") || custom)  // Megatron-LM's defaults: 0.1 each
+    m.dropout = number(f, fw, "attention-dropout", 0.1) > 0 || number(f, fw, "hidden-dropout", 0.1) > 0;
+  if (f.has("seq-length")) plan.seq = static_cast<int>(integer(f, fw, "seq-length", 1));
+  if (custom) m.seq = plan.seq > 0 ? plan.seq : 2048;
+  if (flag(f, "bf16")) {
+    // Megatron-LM sets accumulate_allreduce_grads_in_fp32 with --bf16: its grads are fp32 (main_grad).
+    m.grad_bytes = 4;
+    plan.notes.push_back("weight grads in fp32, as Megatron-LM accumulates and all-reduces them with --bf16");
+  }
+  try {
+    m.validate("--from-megatron");
+  } catch (const hw::SpecError& e) {
+    refuse(e.what());
+  }
+  plan.model = m;
+  plan.microbatch_size = b;
+
+  // Recomputation.
+  if (flag(f, "recompute-activations")) plan.recompute = hw::Recompute::Selective;
+  const std::string granularity = text(f, "recompute-granularity", "");
+  if (granularity == "selective") {
+    plan.recompute = hw::Recompute::Selective;
+  } else if (granularity == "full") {
+    const std::string method = text(f, "recompute-method", "");
+    const long long n = integer(f, fw, "recompute-num-layers", 1, 0);
+    if (method == "uniform") {
+      plan.recompute = hw::Recompute::Full;
+      if (n > 1)
+        plan.notes.push_back(fmt::format("--recompute-method uniform --recompute-num-layers {}: every block recomputed "
+                                         "(Megatron-LM keeps the input of every {} blocks, trainsim each block's)",
+                                         n, n));
+    } else if (method == "block") {
+      if (n == 0) plan.recompute = hw::Recompute::None;
+      else plan.recompute = hw::Recompute::Full;  // checked against the blocks per stage below
+    } else {
+      refuse(meg("recompute-granularity") + " full needs --recompute-method uniform or block (Megatron-LM requires it too)");
+    }
+  } else if (!granularity.empty()) {
+    refuse(meg("recompute-granularity") + " is full or selective, not '" + granularity + "'");
+  }
+
+  // The pipeline: stages, virtual stages and the layers of each.
+  int v = 1;
+  const int given = (f.has("num-layers-per-virtual-pipeline-stage") ? 1 : 0) +
+                    (f.has("num-virtual-stages-per-pipeline-rank") ? 1 : 0) + (f.has("pipeline-model-parallel-layout") ? 1 : 0);
+  if (given > 1)
+    refuse("--from-megatron: no more than one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-"
+           "pipeline-rank and --pipeline-model-parallel-layout (Megatron-LM refuses more)");
+  std::vector<int> blocks;
+  if (f.has("pipeline-model-parallel-layout")) {
+    const std::string text_layout = text(f, "pipeline-model-parallel-layout", "");
+    hw::StageLayout layout;
+    try {
+      layout = hw::StageLayout::parse(text_layout);
+    } catch (const hw::LayoutError& e) {
+      refuse(fmt::format("--from-megatron: --pipeline-model-parallel-layout '{}': {}", text_layout, e.what()));
+    }
+    if (layout.layers() % p != 0)
+      refuse(fmt::format("--from-megatron: --pipeline-model-parallel-layout '{}' has {} stages, not a multiple of "
+                         "--pipeline-model-parallel-size {}",
+                         text_layout, layout.layers(), p));
+    if (layout.blocks() != m.blocks)
+      refuse(fmt::format("--from-megatron: --pipeline-model-parallel-layout '{}' holds {} layers but the model has {}",
+                         text_layout, layout.blocks(), m.blocks));
+    v = layout.layers() / p;
+    blocks = layout.blocks_per_layer();
+  } else {
+    if (f.has("num-virtual-stages-per-pipeline-rank")) v = static_cast<int>(integer(f, fw, "num-virtual-stages-per-pipeline-rank", 1));
+    if (f.has("num-layers-per-virtual-pipeline-stage")) {
+      const long long k = integer(f, fw, "num-layers-per-virtual-pipeline-stage", 1);
+      const long long total = m.blocks + (flag(f, "account-for-embedding-in-pipeline-split") ? 1 : 0) +
+                              (flag(f, "account-for-loss-in-pipeline-split") ? 1 : 0);
+      if (total % p != 0 || (total / p) % k != 0)
+        refuse(fmt::format("--from-megatron: --num-layers-per-virtual-pipeline-stage {}: the {} layers per stage do not "
+                           "split into chunks of {} (Megatron-LM refuses it too)",
+                           k, total / p, k));
+      v = static_cast<int>(total / p / k);
+    }
+    if (p > 1) blocks = megatron_split(f, m.blocks, p, v, plan);
+  }
+  if (v > 1 && p == 1) refuse(meg("num-virtual-stages-per-pipeline-rank") + ": virtual pipeline stages need --pipeline-model-parallel-size 2 or more");
+  if (p == 1 && (f.has("decoder-first-pipeline-num-layers") || f.has("decoder-last-pipeline-num-layers")))
+    refuse(meg("decoder-first-pipeline-num-layers") + " needs --pipeline-model-parallel-size 2 or more");
+  const bool uneven = !blocks.empty() && std::adjacent_find(blocks.begin(), blocks.end(), std::not_equal_to<>()) != blocks.end();
+  if (granularity == "full" && text(f, "recompute-method", "") == "block") {
+    const long long n = integer(f, fw, "recompute-num-layers", 1, 0);
+    const int most = blocks.empty() ? m.blocks : *std::max_element(blocks.begin(), blocks.end());
+    if (n > 0 && n < most)
+      refuse(fmt::format("--from-megatron: --recompute-method block --recompute-num-layers {} recomputes {} of the {} "
+                         "layers of a stage: trainsim recomputes all of them or none (--recompute-num-layers 0 or {})",
+                         n, n, most, most));
+  }
+
+  // gen 3d: TP x PP x DP in Megatron-LM's rank order.
+  plan.kind = "3d";
+  GenOptions& o = plan.options;
+  o.tp = t, o.pp = p, o.dp = d, o.chunks = v;
+  o.schedule = v > 1 ? "interleaved-1f1b" : "1f1b";
+  o.microbatches = microbatches;
+  o.sequence_parallel = flag(f, "sequence-parallel") && t > 1;
+  o.zero = flag(f, "use-distributed-optimizer") ? 1 : 0;
+  o.layers = p > 1 ? p * v : m.blocks;  // a schedule layer per stage chunk; per block without pipelining
+  if (uneven || f.has("pipeline-model-parallel-layout")) o.layout = layout_text(blocks);
+  if (flag(f, "use-distributed-optimizer"))
+    plan.notes.push_back("--use-distributed-optimizer as gen 3d --zero 1: optimizer state sharded over the data-parallel "
+                         "group, the whole grad buffer kept; trainsim all-reduces the grads where Megatron-LM "
+                         "reduce-scatters them");
+  for (const char* n : {"overlap-grad-reduce", "overlap-param-gather"})
+    if (flag(f, n))
+      plan.notes.push_back(fmt::format("--{}: gen 3d runs the data-parallel collectives on their own stream, under the "
+                                       "backward where the schedule allows",
+                                       n));
+  if (flag(f, "use-flash-attn")) plan.notes.push_back("--use-flash-attn: accepted; attention memory as the hardware model counts it");
+  note_ignored(f, plan);
+  return plan;
+}
+
+// ---- torchtitan -------------------------------------------------------------------------------------------
+
+namespace {
+
+const std::map<std::string, Arg>& torchtitan_flags() {
+  static const std::map<std::string, Arg> m = {
+      {"model.name", Arg::Value},
+      {"model.flavor", Arg::Value},
+      {"model.converters", Arg::Value},
+      {"training.local_batch_size", Arg::Value},
+      {"training.global_batch_size", Arg::Value},
+      {"training.seq_len", Arg::Value},
+      {"training.mixed_precision_param", Arg::Value},
+      {"training.mixed_precision_reduce", Arg::Value},
+      {"training.enable_cpu_offload", Arg::Flag},
+      {"parallelism.data_parallel_replicate_degree", Arg::Value},
+      {"parallelism.data_parallel_shard_degree", Arg::Value},
+      {"parallelism.fsdp_reshard_after_forward", Arg::Value},
+      {"parallelism.tensor_parallel_degree", Arg::Value},
+      {"parallelism.disable_loss_parallel", Arg::Flag},
+      {"parallelism.enable_async_tensor_parallel", Arg::Flag},
+      {"parallelism.pipeline_parallel_degree", Arg::Value},
+      {"parallelism.pipeline_parallel_schedule", Arg::Value},
+      {"parallelism.pipeline_parallel_microbatch_size", Arg::Value},
+      {"parallelism.pipeline_parallel_layers_per_stage", Arg::Value},
+      {"parallelism.pipeline_parallel_first_stage_less_layers", Arg::Value},
+      {"parallelism.pipeline_parallel_last_stage_less_layers", Arg::Value},
+      {"parallelism.context_parallel_degree", Arg::Value},
+      {"parallelism.expert_parallel_degree", Arg::Value},
+      {"activation_checkpoint.mode", Arg::Value},
+      {"activation_checkpoint.selective_ac_option", Arg::Value},
+      {"compile.enable", Arg::Flag},
+      {"optimizer.name", Arg::Value},
+  };
+  return m;
+}
+
+const std::set<std::string>& torchtitan_ignored() {
+  static const std::set<std::string> s = {
+      "training.steps", "training.dataset", "training.dataset_path", "training.max_norm", "training.gc_freq",
+      "training.gc_debug", "training.dtype", "model.hf_assets_path", "model.tokenizer_path",
+      "model.print_after_conversion", "optimizer.lr", "optimizer.eps", "optimizer.weight_decay",
+      "optimizer.implementation", "optimizer.early_step_in_backward", "compile.components", "compile.backend",
+      "activation_checkpoint.preserve_rng_state", "activation_checkpoint.early_stop"};
+  return s;
+}
+
+const std::set<std::string>& torchtitan_ignored_sections() {
+  static const std::set<std::string> s = {"job", "metrics", "profiling", "checkpoint", "lr_scheduler", "comm", "debug",
+                                          "validation", "memory_estimation"};
+  return s;
+}
+
+constexpr const char* kTorchtitanDoc = "docs/frameworks.md, torchtitan";
+
+std::string tt(const std::string& name) { return "--from-torchtitan: --" + name; }
+
+// torchtitan's generate_llm_fqn_per_model_part (torchtitan/distributed/pipeline_parallel.py): the embedding and
+// the output count as `input_weight` and `output_weight` layers, the effective layers are split as evenly as
+// they go (the first stages one more), and the first and last stages give up the weights' worth of blocks.
+std::vector<int> torchtitan_split(int stages, int layers, int input_weight, int output_weight) {
+  if (stages == 1) return {layers};
+  const int effective = layers + input_weight + output_weight;
+  if (stages > effective)
+    refuse(fmt::format("--from-torchtitan: {} pipeline stages are more than the {} effective layers (torchtitan refuses "
+                       "it too)",
+                       stages, effective));
+  const int per = effective / stages, extra = effective % stages;
+  if (input_weight > per || output_weight > per)
+    refuse(fmt::format("--from-torchtitan: --parallelism.pipeline_parallel_first/last_stage_less_layers ({} and {}) "
+                       "exceed the {} layers per stage (torchtitan refuses it too)",
+                       input_weight, output_weight, per));
+  std::vector<int> out;
+  int used = 0;
+  for (int s = 0; s < stages; ++s) {
+    int n = per + (s < extra ? 1 : 0);
+    if (s == 0) n -= input_weight;
+    else if (s == stages - 1) n -= output_weight;
+    n = std::max(0, std::min(n, layers - used));
+    out.push_back(n);
+    used += n;
+  }
+  if (used != layers)
+    refuse(fmt::format("--from-torchtitan: torchtitan's split places {} of the {} layers over {} stages", used, layers,
+                       stages));
+  return out;
+}
+
+struct TtSchedule {
+  const char* torchtitan;  // the name torch.distributed.pipelining's get_schedule_class knows
+  const char* kind;        // trainsim's generator
+  bool single;             // one stage per rank
+};
+
+const TtSchedule* tt_schedule(const std::string& name) {
+  static const TtSchedule all[] = {{"1F1B", "1f1b", true},
+                                   {"GPipe", "gpipe", true},
+                                   {"Interleaved1F1B", "interleaved-1f1b", false},
+                                   {"LoopedBFS", "looped-bfs", false},
+                                   {"InterleavedZeroBubble", "interleaved-zb", false},
+                                   {"ZBVZeroBubble", "zbv", false},
+                                   {"DualPipeV", "dualpipev", false}};
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+  };
+  for (const auto& s : all)
+    if (lower(s.torchtitan) == lower(name)) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& in) {
+  const Flags f = read_flags(flags, "torchtitan", torchtitan_flags(), torchtitan_ignored(), torchtitan_ignored_sections(),
+                             underscores, kTorchtitanDoc);
+  FrameworkPlan plan;
+  const std::string fw = "torchtitan";
+  if (in.model) refuse("--from-torchtitan: the model comes from --model.name and --model.flavor: leave gen --model out");
+  // The model: llama3 flavors 8B, 70B, 405B (torchtitan/models/llama3/__init__.py) are trainsim's presets.
+  const std::string name = text(f, "model.name", "llama3"), flavor = text(f, "model.flavor", "debugmodel");
+  if (name != "llama3") refuse(tt("model.name") + " '" + name + "': trainsim has torchtitan's llama3 (flavors 8B, 70B, 405B)");
+  std::string preset;
+  if (flavor == "8B") preset = "llama3-8b";
+  else if (flavor == "70B") preset = "llama3-70b";
+  else if (flavor == "405B") preset = "llama3-405b";
+  else refuse(tt("model.flavor") + " '" + flavor + "': trainsim has llama3's 8B, 70B and 405B (give one)");
+  if (!text(f, "model.converters", "").empty())
+    refuse(tt("model.converters") + " '" + text(f, "model.converters", "") +
+           "': model converters (Float8, MX) are not modelled yet");
+  if (text(f, "optimizer.name", "AdamW") != "AdamW") refuse(tt("optimizer.name") + ": trainsim models AdamW");
+  if (text(f, "training.mixed_precision_param", "bfloat16") != "bfloat16")
+    refuse(tt("training.mixed_precision_param") + ": trainsim models bfloat16 parameters in compute");
+  if (text(f, "training.mixed_precision_reduce", "float32") != "float32")
+    refuse(tt("training.mixed_precision_reduce") + ": torchtitan reduces in float32");
+  if (flag(f, "training.enable_cpu_offload")) refuse(tt("training.enable_cpu_offload") + ": CPU offload is not modelled");
+  if (flag(f, "parallelism.disable_loss_parallel") && integer(f, fw, "parallelism.tensor_parallel_degree", 1) > 1)
+    refuse(tt("parallelism.disable_loss_parallel") + ": trainsim's TP computes the loss vocabulary-parallel");
+  if (integer(f, fw, "parallelism.context_parallel_degree", 1) != 1)
+    refuse(tt("parallelism.context_parallel_degree") + " above 1: context parallelism is not generated yet");
+  if (integer(f, fw, "parallelism.expert_parallel_degree", 1) != 1)
+    refuse(tt("parallelism.expert_parallel_degree") + " above 1: trainsim's models have no experts");
+  hw::ModelSpec m = hw::model_preset(preset);
+  m.grad_bytes = 4;  // mixed_precision_reduce float32
+  plan.notes.push_back("weight grads in fp32 (torchtitan's mixed_precision_reduce float32)");
+
+  const int t = static_cast<int>(integer(f, fw, "parallelism.tensor_parallel_degree", 1));
+  const int p = static_cast<int>(integer(f, fw, "parallelism.pipeline_parallel_degree", 1));
+  const int replicate = static_cast<int>(integer(f, fw, "parallelism.data_parallel_replicate_degree", 1));
+  long long shard = integer(f, fw, "parallelism.data_parallel_shard_degree", -1, -1);
+  if (shard == 0) refuse(tt("parallelism.data_parallel_shard_degree") + " is -1 or at least 1");
+  if (shard == -1) {  // the rest of the world: gen --dp (the data-parallel degree) over the replicas
+    if (in.dp % replicate != 0)
+      refuse(fmt::format("--from-torchtitan: gen --dp {} is not a multiple of --parallelism.data_parallel_replicate_degree "
+                         "{}",
+                         in.dp, replicate));
+    shard = in.dp / replicate;
+    if (!in.dp_given && replicate == 1) note_dp(in, "torchtitan (data_parallel_shard_degree -1)", plan);
+  }
+  if (replicate > 1 && shard > 1)
+    refuse("--from-torchtitan: --parallelism.data_parallel_replicate_degree and data_parallel_shard_degree both above 1 "
+           "(HSDP) is not generated");
+  const int d = replicate * static_cast<int>(shard);
+  const long long local = integer(f, fw, "training.local_batch_size", 8);
+  const long long global = integer(f, fw, "training.global_batch_size", -1, -1);
+  long long accumulation = 1;
+  if (global > 0) {
+    if (global % (local * d) != 0)
+      refuse(fmt::format("--from-torchtitan: --training.global_batch_size {} is not a multiple of local_batch_size {} x "
+                         "the data-parallel degree {} (torchtitan refuses it too)",
+                         global, local, d));
+    accumulation = global / (local * d);
+  } else if (global == 0) {
+    refuse(tt("training.global_batch_size") + " is -1 or at least 1");
+  }
+  plan.seq = static_cast<int>(integer(f, fw, "training.seq_len", 2048));
+
+  // Activation checkpointing (torchtitan's ActivationCheckpoint; default selective with option "2").
+  const std::string mode = text(f, "activation_checkpoint.mode", "selective");
+  const std::string option = text(f, "activation_checkpoint.selective_ac_option", "2");
+  if (mode == "none") {
+    plan.recompute = hw::Recompute::None;
+  } else if (mode == "full") {
+    plan.recompute = hw::Recompute::Full;
+  } else if (mode == "selective" && option == "op") {
+    plan.recompute = hw::Recompute::Selective;
+    plan.notes.push_back("selective activation checkpointing 'op' as trainsim's selective recomputation (the attention "
+                         "core recomputed, no attention scores kept): the nearest mode trainsim has");
+  } else if (mode == "selective" && option == "1") {
+    plan.recompute = hw::Recompute::Full;
+  } else if (mode == "selective") {
+    refuse(fmt::format("--from-torchtitan: --activation_checkpoint.mode selective with selective_ac_option '{}' "
+                       "(torchtitan's default: every {}th block checkpointed) is not expressible: trainsim recomputes "
+                       "every block or none; give --activation_checkpoint.mode none or full, or selective with "
+                       "--activation_checkpoint.selective_ac_option op",
+                       option, option));
+  } else {
+    refuse(tt("activation_checkpoint.mode") + " '" + mode + "' is not modelled (none, full, selective)");
+  }
+
+  GenOptions& o = plan.options;
+  if (p > 1) {
+    const std::string sname = text(f, "parallelism.pipeline_parallel_schedule", "1F1B");
+    const TtSchedule* sched = tt_schedule(sname);
+    if (!sched)
+      refuse(tt("parallelism.pipeline_parallel_schedule") + " '" + sname +
+             "' is not generated (1F1B, GPipe, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, "
+             "DualPipeV)");
+    const int in_w = static_cast<int>(integer(f, fw, "parallelism.pipeline_parallel_first_stage_less_layers", 1, 0));
+    const int out_w = static_cast<int>(integer(f, fw, "parallelism.pipeline_parallel_last_stage_less_layers", 1, 0));
+    int per_rank = sched->single ? 1 : 2;
+    if (f.has("parallelism.pipeline_parallel_layers_per_stage")) {
+      const long long lps = integer(f, fw, "parallelism.pipeline_parallel_layers_per_stage", 1);
+      const long long stages = (m.blocks + in_w + out_w + lps - 1) / lps;
+      if (stages % p != 0)
+        refuse(fmt::format("--from-torchtitan: {} virtual stages (--parallelism.pipeline_parallel_layers_per_stage {}) "
+                           "are not a multiple of --parallelism.pipeline_parallel_degree {} (torchtitan refuses it too)",
+                           stages, lps, p));
+      per_rank = static_cast<int>(stages / p);
+      if (sched->single && per_rank != 1)
+        refuse(fmt::format("--from-torchtitan: {} runs one stage per rank, but the layers per stage give {}", sname, per_rank));
+      if (!sched->single && per_rank < 2)
+        refuse(fmt::format("--from-torchtitan: {} needs at least 2 stages per rank, the layers per stage give {}", sname,
+                           per_rank));
+    }
+    const bool v_shaped = std::string(sched->kind) == "zbv" || std::string(sched->kind) == "dualpipev";
+    if (v_shaped && per_rank != 2)
+      refuse(fmt::format("--from-torchtitan: {} runs 2 stages per rank (V placement), not {}", sname, per_rank));
+    if (accumulation > 1)
+      refuse("--from-torchtitan: gradient accumulation (global_batch_size above local_batch_size x the data-parallel "
+             "degree) with pipelining: torchtitan flushes the pipeline between the accumulation steps, which one "
+             "generated step does not hold");
+    const long long pmb = integer(f, fw, "parallelism.pipeline_parallel_microbatch_size", 1);
+    if (local % pmb != 0)
+      refuse(fmt::format("--from-torchtitan: --training.local_batch_size {} is not a multiple of "
+                         "--parallelism.pipeline_parallel_microbatch_size {}",
+                         local, pmb));
+    plan.microbatch_size = static_cast<int>(pmb);
+    o.microbatches = static_cast<int>(local / pmb);
+    o.layout = layout_text(torchtitan_split(p * per_rank, m.blocks, in_w, out_w));
+    if (t == 1 && d == 1) {
+      plan.kind = sched->kind;
+      o.stages = p, o.chunks = per_rank;
+    } else {
+      if (std::string(sched->kind) != "1f1b" && std::string(sched->kind) != "interleaved-1f1b")
+        refuse(fmt::format("--from-torchtitan: {} with tensor or data parallelism is not generated (gen 3d runs 1F1B and "
+                           "Interleaved1F1B)",
+                           sname));
+      plan.kind = "3d";
+      o.tp = t, o.pp = p, o.dp = d, o.chunks = per_rank, o.schedule = sched->kind;
+      o.layers = p * per_rank;
+      o.zero = shard > 1 ? 3 : 0;
+      o.sequence_parallel = t > 1;
+    }
+  } else {
+    plan.microbatch_size = static_cast<int>(local);
+    o.microbatches = static_cast<int>(accumulation);
+    o.layers = m.blocks;  // torchtitan wraps each block in its own FSDP unit
+    if (t == 1 && shard > 1) {
+      plan.kind = "fsdp";
+      o.dp = static_cast<int>(shard);
+      const std::string reshard = text(f, "parallelism.fsdp_reshard_after_forward", "default");
+      if (reshard != "default" && reshard != "always" && reshard != "never")
+        refuse(tt("parallelism.fsdp_reshard_after_forward") + " is default, always or never, not '" + reshard + "'");
+      o.reshard_after_forward = reshard != "never";
+    } else if (t == 1 && replicate > 1) {
+      plan.kind = "ddp";
+      o.dp = replicate;
+    } else {
+      plan.kind = "3d";
+      o.tp = t, o.pp = 1, o.dp = d;
+      o.zero = shard > 1 ? 3 : 0;
+      o.sequence_parallel = t > 1;  // torchtitan's TP plan runs the norms sequence-parallel
+    }
+  }
+  if (flag(f, "parallelism.enable_async_tensor_parallel"))
+    plan.notes.push_back("--parallelism.enable_async_tensor_parallel: not modelled (the TP collectives run synchronously)");
+  if (flag(f, "compile.enable")) plan.notes.push_back("--compile.enable: not modelled (the device's efficiency table stands)");
+  plan.model = m;
+  note_ignored(f, plan);
+  return plan;
+}
+
+}  // namespace trainsim

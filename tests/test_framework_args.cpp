@@ -1,0 +1,275 @@
+// The configurations users already have (schedules/framework_args.h, docs/frameworks.md): Megatron-LM argument
+// lines and torchtitan command lines become a generator kind, its options (a stage layout among them) and a
+// model and training shape; what trainsim does not read is refused by name; `gen --from-...` runs end to end.
+#include <doctest/doctest.h>
+
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_helpers.h"
+#include "schedules/framework_args.h"
+
+using namespace trainsim;
+using namespace trainsim::testing;
+
+namespace {
+
+FrameworkInputs dp(int d) {
+  FrameworkInputs in;
+  in.dp = d, in.dp_given = true;
+  return in;
+}
+
+std::string refusal(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool has_note(const FrameworkPlan& p, const std::string& text) {
+  for (const auto& n : p.notes)
+    if (n.find(text) != std::string::npos) return true;
+  return false;
+}
+
+// GPT-3 175B as Narayanan et al. 2021 (Table 1's 175B row: t = 8, p = 8, 96 layers, hidden 12288, 96 heads,
+// batch 1536) trains it, written as Megatron-LM's pretrain_gpt.py arguments.
+const std::string kGpt3 =
+    "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --num-layers 96 --hidden-size 12288 "
+    "--num-attention-heads 96 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 1 "
+    "--global-batch-size 1536 --vocab-size 50257 --bf16 --sequence-parallel --use-distributed-optimizer "
+    "--recompute-activations --lr 6.0e-5 --train-iters 500000 --data-path 0.5 /data/a 0.5 /data/b --split 98,2,0";
+
+}  // namespace
+
+TEST_CASE("framework args: command lines split as a shell splits them") {
+  CHECK(split_words(R"(--a 1  --layout "Et*3|t*4L" --b='x y' c\ d)") ==
+        std::vector<std::string>{"--a", "1", "--layout", "Et*3|t*4L", "--b=x y", "c d"});
+  CHECK_THROWS_WITH_AS(split_words("--a 'open"), doctest::Contains("an unclosed single quote at character 5"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("framework args: a Megatron-LM argument line becomes gen 3d and a model") {
+  const FrameworkPlan p = from_megatron(kGpt3, dp(12));
+  CHECK(p.kind == "3d");
+  CHECK(p.options.tp == 8);
+  CHECK(p.options.pp == 8);
+  CHECK(p.options.dp == 12);
+  CHECK(p.options.chunks == 1);
+  CHECK(p.options.schedule == "1f1b");
+  CHECK(p.options.microbatches == 128);  // 1536 / (1 x 12)
+  CHECK(p.options.layers == 8);          // one schedule layer per stage
+  CHECK(p.options.sequence_parallel);
+  CHECK(p.options.zero == 1);
+  CHECK(p.options.layout.empty());       // 96 layers split evenly
+  CHECK(p.microbatch_size == 1);
+  CHECK(p.seq == 2048);
+  CHECK(p.recompute == hw::Recompute::Selective);
+  // Megatron-LM's defaults for what the line leaves out: GeLU MLP of 4h, biases, LayerNorm, tied embeddings,
+  // learned positions, dropout 0.1, the vocabulary padded to a multiple of 128 x TP.
+  CHECK(p.model.blocks == 96);
+  CHECK(p.model.hidden == 12288);
+  CHECK(p.model.heads == 96);
+  CHECK(p.model.kv_heads == 96);
+  CHECK(p.model.ffn == 4 * 12288);
+  CHECK_FALSE(p.model.gated_ffn);
+  CHECK(p.model.bias);
+  CHECK(p.model.layernorm);
+  CHECK(p.model.tied_embeddings);
+  CHECK(p.model.learned_positions);
+  CHECK(p.model.dropout);
+  CHECK(p.model.vocab == 51200);
+  CHECK(p.model.grad_bytes == 4);  // --bf16: fp32 main grads
+  CHECK(has_note(p, "accepted without effect on a step's time or memory: --max-position-embeddings, --lr, --train-iters, "
+                    "--data-path, --split"));
+  CHECK(has_note(p, "--use-distributed-optimizer as gen 3d --zero 1"));
+  // A Llama-style line on a base model, with uneven first and last stages and virtual stages.
+  FrameworkInputs in = dp(2);
+  in.model = hw::model_preset("llama3-8b");
+  const FrameworkPlan q = from_megatron(
+      "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 7 "
+      "--decoder-last-pipeline-num-layers 7 --micro-batch-size 2 --global-batch-size 64 --seq-length 4096 --bf16 "
+      "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+      in);
+  CHECK(q.model.preset == "llama3-8b");
+  CHECK(q.model.gated_ffn);  // the base model's, untouched by flags not given
+  CHECK(q.options.layout == "Et*7|t*9|t*9|t*7L");
+  CHECK(q.options.microbatches == 16);
+  CHECK(q.recompute == hw::Recompute::Full);
+  CHECK(q.seq == 4096);
+  // --pipeline-model-parallel-layout: its stages are p x v; v > 1 runs the interleaved schedule.
+  const FrameworkPlan l = from_megatron(
+      "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*7|t*8|(t*8|)*1t*9L --micro-batch-size 1 "
+      "--bf16",
+      in);
+  CHECK(l.options.chunks == 2);
+  CHECK(l.options.schedule == "interleaved-1f1b");
+  CHECK(l.options.layers == 4);
+  CHECK(l.options.layout == "Et*7|t*8|t*8|t*9L");
+  // --account-for-embedding/loss-in-pipeline-split: each counts as a layer.
+  FrameworkInputs in30 = dp(1);
+  in30.model = hw::model_preset("llama3-8b");
+  in30.model->blocks = 30;
+  const FrameworkPlan a = from_megatron(
+      "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+      "--micro-batch-size 1 --global-batch-size 8 --fp16",
+      in30);
+  CHECK(a.options.layout == "Et*7|t*8|t*8|t*7L");
+  CHECK(has_note(a, "count as a layer each"));
+  // --num-layers-per-virtual-pipeline-stage: v = layers per stage / it.
+  const FrameworkPlan v = from_megatron(
+      "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 --micro-batch-size 1 --bf16", in);
+  CHECK(v.options.chunks == 4);
+  CHECK(v.options.layers == 16);
+}
+
+TEST_CASE("framework args: Megatron-LM flags outside the subset, or configurations it refuses, are refused by name") {
+  FrameworkInputs in = dp(1);
+  in.model = hw::model_preset("llama3-8b");
+  CHECK(refusal([&] { from_megatron("--micro-batch-size 1 --bf16 --moe-router-topk 2", in); }) ==
+        "--from-megatron: --moe-router-topk is not in the subset trainsim reads (docs/frameworks.md, Megatron-LM lists it, "
+        "flag by flag)");
+  CHECK(refusal([&] { from_megatron("--bf16", in); }).find("--micro-batch-size is required") != std::string::npos);
+  CHECK(refusal([&] { from_megatron("--micro-batch-size 1", in); }).find("give --bf16 or --fp16") != std::string::npos);
+  CHECK(refusal([&] { from_megatron("--micro-batch-size 3 --global-batch-size 10 --bf16", in); })
+            .find("--global-batch-size 10 is not a multiple of --micro-batch-size 3") != std::string::npos);
+  CHECK(refusal([&] { from_megatron("--micro-batch-size 1 --bf16 --context-parallel-size 2", in); })
+            .find("--context-parallel-size above 1") != std::string::npos);
+  CHECK(refusal([&] { from_megatron("--pipeline-model-parallel-size 5 --micro-batch-size 1 --bf16", in); })
+            .find("--num-layers 32 does not divide into 5 stage chunks") != std::string::npos);
+  CHECK(refusal([&] {
+          from_megatron("--pipeline-model-parallel-size 4 --micro-batch-size 1 --bf16 --recompute-granularity full "
+                        "--recompute-method block --recompute-num-layers 3",
+                        in);
+        }).find("recomputes 3 of the 8 layers of a stage") != std::string::npos);
+  CHECK(refusal([&] { from_megatron("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*3|tx --micro-batch-size 1 --bf16", in); })
+            .find("--pipeline-model-parallel-layout 'Et*3|tx': position 7: a layout ends with L") != std::string::npos);
+  CHECK(refusal([&] { from_megatron("--micro-batch-size", in); }) == "--from-megatron: --micro-batch-size needs a value");
+  CHECK(refusal([&] { from_megatron("--micro-batch-size 1 --bf16 stray", in); })
+            .find("expected a flag (--name), got 'stray'") != std::string::npos);
+  // Without a base model the flags must describe one.
+  CHECK(refusal([&] { from_megatron("--micro-batch-size 1 --bf16 --num-layers 2 --hidden-size 64 --num-attention-heads 4", dp(1)); })
+            .find("--vocab-size is needed") != std::string::npos);
+}
+
+TEST_CASE("framework args: a torchtitan command line becomes gen 3d, fsdp or a pipeline with torchtitan's split") {
+  // torchtitan's Llama 3 8B on 8 GPUs with FSDP (its llama3_8b.toml, shapes of benchmarks/llama3_h100_202412).
+  const FrameworkPlan f = from_torchtitan(
+      "--model.name llama3 --model.flavor 8B --training.local_batch_size 1 --training.seq_len 8192 "
+      "--activation_checkpoint.mode selective --activation_checkpoint.selective_ac_option op --training.steps 1000 "
+      "--metrics.log_freq 10 --compile.enable",
+      dp(8));
+  CHECK(f.kind == "fsdp");
+  CHECK(f.options.dp == 8);
+  CHECK(f.options.layers == 32);
+  CHECK(f.options.microbatches == 1);
+  CHECK(f.options.reshard_after_forward);
+  CHECK(f.microbatch_size == 1);
+  CHECK(f.seq == 8192);
+  CHECK(f.recompute == hw::Recompute::Selective);
+  CHECK(f.model.preset == "llama3-8b");
+  CHECK(has_note(f, "--compile.enable: not modelled"));
+  CHECK(has_note(f, "--training.steps, --metrics.log_freq"));
+  // 2D: TP x FSDP; sequence parallelism with TP, as torchtitan's TP plan runs the norms.
+  const FrameworkPlan t = from_torchtitan(
+      "--model.flavor 70B --parallelism.tensor_parallel_degree 8 --parallelism.data_parallel_shard_degree 4 "
+      "--training.local_batch_size 2 --training.global_batch_size 16 --activation_checkpoint.mode full",
+      dp(1));
+  CHECK(t.kind == "3d");
+  CHECK(t.options.tp == 8);
+  CHECK(t.options.dp == 4);
+  CHECK(t.options.zero == 3);
+  CHECK(t.options.sequence_parallel);
+  CHECK(t.options.microbatches == 2);  // gradient accumulation: 16 / (2 x 4)
+  CHECK(t.options.layers == 80);
+  CHECK(t.microbatch_size == 2);
+  CHECK(t.recompute == hw::Recompute::Full);
+  // 3D with pipelining: torchtitan's stage split (first and last stages one layer less) as a stage layout.
+  const FrameworkPlan p = from_torchtitan(
+      "--model.flavor 8B --parallelism.pipeline_parallel_degree 4 --parallelism.pipeline_parallel_schedule "
+      "Interleaved1F1B --parallelism.tensor_parallel_degree 2 --parallelism.data_parallel_shard_degree 2 "
+      "--training.local_batch_size 8 --activation_checkpoint.mode none",
+      dp(1));
+  CHECK(p.kind == "3d");
+  CHECK(p.options.schedule == "interleaved-1f1b");
+  CHECK(p.options.chunks == 2);
+  CHECK(p.options.layers == 8);
+  CHECK(p.options.microbatches == 8);
+  CHECK(p.options.layout == "Et*4|t*5|t*4|t*4|t*4|t*4|t*4|t*3L");  // generate_llm_fqn_per_model_part(8, 32, 1, 1)
+  // Pipelining alone: the pipeline kind itself (here ZBV, two stages per rank in V placement).
+  const FrameworkPlan z = from_torchtitan(
+      "--model.flavor 8B --parallelism.pipeline_parallel_degree 4 --parallelism.pipeline_parallel_schedule ZBVZeroBubble "
+      "--parallelism.data_parallel_shard_degree 1 --training.local_batch_size 8 --activation_checkpoint.mode full "
+      "--parallelism.pipeline_parallel_first_stage_less_layers 0 --parallelism.pipeline_parallel_last_stage_less_layers 2",
+      dp(1));
+  CHECK(z.kind == "zbv");
+  CHECK(z.options.stages == 4);
+  CHECK(z.options.layout == "Et*5|t*5|t*4|t*4|t*4|t*4|t*4|t*2L");  // generate_llm_fqn_per_model_part(8, 32, 0, 2)
+}
+
+TEST_CASE("framework args: torchtitan flags outside the subset are refused by name") {
+  auto tt = [](const std::string& flags) { return refusal([&] { from_torchtitan(flags, dp(8)); }); };
+  CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.foo 3") ==
+        "--from-torchtitan: --parallelism.foo is not in the subset trainsim reads (docs/frameworks.md, torchtitan lists "
+        "it, flag by flag)");
+  CHECK(tt("--model.flavor debugmodel").find("--model.flavor 'debugmodel'") != std::string::npos);
+  CHECK(tt("--model.flavor 8B").find("selective_ac_option '2'") != std::string::npos);  // torchtitan's default AC
+  CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --model.converters float8")
+            .find("--model.converters 'float8': model converters (Float8, MX) are not modelled yet") != std::string::npos);
+  CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.data_parallel_replicate_degree 2 "
+           "--parallelism.data_parallel_shard_degree 4")
+            .find("(HSDP) is not generated") != std::string::npos);
+  CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.context_parallel_degree 2")
+            .find("context parallelism is not generated yet") != std::string::npos);
+  CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.pipeline_parallel_degree 2 "
+           "--parallelism.pipeline_parallel_schedule ZBVZeroBubble --parallelism.tensor_parallel_degree 2")
+            .find("ZBVZeroBubble with tensor or data parallelism is not generated") != std::string::npos);
+  // tyro's spellings: dashes in field names and --SECTION.no-FIELD for a false flag.
+  const FrameworkPlan p = from_torchtitan(
+      "--model.flavor 8B --activation-checkpoint.mode=full --training.local-batch-size 4 --compile.no-enable", dp(8));
+  CHECK(p.microbatch_size == 4);
+  CHECK_FALSE(has_note(p, "--compile.enable"));
+}
+
+TEST_CASE("trainsim gen --from-megatron and --from-torchtitan end to end") {
+  CommandResult r = run_trainsim(
+      "gen --from-megatron \"--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers 4 "
+      "--hidden-size 256 --num-attention-heads 4 --vocab-size 1000 --seq-length 128 --micro-batch-size 1 "
+      "--global-batch-size 8 --bf16 --swiglu --untie-embeddings-and-output-weights --sequence-parallel\" --dp 2 --sim --json",
+      false);
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["kind"] == "3d");
+  CHECK(j["world_size"] == 8);
+  CHECK(j["microbatches"] == 8);  // 4 per replica x 2 replicas
+  CHECK(j["ok"] == true);
+  CHECK(j["step_time_s"].get<double>() > 0);
+  // The notes and the equivalent command go to standard error.
+  r = run_trainsim("gen --from-torchtitan \"--model.flavor 8B --parallelism.pipeline_parallel_degree 4 "
+                   "--training.local_batch_size 4 --activation_checkpoint.mode full\" -o -",
+                   true);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("trainsim gen: from torchtitan: gen 1f1b --stages 4 --microbatches 4 --layout 'Et*8|t*9|t*8|t*7L'") !=
+        std::string::npos);
+  CHECK(r.out.find("note: device h100-sxm (no --device given)") != std::string::npos);
+  CHECK(r.out.find("note: data-parallel degree 1") != std::string::npos);
+  CHECK(r.out.find("layout Et*8|t*9|t*8|t*7L\n") != std::string::npos);
+  // Options that the configuration sets are refused beside it, and so is a kind.
+  r = run_trainsim("gen --from-megatron \"--micro-batch-size 1 --bf16\" --model llama3-8b --tp 2", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--tp comes from the Megatron-LM configuration with --from-megatron: leave it out") != std::string::npos);
+  r = run_trainsim("gen 1f1b --from-megatron \"--micro-batch-size 1 --bf16\"", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("chooses the kind: leave KIND ('1f1b') out") != std::string::npos);
+  r = run_trainsim("gen --from-megatron \"--micro-batch-size 1 --bf16 --foo\" --model llama3-8b", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--foo is not in the subset trainsim reads") != std::string::npos);
+  r = run_trainsim("gen", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("KIND is required") != std::string::npos);
+}
