@@ -42,6 +42,7 @@ struct GenArgs {
   bool json = false;
   std::string from_megatron, from_torchtitan;  // a framework's configuration (schedules/framework_args.h)
   std::set<std::string> given;                 // the options given on the command line (by long name)
+  bool allow_oom = false;  // --allow-oom: a step over the device's memory passes (a what-if)
 };
 
 // The options a framework's configuration sets, which may not be given beside it.
@@ -124,13 +125,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The fields `gen --sim --json` prints for every cost model: the kind, the outcome, the shape, the timings.
-nlohmann::ordered_json run_json(const GenArgs& a, const ScheduleHeader& h, const SimResult& r, double generate_seconds,
-                                double sim_seconds) {
+// The fields `gen --sim --json` prints for every cost model: the kind, the outcome (`error`: why the step
+// fails, "" when it passes), the shape, the timings.
+nlohmann::ordered_json run_json(const GenArgs& a, const ScheduleHeader& h, const SimResult& r, const std::string& error,
+                                double generate_seconds, double sim_seconds) {
   nlohmann::ordered_json j;
   j["kind"] = a.kind;
-  j["ok"] = r.ok;
-  j["error"] = r.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
+  j["ok"] = error.empty();
+  j["error"] = error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(error);
   j["world_size"] = h.world_size;
   j["layers"] = h.layers;
   j["microbatches"] = h.microbatches;
@@ -159,17 +161,20 @@ int simulate_generated(const GenArgs& a, const RankSource& src, double generate_
     const auto started = std::chrono::steady_clock::now();
     HardwareRun run = simulate_hardware(src, false, progress);
     stage.clear();
+    // Out of device memory fails the step (unless --allow-oom), its figures still reported.
+    const std::string failure = step_failure(run, a.allow_oom);
     if (a.json) {
-      nlohmann::ordered_json j = run_json(a, h, run.result, generate_seconds, seconds_since(started));
+      nlohmann::ordered_json j = run_json(a, h, run.result, failure, generate_seconds, seconds_since(started));
       if (run.report) j.update(hw::to_json(*run.report));
       std::cout << j.dump(2) << "\n";
     } else if (run.report) {
       fmt::print("{}: {} ops on {} ranks, {} layers, {} microbatches (hardware cost model)\n{}", a.kind,
                  run.result.op_count, h.world_size, h.layers, h.microbatches, hw::format_report(*run.report, *h.hardware));
+      if (!failure.empty()) fmt::print(stderr, "trainsim gen: {}\n", failure);
     } else {
       fmt::print(stderr, "trainsim gen: the generated schedule is invalid: {}\n", run.result.error);
     }
-    return run.result.ok ? 0 : 1;
+    return failure.empty() ? 0 : 1;
   }
   // Only the figures are printed: no per-op records (at 16,384 ranks they would double the memory).
   SimOptions options;
@@ -181,7 +186,7 @@ int simulate_generated(const GenArgs& a, const RankSource& src, double generate_
   stage.clear();
   const RunSummary& sum = r.summary;
   if (a.json) {
-    nlohmann::ordered_json j = run_json(a, h, r, generate_seconds, sim_seconds);
+    nlohmann::ordered_json j = run_json(a, h, r, r.ok ? "" : r.error, generate_seconds, sim_seconds);
     j["timesteps"] = to_seconds(sum.timesteps);
     j["makespan"] = to_seconds(sum.makespan);
     j["bubble_fraction"] = sum.bubble_fraction;
@@ -330,9 +335,10 @@ void add_gen_command(CLI::App& app, int* exit_code) {
           " --layout gives each stage its blocks (Megatron-LM's layout grammar). --from-megatron \"ARGS\" and "
           "--from-torchtitan \"FLAGS\" take the kind, options and model from a framework's own configuration "
           "(docs/frameworks.md). --model/--device/--network (with --microbatch-size, --seq, --recompute, --set) put "
-          "the hardware cost model in the header; --sim simulates instead of writing. Exit status: 0 written (with --sim: valid); 1 "
-          "with --sim, the generated schedule is invalid; 2 a bad option, a schedule the output's format cannot "
-          "hold, or an output that cannot be written.");
+          "the hardware cost model in the header; --sim simulates instead of writing. Exit status: 0 written (with "
+          "--sim: valid, and on the hardware model within the device's memory); 1 with --sim, the generated "
+          "schedule is invalid or runs out of device memory (the figures are still printed; --allow-oom passes it); "
+          "2 a bad option, a schedule the output's format cannot hold, or an output that cannot be written.");
   cmd->add_option("KIND", args->kind,
                   "What to generate: one of " + kind_list() + " (left out with --from-megatron or --from-torchtitan)");
   // Counts of 0 or less (or that wrap an int) are refused whatever the kind, even where the kind ignores the option.
@@ -407,6 +413,9 @@ void add_gen_command(CLI::App& app, int* exit_code) {
                   "--training.local_batch_size 2 ...\"): generates gen 3d, fsdp, ddp or a pipeline kind with the model "
                   "and shape it describes (docs/frameworks.md); --dp gives the data-parallel degree where "
                   "data_parallel_shard_degree is -1 (torchtitan's default: the rest of the world)");
+  cmd->add_flag("--allow-oom", args->allow_oom,
+                "With --sim on the hardware model: a step that runs out of device memory passes (exit 0, ok, the oom "
+                "object still reported), for a what-if");
   cmd->callback([args, exit_code, cmd] {
     for (const CLI::Option* o : cmd->get_options())
       if (o->count() > 0 && !o->get_lnames().empty()) args->given.insert("--" + o->get_lnames().front());

@@ -38,6 +38,7 @@ struct SimArgs {
   std::optional<double> memory_limit;
   std::string svg, trace, dot;
   bool json = false;
+  bool allow_oom = false;  // --allow-oom: a step over the device's memory passes (a what-if)
   HardwareOptions hardware;
 };
 
@@ -139,9 +140,11 @@ int run(const SimArgs& a, bool outputs) {
   SimResult r;
   std::optional<hw::StepReport> report;
   std::unique_ptr<CostModel> cost;  // the hardware model that timed it: the timeline and trace draw its inner_comm
+  std::string failure;  // why the run fails ("": it passes): its error, or running out of device memory
   stage.show(fmt::format("simulating {} ops on {} ranks", s.op_count(), s.header.world_size));
   if (s.header.cost_model == "hardware" && !a.memory_limit) {
     HardwareRun run = simulate_hardware(s);
+    failure = step_failure(run, a.allow_oom);
     r = std::move(run.result);
     report = std::move(run.report);
     cost = std::move(run.cost);
@@ -152,22 +155,24 @@ int run(const SimArgs& a, bool outputs) {
       report = hw::make_report(r.trace, *s.header.hardware, s.header.microbatches, "",
                                dynamic_cast<const hw::HardwareCostModel*>(cost.get()));
     }
+    failure = r.ok ? "" : r.error;
   }
   stage.clear();
   if (a.json) {
-    auto j = summary_json(a.file, &s, &r, r.error);
+    auto j = summary_json(a.file, &s, &r, failure);
     if (report && outputs) j.update(hw::to_json(*report));
     std::cout << json_text(j) << "\n";
-  } else if (r.ok) {
+  } else if (r.ok) {  // the run completed: its figures, also when the step ran out of device memory
     const MemoryPeak& p = r.summary.peak;
-    fmt::print("{}: valid: {} ops on {} rank{}, {} layers, {} microbatches ({} cost model)\n", a.file, s.op_count(),
-               s.header.world_size, s.header.world_size == 1 ? "" : "s", s.header.layers, s.header.microbatches,
-               s.header.cost_model);
+    fmt::print("{}: {}: {} ops on {} rank{}, {} layers, {} microbatches ({} cost model)\n", a.file,
+               failure.empty() ? "valid" : "out of device memory", s.op_count(), s.header.world_size,
+               s.header.world_size == 1 ? "" : "s", s.header.layers, s.header.microbatches, s.header.cost_model);
     if (outputs)
       fmt::print("timesteps {}  makespan {}  bubble {:.1f}%  peak memory {} {} at rank {} t={}\n",
                  format_time(r.summary.timesteps), format_time(r.summary.makespan), 100 * r.summary.bubble_fraction,
                  format_memory(p.memory), r.trace.memory_unit, p.rank, format_time(p.time));
     if (outputs && report) fmt::print("{}", hw::format_report(*report, *s.header.hardware));
+    if (!failure.empty()) fmt::print(stderr, "{}: {}: {}\n", a.command, a.file, failure);
   } else {
     fmt::print(stderr, "{}: {}: invalid: {}\n", a.command, a.file, r.error);
   }
@@ -177,10 +182,9 @@ int run(const SimArgs& a, bool outputs) {
       visualize::TimelineOptions o;
       o.title = std::filesystem::path(a.file).filename().string();
       o.cost = cost.get();
-      if (!r.ok) {  // an invalid run's partial timeline says so: a banner, and its blocked ranks marked
-        o.error = r.error;
+      if (!failure.empty()) o.error = failure;  // a failed run's timeline says so: a banner
+      if (!r.ok)  // an invalid run's partial timeline: its blocked ranks marked
         for (const auto& b : r.blocked) o.blocked.push_back({b.rank, b.since, b.what(), b.stream});
-      }
       stage.show("drawing the timeline");
       std::string svg = visualize::timeline_svg(r.trace, o);
       stage.clear();
@@ -195,14 +199,15 @@ int run(const SimArgs& a, bool outputs) {
     if (!a.dot.empty()) wrote = write_graph(a, s) && wrote;
   }
   if (!wrote) return 2;
-  return r.ok ? 0 : 1;
+  return failure.empty() ? 0 : 1;
 }
 
 // Exit status of validate and sim (README, "Exit status").
 constexpr const char* kExitStatus =
-    "Exit status: 0 valid; 1 the schedule does not parse, import or validate (or a CSV does not fit --stage-map or "
-    "--microbatches); 2 a bad option, an input that cannot be read (no such file or puzzle) or an output that "
-    "cannot be written.";
+    "Exit status: 0 valid (on the hardware cost model: and within the device's memory); 1 the schedule does not "
+    "parse, import or validate (or a CSV does not fit --stage-map or --microbatches), or on the hardware cost model "
+    "runs out of device memory (its figures still reported; --allow-oom passes it); 2 a bad option, an input that "
+    "cannot be read (no such file or puzzle) or an output that cannot be written.";
 
 // --memory-limit: a finite number of at least 0 (NaN, inf or a negative limit would turn the check off or
 // fail every op without saying why).
@@ -220,6 +225,13 @@ void add_input_options(CLI::App* cmd, SimArgs& a) {
       ->check(stage_map_check());
 }
 
+// --allow-oom, shared by validate and sim.
+void add_allow_oom(CLI::App* cmd, SimArgs& a) {
+  cmd->add_flag("--allow-oom", a.allow_oom,
+                "Hardware cost model: a step that runs out of device memory passes (exit 0, ok, the oom object still "
+                "reported), for a what-if");
+}
+
 }  // namespace
 
 void add_sim_commands(CLI::App& app, int* exit_code) {
@@ -232,6 +244,7 @@ void add_sim_commands(CLI::App& app, int* exit_code) {
   add_input_options(v, *va);
   v->add_option("--memory-limit", va->memory_limit, "Per-rank memory limit, in the cost model's unit")->check(kMemoryLimit);
   v->add_flag("--json", va->json, "Print the result as JSON");
+  add_allow_oom(v, *va);
   v->callback([va, exit_code] { *exit_code = run(*va, false); });
 
   auto sa = std::make_shared<SimArgs>();
@@ -255,6 +268,7 @@ void add_sim_commands(CLI::App& app, int* exit_code) {
               "Print the result as JSON (hardware cost model: also step_time_s, tokens_per_s, tokens_per_s_per_gpu, "
               "mfu, bubble_fraction, exposed_comm_s, peak_memory_bytes, oom, and per-rank figures)");
   add_hardware_options(s, sa->hardware);
+  add_allow_oom(s, *sa);
   s->callback([sa, exit_code] { *exit_code = run(*sa, true); });
 }
 

@@ -47,4 +47,10 @@ HardwareRun simulate_hardware(const Schedule& schedule) {
   return simulate_hardware(ScheduleView(schedule), true);
 }
 
+std::string step_failure(const HardwareRun& run, bool allow_oom) {
+  if (!run.result.ok) return run.result.error;
+  if (allow_oom || !run.report || !run.report->oom) return "";
+  return "out of device memory (--allow-oom reports the step anyway): " + run.report->oom->message;
+}
+
 }  // namespace trainsim

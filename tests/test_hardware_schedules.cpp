@@ -117,20 +117,69 @@ TEST_CASE("trainsim gen --sim --json: seconds, throughput, MFU and memory") {
   CHECK(j["ranks"].size() == 4);
 }
 
-TEST_CASE("out of memory is reported with rank, time, op and what is resident") {
-  CommandResult r = run_trainsim("gen ddp --dp 2 --layers 4 --microbatches 1 --model llama3-70b --device h100-sxm "
-                                 "--network nvlink8-ib400 --sim --json");
-  REQUIRE(r.exit_code == 0);
+TEST_CASE("out of memory fails the step, with rank, time, op and what is resident, and the figures still reported") {
+  const std::string gen = "gen ddp --dp 2 --layers 4 --microbatches 1 --model llama3-70b --device h100-sxm "
+                          "--network nvlink8-ib400 --sim";
+  CommandResult r = run_trainsim(gen + " --json");
+  CHECK(r.exit_code == 1);
   nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["ok"] == false);
+  const std::string error = j["error"].get<std::string>();
+  CHECK(error.starts_with("out of device memory"));
+  CHECK(error.find("rank 0") != std::string::npos);
+  CHECK(error.find("forward layer 0") != std::string::npos);
+  CHECK(error.find("resident: ") != std::string::npos);
   REQUIRE(j["oom"].is_object());
+  CHECK(error.ends_with(j["oom"]["message"].get<std::string>()));
+  CHECK(j["step_time_s"].get<double>() > 0);  // the figures are still there
   CHECK(j["peak_memory_bytes"].get<double>() > 80e9);
   CHECK(j["headroom_bytes"].get<double>() < 0);
   CHECK(j["oom"]["rank"] == 0);
   CHECK(j["oom"]["op"].get<std::string>().starts_with("forward layer 0"));
   CHECK(j["oom"]["resident"].get<std::string>().find("W0") != std::string::npos);
-  CommandResult text = run_trainsim("gen ddp --dp 2 --layers 4 --microbatches 1 --model llama3-70b --device h100-sxm "
-                                    "--network nvlink8-ib400 --sim");
+  CommandResult text = run_trainsim(gen, true);
+  CHECK(text.exit_code == 1);
+  CHECK(text.out.find("step time") != std::string::npos);
   CHECK(text.out.find("OUT OF MEMORY: rank 0") != std::string::npos);
+  CHECK(text.out.find("trainsim gen: out of device memory") != std::string::npos);
+  // --allow-oom: a what-if, as before: ok, exit 0, the oom object.
+  CommandResult allowed = run_trainsim(gen + " --json --allow-oom");
+  CHECK(allowed.exit_code == 0);
+  nlohmann::json a = nlohmann::json::parse(allowed.out);
+  CHECK(a["ok"] == true);
+  CHECK(a["error"].is_null());
+  CHECK(a["oom"] == j["oom"]);
+  CHECK(a["step_time_s"] == j["step_time_s"]);
+  CHECK(run_trainsim(gen + " --allow-oom").exit_code == 0);
+  // sim and validate of the same schedule written out: exit 1 and the same error, or exit 0 with --allow-oom.
+  auto dir = fresh_dir("hw-oom");
+  const std::string file = (dir / "ddp.sched").string();
+  REQUIRE(run_trainsim("gen ddp --dp 2 --layers 4 --microbatches 1 --model llama3-70b --device h100-sxm "
+                       "--network nvlink8-ib400 -o " + file).exit_code == 0);
+  CommandResult sim = run_trainsim("sim " + file + " --json");
+  CHECK(sim.exit_code == 1);
+  nlohmann::json sj = nlohmann::json::parse(sim.out);
+  CHECK(sj["ok"] == false);
+  // The same words, the op now with the file and line it came from.
+  CHECK(sj["error"].get<std::string>().starts_with(
+      "out of device memory (--allow-oom reports the step anyway): rank 0: memory limit exceeded at t=0: forward layer "
+      "0 batches {0} (" + file + ":"));
+  CHECK(sj["step_time_s"] == j["step_time_s"]);
+  CHECK(sj["makespan"].get<double>() > 0);
+  CommandResult sim_text = run_trainsim("sim " + file, true);
+  CHECK(sim_text.exit_code == 1);
+  CHECK(sim_text.out.find(": out of device memory: ") != std::string::npos);  // the heading line
+  CHECK(sim_text.out.find("OUT OF MEMORY: rank 0") != std::string::npos);
+  CHECK(sim_text.out.find("trainsim sim: " + file + ": out of device memory (") != std::string::npos);
+  CHECK(run_trainsim("sim " + file + " --allow-oom").exit_code == 0);
+  CommandResult validate = run_trainsim("validate " + file, true);
+  CHECK(validate.exit_code == 1);
+  CHECK(validate.out.find("trainsim validate: " + file + ": out of device memory (") != std::string::npos);
+  CHECK(validate.out.find("valid:") == std::string::npos);
+  CommandResult vj = run_trainsim("validate " + file + " --json");
+  CHECK(vj.exit_code == 1);
+  CHECK(nlohmann::json::parse(vj.out)["ok"] == false);
+  CHECK(run_trainsim("validate " + file + " --allow-oom").exit_code == 0);
 }
 
 TEST_CASE("trainsim gen and sim: bad hardware options are clear errors") {
