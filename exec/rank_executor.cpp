@@ -59,6 +59,15 @@ struct RankExecutor::Impl {
   std::map<std::pair<int, IdSet>, EventPtr> last_forward, last_backward_input;
   std::vector<std::shared_ptr<LossRecord>> losses;
   SlotPtr norm;
+  // The last collective submitted over each communicator group. A communicator numbers a group's calls as the
+  // stream workers run them; the plan gives a schedule group used on several streams a communicator group per
+  // stream (RankPlan::comm_group), but the gradient-norm all-reduce, which no schedule op holds, runs over
+  // norm_group from the first update's stream, while the data-parallel all-reduces of the same ranks run on a
+  // communication stream (gen ddp: group 0 on stream 1, the norm on stream 0): two streams, one communicator
+  // group, and ranks that number the calls differently pair the wrong ones (CUDA-REVIEW.md #5). So each collective
+  // waits for the one before it over the same communicator group: they run, and are numbered, in program order,
+  // one at a time, as NCCL runs the operations of one communicator (NVIDIA/nccl#574).
+  std::map<int, EventPtr> last_call;
   const RankState* state = nullptr;
 
   Impl(const ReplayContext& c, int r, Device& d, Communicator& cm)
@@ -159,6 +168,15 @@ struct RankExecutor::Impl {
 
   static void add_dep(std::vector<EventPtr>& deps, const EventPtr& e) {
     if (e) deps.push_back(e);
+  }
+
+  // submit() for a collective over `group`: after the rank's previous collective over it (last_call).
+  EventPtr submit_call(const Op& op, int index, int group, std::vector<EventPtr> after,
+                       std::function<void(StreamContext&)> work) {
+    EventPtr& last = last_call[group];
+    add_dep(after, last);
+    last = submit(op, index, std::move(after), std::move(work));
+    return last;
   }
 
   // ---- load ----
@@ -350,7 +368,7 @@ struct RankExecutor::Impl {
       }
     }
     const int group = ctx.plan->norm_group;
-    norm->ready = submit(first, -1, deps, [this, parts, group](StreamContext& s) {
+    norm->ready = submit_call(first, -1, group, deps, [this, parts, group](StreamContext& s) {
       norm->buffer = dev.memory().allocate(sizeof(double));
       s.zero(norm->buffer->data(), sizeof(double));
       for (const Part& p : *parts) s.kernels().sum_squares(p.grad->buffer->as<float>() + p.offset, p.count, norm->buffer->as<double>());
@@ -443,7 +461,8 @@ struct RankExecutor::Impl {
 
   void collective(const Op& op, int index) {
     if (op.kind == OpKind::Barrier) {
-      submit(op, index, {}, [this, group = plan.comm_group[index]](StreamContext& s) { comm.barrier(s, group); });
+      const int group = plan.comm_group[index];
+      submit_call(op, index, group, {}, [this, group](StreamContext& s) { comm.barrier(s, group); });
       return;
     }
     SlotPtr in = find(op, op.reads.front());
@@ -462,7 +481,7 @@ struct RankExecutor::Impl {
       sequence_collective(op, index, in, out, std::move(deps));
       return;
     }
-    out->ready = submit(op, index, deps, [this, in, out, group, k, P, order, kind](StreamContext& s) {
+    out->ready = submit_call(op, index, group, deps, [this, in, out, group, k, P, order, kind](StreamContext& s) {
       out->buffer = alloc(out->id);
       const long in_n = static_cast<long>(in->buffer->bytes() / sizeof(float));
       const long out_n = static_cast<long>(out->buffer->bytes() / sizeof(float));
@@ -524,7 +543,7 @@ struct RankExecutor::Impl {
             op.label(), from.str(), to.str(), k, me));
       runs = scatter_copies(split);
     }
-    out->ready = submit(op, index, std::move(deps), [this, in, out, group, gather, runs](StreamContext& s) {
+    out->ready = submit_call(op, index, group, std::move(deps), [this, in, out, group, gather, runs](StreamContext& s) {
       out->buffer = alloc(out->id);
       const long in_n = static_cast<long>(in->buffer->bytes() / sizeof(float));
       const long out_n = static_cast<long>(out->buffer->bytes() / sizeof(float));
@@ -563,7 +582,7 @@ struct RankExecutor::Impl {
     const int group = plan.comm_group[index], peer = op.peer;
     const bool broadcast = op.kind == OpKind::Broadcast;
     const std::size_t count = ctx.shapes->bytes(in ? in->id : out->id) / sizeof(float);
-    EventPtr done = submit(op, index, deps, [this, in, out, group, peer, broadcast, count, root](StreamContext& s) {
+    EventPtr done = submit_call(op, index, group, deps, [this, in, out, group, peer, broadcast, count, root](StreamContext& s) {
       if (out) out->buffer = alloc(out->id);
       float* src = in ? in->buffer->as<float>() : nullptr;
       float* dst = out ? out->buffer->as<float>() : nullptr;
