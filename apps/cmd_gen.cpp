@@ -1,6 +1,8 @@
 // `trainsim gen KIND ... -o FILE`: write a generated schedule (schedules/generators.h) as .sched text, or as
 // PyTorch pipelining CSV for a name ending in .csv (docs/pytorch-csv.md).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -21,6 +23,7 @@
 #include "apps/schedule_input.h"
 #include "apps/stage_line.h"
 #include "apps/text_file.h"
+#include "hardware/memory.h"
 #include "schedules/framework_args.h"
 #include "schedules/generators.h"
 #include "schedules/hardware_sim.h"
@@ -43,6 +46,8 @@ struct GenArgs {
   std::string from_megatron, from_torchtitan;  // a framework's configuration (schedules/framework_args.h)
   std::set<std::string> given;                 // the options given on the command line (by long name)
   bool allow_oom = false;  // --allow-oom: a step over the device's memory passes (a what-if)
+  int bucket_layers = 0;   // --bucket-layers (0: not given)
+  double bucket_mb = 0;    // --bucket-mb (0: not given: DDP's 25)
 };
 
 // The options a framework's configuration sets, which may not be given beside it.
@@ -119,6 +124,47 @@ int apply_framework(GenArgs& a) {
   fmt::print(stderr, "trainsim gen: from {}: {}\n  model {}\n", framework, plan_command(plan), hw::spec_text(plan.model));
   for (const std::string& n : plan.notes) fmt::print(stderr, "  note: {}\n", n);
   return 0;
+}
+
+// DDP's default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel): 25 MiB.
+constexpr double kDdpBucketMb = 25;
+
+// Layers per DDP gradient bucket of `mb` MiB on `setting`: DDP fills a bucket with consecutive parameters' grads,
+// last layer first, and closes it once it holds at least bucket_cap_mb (its _compute_bucket_assignment_by_size),
+// so a bucket holds ceil(cap / one layer's grad bytes) layers, one when a layer is larger than the cap (the
+// generator's unit is the schedule layer: a layer's grads are never split between buckets). A middle layer's
+// grads are the measure (the first and last also hold the embedding and the LM head).
+int ddp_bucket_layers(const hw::HardwareSetting& setting, int layers, double mb) {
+  const hw::TensorSizes sizes(setting, layers);
+  const double layer_bytes = sizes.wire_bytes(weight_grad_tensor(layers / 2, IdSet::range(0, 1)));
+  const double cap = mb * 1024 * 1024;
+  if (layer_bytes <= 0 || layer_bytes >= cap) return 1;
+  return static_cast<int>(std::min<double>(layers, std::ceil(cap / layer_bytes)));
+}
+
+// --bucket-layers and --bucket-mb into GenOptions::bucket_layers (ddp). Returns "" or the reason to refuse them.
+std::string resolve_buckets(const GenArgs& a, GenOptions& opts) {
+  if (a.bucket_layers > 0 && a.bucket_mb > 0) return "give --bucket-layers or --bucket-mb, not both";
+  if ((a.bucket_layers > 0 || a.bucket_mb > 0) && a.kind != "ddp")
+    return fmt::format("--bucket-layers and --bucket-mb are options of ddp, not of {}", a.kind);
+  if (a.bucket_layers > 0) {
+    opts.bucket_layers = a.bucket_layers;
+    return "";
+  }
+  if (a.kind != "ddp") return "";
+  if (!a.hardware.any()) {
+    if (a.bucket_mb > 0)
+      return "--bucket-mb needs the model (--model, --device, --network): the generator counts buckets in layers; "
+             "without a model give --bucket-layers";
+    return "";  // one layer per bucket
+  }
+  try {
+    const int layers = opts.layers == 0 ? 4 : opts.layers;
+    opts.bucket_layers = ddp_bucket_layers(hardware_setting(a.hardware), layers, a.bucket_mb > 0 ? a.bucket_mb : kDdpBucketMb);
+  } catch (const hw::SpecError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -227,7 +273,8 @@ std::string kinds_summary() {
                   " (--stages, --microbatches per step, --chunks per rank for the interleaved and looped ones)";
   if (!data.empty())
     s += "; data parallel " + joined(data) +
-         " (--dp ranks, --layers, --microbatches per rank, --prefetch, --no-reshard-after-forward)";
+         " (--dp ranks, --layers, --microbatches per rank, --prefetch, --no-reshard-after-forward, --bucket-mb or "
+         "--bucket-layers; their collectives overlap the compute on communication streams)";
   if (!hybrid.empty()) s += "; pipeline + FSDP " + joined(hybrid) + " (--stages, --dp replicas, --microbatches per replica)";
   if (!tensor.empty())
     s += "; tensor parallel " + joined(tensor) + " (--tp ranks in one TP group, --layers, --microbatches, --sp)";
@@ -261,6 +308,10 @@ int run(GenArgs& a) {
   }
   GenOptions opts = a.options;
   opts.reshard_after_forward = !a.no_reshard;
+  if (std::string why = resolve_buckets(a, opts); !why.empty()) {
+    fmt::print(stderr, "trainsim gen: {}\n", why);
+    return 2;
+  }
   std::unique_ptr<RankSource> src;
   StageLine stage("trainsim gen");
   stage.show(fmt::format("generating {}", a.kind));
@@ -386,11 +437,24 @@ void add_gen_command(CLI::App& app, int* exit_code) {
                   "(last), | between stages, X*N and (...)*N repeats, e.g. Et*3|t*4|t*4|t*3L (docs/"
                   "schedule-format.md, Stage layouts); written to the header's layout line. Without it: the blocks "
                   "split evenly");
-  cmd->add_option("--prefetch", args->options.prefetch, "fsdp: how many layers ahead each all-gather is issued")
+  cmd->add_option("--prefetch", args->options.prefetch,
+                  "fsdp: how many layers' all-gathers are prefetched on the all-gather stream (FSDP2's default 1: "
+                  "the next layer's; its forward runs one layer further ahead, as FSDP2 frees an all-gather's output "
+                  "a layer late); 0: none overlaps compute. More prefetch hides more communication and holds more "
+                  "gathered weights")
       ->check(count0)
       ->capture_default_str();
   cmd->add_flag("--no-reshard-after-forward", args->no_reshard,
-                "fsdp: keep each gathered weight from its forward until its backward");
+                "fsdp: keep each gathered weight from its forward until its backward (by default only the last "
+                "layer's is kept, as torchtitan does)");
+  cmd->add_option("--bucket-layers", args->bucket_layers,
+                  "ddp: layers per gradient bucket, all-reduced on the communication stream during the backward once "
+                  "its last grad is ready (default: from --bucket-mb with --model, else 1)")
+      ->check(count);
+  cmd->add_option("--bucket-mb", args->bucket_mb,
+                  "ddp: DDP's bucket_cap_mb, in MiB (default 25, PyTorch's), turned into layers per bucket from the "
+                  "model's grad bytes (needs --model/--device/--network)")
+      ->check(finite_number(0, true, "MiB", "MB>0"));
   cmd->add_option("-o,--output", args->out,
                   "Output file: NAME.csv (PyTorch pipelining CSV), NAME.sched or a name without an extension (.sched "
                   "text), or - for standard output (.sched text; with --sim: written only when given)")

@@ -17,8 +17,19 @@ struct GenOptions {
   int chunks = 1;           ///< model chunks (virtual stages) per rank: interleaved-1f1b, looped-bfs
   int layers = 0;           ///< model layers of ddp/zero1/zero2/fsdp/zero3-owner and tp (0: 4) and 3d (0: pp x chunks, 4 when 1)
   int dp = 1;               ///< data-parallel degree: ranks for ddp/zero1/zero2/fsdp/zero3-owner, replicas for pp-fsdp and 3d
-  int prefetch = 1;         ///< fsdp: how many layers ahead the all-gather is issued
-  bool reshard_after_forward = true;  ///< fsdp: free gathered weights after forward (gather again in backward)
+  /// fsdp: how many layers' all-gathers FSDP prefetches (FSDP2's default, 1: the next layer's). The all-gathers
+  /// run on the all-gather stream (1), each issued after the compute that frees its slot: in the
+  /// backward the all-gather of layer l after the backward of layer l + prefetch + 1, in the forward after the
+  /// forward of layer l - prefetch - 2 (FSDP2 frees an all-gather's output one layer late, so its forward runs
+  /// one layer further ahead); 0: after the pass just before (no overlap). docs/design.md, "Overlap".
+  int prefetch = 1;
+  /// fsdp: free gathered weights after forward (gather again in backward); as torchtitan, the last layer is
+  /// kept for its backward, which FSDP would otherwise all-gather again at once.
+  bool reshard_after_forward = true;
+  /// ddp: layers per gradient bucket (DDP's bucket_cap_mb, 25 MiB by default, in layers: `gen --model` works it
+  /// out from the model's grad bytes). Buckets are consecutive layers from the last one down; a bucket's
+  /// all-reduces are issued on communication stream 1 once its last grad is ready, during the backward.
+  int bucket_layers = 1;
   int tp = 1;               ///< tp, 3d: tensor-parallel degree, 1 to Tensor::kMaxTpSize
   int pp = 1;               ///< 3d: pipeline stages
   bool sequence_parallel = false;  ///< tp, 3d: sequence parallelism (reduce-scatter / all-gather over the TP group)

@@ -383,11 +383,20 @@ class StreamSim {
       }
       int& tail = op.stream >= 0 && op.stream < 64 ? stream_tail[op.stream] : far_stream_tail.try_emplace(op.stream, -1).first->second;
       depend(id, tail);
-      // A send on a communication stream also waits for the compute stream as it stood when the send was
-      // issued: NCCL's isend makes its stream wait for the current (compute) stream first (ProcessGroupNCCL's
-      // syncStream), so the message leaves once every compute issued before it has ended, not only the op
-      // that wrote it (PyTorch's runtime posts an overlapped F/B pair's sends after both passes).
-      if (op.kind == OpKind::Send && op.stream != 0) depend(id, stream_tail[0]);
+      // A send or a collective on a communication stream also waits for the compute stream as it stood when it
+      // was issued: ProcessGroupNCCL makes its NCCL stream wait for the current (compute) stream before every
+      // isend and collective (syncStream), so the message leaves once every compute issued before it has ended,
+      // not only the op that wrote it (PyTorch's runtime posts an overlapped F/B pair's sends after both
+      // passes), and DDP's bucket all-reduce, FSDP's reduce-scatter (its stream waits for the compute stream)
+      // and FSDP's all-gather (its stream waits for the copy-out of an earlier layer) start no earlier than the
+      // compute issued before them. Where an op is issued is thus what bounds how far it runs ahead: the
+      // generators issue each prefetched all-gather after the compute that frees its slot.
+      if ((op.kind == OpKind::Send || is_collective(op.kind)) && op.stream != 0) depend(id, stream_tail[0]);
+      // A collective also waits for the rank's previous collective over the same group, whatever its stream: a
+      // group is one NCCL communicator, and NCCL runs the operations of one communicator one at a time, in launch
+      // order, even from different streams (it adds events between them: NVIDIA/nccl#574). FSDP2's all-gathers on
+      // their stream and its reduce-scatters on theirs thus take turns on the data-parallel communicator.
+      if (membership && !membership->calls.empty()) depend(id, membership->calls.back());
       // A free waits for the tensor's users (below) and what its stream ran before it, but holds nothing up:
       // the memory goes back when the last user ends, as CUDA's caching allocator frees a block another
       // stream still uses (record_stream), without making the compute after it wait for a send in flight.

@@ -5,16 +5,20 @@
 // (0 = compute, 1.. = communication), first in first out, and starts when its stream is free and the ops
 // it depends on have ended:
 // - the op that wrote each tensor it reads (on its rank);
-// - for a send on a communication stream, the op issued before it on the compute stream (stream 0): NCCL's
-//   isend makes its stream wait for the compute stream, so a message leaves once the compute issued before
-//   it has ended (PyTorch's OVERLAP_F_B cells send after both passes, docs/pytorch-csv.md);
+// - for a send or a collective on a communication stream, the op issued before it on the compute stream
+//   (stream 0): ProcessGroupNCCL makes its NCCL stream wait for the compute stream at each isend and
+//   collective (syncStream), so a message leaves once the compute issued before it has ended (PyTorch's
+//   OVERLAP_F_B cells send after both passes, docs/pytorch-csv.md), and where a collective is issued bounds
+//   how far it runs ahead of the compute (an FSDP all-gather prefetched after the compute that frees its slot);
 // - for a free, every earlier op that used the tensor (memory is released when its last user ends); a free
 //   holds nothing up: the next op on its stream waits for the op before the free, not for the free;
 // - for a recv, the matched send (the k-th send from `src` to `dst` is the k-th recv from `src` on `dst`, as
 //   NCCL matches; a `recv from any` is matched to the one rank that sends that tensor): a send is eager (as
 //   NCCL isend with a buffer: it never waits for the receiver) and the recv starts once the send has ended;
-// - for a collective, every member's call at the same position of the group's sequence: it starts when the
-//   last member is ready and ends at the same time on every member.
+// - for a collective, the rank's previous collective over the same group, on whatever stream (a group is one
+//   NCCL communicator, whose operations NCCL runs one at a time in launch order), and every member's call at the
+//   same position of the group's sequence: it starts when the last member is ready and ends at the same time on
+//   every member.
 // So a `recv` only posts the receive: the compute that reads the message waits for it, and ops on other
 // streams go on meanwhile. Compute and communication overlap only across streams.
 //

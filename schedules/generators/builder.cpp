@@ -133,13 +133,14 @@ void RankProgram::collective(OpKind kind, int layer, int group, Tensor in, Tenso
   op.writes.push_back(std::move(out));
 }
 
-void RankProgram::add_grad(const Tensor& g) {
+void RankProgram::add_grad(const Tensor& g, int stream) {
   for (auto& [layer, s] : sums_) {
     if (layer != g.layer) continue;
     Tensor total = sum(s, g);  // throws TensorError on a generator bug
     Op& op = ops_.emplace_back();  // built in place: no op is moved
     op.kind = OpKind::Accumulate;
     op.rank = rank_;
+    op.stream = stream;
     op.reads.reserve(2);  // (lists sized once and filled in place: this runs for every backward)
     op.reads.push_back(s);
     op.reads.push_back(g);
@@ -149,6 +150,7 @@ void RankProgram::add_grad(const Tensor& g) {
     drop.push_back(std::move(s));
     drop.push_back(g);
     free(std::move(drop));
+    ops_.back().stream = stream;
     s = std::move(total);
     return;
   }

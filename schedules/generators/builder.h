@@ -63,8 +63,9 @@ class RankProgram {
   /// All-gather, reduce-scatter or all-reduce of `in` into `out` over `group`, on `stream` (0: compute).
   void collective(OpKind kind, int layer, int group, Tensor in, Tensor out, int stream = 0);
   /// Adds the resident weight grad `g` to the running sum of its layer (same shards): the first grad becomes
-  /// the sum; later ones are accumulated into it and both parts freed.
-  void add_grad(const Tensor& g);
+  /// the sum; later ones are accumulated into it and both parts freed, on `stream` (FSDP adds each reduce-
+  /// scattered shard to the sharded grad on its communication stream, after the reduce-scatter).
+  void add_grad(const Tensor& g, int stream = 0);
   /// The running weight-grad sum of `layer` (throws std::logic_error when there is none); forgets it.
   Tensor take_grad(int layer);
 
@@ -114,7 +115,8 @@ struct PipelinePlan {
   /// rank r is member shard_index[r] of header group group_of[r] of dp ranks, and dp_mode says what it holds:
   /// Fsdp, shard shard_index[r] of dp of its layers' weights and optimizer states, all-gathered in the group
   /// before the first pass and the grads reduce-scattered there after the last; Replicate and Zero1 as
-  /// DpMode says. The group's collectives run on stream dp_stream.
+  /// DpMode says. The group's collectives run on stream dp_stream (pp-fsdp and 3d: 1, a communication stream, as
+  /// FSDP and DDP run them: docs/design.md, "Overlap as the frameworks do it").
   int dp = 1;
   DpMode dp_mode = DpMode::Fsdp;
   int dp_stream = 0;
@@ -142,7 +144,8 @@ PipelinePlan looped_plan(int p, int v, int m);
 /// the message is ready, so no wait is added) when the sender would otherwise find the pair's one slot
 /// still full at its next send on that channel; receives keep the channel's order. Layer 0's rank loads
 /// the inputs; the rank of the last layer computes the loss right after its forward; grads are summed as
-/// they come; a layer is updated right after its last grad. Timing uses unit costs (the generators'
+/// they come; a layer is updated right after its last grad, or with dp > 1 its grads are reduced then (on
+/// dp_stream) and the optimizer steps after the rank's last pass, in layer order. Timing uses unit costs (the generators'
 /// cost model). Throws std::logic_error for an inconsistent plan.
 std::unique_ptr<RankSource> build_pipeline(PipelinePlan plan);
 

@@ -296,29 +296,20 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
                       plan.dp_stream);
 
   std::vector<int> grads_done(L, 0);
-  auto finish_layer = [&](int l) {
-    Tensor g = prog.take_grad(l);
+  // With data parallelism a layer's grads are reduced over its group as soon as its last grad is ready (on
+  // dp_stream, while the rank's other passes go on) and the optimizer steps after the rank's last pass, as DDP,
+  // FSDP and ZeRO do; without it the layer is updated at once.
+  std::vector<int> reduced;  // layers whose reduced grad waits for the optimizer step (taken in layer order)
+  auto step_layer = [&](int l) {
     const Tensor w = slice(weight_shard(l, weight_shards > 1 ? d : 0, weight_shards));
     const Tensor o = slice(opt_shard(l, opt_shards > 1 ? d : 0, opt_shards));
-    if (dp == 1) {
-      if (g != slice(weight_grad_tensor(l, all))) bad_plan(fmt::format("layer {}'s grads on rank {} miss batches", l, rank));
-      prog.compute(OpKind::Update, l, {}, {g, w, o});
-      prog.free({w, o, g});
-      return;
-    }
     if (plan.dp_mode == DpMode::Fsdp) {
-      prog.free({slice(weight_full(l, dp))});
-      Tensor gs = slice(weight_grad_tensor(l, all, one(d), dp));
-      prog.collective(OpKind::ReduceScatter, l, dp_group, g, gs, plan.dp_stream);
-      prog.free({g});
+      const Tensor gs = slice(weight_grad_tensor(l, all, one(d), dp));
       prog.compute(OpKind::Update, l, {}, {gs, w, o}, {slice(weight_shard(l, d, dp, 1)), slice(opt_shard(l, d, dp, 1))});
       prog.free({w, o, gs});
       return;
     }
-    // DDP and ZeRO-1 (as gen ddp and gen zero1): the grads all-reduced over the data-parallel group.
-    Tensor ga = slice(weight_grad_tensor(l, all));
-    prog.collective(OpKind::AllReduce, l, dp_group, g, ga, plan.dp_stream);
-    prog.free({g});
+    const Tensor ga = slice(weight_grad_tensor(l, all));
     prog.compute(OpKind::Update, l, {}, {ga, w, o});
     prog.free({w, o, ga});
     if (plan.dp_mode == DpMode::Zero1) {  // every rank needs the whole updated weight
@@ -326,6 +317,24 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
       prog.collective(OpKind::AllGather, l, dp_group, w1, slice(weight_full(l, dp, 1)), plan.dp_stream);
       prog.free({w1});
     }
+  };
+  auto finish_layer = [&](int l) {
+    Tensor g = prog.take_grad(l);
+    if (dp == 1) {
+      const Tensor w = slice(weight_shard(l, 0, 1)), o = slice(opt_shard(l, 0, 1));
+      if (g != slice(weight_grad_tensor(l, all))) bad_plan(fmt::format("layer {}'s grads on rank {} miss batches", l, rank));
+      prog.compute(OpKind::Update, l, {}, {g, w, o});
+      prog.free({w, o, g});
+      return;
+    }
+    if (plan.dp_mode == DpMode::Fsdp) {
+      prog.free({slice(weight_full(l, dp))});
+      prog.collective(OpKind::ReduceScatter, l, dp_group, g, slice(weight_grad_tensor(l, all, one(d), dp)), plan.dp_stream);
+    } else {  // DDP and ZeRO-1 (as gen ddp and gen zero1): the grads all-reduced over the data-parallel group
+      prog.collective(OpKind::AllReduce, l, dp_group, g, slice(weight_grad_tensor(l, all)), plan.dp_stream);
+    }
+    prog.free({g});
+    reduced.push_back(l);
   };
   auto grad_done = [&](int l) {
     if (++grads_done[l] == grad_passes_[r * L + l]) finish_layer(l);
@@ -403,6 +412,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
       grad_done(l);
     }
   }
+  std::sort(reduced.begin(), reduced.end());
+  for (int l : reduced) step_layer(l);
   out = std::move(prog.ops());
 }
 

@@ -17,6 +17,7 @@ std::unique_ptr<RankSource> gen_pp_fsdp(const GenOptions& o) {
   plan.layers = p;
   plan.microbatches = m * dp;
   plan.dp = dp;
+  plan.dp_stream = 1;  // FSDP's collectives on a communication stream (docs/design.md, "Overlap")
   plan.steps.resize(p * dp);
   plan.shard_index.resize(p * dp);
   plan.group_of.resize(p * dp);
