@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "trainsim 0.1.0");
   app.footer(
       "Exit status (every command): 0 success; 1 it ran and what it checks failed (a schedule that does not parse, "
-      "import or validate, a puzzle off its targets, a replay or its --check that failed); 2 it could not start or "
+      "import or validate, a step over the device's memory on the hardware cost model unless --allow-oom, a puzzle "
+      "off its targets, a replay or its --check that failed); 2 it could not start or "
       "finish: a bad option, an input that cannot be read (no such file or puzzle), an output that cannot be "
       "written. `trainsim launch` exits with the code of the first rank that failed.");
   int exit_code = 0;
