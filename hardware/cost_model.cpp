@@ -18,6 +18,8 @@ HardwareCostModel::HardwareCostModel(HardwareSetting setting, int layers, int wo
       groups_(std::move(groups)),
       group_names_(std::move(group_names)),
       forward_layers_(world_size, std::vector<char>(layers + 1, 0)) {
+  shapes_.reserve(groups_.size());
+  for (const auto& members : groups_) shapes_.push_back(setting_.network.shape_of(members));
   tp_.group = std::move(tp_group);
   if (!tp_.group.empty()) tp_.sequence_parallel.assign(world_size, 0);
 }
@@ -36,7 +38,9 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
       if (sliced) {
         const int members = group > 0 && group < static_cast<int>(groups_.size()) ? static_cast<int>(groups_[group].size()) : 0;
         if (members != degree) {
-          const std::string name = group - 1 < static_cast<int>(group_names_.size()) ? group_names_[group - 1] : "";
+          // (no group: group 0, whose name would be group_names_[-1])
+          const std::string name =
+              group > 0 && group - 1 < static_cast<int>(group_names_.size()) ? group_names_[group - 1] : "";
           throw std::invalid_argument(fmt::format(
               "{}: it computes with the TP slice {} (TP degree {}), but {}; the hardware cost model times a "
               "layer's TP communication over the rank's TP group (the header group named tp... that holds it, "
@@ -93,19 +97,21 @@ double HardwareCostModel::tp_comm_seconds(const Op& op) const {
   const TpSplit tp = tp_split(op);
   if (tp.degree <= 1) return 0;
   const int g = op.rank >= 0 && op.rank < static_cast<int>(tp_.group.size()) ? tp_.group[op.rank] : 0;
-  const Link link = g > 0 && g < static_cast<int>(groups_.size()) ? setting_.network.link_for(groups_[g])
-                                                                   : setting_.network.link_for({op.rank});
+  // The rank's TP group (without one: t ranks on one node).
+  GroupShape shape = g > 0 && g < static_cast<int>(shapes_.size()) ? shapes_[g] : GroupShape{tp.degree, 1, tp.degree};
+  shape.ranks = tp.degree;
+  const NetworkSpec& net = setting_.network;
+  auto time = [&](Collective c, double bytes) { return nccl_collective(c, shape, bytes, net).seconds; };
   const double tokens = setting_.tokens_per_microbatch() * op.batches.size();
   if (op.kind == OpKind::Loss)  // max, target logit, sum of exponentials: b·s fp32 values each
-    return 3 * collective_seconds(Collective::AllReduce, tp.degree, tokens * 4, link);
+    return 3 * time(Collective::AllReduce, tokens * 4);
   const int L = static_cast<int>(sizes_.layers().size());
   if (op.layer < 0 || op.layer >= L) return 0;
   const TpCollectives c =
       tp_collectives_inside(sizes_.layers()[op.layer], op.kind, setting_.recompute, tp.sequence_parallel);
   const double bytes = tokens * setting_.model.hidden * setting_.model.activation_bytes;
-  return c.all_reduces * collective_seconds(Collective::AllReduce, tp.degree, bytes, link) +
-         c.all_gathers * collective_seconds(Collective::AllGather, tp.degree, bytes, link) +
-         c.reduce_scatters * collective_seconds(Collective::ReduceScatter, tp.degree, bytes, link);
+  return c.all_reduces * time(Collective::AllReduce, bytes) + c.all_gathers * time(Collective::AllGather, bytes) +
+         c.reduce_scatters * time(Collective::ReduceScatter, bytes);
 }
 
 bool HardwareCostModel::tensor_parallel() const {
@@ -134,7 +140,7 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::Update: return work_seconds(setting_.device, op_work(op));
     case OpKind::Send: {
       if (op.reads.empty() || op.peer < 0) return 0;
-      return p2p_seconds(sizes_.wire_bytes(op.reads.front()), setting_.network.link_for({op.rank, op.peer}));
+      return p2p_seconds(sizes_.wire_bytes(op.reads.front()), setting_.network.p2p_link(op.rank, op.peer));
     }
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
@@ -142,10 +148,11 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::Barrier:
     case OpKind::Broadcast:
     case OpKind::Reduce: {
-      static const std::vector<int> none;
-      const std::vector<int>& members =
-          op.group >= 0 && op.group < static_cast<int>(groups_.size()) ? groups_[op.group] : none;
-      Link link = members.empty() ? setting_.network.link_for({op.rank}) : setting_.network.link_for(members);
+      // Where the group's members sit (a group the model does not know: all on one node).
+      GroupShape shape = op.group >= 0 && op.group < static_cast<int>(shapes_.size()) && shapes_[op.group].ranks > 0
+                             ? shapes_[op.group]
+                             : GroupShape{group_size, 1, group_size};
+      shape.ranks = group_size;
       double bytes = 0;
       Collective c = Collective::AllReduce;
       if (op.kind == OpKind::AllGather) {
@@ -164,7 +171,7 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
         c = Collective::Reduce;
         if (!op.reads.empty()) bytes = sizes_.wire_bytes(op.reads.front());
       }
-      return collective_seconds(c, group_size, bytes, link);
+      return nccl_collective(c, shape, bytes, setting_.network).seconds;
     }
     default: return 0;
   }

@@ -1,18 +1,19 @@
 // The `hardware` cost model (DESIGN §2): seconds and bytes for a schedule on a model, device and network.
 //
 // Compute ops take the time of their FLOPs and bytes (hardware/op_costs.h) under the device's efficiency
-// table. A send takes the p2p time of its tensor (alpha + S/B over the link between the two ranks); its
-// recv takes no time of its own (the stream engine starts it when the send has ended, so the message costs
-// once). Collectives take the ring formulas (hardware/comm.h) over the group's link: intra-node when every
-// member sits on one node, else inter-node. All-gather: S = the gathered tensor; reduce-scatter and
+// table. A send takes the p2p time of its tensor (alpha + S/B over NVLink inside a node, one NIC between
+// nodes); its recv takes no time of its own (the stream engine starts it when the send has ended, so the
+// message costs once). Collectives take NCCL's fastest algorithm for where the group's members sit
+// (hardware/comm.h, nccl_collective: ring, tree or NVLS; every NIC of the members' GPUs when the group spans
+// nodes), the group's shape computed once per group. All-gather: S = the gathered tensor; reduce-scatter and
 // all-reduce: S = the input grad; barrier: an all-reduce of no bytes. Load, free, accumulate: no time.
 // Every timed op (compute, send, recv, collective) then takes the device's efficiency.dispatch_s more: the
 // time from its inputs being ready to its start that no op's own time holds (hardware/device.h).
 // Memory is in bytes (hardware/memory.h), rank-aware: the input of a layer's forward holds that forward's
 // saved activations on the ranks that run it.
 // Tensor parallelism (hardware/op_costs.h): a compute op on TP slice j of t does 1/t of the work, and its
-// time also holds the TP collectives inside it (tp_comm_seconds), timed with the ring formulas over the
-// rank's TP group's link (NVLink when the group sits in one node). Explicit TP collectives (the all-reduce of
+// time also holds the TP collectives inside it (tp_comm_seconds), timed as NCCL runs them over the rank's TP
+// group (NVLink when the group sits in one node; NVLS where the network has it). Explicit TP collectives (the all-reduce of
 // a partial sum, the reduce-scatter and all-gather of sequence shards) are collectives like any other, over
 // the bytes of the whole activation (TensorSizes::wire_bytes).
 #pragma once
@@ -67,8 +68,8 @@ class HardwareCostModel final : public CostModel {
   /// (hardware/op_costs.h); no work for other kinds.
   Work op_work(const Op& op) const;
   /// Seconds of the TP collectives a compute op of TP degree t > 1 runs inside itself (hardware/op_costs.h:
-  /// tp_collectives_inside, and the loss's three small all-reduces), over its rank's TP group's link (the
-  /// intra-node link when the rank has no TP group); 0 without TP. Part of seconds_of.
+  /// tp_collectives_inside, and the loss's three small all-reduces), as NCCL runs them over its rank's TP group
+  /// (t ranks on one node when the rank has no TP group); 0 without TP. Part of seconds_of.
   double tp_comm_seconds(const Op& op) const;
   /// True for a collective over its rank's TP group (an explicit TP all-reduce, reduce-scatter or
   /// all-gather).
@@ -88,6 +89,7 @@ class HardwareCostModel final : public CostModel {
   TensorSizes sizes_;
   int world_size_;
   std::vector<std::vector<int>> groups_;
+  std::vector<GroupShape> shapes_;  // [group]: where its members sit, computed once
   std::vector<std::string> group_names_;
   std::vector<std::vector<char>> forward_layers_;  // [rank][layer]: the TP degree of its forward, 0 for none
   TpLayout tp_;
