@@ -1,6 +1,7 @@
 #include "hardware/cost_model.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -22,6 +23,25 @@ HardwareCostModel::HardwareCostModel(HardwareSetting setting, int layers, int wo
   for (const auto& members : groups_) shapes_.push_back(setting_.network.shape_of(members));
   tp_.group = std::move(tp_group);
   if (!tp_.group.empty()) tp_.sequence_parallel.assign(world_size, 0);
+  // Context parallelism: every rank in a CP group (a header group named cp...) of the setting's degree.
+  const int c = setting_.context_parallel;
+  if (c > 1) {
+    cp_group_.assign(world_size, 0);
+    for (std::size_t g = 1; g < groups_.size(); ++g)
+      if (g - 1 < group_names_.size() && group_names_[g - 1].rfind("cp", 0) == 0)
+        for (int r : groups_[g])
+          if (r >= 0 && r < world_size) cp_group_[r] = static_cast<int>(g);
+    for (int r = 0; r < world_size; ++r) {
+      const int g = cp_group_[r];
+      if (g == 0 || static_cast<int>(groups_[g].size()) != c)
+        throw std::invalid_argument(fmt::format(
+            "rank {}: the hardware setting has context parallelism of degree {}, but {}; the cost model runs ring "
+            "attention over the rank's CP group (a header group named cp... of {} ranks, as gen 3d --cp writes)",
+            r, c, g == 0 ? std::string("no CP group holds the rank")
+                         : fmt::format("its CP group '{}' has {} ranks", group_names_[g - 1], groups_[g].size()),
+            c));
+    }
+  }
 }
 
 void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
@@ -92,6 +112,52 @@ Work HardwareCostModel::op_work(const Op& op) const {
   }
 }
 
+double HardwareCostModel::compute_seconds(const Op& op) const {
+  // The same (layer, pass, microbatch count, TP degree, sequence parallelism) always costs the same: computed
+  // once (a GEMM table lookup per linear layer and pass is too much for every op of a 16,384-rank schedule).
+  const TpSplit tp = tp_split(op);
+  const std::uint64_t key = static_cast<std::uint64_t>(op.kind == OpKind::Loss ? 0xffff : op.layer & 0xffff) |
+                            static_cast<std::uint64_t>(static_cast<int>(op.kind) & 0xff) << 16 |
+                            static_cast<std::uint64_t>(op.batches.size() & 0xffffff) << 24 |
+                            static_cast<std::uint64_t>(tp.degree & 0xff) << 48 |
+                            static_cast<std::uint64_t>(tp.sequence_parallel ? 1 : 0) << 56;
+  auto [it, fresh] = compute_cache_.try_emplace(key, 0.0);
+  if (fresh) it->second = work_seconds(setting_.device, op_work(op));
+  return it->second;
+}
+
+double HardwareCostModel::cp_comm_seconds(const Op& op) const {
+  const int c = setting_.context_parallel;
+  if (c <= 1 || op.rank < 0 || op.rank >= static_cast<int>(cp_group_.size())) return 0;
+  if (op.kind != OpKind::Forward && op.kind != OpKind::Backward && op.kind != OpKind::BackwardInput) return 0;
+  const int L = static_cast<int>(sizes_.layers().size());
+  if (op.layer < 0 || op.layer >= L) return 0;
+  const LayerContent& layer = sizes_.layers()[op.layer];
+  const TpSplit tp = tp_split(op);
+  const double tokens = setting_.tokens_per_microbatch() * op.batches.size();
+  // Ring attention (Liu et al. 2023): c - 1 steps, each passing this rank's K and V chunk (its kv heads of its
+  // TP slice) to the next rank of the CP group while the attention of the chunk in hand runs; the backward
+  // passes K, V and their grads. The link: NVLink when the CP group sits in one node, else a NIC.
+  const ModelSpec& m = setting_.model;
+  const double kv_bytes = tokens * 2 * static_cast<double>(m.kv_width()) / tp.degree * m.activation_bytes;
+  const GroupShape& g = shapes_[cp_group_[op.rank]];
+  const Link link = g.nodes > 1 ? Link{setting_.network.inter_latency_s, setting_.network.inter_bandwidth}
+                                : Link{setting_.network.intra_latency_s, setting_.network.intra_bandwidth};
+  const AttentionSeconds attention = attention_core_seconds(setting_, tokens, tp.degree);
+  const double ring_forward = (c - 1) * p2p_seconds(kv_bytes, link);
+  const double ring_backward = (c - 1) * p2p_seconds(2 * kv_bytes, link);
+  // What the attention does not hide, per block.
+  const double forward = std::max(0.0, ring_forward - attention.forward);
+  const double backward = std::max(0.0, ring_backward - attention.backward);
+  double per_block = 0;
+  if (op.kind == OpKind::Forward) per_block = forward;
+  else {
+    per_block = backward;
+    if (setting_.recompute == Recompute::Full || setting_.recompute == Recompute::Selective) per_block += forward;
+  }
+  return layer.num_blocks * per_block;
+}
+
 double HardwareCostModel::tp_comm_seconds(const Op& op) const {
   if (!is_compute(op.kind) || op.kind == OpKind::Update) return 0;
   const TpSplit tp = tp_split(op);
@@ -134,9 +200,7 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::Backward:
     case OpKind::BackwardInput:
     case OpKind::BackwardWeight:
-    case OpKind::Loss: {
-      return work_seconds(setting_.device, op_work(op)) + tp_comm_seconds(op);
-    }
+    case OpKind::Loss: return compute_seconds(op) + tp_comm_seconds(op) + cp_comm_seconds(op);
     case OpKind::Update: return work_seconds(setting_.device, op_work(op));
     case OpKind::Send: {
       if (op.reads.empty() || op.peer < 0) return 0;
@@ -157,7 +221,14 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
       Collective c = Collective::AllReduce;
       if (op.kind == OpKind::AllGather) {
         c = Collective::AllGather;
-        if (!op.writes.empty()) bytes = sizes_.wire_bytes(op.writes.front());
+        if (!op.writes.empty()) {
+          const Tensor& t = op.writes.front();
+          bytes = sizes_.wire_bytes(t);
+          // FP8 all-gather of weights (torchao): the blocks' linear weights travel as one byte per parameter.
+          if (setting_.fp8_all_gather && t.kind == TensorKind::Weight && t.layer >= 0 &&
+              t.layer < static_cast<int>(sizes_.layers().size()))
+            bytes -= sizes_.layer_linear_parameters(t.layer) * t.held_fraction() * (setting_.model.weight_bytes - 1);
+        }
       } else if (op.kind == OpKind::ReduceScatter) {
         c = Collective::ReduceScatter;
         if (!op.reads.empty()) bytes = sizes_.wire_bytes(op.reads.front());

@@ -18,8 +18,10 @@
 // the bytes of the whole activation (TensorSizes::wire_bytes).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "hardware/memory.h"
@@ -43,7 +45,8 @@ class HardwareCostModel final : public CostModel {
   /// `groups`: collective groups by id, group 0 = every rank; `group_names`: the names of groups 1, 2, ... (for
   /// messages; may be shorter). `tp_group`: each rank's TP group id (TpLayout::group; empty: no rank has one).
   /// What each rank runs is learnt from its ops (prepare_rank) before its ops are priced. Throws SpecError when
-  /// the model has fewer blocks than `layers`.
+  /// the model has fewer blocks than `layers`, std::invalid_argument when the setting has context parallelism
+  /// of degree c and a rank sits in no header group named cp... of c ranks.
   HardwareCostModel(HardwareSetting setting, int layers, int world_size, std::vector<std::vector<int>> groups,
                     std::vector<std::string> group_names = {}, std::vector<int> tp_group = {});
 
@@ -77,6 +80,12 @@ class HardwareCostModel final : public CostModel {
   /// True when some rank has a TP group (TpLayout::group).
   bool tensor_parallel() const;
 
+  /// Seconds of the ring attention's KV exchange a forward or input-grad pass does not hide under its attention
+  /// core (hardware/op_costs.h, context parallelism): per block, (c-1) sends of this rank's K and V chunk (K, V
+  /// and their grads in the backward) over its CP group's link, less the attention core's time; 0 without
+  /// context parallelism. Part of seconds_of.
+  double cp_comm_seconds(const Op& op) const;
+
   /// Seconds of an op (before rounding to nanoseconds): its busy time plus, for a timed op, dispatch_s.
   double seconds_of(const Op& op, int group_size) const;
   const HardwareSetting& setting() const { return setting_; }
@@ -84,6 +93,7 @@ class HardwareCostModel final : public CostModel {
 
  private:
   double busy_seconds(const Op& op, int group_size) const;  // without dispatch_s
+  double compute_seconds(const Op& op) const;  // work_seconds(op_work(op)) for a pass or the loss, cached
 
   HardwareSetting setting_;
   TensorSizes sizes_;
@@ -93,6 +103,8 @@ class HardwareCostModel final : public CostModel {
   std::vector<std::string> group_names_;
   std::vector<std::vector<char>> forward_layers_;  // [rank][layer]: the TP degree of its forward, 0 for none
   TpLayout tp_;
+  std::vector<int> cp_group_;  // [rank]: its CP group's id (context parallelism only)
+  mutable std::unordered_map<std::uint64_t, double> compute_cache_;  // compute_seconds by its key
 };
 
 }  // namespace trainsim::hw
