@@ -75,6 +75,9 @@ class HardwareCostModel final : public CostModel {
   std::string memory_unit() const override { return "bytes"; }
   /// The TP communication inside a compute op (tp_comm_seconds), in Time units.
   Time inner_comm(const Op& op) const override { return seconds(tp_comm_seconds(op)); }
+  /// Bytes the op allocates inside itself at its TP split (TensorSizes::workspace_bytes: the loss's fp32
+  /// log-softmax and its grad, a fully recomputed block's activations in its backward).
+  double workspace(const Op& op) const override { return sizes_.workspace_bytes(op, tp_split(op)); }
 
   /// The TP degree and sequence parallelism of an op on its rank: the largest tp_size of the tensors it reads
   /// or writes (1 without TP), the rank's sequence parallelism.

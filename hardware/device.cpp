@@ -15,7 +15,7 @@ void DeviceSpec::validate(const std::string& where) const {
   const EfficiencyTable& e = efficiency;
   for (auto [v, name] : {std::pair{e.forward, "efficiency.forward"}, {e.backward_input, "efficiency.backward_input"},
                          {e.backward_weight, "efficiency.backward_weight"}, {e.attention, "efficiency.attention"},
-                         {e.memory, "efficiency.memory"}, {e.fp8, "efficiency.fp8"}})
+                         {e.memory, "efficiency.memory"}, {e.fp8, "efficiency.fp8"}, {e.sustained, "efficiency.sustained"}})
     need(v > 0 && v <= 1, name, v, "must be in (0, 1] (a fraction of the peak)");
   need(e.op_overhead_s >= 0, "efficiency.op_overhead_s", e.op_overhead_s, "must be at least 0 (seconds)");
   need(e.dispatch_s >= 0, "efficiency.dispatch_s", e.dispatch_s, "must be at least 0 (seconds)");
@@ -51,6 +51,7 @@ const std::vector<Field<DeviceSpec>>& device_fields() {
       eff("attention", &EfficiencyTable::attention),
       eff("memory", &EfficiencyTable::memory),
       eff("fp8", &EfficiencyTable::fp8),
+      eff("sustained", &EfficiencyTable::sustained),
       eff("op_overhead_s", &EfficiencyTable::op_overhead_s),
       eff("dispatch_s", &EfficiencyTable::dispatch_s),
   };
@@ -156,6 +157,10 @@ DeviceSpec device_preset(const std::string& name) {
     d.peak_flops = 912.45e12, d.hbm_bandwidth = 2.4e12, d.memory_bytes = 96.0 * (1ull << 30),
     d.fp8_peak_flops = 1824.7e12;
     hopper(d, 794.5e12 / 989.4e12 * d.peak_flops, 1402.6e12 / 1978.9e12 * d.fp8_peak_flops);
+    // Sustained: fitted to one published run, torchtitan's Table 1 BF16 FSDP run on 8 of these GPUs (5,762
+    // tokens/s per GPU; docs/hardware-model.md §5): the fraction for which trainsim predicts it exactly. The
+    // page's ten other runs (compile, FP8, 128 GPUs, long context, 70B 2D) are held out.
+    d.efficiency.sustained = 0.671;
   } else if (name == "h200") {
     // NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4
     // dense, the H100's compute), FP8 3,958 (1,978.9 dense); 141 GB HBM3e at 4.8 TB/s. Maximum achievable
@@ -174,6 +179,10 @@ DeviceSpec device_preset(const std::string& name) {
     e.forward = e.backward_input = e.backward_weight = 271.2e12 / d.peak_flops;
     e.attention = d.attention_shapes.best;
     e.memory = 1;
+    // Sustained: fitted to five of Narayanan et al. 2021's Table 1 runs on Selene (GPT 1.7B, 7.5B, 39.1B, 145.6B
+    // and 529.6B; docs/hardware-model.md §5): the fraction for which the geometric mean of trainsim's predictions
+    // over their published TFLOP/s is 1. The other five runs and torchtitan's six A100 runs are held out.
+    e.sustained = 0.861;
   } else if (name == "cpu") {
     // The executor's CPU backend on the development machine (2 cores, idle, fp32 OpenBLAS, one thread per
     // rank), as fitted by `trainsim calibrate` on 3 rounds x 3 traced steps of gpipe and ddp replays with

@@ -31,6 +31,11 @@ struct EfficiencyTable {
   double memory = 1;           ///< fraction of hbm_bandwidth reached by memory-bound ops
   double fp8 = 1;              ///< FP8 matrix multiplies (every pass), a fraction of fp8_peak_flops
   double op_overhead_s = 0;    ///< seconds added to every compute op (launch and scheduling overhead)
+  /// The fraction of the FLOP throughput above (matrix multiplies, attention, FP8: the kernel tables'
+  /// microbenchmark figures) that a whole training step sustains: clocks under the power limit, caches shared
+  /// with the kernels around each one. 1: the tables' figures as they are. Presets fitted to published runs say
+  /// which (docs/hardware-model.md §5).
+  double sustained = 1;
   /// Seconds from the moment an op could start (its stream free, its inputs there) to the moment it does,
   /// added to every timed op: thread wake-ups and event waits on the CPU backend, launch latency on a GPU.
   /// Not in any op's own time; `trainsim calibrate` fits it from the gaps between measured ops.

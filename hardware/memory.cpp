@@ -1,5 +1,7 @@
 #include "hardware/memory.h"
 
+#include <algorithm>
+
 namespace trainsim::hw {
 
 double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recompute r, int tp, bool sp,
@@ -84,6 +86,25 @@ double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here, TpSp
     bytes += 2.0 * s * b * s_.model.hidden * s_.model.activation_bytes / (tp.sequence_parallel ? tp.degree : 1);
   if (c.embedding) bytes += wire_bytes(t);  // the token ids; the embedding's output is block 0's input
   return bytes;
+}
+
+double TensorSizes::workspace_bytes(const Op& op, TpSplit tp) const {
+  const int L = static_cast<int>(layers_.size());
+  if (op.kind == OpKind::Loss) {
+    double logits = 0;
+    for (const Tensor& t : op.reads)
+      if (t.kind == TensorKind::Activation && t.layer >= L) logits += wire_bytes(t);
+    return 2 * logits;
+  }
+  const bool recomputing = op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput;
+  if (!recomputing || s_.recompute != Recompute::Full || op.layer < 0 || op.layer >= L ||
+      layers_[op.layer].num_blocks == 0)
+    return 0;
+  const double b = static_cast<double>(s_.microbatch_size) * op.batches.size();
+  const double s = static_cast<double>(s_.seq_len()) / s_.context_parallel;
+  const int t = std::max(tp.degree, 1);
+  return activation_bytes_per_block(s_.model, s, b, Recompute::None, t, tp.sequence_parallel, s_.attention) -
+         activation_bytes_per_block(s_.model, s, b, Recompute::Full, t, tp.sequence_parallel, s_.attention);
 }
 
 }  // namespace trainsim::hw

@@ -75,6 +75,19 @@ class TensorSizes {
   /// inputs (2·e·h per token; with SP on s/t tokens), plus the token ids for A0. Only the complete A_l (what a
   /// forward reads) holds them: a partial sum or a sequence shard of it is its wire size.
   double resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp = {}) const;
+  /// Bytes an op allocates inside itself while it runs, beyond the tensors it reads and writes (the hardware
+  /// model's CostModel::workspace), at its TP split `tp`:
+  /// - the loss: the log-softmax of the fp32 logits it reads, which cross-entropy keeps for its backward, and
+  ///   that log-softmax's grad, both fp32 and alive together as the grad is computed (PyTorch's
+  ///   log_softmax_backward; torchtitan's loss is cross_entropy(pred.float(), labels)): twice the logits read,
+  ///   8·V bytes per token (1/t of V with a vocabulary-parallel head);
+  /// - a backward (or its input-grad half) of a layer of blocks under full recomputation: one block's forward
+  ///   activations, recomputed for its backward and alive while that block's backward runs (Korthikanti et al.
+  ///   2022 §5, the extra layer of activations full recomputation needs): activation_bytes_per_block without
+  ///   recomputation less the block input it kept;
+  /// - 0 for every other op (ops' smaller temporaries, the allocator's cache and NCCL's buffers are not counted:
+  ///   docs/hardware-model.md §6).
+  double workspace_bytes(const Op& op, TpSplit tp = {}) const;
   const std::vector<LayerContent>& layers() const { return layers_; }
 
  private:

@@ -324,13 +324,12 @@ TpCollectives tp_collectives_inside(const LayerContent& layer, OpKind kind, Reco
 double work_seconds(const DeviceSpec& d, const Work& w) {
   if (w.flops() == 0 && w.bytes == 0) return 0;
   const EfficiencyTable& e = d.efficiency;
-  double t = w.forward_weighted / (d.peak_flops * e.forward) +
-             w.backward_input_weighted / (d.peak_flops * e.backward_input) +
-             w.backward_weight_weighted / (d.peak_flops * e.backward_weight) +
-             (w.attention_forward_weighted + w.attention_backward_weighted) / (d.peak_flops * e.attention) +
-             w.bytes / (d.hbm_bandwidth * e.memory) + e.op_overhead_s;
-  if (w.fp8_weighted > 0) t += w.fp8_weighted / (d.fp8_peak_flops * e.fp8);
-  return t;
+  double flops = w.forward_weighted / (d.peak_flops * e.forward) +
+                 w.backward_input_weighted / (d.peak_flops * e.backward_input) +
+                 w.backward_weight_weighted / (d.peak_flops * e.backward_weight) +
+                 (w.attention_forward_weighted + w.attention_backward_weighted) / (d.peak_flops * e.attention);
+  if (w.fp8_weighted > 0) flops += w.fp8_weighted / (d.fp8_peak_flops * e.fp8);
+  return flops / e.sustained + w.bytes / (d.hbm_bandwidth * e.memory) + e.op_overhead_s;
 }
 
 }  // namespace trainsim::hw

@@ -94,17 +94,20 @@ StepReport ReportBuilder::report(const RunSummary& summary, const HardwareSettin
   r.memory_capacity_bytes = s.device.memory_bytes;
   r.headroom_bytes = s.device.memory_bytes - p.memory;
   if (!oom_message.empty()) {
-    // "rank R: memory limit exceeded at t=T: OP starts with M bytes resident (limit L); resident: ..."
+    // "rank R: memory limit exceeded at t=T: OP starts with M bytes resident[ and W bytes inside it] (limit L);
+    // resident: ..."
     OutOfMemory o;
     o.message = oom_message;
     std::smatch m;
-    static const std::regex re(R"(^rank (\d+): memory limit exceeded at t=(\S+): (.*) starts with (\S+) bytes resident \(limit [^)]*\); resident: (.*)$)");
+    static const std::regex re(
+        R"(^rank (\d+): memory limit exceeded at t=(\S+): (.*) starts with (\S+) bytes resident(?: and (\S+) bytes inside it)? \(limit [^)]*\); resident: (.*)$)");
     if (std::regex_match(oom_message, m, re)) {
       o.rank = std::stoi(m[1]);
       o.time_s = std::strtod(m[2].str().c_str(), nullptr);
       o.op = m[3];
       o.bytes = std::strtod(m[4].str().c_str(), nullptr);
-      o.resident = m[5];
+      if (m[5].matched) o.workspace_bytes = std::strtod(m[5].str().c_str(), nullptr);
+      o.resident = m[6];
     } else {
       o.rank = p.rank, o.time_s = to_seconds(p.time), o.bytes = p.memory;
     }
@@ -149,7 +152,8 @@ nlohmann::ordered_json to_json(const StepReport& r) {
   j["headroom_bytes"] = r.headroom_bytes;
   if (r.oom) {
     j["oom"] = {{"rank", r.oom->rank},   {"time_s", r.oom->time_s},         {"op", r.oom->op},
-                {"bytes", r.oom->bytes}, {"resident", r.oom->resident}, {"message", r.oom->message}};
+                {"bytes", r.oom->bytes}, {"workspace_bytes", r.oom->workspace_bytes},
+                {"resident", r.oom->resident}, {"message", r.oom->message}};
   } else {
     j["oom"] = nullptr;
   }
@@ -191,8 +195,10 @@ std::string format_report(const StepReport& r, const HardwareSetting& s, std::si
   out += fmt::format("peak memory {} at rank {} t={:.6g} s of {} ({} headroom)\n", gib(r.peak_memory_bytes),
                      r.peak_memory_rank, r.peak_memory_time_s, gib(r.memory_capacity_bytes), gib(r.headroom_bytes));
   if (r.oom)
-    out += fmt::format("OUT OF MEMORY: rank {} at t={:.6g} s: {} starts with {} resident; resident: {}\n", r.oom->rank,
-                       r.oom->time_s, r.oom->op, gib(r.oom->bytes), r.oom->resident);
+    out += fmt::format("OUT OF MEMORY: rank {} at t={:.6g} s: {} starts with {} resident{}; resident: {}\n", r.oom->rank,
+                       r.oom->time_s, r.oom->op, gib(r.oom->bytes),
+                       r.oom->workspace_bytes > 0 ? " and needs " + gib(r.oom->workspace_bytes) + " inside it" : "",
+                       r.oom->resident);
   for (std::size_t i = 0; i < r.ranks.size() && i < rank_lines; ++i) {
     const RankReport& rr = r.ranks[i];
     out += fmt::format("  rank {:>4}: compute {:.6g} s  bubble {:.1f}%  comm {:.6g} s (exposed {:.6g} s)  peak {}\n",

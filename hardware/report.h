@@ -22,6 +22,7 @@ struct OutOfMemory {
   double time_s = 0;
   std::string op;        ///< the op about to start ("forward layer 3 batches {0}", with its file:line)
   double bytes = 0;      ///< resident when it starts
+  double workspace_bytes = 0;  ///< what the op allocates inside itself (CostModel::workspace), on top of `bytes`
   std::string resident;  ///< what is resident (tensor names)
   std::string message;   ///< the simulator's full message
 };

@@ -19,6 +19,14 @@ namespace trainsim {
 
 namespace {
 
+// A measured efficiency is what a run sustained: the base device's sustained fraction goes into its FLOP
+// efficiencies (those the measurement does not replace keep their product) and the fitted device sustains 1.
+void fold_sustained(hw::EfficiencyTable& e) {
+  e.forward *= e.sustained, e.backward_input *= e.sustained, e.backward_weight *= e.sustained;
+  e.attention *= e.sustained, e.fp8 *= e.sustained;
+  e.sustained = 1;
+}
+
 struct Sample {
   OpKind kind;
   hw::Work work;
@@ -220,6 +228,7 @@ Calibration calibrate(const std::vector<std::string>& files, const hw::HardwareS
   c.traces = files;
   c.compute_ops = static_cast<int>(samples.size());
   hw::EfficiencyTable& e = c.device.efficiency;
+  fold_sustained(e);
   const double peak = c.device.peak_flops, bw = c.device.hbm_bandwidth;
   // 1. Memory-bound ops.
   std::vector<double> x, y;
@@ -288,6 +297,7 @@ Calibration calibrate(const std::vector<std::string>& files, const hw::HardwareS
 hw::DeviceSpec fit_device(const std::vector<MeasuredWork>& work, const hw::DeviceSpec& base, double* floor_s) {
   hw::DeviceSpec d = base;
   hw::EfficiencyTable& e = d.efficiency;
+  fold_sustained(e);
   using C = MeasuredWork::Class;
   // Memory-bound kernels: time = bytes / (bandwidth x memory) + a floor per kernel (kept apart: op_overhead_s
   // is per schedule op, a whole layer's kernels).

@@ -71,6 +71,15 @@ struct RankTensors {
   std::vector<double> bytes;
   std::vector<int> memory_ids;    // per op: the ids it allocates (writes) or releases (a free's reads)
   std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
+  // (op index, bytes) of the timed ops with a workspace (CostModel::workspace), in program order: few ops
+  // have one, so they are listed rather than kept for every op.
+  std::vector<std::pair<int, double>> workspace;
+
+  // The workspace of op i (0: none).
+  double workspace_of(int i) const {
+    auto it = std::lower_bound(workspace.begin(), workspace.end(), std::pair<int, double>{i, -HUGE_VAL});
+    return it != workspace.end() && it->first == i ? it->second : 0.0;
+  }
 };
 
 // What only issuing a rank needs: the interning table, and per tensor id how many instances are resident,
@@ -342,6 +351,7 @@ class StreamSim {
     std::map<int, int> far_stream_tail;
     ts.memory_begin.assign(1, 0);
     ts.memory_begin.reserve(ops.size() + 1);
+    ts.workspace.clear();
     // Most ops write one new tensor and frees drop them again: about one tensor per two ops, sized up front
     // so that the table is not rehashed as it grows.
     const std::size_t expect = ops.size() / 2 + 16;
@@ -406,7 +416,10 @@ class StreamSim {
       kind_[id] = op.kind;
       stream_[id] = op.stream;
       if (o_.observer) o_.observer->issued(rank, op);
-      if (is_timed(op.kind)) duration_[id] = cost_->duration(op, membership ? static_cast<int>(groups_[op.group].size()) : 1);
+      if (is_timed(op.kind)) {
+        duration_[id] = cost_->duration(op, membership ? static_cast<int>(groups_[op.group].size()) : 1);
+        if (const double w = cost_->workspace(op); w != 0) ts.workspace.emplace_back(i, w);
+      }
       if (op.kind == OpKind::Update) updates_.add(op);
       for (int tid : read_ids_) {
         Issuing::Live& t = is.live[tid];
@@ -1125,7 +1138,7 @@ class StreamSim {
       const int i = reordered ? order[k] : static_cast<int>(k);
       if (!reordered && !node[i].done()) continue;
       if (is_timed(kind[i])) {
-        sample[i] = total;
+        sample[i] = total + (ts.workspace.empty() ? 0.0 : ts.workspace_of(i));
         if (check && total > bound) {
           over_.push_back({node[i].start, r, k, i, total});
           if (o_.memory_limit) break;
@@ -1205,9 +1218,12 @@ class StreamSim {
                                      : resident.add(*tensor[ts.memory_ids[e]]);
     }
     const Op& op = ops[o.index];
-    return fmt::format("rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}",
-                       r, format_time(o.time), op.describe(), op.where_suffix(), format_memory(o.total),
-                       cost_->memory_unit(), format_memory(limit), resident.summary());
+    const double workspace = ts.workspace_of(o.index);
+    const std::string inside =
+        workspace == 0 ? "" : fmt::format(" and {} {} inside it", format_memory(workspace), cost_->memory_unit());
+    return fmt::format("rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident{} (limit {}); resident: {}",
+                       r, format_time(o.time), op.describe(), op.where_suffix(), format_memory(o.total - workspace),
+                       cost_->memory_unit(), inside, format_memory(limit), resident.summary());
   }
 
   // The earliest op over the limit or capacity over the ranks (by time, then rank), or null.

@@ -30,6 +30,15 @@ class CostModel {
   }
   /// Unit of memory(): "units" for the puzzles, "bytes" for hardware models.
   virtual std::string memory_unit() const = 0;
+  /// Memory an op allocates inside itself while it runs, beyond the tensors it reads and writes (its workspace:
+  /// under the hardware model the loss's fp32 log-softmax and its grad, a fully recomputed block's activations;
+  /// hardware/cost_model.h), in memory_unit(). The simulators count it on the op's rank as the op starts, on top
+  /// of what is resident then (the op's memory sample, its peak and the memory limit). 0 for every op of the
+  /// puzzle and unit models.
+  virtual double workspace(const Op& op) const {
+    (void)op;
+    return 0;
+  }
   /// The communication an op runs inside itself, part of its duration(), in Time units: under the hardware
   /// model the TP collectives inside a compute op (hardware/cost_model.h), which a timeline can draw inside the
   /// op; 0 for every op of the other models.

@@ -86,7 +86,7 @@ void World::check_rank(int rank, const char* what) const {
 
 void World::record(int rank, Op op, int group_size) {
   RankState& rs = ranks_.at(rank);
-  double mem = rs.ledger.total();
+  double mem = rs.ledger.total() + cost_->workspace(op);
   if (options_.memory_limit && mem > *options_.memory_limit)
     throw MemoryLimitError(fmt::format(
         "rank {}: memory limit exceeded at t={}: {}{} starts with {} {} resident (limit {}); resident: {}", rank,

@@ -4,10 +4,12 @@
 // each row's prediction against the one docs/hardware-model.md §5 records (within 0.5 %), and the table's error
 // bounds. TRAINSIM_VALIDATION_TABLE=FILE writes the Markdown table of §5 to FILE.
 //
-// No row informed any preset number: the presets come from datasheets, kernel benchmarks and NCCL's model
-// (docs/hardware-model.md §1-2); the runs' own pages gave only hardware descriptions (Selene's network in
-// Narayanan et al. §5; the Grand Teton H100's memory, power and "between SXM and NVL" peak in torchtitan's
-// benchmark page), never their throughput. Every row is held out.
+// The presets come from datasheets, kernel benchmarks and NCCL's model (docs/hardware-model.md §1-2); the runs'
+// own pages gave hardware descriptions (Selene's network in Narayanan et al. §5; the Grand Teton H100's memory,
+// power and "between SXM and NVL" peak in torchtitan's benchmark page). One number per device was fitted to
+// rows of this table, the fraction of the kernel tables' FLOP/s a training step sustains
+// (efficiency.sustained): a100-80g's to five of Narayanan et al.'s runs, h100-gt500's to torchtitan's Table 1
+// BF16 run (kFitted). Every other row is held out, and the error bounds below are the held-out rows'.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -66,29 +68,29 @@ std::vector<Run> runs() {
   std::vector<Run> r;
   auto add = [&](Run x) { r.push_back(std::move(x)); };
   add(narayanan("GPT 1.7B", "24 layers, h 2304; TP 1, PP 1, 32 GPUs; batch 512, microbatch 16; full recomputation",
-                24, 2304, 24, "--tp 1 --pp 1 --dp 32 --microbatches 1 --microbatch-size 16 --layers 24", 137, 154));
+                24, 2304, 24, "--tp 1 --pp 1 --dp 32 --microbatches 1 --microbatch-size 16 --layers 24", 137, 137));
   add(narayanan("GPT 3.6B", "30 layers, h 3072; TP 2, PP 1, 64 GPUs; batch 512, microbatch 16",
-                30, 3072, 32, "--tp 2 --pp 1 --dp 32 --microbatches 1 --microbatch-size 16 --layers 30", 138, 158));
+                30, 3072, 32, "--tp 2 --pp 1 --dp 32 --microbatches 1 --microbatch-size 16 --layers 30", 138, 141));
   add(narayanan("GPT 7.5B", "36 layers, h 4096; TP 4, PP 1, 128 GPUs; batch 512, microbatch 16",
-                36, 4096, 32, "--tp 4 --pp 1 --dp 32 --microbatches 1 --microbatch-size 16 --layers 36", 142, 161));
+                36, 4096, 32, "--tp 4 --pp 1 --dp 32 --microbatches 1 --microbatch-size 16 --layers 36", 142, 144));
   add(narayanan("GPT 18.4B", "40 layers, h 6144; TP 8, PP 1, 256 GPUs; batch 1024, microbatch 8",
-                40, 6144, 48, "--tp 8 --pp 1 --dp 32 --microbatches 4 --microbatch-size 8 --layers 40", 135, 155));
+                40, 6144, 48, "--tp 8 --pp 1 --dp 32 --microbatches 4 --microbatch-size 8 --layers 40", 135, 140));
   add(narayanan("GPT 39.1B", "48 layers, h 8192; TP 8, PP 2, 512 GPUs; batch 1536, microbatch 4",
-                48, 8192, 64, "--tp 8 --pp 2 --dp 32 --microbatches 12 --microbatch-size 4", 138, 155));
+                48, 8192, 64, "--tp 8 --pp 2 --dp 32 --microbatches 12 --microbatch-size 4", 138, 139));
   add(narayanan("GPT 76.1B", "60 layers, h 10240; TP 8, PP 4 (interleaved, 5 layers per virtual stage), 1024 GPUs; batch 1792, microbatch 2",
                 60, 10240, 80,
-                "--tp 8 --pp 4 --dp 32 --microbatches 28 --microbatch-size 2 --schedule interleaved-1f1b --chunks 3", 140, 170));
+                "--tp 8 --pp 4 --dp 32 --microbatches 28 --microbatch-size 2 --schedule interleaved-1f1b --chunks 3", 140, 152));
   add(narayanan("GPT 145.6B", "80 layers, h 12288; TP 8, PP 8 (interleaved, 5 per virtual stage), 1536 GPUs; batch 2304, microbatch 2",
                 80, 12288, 96,
-                "--tp 8 --pp 8 --dp 24 --microbatches 48 --microbatch-size 2 --schedule interleaved-1f1b --chunks 2", 148, 171));
+                "--tp 8 --pp 8 --dp 24 --microbatches 48 --microbatch-size 2 --schedule interleaved-1f1b --chunks 2", 148, 152));
   add(narayanan("GPT 310.1B", "96 layers, h 16384; TP 8, PP 16 (interleaved, 3 per virtual stage), 1920 GPUs; batch 2160, microbatch 1",
                 96, 16384, 128,
-                "--tp 8 --pp 16 --dp 15 --microbatches 144 --microbatch-size 1 --schedule interleaved-1f1b --chunks 2", 155, 177));
+                "--tp 8 --pp 16 --dp 15 --microbatches 144 --microbatch-size 1 --schedule interleaved-1f1b --chunks 2", 155, 157));
   add(narayanan("GPT 529.6B", "105 layers, h 20480; TP 8, PP 35 (interleaved, 1 per virtual stage), 2520 GPUs; batch 2520, microbatch 1",
                 105, 20480, 128,
-                "--tp 8 --pp 35 --dp 9 --microbatches 280 --microbatch-size 1 --schedule interleaved-1f1b --chunks 3", 163, 174));
+                "--tp 8 --pp 35 --dp 9 --microbatches 280 --microbatch-size 1 --schedule interleaved-1f1b --chunks 3", 163, 155));
   add(narayanan("GPT 1008B", "128 layers, h 25600; TP 8, PP 64, 3072 GPUs; batch 3072, microbatch 1",
-                128, 25600, 160, "--tp 8 --pp 64 --dp 6 --microbatches 512 --microbatch-size 1", 163, 182));
+                128, 25600, 160, "--tp 8 --pp 64 --dp 6 --microbatches 512 --microbatch-size 1", 163, 160));
   // torchtitan docs/performance.md: FSDP2 on 64 A100 80GB, WPS per GPU (torch.compile not used: the default).
   const char* tt_a100 = "torchtitan docs/performance.md (64 A100 80GB, FSDP2)";
   auto fsdp_a100 = [&](const char* id, const char* conf, const char* model, int blocks, const char* recompute, int b,
@@ -99,12 +101,12 @@ std::vector<Run> runs() {
                         blocks, model, a100, recompute, b, seq),
             false, 0, 0, 0, 0, published, 0, recorded, 0});
   };
-  fsdp_a100("Llama 3 8B, op AC", "batch 1, selective op AC", "llama3-8b", 32, "op", 1, 8192, 2973, 3798);
-  fsdp_a100("Llama 3 70B, full AC", "batch 1, full AC", "llama3-70b", 80, "full", 1, 8192, 331, 404);
-  fsdp_a100("Llama 2 13B, no AC", "batch 2, no AC", "llama2-13b", 40, "none", 2, 4096, 2162, 2794);
-  fsdp_a100("Llama 2 13B, op AC", "batch 2, selective op AC", "llama2-13b", 40, "op", 2, 4096, 1904, 2442);
-  fsdp_a100("Llama 2 70B, op AC", "batch 1, selective op AC", "llama2-70b", 80, "op", 1, 4096, 355, 502);
-  fsdp_a100("Llama 2 70B, full AC", "batch 2, full AC", "llama2-70b", 80, "full", 2, 4096, 353, 428);
+  fsdp_a100("Llama 3 8B, op AC", "batch 1, selective op AC", "llama3-8b", 32, "op", 1, 8192, 2973, 3335);
+  fsdp_a100("Llama 3 70B, full AC", "batch 1, full AC", "llama3-70b", 80, "full", 1, 8192, 331, 351);
+  fsdp_a100("Llama 2 13B, no AC", "batch 2, no AC", "llama2-13b", 40, "none", 2, 4096, 2162, 2443);
+  fsdp_a100("Llama 2 13B, op AC", "batch 2, selective op AC", "llama2-13b", 40, "op", 2, 4096, 1904, 2143);
+  fsdp_a100("Llama 2 70B, op AC", "batch 1, selective op AC", "llama2-70b", 80, "op", 1, 4096, 355, 438);
+  fsdp_a100("Llama 2 70B, full AC", "batch 2, full AC", "llama2-70b", 80, "full", 2, 4096, 353, 372);
   // torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Grand Teton H100, 500 W, 96 GB HBM2e).
   const char* tt_h100 = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md";
   auto fsdp_h100 = [&](const char* id, const char* conf, int dp, const char* extra, double published, double gib,
@@ -115,12 +117,12 @@ std::vector<Run> runs() {
                         dp, h100, extra),
             false, 0, 0, 0, 0, published, gib, recorded, recorded_gib});
   };
-  fsdp_h100("Llama 3.1 8B, FSDP 8", "Table 1: 8 GPUs, batch 2, selective (op) AC", 8, " --elementwise eager", 5762, 82.4, 7907, 53.6);
-  fsdp_h100("Llama 3.1 8B, FSDP 8, compile", "Table 1, + torch.compile", 8, "", 6667, 77.0, 9282, 53.6);
-  fsdp_h100("Llama 3.1 8B, FSDP 8, compile, FP8", "Table 1, + torch.compile + Float8", 8, " --fp8", 8532, 76.8, 10674, 53.6);
-  fsdp_h100("Llama 3.1 8B, FSDP 128", "Table 3: 128 GPUs, batch 2, selective (op) AC", 128, " --elementwise eager", 5605, 67.0, 7941, 41.3);
-  fsdp_h100("Llama 3.1 8B, FSDP 128, compile", "Table 3, + torch.compile", 128, "", 6514, 62.0, 9329, 41.3);
-  fsdp_h100("Llama 3.1 8B, FSDP 128, compile, FP8", "Table 3, + torch.compile + Float8", 128, " --fp8", 8380, 61.8, 10736, 41.3);
+  fsdp_h100("Llama 3.1 8B, FSDP 8", "Table 1: 8 GPUs, batch 2, selective (op) AC", 8, " --elementwise eager", 5762, 82.4, 5763, 69.3);
+  fsdp_h100("Llama 3.1 8B, FSDP 8, compile", "Table 1, + torch.compile", 8, "", 6667, 77.0, 6460, 69.3);
+  fsdp_h100("Llama 3.1 8B, FSDP 8, compile, FP8", "Table 1, + torch.compile + Float8", 8, " --fp8", 8532, 76.8, 7870, 69.3);
+  fsdp_h100("Llama 3.1 8B, FSDP 128", "Table 3: 128 GPUs, batch 2, selective (op) AC", 128, " --elementwise eager", 5605, 67.0, 5781, 57.0);
+  fsdp_h100("Llama 3.1 8B, FSDP 128, compile", "Table 3, + torch.compile", 128, "", 6514, 62.0, 6483, 57.0);
+  fsdp_h100("Llama 3.1 8B, FSDP 128, compile, FP8", "Table 3, + torch.compile + Float8", 128, " --fp8", 8380, 61.8, 7903, 57.0);
   auto cp = [&](const char* id, const char* conf, int dp, int c, int seq, double published, double gib, double recorded,
                 double recorded_gib) {
     const std::string parallel = c == 1 ? fmt::format("gen fsdp --dp {}", dp)
@@ -131,18 +133,27 @@ std::vector<Run> runs() {
                         parallel, h100, seq),
             false, 0, 0, 0, 0, published, gib, recorded, recorded_gib});
   };
-  cp("Llama 3.1 8B, FSDP 8, 32k", "Table 2: compile + Float8, batch 1, full AC, FSDP 8 CP 1", 8, 1, 32768, 3890, 83.9, 4782, 38.6);
-  cp("Llama 3.1 8B, FSDP 4 CP 2, 64k", "Table 2, FSDP 4 CP 2", 4, 2, 65536, 2540, 84.2, 2902, 52.2);
-  cp("Llama 3.1 8B, FSDP 2 CP 4, 128k", "Table 2, FSDP 2 CP 4", 2, 4, 131072, 1071, 84.0, 1625, 52.2);
-  cp("Llama 3.1 8B, CP 8, 256k", "Table 2, FSDP 1 CP 8", 1, 8, 262144, 548, 84.5, 864, 52.2);
+  cp("Llama 3.1 8B, FSDP 8, 32k", "Table 2: compile + Float8, batch 1, full AC, FSDP 8 CP 1", 8, 1, 32768, 3890, 83.9, 3346, 69.9);
+  cp("Llama 3.1 8B, FSDP 4 CP 2, 64k", "Table 2, FSDP 4 CP 2", 4, 2, 65536, 2540, 84.2, 1997, 83.5);
+  cp("Llama 3.1 8B, FSDP 2 CP 4, 128k", "Table 2, FSDP 2 CP 4", 2, 4, 131072, 1071, 84.0, 1106, 83.5);
+  cp("Llama 3.1 8B, CP 8, 256k", "Table 2, FSDP 1 CP 8", 1, 8, 262144, 548, 84.5, 584, 83.5);
   add(Run{"Llama 3.1 70B, FSDP 32 TP 8", tt_h100, "Table 4: 256 GPUs, compile + Float8, batch 16, full AC, 2D",
           "gen 3d --tp 8 --dp 32 --zero 3 --sp --layers 80 --microbatches 1 --model llama3-70b" + h100 +
               " --recompute full --microbatch-size 16 --seq 8192 --fp8 --sim --json",
-          false, 0, 0, 0, 0, 829, 71.9, 797, 52.1});
+          false, 0, 0, 0, 0, 829, 71.9, 640, 67.8});
   return r;
 }
 
 double error_of(double predicted, double published) { return predicted / published - 1; }
+
+// The rows the presets' efficiency.sustained was fitted to (the geometric mean of predicted / published over a
+// device's fitted rows is 1): alternate rows of Narayanan et al.'s table for a100-80g, torchtitan's Table 1 BF16
+// FSDP run for h100-gt500.
+bool fitted(const std::string& id) {
+  for (const char* f : {"GPT 1.7B", "GPT 7.5B", "GPT 39.1B", "GPT 145.6B", "GPT 529.6B", "Llama 3.1 8B, FSDP 8"})
+    if (id == f) return true;
+  return false;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -154,7 +165,7 @@ double median(std::vector<double> v) {
 
 TEST_CASE("validation: published training runs against trainsim's predictions") {
   std::vector<Run> table = runs();
-  std::vector<double> errors, memory_errors;
+  std::vector<double> errors, memory_errors, held_out;
   std::string md =
       "| run | source | configuration | trainsim command | published | predicted | error | memory published | "
       "memory predicted | error |\n|---|---|---|---|---|---|---|---|---|---|\n";
@@ -171,6 +182,7 @@ TEST_CASE("validation: published training runs against trainsim's predictions") 
     const double gib = j["peak_memory_bytes"].get<double>() / (1ull << 30);
     const double err = error_of(predicted, run.published);
     errors.push_back(std::fabs(err));
+    if (!fitted(run.id)) held_out.push_back(std::fabs(err));
     std::string mem = "| | | ";
     if (run.published_gib > 0) {
       const double merr = error_of(gib, run.published_gib);
@@ -178,21 +190,24 @@ TEST_CASE("validation: published training runs against trainsim's predictions") 
       mem = fmt::format("| {:.1f} GiB | {:.1f} GiB | {:+.1f} % ", run.published_gib, gib, 100 * merr);
     }
     const std::string unit = run.tflops ? " TFLOP/s" : " tok/s";
-    md += fmt::format("| {} | {} | {} | `trainsim {}` | {:.0f}{} | {:.0f}{} | {:+.1f} % {}|\n", run.id, run.source,
-                      run.configuration, run.command, run.published, unit, predicted, unit, 100 * err, mem);
+    md += fmt::format("| {} | {} | {} | `trainsim {}` | {:.0f}{} | {:.0f}{} | {:+.1f} %{} {}|\n", run.id, run.source,
+                      run.configuration, run.command, run.published, unit, predicted, unit, 100 * err,
+                      fitted(run.id) ? " (fitted)" : "", mem);
     if (run.recorded > 0) CHECK(predicted == doctest::Approx(run.recorded).epsilon(0.005));
     if (run.recorded_gib > 0) CHECK(gib == doctest::Approx(run.recorded_gib).epsilon(0.005));
   }
   const double med = median(errors), worst = *std::max_element(errors.begin(), errors.end());
-  md += fmt::format("\nThroughput: median |error| {:.1f} %, worst {:.1f} % over {} runs.", 100 * med, 100 * worst,
-                    errors.size());
+  const double held_med = median(held_out), held_worst = *std::max_element(held_out.begin(), held_out.end());
+  md += fmt::format("\nThroughput: median |error| {:.1f} %, worst {:.1f} % over {} runs; over the {} held out, median "
+                    "{:.1f} %, worst {:.1f} %.",
+                    100 * med, 100 * worst, errors.size(), held_out.size(), 100 * held_med, 100 * held_worst);
   if (!memory_errors.empty())
     md += fmt::format(" Memory: median |error| {:.1f} %, worst {:.1f} % over {} runs.\n", 100 * median(memory_errors),
                       100 * *std::max_element(memory_errors.begin(), memory_errors.end()), memory_errors.size());
   if (const char* out = std::getenv("TRAINSIM_VALIDATION_TABLE")) std::ofstream(out) << md;
-  // The bounds docs/hardware-model.md §5 states: issue 20's goal (median 10 %, worst 25 %) is not met; these keep the
-  // table from getting worse unnoticed.
-  CHECK(med < 0.22);
-  CHECK(worst < 0.58);
-  CHECK(median(memory_errors) < 0.37);
+  // Issue 20's goal, on the rows held out from the fit (docs/hardware-model.md §5): median 10 %, worst 25 %; the
+  // memory figures within the same median.
+  CHECK(held_med < 0.10);
+  CHECK(held_worst < 0.25);
+  CHECK(median(memory_errors) < 0.10);
 }
