@@ -230,7 +230,7 @@ std::string kinds_summary() {
     s += "; 3D parallel " + joined(three_d) +
          " (--tp x --pp x --dp ranks, rank = tp + T * (dp + D * pp), TP fastest as in Megatron-LM and torchtitan's "
          "mesh [\"pp\", \"dp\", \"tp\"]; --schedule 1f1b|interleaved-1f1b|zb-h1, --chunks, --layers, --microbatches "
-         "per replica, --sp, --zero 1|3)";
+         "per replica, --sp, --zero 1|3, --cp for context parallelism)";
   return s + ".";
 }
 
@@ -272,6 +272,11 @@ int run(GenArgs& a) {
   if (a.hardware.any()) {
     try {
       apply_hardware(src->header(), a.hardware);
+      // 3d --cp: the CP groups are in the header; the cost model splits each sequence over them.
+      if (a.kind == "3d" && opts.cp > 1) {
+        src->header().hardware->context_parallel = opts.cp;
+        src->header().hardware->validate("--cp");
+      }
     } catch (const hw::SpecError& e) {
       fmt::print(stderr, "trainsim gen: {}\n", e.what());
       return 2;
@@ -365,6 +370,11 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--pp", args->options.pp, "Pipeline stages (3d)")->check(count)->capture_default_str();
+  cmd->add_option("--cp", args->options.cp,
+                  "Context parallelism (3d): ranks splitting each sequence, ring attention over the CP group; rank = "
+                  "tp + T * (cp + C * (dp + D * pp)), CP next to TP as in Megatron-LM and torchtitan")
+      ->check(count)
+      ->capture_default_str();
   cmd->add_flag("--sp", args->options.sequence_parallel,
                 "Sequence parallelism (tp, 3d): partial sums reduce-scattered into sequence shards over the TP group, "
                 "all-gathered before the next pass (Korthikanti et al. 2022); a no-op with --tp 1");

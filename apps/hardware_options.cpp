@@ -29,7 +29,19 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o) {
       ->check(integer_in(1, 65536, "", "N>=1"));
   cmd->add_option("--seq", o.seq, "Hardware cost model: tokens per sequence, 1 to 16777216 (default: the model's)")
       ->check(integer_in(1, 16777216, "", "N>=1"));
-  cmd->add_option("--recompute", o.recompute, "Hardware cost model: activation recomputation, none|selective|full");
+  cmd->add_option("--recompute", o.recompute,
+                  "Hardware cost model: activation recomputation, none|selective|full|op (op: torchtitan's selective "
+                  "op checkpointing, every other matrix multiply recomputed)");
+  cmd->add_option("--attention", o.attention,
+                  "Hardware cost model: flash (default: FlashAttention, no s x s scores kept) or eager (scores and "
+                  "probabilities kept unless recomputed)");
+  cmd->add_option("--elementwise", o.elementwise,
+                  "Hardware cost model: fused (default: one kernel per norm, activation, ..., as torch.compile or "
+                  "Megatron-LM's fused kernels) or eager (PyTorch without torch.compile: every operation a kernel)");
+  cmd->add_flag("--fp8", o.fp8,
+                "Hardware cost model: FP8 linear layers (torchao float8 with dynamic scaling) at the device's FP8 peak");
+  cmd->add_flag("--fp8-all-gather", o.fp8_all_gather,
+                "Hardware cost model: FP8 linear layers and FSDP weight all-gathers in FP8 (implies --fp8)");
   cmd->add_option("--set", o.set,
                   "Hardware cost model: override one field, model.FIELD=V, device.FIELD=V or network.FIELD=V "
                   "(repeatable; e.g. device.efficiency.forward=0.6)");
@@ -56,23 +68,34 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
   else if (!o.model.empty()) wrap("--model", [&] { s.model = hw::load_model(o.model); });
   if (!o.device.empty()) wrap("--device", [&] { s.device = hw::load_device(o.device); });
   if (!o.network.empty()) wrap("--network", [&] { s.network = hw::load_network(o.network); });
+  // Every override first, then each description checked once: a model's hidden size and heads change together
+  // (--set model.hidden=2304 --set model.heads=24), whatever the order.
+  std::string model_where, device_where, network_where;
   for (const std::string& kv : o.set) {
     auto eq = kv.find('='), dot = kv.find('.');
     if (eq == std::string::npos || dot == std::string::npos || dot > eq)
       throw hw::SpecError(fmt::format("--set: expected model.FIELD=VALUE, device.FIELD=VALUE or network.FIELD=VALUE, got '{}'", kv));
     const std::string part = kv.substr(0, dot), key = kv.substr(dot + 1, eq - dot - 1), value = kv.substr(eq + 1);
     const std::string where = "--set " + kv;
-    if (part == "model") hw::apply_override(hw::model_fields(), s.model, key, value, where), s.model.validate(where);
-    else if (part == "device") hw::apply_override(hw::device_fields(), s.device, key, value, where), s.device.validate(where);
-    else if (part == "network") hw::apply_override(hw::network_fields(), s.network, key, value, where), s.network.validate(where);
+    if (part == "model") hw::apply_override(hw::model_fields(), s.model, key, value, where), model_where = where;
+    else if (part == "device") hw::apply_override(hw::device_fields(), s.device, key, value, where), device_where = where;
+    else if (part == "network") hw::apply_override(hw::network_fields(), s.network, key, value, where), network_where = where;
     else throw hw::SpecError(fmt::format("--set {}: expected model., device. or network. before the field", kv));
   }
+  if (!model_where.empty()) s.model.validate(model_where);
+  if (!device_where.empty()) s.device.validate(device_where);
+  if (!network_where.empty()) s.network.validate(network_where);
   if (o.microbatch_size < 0) throw hw::SpecError("--microbatch-size must be at least 1");
   if (o.microbatch_size > 0) s.microbatch_size = o.microbatch_size;
   if (o.seq < 0) throw hw::SpecError("--seq must be at least 1");
   if (o.seq > 0) s.seq = o.seq;
   else if (!base || s.seq == 0) s.seq = s.model.seq;
   if (!o.recompute.empty()) s.recompute = hw::recompute_from_name(o.recompute, "--recompute");
+  if (!o.attention.empty()) s.attention = hw::attention_from_name(o.attention, "--attention");
+  if (!o.elementwise.empty()) s.elementwise = hw::elementwise_from_name(o.elementwise, "--elementwise");
+  if (o.fp8 || o.fp8_all_gather) s.fp8 = true;
+  if (o.fp8_all_gather) s.fp8_all_gather = true;
+  s.validate(o.fp8 || o.fp8_all_gather ? "--fp8" : "--attention");
   return s;
 }
 

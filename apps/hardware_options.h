@@ -1,6 +1,6 @@
 // Command-line options that choose a hardware setting (hardware/setting.h), shared by `trainsim gen` and
 // `trainsim sim`: --model, --device, --network (a preset or a JSON file), --microbatch-size, --seq,
-// --recompute, and --set KEY=VALUE overrides ("model.hidden=4096", "device.efficiency.forward=0.6",
+// --recompute, --attention, --elementwise, --fp8, --fp8-all-gather, and --set KEY=VALUE overrides ("model.hidden=4096", "device.efficiency.forward=0.6",
 // "network.inter_bandwidth=25e9").
 #pragma once
 
@@ -22,12 +22,16 @@ struct HardwareOptions {
   int microbatch_size = 0;  // 0: 1, or the schedule's
   int seq = 0;              // 0: the model's, or the schedule's
   std::string recompute;    // "": none, or the schedule's
+  std::string attention;    // "": flash, or the schedule's
+  std::string elementwise;  // "": fused, or the schedule's
+  bool fp8 = false;         // FP8 linear layers (else: the schedule's)
+  bool fp8_all_gather = false;  // and FP8 weight all-gathers
   std::vector<std::string> set;
 
   /// True when any option was given.
   bool any() const {
     return !model.empty() || model_spec || !device.empty() || !network.empty() || microbatch_size > 0 || seq > 0 ||
-           !recompute.empty() || !set.empty();
+           !recompute.empty() || !attention.empty() || !elementwise.empty() || fp8 || fp8_all_gather || !set.empty();
   }
 };
 

@@ -16,6 +16,7 @@ hw::HardwareSetting replay_setting(const exec::ModelConfig& m, const std::string
   s.microbatch_size = m.microbatch_size;
   s.seq = m.seq;
   s.recompute = recompute;
+  s.attention = hw::Attention::Eager;  // (the executor computes the s x s scores and keeps the probabilities)
   return s;
 }
 

@@ -1,8 +1,8 @@
 // The hardware cost model's prediction of a replay (hardware/, schedules/hardware_sim.h): the executor's own
 // model (the same blocks, sizes, sequence and microbatch, in fp32: hardware/model.h's `tiny`/`small` presets with
 // the replay's sizes) on a device and network (the `cpu` presets by default, or a `trainsim calibrate`d device),
-// with the replay's activation recomputation, the schedule simulated as `trainsim sim --model ... --device cpu`
-// would. What `trainsim replay` prints next to what it measured: step time, peak memory per rank.
+// with the replay's activation recomputation and eager attention (the executor's: s x s scores), the schedule
+// simulated as `trainsim sim --model ... --device cpu --attention eager` would. What `trainsim replay` prints next to what it measured: step time, peak memory per rank.
 #pragma once
 
 #include <string>

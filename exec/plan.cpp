@@ -401,6 +401,23 @@ std::vector<int> tp_degrees(const Schedule& schedule) {
 }
 
 ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, bool clip_required) {
+  // Context parallelism and FP8 are what-ifs of the hardware cost model (hardware/op_costs.h): replayed, the ranks
+  // of a CP group (gen 3d --cp) would train their own microbatches as data-parallel replicas, not split one
+  // sequence, and every layer would run in fp32.
+  const auto cp_group = [](const std::string& name) {
+    return name.size() > 2 && name.rfind("cp", 0) == 0 &&
+           name.find_first_not_of("0123456789", 2) == std::string::npos;
+  };
+  for (const std::string& name : s.header.group_names)
+    if (cp_group(name))
+      throw PlanError(fmt::format("the schedule has context-parallel groups (header group '{}'): the executor does not "
+                                  "replay context parallelism, which exists in the hardware cost model only (trainsim "
+                                  "sim); generate the schedule without --cp to replay it",
+                                  name));
+  if (s.header.hardware && s.header.hardware->fp8)
+    throw PlanError("the schedule's hardware setting has FP8 linear layers (fp8 in its cost_model hardware block): the "
+                    "executor does not train in FP8, which exists in the hardware cost model only (trainsim sim); drop "
+                    "the fp8 line (or --fp8) to replay it");
   ReplayPlan plan;
   const int world = s.header.world_size;
   std::vector<int> all(world);

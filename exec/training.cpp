@@ -547,6 +547,9 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
       throw std::invalid_argument(fmt::format("--eval-sequences must be at least 1, got {}", o.eval_sequences));
     if (!(o.timeout_seconds > 0))
       throw std::invalid_argument(fmt::format("--timeout must be positive, got {}", o.timeout_seconds));
+    if (o.recompute == hw::Recompute::Op)  // (the hardware model's torchtitan op checkpointing: not the executor's)
+      throw std::invalid_argument("--recompute op is the hardware cost model's (torchtitan's selective op "
+                                  "checkpointing); the executor recomputes none, selective or full");
     ModelShapes shapes(o.model, schedule.header.layers, tp_degrees(schedule),
                        schedule.header.layout ? &*schedule.header.layout : nullptr);
     TokenData data(o.data_files.empty() ? TokenData::default_files() : o.data_files);

@@ -1,6 +1,18 @@
 #include "hardware/comm.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace trainsim::hw {
+
+const char* algorithm_name(NcclAlgorithm a) {
+  switch (a) {
+    case NcclAlgorithm::Ring: return "ring";
+    case NcclAlgorithm::Tree: return "tree";
+    case NcclAlgorithm::Nvls: return "nvls";
+  }
+  return "ring";
+}
 
 double p2p_seconds(double bytes, const Link& link) { return link.latency_s + bytes / link.bandwidth; }
 
@@ -17,6 +29,42 @@ double bus_bandwidth(Collective c, int n, double bytes, double seconds) {
   if (c == Collective::Broadcast || c == Collective::Reduce) return algbw;
   const double factor = (n - 1.0) / n;
   return c == Collective::AllReduce ? algbw * 2 * factor : algbw * factor;
+}
+
+double ring_bus_bandwidth(const GroupShape& g, const NetworkSpec& net) {
+  if (g.nodes <= 1) return net.intra_bandwidth;
+  const double nics = std::min<double>(net.nics_per_node, static_cast<double>(g.ranks_per_node) * net.nics_per_node /
+                                                              net.gpus_per_node);
+  const double inter = nics * net.inter_bandwidth;
+  return g.ranks_per_node > 1 ? std::min(net.intra_bandwidth, inter) : inter;
+}
+
+CollectiveTime nccl_collective(Collective c, const GroupShape& g, double bytes, const NetworkSpec& net) {
+  const int n = g.ranks, N = std::max(g.nodes, 1);
+  if (n <= 1) return {};
+  const double bus = ring_bus_bandwidth(g, net);
+  if (c == Collective::Broadcast || c == Collective::Reduce) {
+    const double hop = N == 1 ? net.intra_latency_s : net.inter_latency_s;
+    return {net.collective_latency_s + (n - 1) * hop + bytes / bus, NcclAlgorithm::Ring};
+  }
+  const bool all_reduce = c == Collective::AllReduce;
+  const double steps = all_reduce ? 2.0 * (n - 1) : n - 1.0;
+  const double inter_steps = all_reduce ? 2.0 * (N - 1) : N - 1.0;
+  const double share = (all_reduce ? 2.0 : 1.0) * (n - 1.0) / n;
+  CollectiveTime best{net.collective_latency_s + (steps - inter_steps) * net.intra_latency_s +
+                          inter_steps * net.inter_latency_s + share * bytes / bus,
+                      NcclAlgorithm::Ring};
+  if (all_reduce && N > 1) {
+    const double levels = std::floor(std::log2(static_cast<double>(N)));
+    const double t = 2 * ((g.ranks_per_node - 1) * net.tree_intra_latency_s + levels * net.tree_inter_latency_s) +
+                     bytes / (0.5 * 0.92 * bus);
+    if (t < best.seconds) best = {t, NcclAlgorithm::Tree};
+  }
+  if (all_reduce && N == 1 && net.nvls_bandwidth > 0) {
+    const double t = net.nvls_latency_s + share * bytes / net.nvls_bandwidth;
+    if (t < best.seconds) best = {t, NcclAlgorithm::Nvls};
+  }
+  return best;
 }
 
 }  // namespace trainsim::hw

@@ -1,4 +1,5 @@
-// Communication times: the alpha-beta ring formulas of DESIGN §2, and nccl-tests' bus bandwidth.
+// Communication times: the alpha-beta ring formulas of DESIGN §2, NCCL's choice of algorithm on a network
+// (hardware/network.h), and nccl-tests' bus bandwidth.
 //
 // n ranks, S bytes of the full tensor (the all-gather's output, the reduce-scatter's and all-reduce's input),
 // alpha the latency per step (seconds), B the bandwidth per rank and direction (bytes/s):
@@ -12,6 +13,21 @@
 // nccl-tests (doc/PERFORMANCE.md) report algbw = S/t and busbw = algbw·2(n-1)/n for all-reduce,
 // algbw·(n-1)/n for all-gather and reduce-scatter, algbw for broadcast and reduce, so that busbw of a ring
 // with no latency equals B.
+//
+// On a network (nccl_collective), as NCCL's tuning model predicts the Simple protocol (src/graph/tuning.cc,
+// ncclTopoTuneModel and ncclTopoGetAlgoTime; the constants in hardware/network.cpp), for a group of n ranks on
+// N nodes with at most ppn on one node:
+// - ring bus bandwidth: inside one node the NVLink bus bandwidth; across nodes the NICs of the group's GPUs on
+//   a node, ppn·nics_per_node/gpus_per_node of them (NCCL spreads its rings over every NIC: a rail-optimised
+//   fabric gives each GPU its own), capped by NVLink when ppn > 1: B = min(intra, ppn·nics/gpus·nic);
+// - ring: collective_latency + (steps - inter_steps)·intra_latency + inter_steps·inter_latency + share·S/B,
+//   steps = n-1 (all-gather, reduce-scatter) or 2(n-1) (all-reduce), inter_steps = N-1 or 2(N-1), share as
+//   above; broadcast and reduce: collective_latency + (n-1)·hop + S/B (hop: intra inside a node, else inter);
+// - tree (all-reduce across nodes): 2·((ppn-1)·tree_intra_latency + floor(log2 N)·tree_inter_latency) +
+//   S / (0.5 · 0.92·B) (NCCL: tree bus bandwidth 0.92 of the ring's, algorithm bandwidth half of it);
+// - NVLS (all-reduce inside one node, where the network has NVLink SHARP): nvls_latency + 2((n-1)/n)·S/nvls;
+// and NCCL runs the fastest. The LL and LL128 protocols (faster for messages of a few hundred kB and less)
+// are not modelled: a training step's collectives are megabytes.
 #pragma once
 
 #include "hardware/network.h"
@@ -21,11 +37,27 @@ namespace trainsim::hw {
 /// Collectives the formulas know.
 enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast, Reduce };
 
+/// NCCL's algorithms (Simple protocol).
+enum class NcclAlgorithm { Ring, Tree, Nvls };
+/// "ring", "tree", "nvls".
+const char* algorithm_name(NcclAlgorithm a);
+
 /// Seconds to send S bytes point to point.
 double p2p_seconds(double bytes, const Link& link);
 /// Seconds of a ring collective of n ranks over S bytes (n = 1: 0).
 double collective_seconds(Collective c, int n, double bytes, const Link& link);
 /// nccl-tests' bus bandwidth (bytes/s) of a collective of n ranks that moved S bytes in t seconds.
 double bus_bandwidth(Collective c, int n, double bytes, double seconds);
+
+/// A collective's time on a network and the algorithm NCCL picks.
+struct CollectiveTime {
+  double seconds = 0;
+  NcclAlgorithm algorithm = NcclAlgorithm::Ring;
+};
+/// The ring bus bandwidth (bytes/s) of a group of `shape` on `net` (see the header comment).
+double ring_bus_bandwidth(const GroupShape& shape, const NetworkSpec& net);
+/// Collective `c` over S bytes by a group of `shape` on `net`: the fastest of ring, tree and NVLS where each
+/// applies (see the header comment). 0 seconds for a group of one rank.
+CollectiveTime nccl_collective(Collective c, const GroupShape& shape, double bytes, const NetworkSpec& net);
 
 }  // namespace trainsim::hw

@@ -1,6 +1,7 @@
 #include "hardware/cost_model.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -21,8 +22,29 @@ HardwareCostModel::HardwareCostModel(HardwareSetting setting, int layers, int wo
       groups_(std::move(groups)),
       group_names_(std::move(group_names)),
       forward_layers_(world_size, std::vector<char>(layers + 1, 0)) {
+  shapes_.reserve(groups_.size());
+  for (const auto& members : groups_) shapes_.push_back(setting_.network.shape_of(members));
   tp_.group = std::move(tp_group);
   if (!tp_.group.empty()) tp_.sequence_parallel.assign(world_size, 0);
+  // Context parallelism: every rank in a CP group (a header group named cp...) of the setting's degree.
+  const int c = setting_.context_parallel;
+  if (c > 1) {
+    cp_group_.assign(world_size, 0);
+    for (std::size_t g = 1; g < groups_.size(); ++g)
+      if (g - 1 < group_names_.size() && group_names_[g - 1].rfind("cp", 0) == 0)
+        for (int r : groups_[g])
+          if (r >= 0 && r < world_size) cp_group_[r] = static_cast<int>(g);
+    for (int r = 0; r < world_size; ++r) {
+      const int g = cp_group_[r];
+      if (g == 0 || static_cast<int>(groups_[g].size()) != c)
+        throw std::invalid_argument(fmt::format(
+            "rank {}: the hardware setting has context parallelism of degree {}, but {}; the cost model runs ring "
+            "attention over the rank's CP group (a header group named cp... of {} ranks, as gen 3d --cp writes)",
+            r, c, g == 0 ? std::string("no CP group holds the rank")
+                         : fmt::format("its CP group '{}' has {} ranks", group_names_[g - 1], groups_[g].size()),
+            c));
+    }
+  }
 }
 
 void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
@@ -39,7 +61,9 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
       if (sliced) {
         const int members = group > 0 && group < static_cast<int>(groups_.size()) ? static_cast<int>(groups_[group].size()) : 0;
         if (members != degree) {
-          const std::string name = group - 1 < static_cast<int>(group_names_.size()) ? group_names_[group - 1] : "";
+          // (no group: group 0, whose name would be group_names_[-1])
+          const std::string name =
+              group > 0 && group - 1 < static_cast<int>(group_names_.size()) ? group_names_[group - 1] : "";
           throw std::invalid_argument(fmt::format(
               "{}: it computes with the TP slice {} (TP degree {}), but {}; the hardware cost model times a "
               "layer's TP communication over the rank's TP group (the header group named tp... that holds it, "
@@ -91,24 +115,72 @@ Work HardwareCostModel::op_work(const Op& op) const {
   }
 }
 
+double HardwareCostModel::compute_seconds(const Op& op) const {
+  // The same (layer, pass, microbatch count, TP degree, sequence parallelism) always costs the same: computed
+  // once (a GEMM table lookup per linear layer and pass is too much for every op of a 16,384-rank schedule).
+  const TpSplit tp = tp_split(op);
+  const std::uint64_t key = static_cast<std::uint64_t>(op.kind == OpKind::Loss ? 0xffff : op.layer & 0xffff) |
+                            static_cast<std::uint64_t>(static_cast<int>(op.kind) & 0xff) << 16 |
+                            static_cast<std::uint64_t>(op.batches.size() & 0xffffff) << 24 |
+                            static_cast<std::uint64_t>(tp.degree & 0xff) << 48 |
+                            static_cast<std::uint64_t>(tp.sequence_parallel ? 1 : 0) << 56;
+  auto [it, fresh] = compute_cache_.try_emplace(key, 0.0);
+  if (fresh) it->second = work_seconds(setting_.device, op_work(op));
+  return it->second;
+}
+
+double HardwareCostModel::cp_comm_seconds(const Op& op) const {
+  const int c = setting_.context_parallel;
+  if (c <= 1 || op.rank < 0 || op.rank >= static_cast<int>(cp_group_.size())) return 0;
+  if (op.kind != OpKind::Forward && op.kind != OpKind::Backward && op.kind != OpKind::BackwardInput) return 0;
+  const int L = static_cast<int>(sizes_.layers().size());
+  if (op.layer < 0 || op.layer >= L) return 0;
+  const LayerContent& layer = sizes_.layers()[op.layer];
+  const TpSplit tp = tp_split(op);
+  const double tokens = setting_.tokens_per_microbatch() * op.batches.size();
+  // Ring attention (Liu et al. 2023): c - 1 steps, each passing this rank's K and V chunk (its kv heads of its
+  // TP slice) to the next rank of the CP group while the attention of the chunk in hand runs; the backward
+  // passes K, V and their grads. The link: NVLink when the CP group sits in one node, else a NIC.
+  const ModelSpec& m = setting_.model;
+  const double kv_bytes = tokens * 2 * static_cast<double>(m.kv_width()) / tp.degree * m.activation_bytes;
+  const GroupShape& g = shapes_[cp_group_[op.rank]];
+  const Link link = g.nodes > 1 ? Link{setting_.network.inter_latency_s, setting_.network.inter_bandwidth}
+                                : Link{setting_.network.intra_latency_s, setting_.network.intra_bandwidth};
+  const AttentionSeconds attention = attention_core_seconds(setting_, tokens, tp.degree);
+  const double ring_forward = (c - 1) * p2p_seconds(kv_bytes, link);
+  const double ring_backward = (c - 1) * p2p_seconds(2 * kv_bytes, link);
+  // What the attention does not hide, per block.
+  const double forward = std::max(0.0, ring_forward - attention.forward);
+  const double backward = std::max(0.0, ring_backward - attention.backward);
+  double per_block = 0;
+  if (op.kind == OpKind::Forward) per_block = forward;
+  else {
+    per_block = backward;
+    if (setting_.recompute == Recompute::Full || setting_.recompute == Recompute::Selective) per_block += forward;
+  }
+  return layer.num_blocks * per_block;
+}
+
 double HardwareCostModel::tp_comm_seconds(const Op& op) const {
   if (!is_compute(op.kind) || op.kind == OpKind::Update) return 0;
   const TpSplit tp = tp_split(op);
   if (tp.degree <= 1) return 0;
   const int g = op.rank >= 0 && op.rank < static_cast<int>(tp_.group.size()) ? tp_.group[op.rank] : 0;
-  const Link link = g > 0 && g < static_cast<int>(groups_.size()) ? setting_.network.link_for(groups_[g])
-                                                                   : setting_.network.link_for({op.rank});
+  // The rank's TP group (without one: t ranks on one node).
+  GroupShape shape = g > 0 && g < static_cast<int>(shapes_.size()) ? shapes_[g] : GroupShape{tp.degree, 1, tp.degree};
+  shape.ranks = tp.degree;
+  const NetworkSpec& net = setting_.network;
+  auto time = [&](Collective c, double bytes) { return nccl_collective(c, shape, bytes, net).seconds; };
   const double tokens = setting_.tokens_per_microbatch() * op.batches.size();
   if (op.kind == OpKind::Loss)  // max, target logit, sum of exponentials: b·s fp32 values each
-    return 3 * collective_seconds(Collective::AllReduce, tp.degree, tokens * 4, link);
+    return 3 * time(Collective::AllReduce, tokens * 4);
   const int L = static_cast<int>(sizes_.layers().size());
   if (op.layer < 0 || op.layer >= L) return 0;
   const TpCollectives c =
       tp_collectives_inside(sizes_.layers()[op.layer], op.kind, setting_.recompute, tp.sequence_parallel);
   const double bytes = tokens * setting_.model.hidden * setting_.model.activation_bytes;
-  return c.all_reduces * collective_seconds(Collective::AllReduce, tp.degree, bytes, link) +
-         c.all_gathers * collective_seconds(Collective::AllGather, tp.degree, bytes, link) +
-         c.reduce_scatters * collective_seconds(Collective::ReduceScatter, tp.degree, bytes, link);
+  return c.all_reduces * time(Collective::AllReduce, bytes) + c.all_gathers * time(Collective::AllGather, bytes) +
+         c.reduce_scatters * time(Collective::ReduceScatter, bytes);
 }
 
 double HardwareCostModel::tied_embedding_seconds(const Op& op) const {
@@ -119,7 +191,8 @@ double HardwareCostModel::tied_embedding_seconds(const Op& op) const {
   for (const Tensor& x : op.reads) t = std::max<int>(t, x.tp_size);
   const ModelSpec& m = setting_.model;
   const double bytes = static_cast<double>(m.vocab) * m.hidden * m.grad_bytes / t;
-  return collective_seconds(Collective::AllReduce, 2, bytes, setting_.network.link_for({op.rank, partner}));
+  return nccl_collective(Collective::AllReduce, setting_.network.shape_of({op.rank, partner}), bytes, setting_.network)
+      .seconds;
 }
 
 bool HardwareCostModel::tensor_parallel() const {
@@ -142,13 +215,11 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::Backward:
     case OpKind::BackwardInput:
     case OpKind::BackwardWeight:
-    case OpKind::Loss: {
-      return work_seconds(setting_.device, op_work(op)) + tp_comm_seconds(op);
-    }
+    case OpKind::Loss: return compute_seconds(op) + tp_comm_seconds(op) + cp_comm_seconds(op);
     case OpKind::Update: return work_seconds(setting_.device, op_work(op)) + tied_embedding_seconds(op);
     case OpKind::Send: {
       if (op.reads.empty() || op.peer < 0) return 0;
-      return p2p_seconds(sizes_.wire_bytes(op.reads.front()), setting_.network.link_for({op.rank, op.peer}));
+      return p2p_seconds(sizes_.wire_bytes(op.reads.front()), setting_.network.p2p_link(op.rank, op.peer));
     }
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
@@ -156,15 +227,23 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::Barrier:
     case OpKind::Broadcast:
     case OpKind::Reduce: {
-      static const std::vector<int> none;
-      const std::vector<int>& members =
-          op.group >= 0 && op.group < static_cast<int>(groups_.size()) ? groups_[op.group] : none;
-      Link link = members.empty() ? setting_.network.link_for({op.rank}) : setting_.network.link_for(members);
+      // Where the group's members sit (a group the model does not know: all on one node).
+      GroupShape shape = op.group >= 0 && op.group < static_cast<int>(shapes_.size()) && shapes_[op.group].ranks > 0
+                             ? shapes_[op.group]
+                             : GroupShape{group_size, 1, group_size};
+      shape.ranks = group_size;
       double bytes = 0;
       Collective c = Collective::AllReduce;
       if (op.kind == OpKind::AllGather) {
         c = Collective::AllGather;
-        if (!op.writes.empty()) bytes = sizes_.wire_bytes(op.writes.front());
+        if (!op.writes.empty()) {
+          const Tensor& t = op.writes.front();
+          bytes = sizes_.wire_bytes(t);
+          // FP8 all-gather of weights (torchao): the blocks' linear weights travel as one byte per parameter.
+          if (setting_.fp8_all_gather && t.kind == TensorKind::Weight && t.layer >= 0 &&
+              t.layer < static_cast<int>(sizes_.layers().size()))
+            bytes -= sizes_.layer_linear_parameters(t.layer) * t.held_fraction() * (setting_.model.weight_bytes - 1);
+        }
       } else if (op.kind == OpKind::ReduceScatter) {
         c = Collective::ReduceScatter;
         if (!op.reads.empty()) bytes = sizes_.wire_bytes(op.reads.front());
@@ -178,7 +257,7 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
         c = Collective::Reduce;
         if (!op.reads.empty()) bytes = sizes_.wire_bytes(op.reads.front());
       }
-      return collective_seconds(c, group_size, bytes, link);
+      return nccl_collective(c, shape, bytes, setting_.network).seconds;
     }
     default: return 0;
   }

@@ -1,25 +1,28 @@
 // The `hardware` cost model (DESIGN §2): seconds and bytes for a schedule on a model, device and network.
 //
 // Compute ops take the time of their FLOPs and bytes (hardware/op_costs.h) under the device's efficiency
-// table. A send takes the p2p time of its tensor (alpha + S/B over the link between the two ranks); its
-// recv takes no time of its own (the stream engine starts it when the send has ended, so the message costs
-// once). Collectives take the ring formulas (hardware/comm.h) over the group's link: intra-node when every
-// member sits on one node, else inter-node. All-gather: S = the gathered tensor; reduce-scatter and
+// table. A send takes the p2p time of its tensor (alpha + S/B over NVLink inside a node, one NIC between
+// nodes); its recv takes no time of its own (the stream engine starts it when the send has ended, so the
+// message costs once). Collectives take NCCL's fastest algorithm for where the group's members sit
+// (hardware/comm.h, nccl_collective: ring, tree or NVLS; every NIC of the members' GPUs when the group spans
+// nodes), the group's shape computed once per group. All-gather: S = the gathered tensor; reduce-scatter and
 // all-reduce: S = the input grad; barrier: an all-reduce of no bytes. Load, free, accumulate: no time.
 // Every timed op (compute, send, recv, collective) then takes the device's efficiency.dispatch_s more: the
 // time from its inputs being ready to its start that no op's own time holds (hardware/device.h).
 // Memory is in bytes (hardware/memory.h), rank-aware: the input of a layer's forward holds that forward's
 // saved activations on the ranks that run it.
 // Tensor parallelism (hardware/op_costs.h): a compute op on TP slice j of t does 1/t of the work, and its
-// time also holds the TP collectives inside it (tp_comm_seconds), timed with the ring formulas over the
-// rank's TP group's link (NVLink when the group sits in one node). Explicit TP collectives (the all-reduce of
+// time also holds the TP collectives inside it (tp_comm_seconds), timed as NCCL runs them over the rank's TP
+// group (NVLink when the group sits in one node; NVLS where the network has it). Explicit TP collectives (the all-reduce of
 // a partial sum, the reduce-scatter and all-gather of sequence shards) are collectives like any other, over
 // the bytes of the whole activation (TensorSizes::wire_bytes).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "hardware/memory.h"
@@ -52,7 +55,9 @@ class HardwareCostModel final : public CostModel {
   /// layer -> blocks split and the stage map; with tied embeddings (ModelSpec::tied_embeddings) and the first
   /// and last layers on different ranks of the stage map, the last layer holds a copy of the embedding matrix
   /// (TensorSizes) and their grads are all-reduced (tied_embedding_seconds). Throws SpecError when the model
-  /// has fewer blocks than `layers`, or the layout does not fit the schedule or the model (partition_layers).
+  /// has fewer blocks than `layers`, or the layout does not fit the schedule or the model (partition_layers);
+  /// std::invalid_argument when the setting has context parallelism of degree c and a rank sits in no header
+  /// group named cp... of c ranks.
   HardwareCostModel(HardwareSetting setting, int layers, int world_size, std::vector<std::vector<int>> groups,
                     std::vector<std::string> group_names = {}, std::vector<int> tp_group = {},
                     const ModelPlacement& placement = {});
@@ -78,8 +83,8 @@ class HardwareCostModel final : public CostModel {
   /// (hardware/op_costs.h); no work for other kinds.
   Work op_work(const Op& op) const;
   /// Seconds of the TP collectives a compute op of TP degree t > 1 runs inside itself (hardware/op_costs.h:
-  /// tp_collectives_inside, and the loss's three small all-reduces), over its rank's TP group's link (the
-  /// intra-node link when the rank has no TP group); 0 without TP. Part of seconds_of.
+  /// tp_collectives_inside, and the loss's three small all-reduces), as NCCL runs them over its rank's TP group
+  /// (t ranks on one node when the rank has no TP group); 0 without TP. Part of seconds_of.
   double tp_comm_seconds(const Op& op) const;
   /// Seconds of the all-reduce of the tied embedding matrix's grad that the update of the first or of the last
   /// layer runs before it (Megatron-LM's _allreduce_word_embedding_grads in finalize_model_grads: between the
@@ -94,6 +99,12 @@ class HardwareCostModel final : public CostModel {
   /// True when some rank has a TP group (TpLayout::group).
   bool tensor_parallel() const;
 
+  /// Seconds of the ring attention's KV exchange a forward or input-grad pass does not hide under its attention
+  /// core (hardware/op_costs.h, context parallelism): per block, (c-1) sends of this rank's K and V chunk (K, V
+  /// and their grads in the backward) over its CP group's link, less the attention core's time; 0 without
+  /// context parallelism. Part of seconds_of.
+  double cp_comm_seconds(const Op& op) const;
+
   /// Seconds of an op (before rounding to nanoseconds): its busy time plus, for a timed op, dispatch_s.
   double seconds_of(const Op& op, int group_size) const;
   const HardwareSetting& setting() const { return setting_; }
@@ -101,15 +112,19 @@ class HardwareCostModel final : public CostModel {
 
  private:
   double busy_seconds(const Op& op, int group_size) const;  // without dispatch_s
+  double compute_seconds(const Op& op) const;  // work_seconds(op_work(op)) for a pass or the loss, cached
 
   HardwareSetting setting_;
   int tied_offset_ = 0;  // tied embeddings: rank of the last layer - rank of layer 0 (0: none to all-reduce)
   TensorSizes sizes_;
   int world_size_;
   std::vector<std::vector<int>> groups_;
+  std::vector<GroupShape> shapes_;  // [group]: where its members sit, computed once
   std::vector<std::string> group_names_;
   std::vector<std::vector<char>> forward_layers_;  // [rank][layer]: the TP degree of its forward, 0 for none
   TpLayout tp_;
+  std::vector<int> cp_group_;  // [rank]: its CP group's id (context parallelism only)
+  mutable std::unordered_map<std::uint64_t, double> compute_cache_;  // compute_seconds by its key
 };
 
 }  // namespace trainsim::hw

@@ -11,10 +11,11 @@ void DeviceSpec::validate(const std::string& where) const {
   need(peak_flops > 0, "peak_flops", peak_flops, "must be positive (FLOP/s)");
   need(hbm_bandwidth > 0, "hbm_bandwidth", hbm_bandwidth, "must be positive (bytes/s)");
   need(memory_bytes > 0, "memory_bytes", memory_bytes, "must be positive (bytes)");
+  need(fp8_peak_flops >= 0, "fp8_peak_flops", fp8_peak_flops, "must be at least 0 (FLOP/s; 0: no FP8)");
   const EfficiencyTable& e = efficiency;
   for (auto [v, name] : {std::pair{e.forward, "efficiency.forward"}, {e.backward_input, "efficiency.backward_input"},
                          {e.backward_weight, "efficiency.backward_weight"}, {e.attention, "efficiency.attention"},
-                         {e.memory, "efficiency.memory"}})
+                         {e.memory, "efficiency.memory"}, {e.fp8, "efficiency.fp8"}})
     need(v > 0 && v <= 1, name, v, "must be in (0, 1] (a fraction of the peak)");
   need(e.op_overhead_s >= 0, "efficiency.op_overhead_s", e.op_overhead_s, "must be at least 0 (seconds)");
   need(e.dispatch_s >= 0, "efficiency.dispatch_s", e.dispatch_s, "must be at least 0 (seconds)");
@@ -26,15 +27,30 @@ const std::vector<Field<DeviceSpec>>& device_fields() {
     return Field<D>{"efficiency." + name, FieldType::Number, [m](const D& d) { return d.efficiency.*m; },
                     [m](D& d, double v) { d.efficiency.*m = v; }, {}, {}};
   };
+  auto text = [](std::string name, auto get, auto set) {
+    return Field<D>{std::move(name), FieldType::Text, {}, {}, get, set};
+  };
   static const std::vector<Field<D>> f = {
       field("peak_flops", &D::peak_flops),
       field("hbm_bandwidth", &D::hbm_bandwidth),
       field("memory_bytes", &D::memory_bytes),
+      field("fp8_peak_flops", &D::fp8_peak_flops),
+      text(
+          "gemm_shapes",
+          [](const D& d) { return d.gemm_shapes.empty() ? std::string("none") : gemm_table_text(d.gemm_shapes); },
+          [](D& d, const std::string& v) { d.gemm_shapes = parse_gemm_table(v); }),
+      text(
+          "attention_shapes",
+          [](const D& d) {
+            return d.attention_shapes.empty() ? std::string("none") : attention_table_text(d.attention_shapes);
+          },
+          [](D& d, const std::string& v) { d.attention_shapes = parse_attention_table(v); }),
       eff("forward", &EfficiencyTable::forward),
       eff("backward_input", &EfficiencyTable::backward_input),
       eff("backward_weight", &EfficiencyTable::backward_weight),
       eff("attention", &EfficiencyTable::attention),
       eff("memory", &EfficiencyTable::memory),
+      eff("fp8", &EfficiencyTable::fp8),
       eff("op_overhead_s", &EfficiencyTable::op_overhead_s),
       eff("dispatch_s", &EfficiencyTable::dispatch_s),
   };
@@ -42,22 +58,82 @@ const std::vector<Field<DeviceSpec>>& device_fields() {
 }
 
 const std::vector<std::string>& device_preset_names() {
-  static const std::vector<std::string> names{"h100-sxm", "h200", "a100-80g", "cpu", "custom"};
+  static const std::vector<std::string> names{"h100-sxm", "h100-gt500", "h200", "a100-80g", "cpu", "custom"};
   return names;
 }
 
 namespace {
 
-// Uncalibrated GPUs: every matrix multiply at 52% of peak, the per-GPU throughput Megatron-LM sustained end
-// to end on A100s (Narayanan et al. 2021, abstract: 502 petaFLOP/s on 3072 GPUs, 163 TFLOP/s per GPU of 312);
-// an end-to-end figure includes bubbles and communication, so a GEMM reaches at least this much. Memory-bound
-// ops at the datasheet bandwidth. `trainsim calibrate` replaces the table with measured values.
-EfficiencyTable uncalibrated_gpu() {
-  EfficiencyTable e;
-  e.forward = e.backward_input = e.backward_weight = e.attention = 0.52;
+// GEMM throughput by shape on an H100 SXM, BF16 inputs and output: XLA's measured table of cuBLAS GEMMs
+// (openxla/xla via tensorflow/tensorflow, third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h,
+// kDefaultMatmulPTable, key "sm_90", entries with b: 1, flops "bf16xbf16->bf16"), every M, N, K of 256, 512,
+// 1024, 2048 and 4096, divided by the H100's 989.4 TFLOP/s and rounded to 3 digits. The best, 4096^3, is 783
+// TFLOP/s (0.792); the cost model uses each point relative to it (hardware/kernel_tables.h).
+const char* h100_gemm_shapes() {
+  return
+      "256x256x256:0.00652,256x256x512:0.0116,256x256x1024:0.0197,256x256x2048:0.0315,256x256x4096:0.0852,"
+      "256x512x256:0.0116,256x512x512:0.0222,256x512x1024:0.0395,256x512x2048:0.063,256x512x4096:0.0927,"
+      "256x1024x256:0.0229,256x1024x512:0.0423,256x1024x1024:0.0732,256x1024x2048:0.12,256x1024x4096:0.174,"
+      "256x2048x256:0.0423,256x2048x512:0.0791,256x2048x1024:0.14,256x2048x2048:0.218,256x2048x4096:0.289,"
+      "256x4096x256:0.0789,256x4096x512:0.14,256x4096x1024:0.228,256x4096x2048:0.328,256x4096x4096:0.416,"
+      "512x256x256:0.0116,512x256x512:0.022,512x256x1024:0.0397,512x256x2048:0.0608,512x256x4096:0.092,"
+      "512x512x256:0.0219,512x512x512:0.0412,512x512x1024:0.072,512x512x2048:0.116,512x512x4096:0.176,"
+      "512x1024x256:0.0439,512x1024x512:0.0813,512x1024x1024:0.14,512x1024x2048:0.219,512x1024x4096:0.313,"
+      "512x2048x256:0.0802,512x2048x512:0.145,512x2048x1024:0.235,512x2048x2048:0.346,512x2048x4096:0.435,"
+      "512x4096x256:0.136,512x4096x512:0.239,512x4096x1024:0.377,512x4096x2048:0.528,512x4096x4096:0.651,"
+      "1024x256x256:0.0222,1024x256x512:0.0414,1024x256x1024:0.0691,1024x256x2048:0.114,1024x256x4096:0.171,"
+      "1024x512x256:0.0434,1024x512x512:0.0831,1024x512x1024:0.143,1024x512x2048:0.222,1024x512x4096:0.302,"
+      "1024x1024x256:0.0829,1024x1024x512:0.147,1024x1024x1024:0.239,1024x1024x2048:0.354,1024x1024x4096:0.475,"
+      "1024x2048x256:0.141,1024x2048x512:0.24,1024x2048x1024:0.377,1024x2048x2048:0.53,1024x2048x4096:0.661,"
+      "1024x4096x256:0.212,1024x4096x512:0.343,1024x4096x1024:0.496,1024x4096x2048:0.641,1024x4096x4096:0.746,"
+      "2048x256x256:0.044,2048x256x512:0.0781,2048x256x1024:0.137,2048x256x2048:0.218,2048x256x4096:0.311,"
+      "2048x512x256:0.0848,2048x512x512:0.144,2048x512x1024:0.238,2048x512x2048:0.351,2048x512x4096:0.456,"
+      "2048x1024x256:0.143,2048x1024x512:0.241,2048x1024x1024:0.377,2048x1024x2048:0.529,2048x1024x4096:0.66,"
+      "2048x2048x256:0.215,2048x2048x512:0.349,2048x2048x1024:0.499,2048x2048x2048:0.639,2048x2048x4096:0.746,"
+      "2048x4096x256:0.302,2048x4096x512:0.455,2048x4096x1024:0.601,2048x4096x2048:0.723,2048x4096x4096:0.762,"
+      "4096x256x256:0.0831,4096x256x512:0.139,4096x256x1024:0.22,4096x256x2048:0.308,4096x256x4096:0.38,"
+      "4096x512x256:0.144,4096x512x512:0.241,4096x512x1024:0.375,4096x512x2048:0.527,4096x512x4096:0.657,"
+      "4096x1024x256:0.219,4096x1024x512:0.347,4096x1024x1024:0.493,4096x1024x2048:0.639,4096x1024x4096:0.746,"
+      "4096x2048x256:0.307,4096x2048x512:0.452,4096x2048x1024:0.6,4096x2048x2048:0.724,4096x2048x4096:0.767,"
+      "4096x4096x256:0.396,4096x4096x512:0.549,4096x4096x1024:0.685,4096x4096x2048:0.747,4096x4096x4096:0.792";
+}
+
+// Causal FlashAttention-2 (what PyTorch's scaled_dot_product_attention runs on H100 and A100) on an H100 SXM, BF16,
+// FlashAttention's FLOP count, as fractions of 989.4 TFLOP/s, head dimensions 64 and 128, sequence lengths 512
+// to 16k: the FlashAttention-2 bars of Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608), Figure 5 (forward,
+// with causal mask: 180, 229, 262, 284, 295, 299 TFLOP/s at head dimension 64; 191, 260, 298, 319, 333, 335 at
+// 128) and Figure 6 (backward, without causal mask: 198, 238, 264, 279, 287, 291 and 214, 260, 291, 310, 318,
+// 322). The causal backward is the unmasked one times the forward's causal/unmasked ratio at the same point
+// (unmasked forward: 282, 306, 318, 321, 322, 324 and 309, 350, 362, 368, 370, 370).
+const char* h100_attention_shapes() {
+  return
+      "64x512:0.1819/0.1277,64x1024:0.2315/0.18,64x2048:0.2648/0.2198,64x4096:0.287/0.2495,64x8192:0.2982/0.2658,"
+      "64x16384:0.3022/0.2714,128x512:0.193/0.1337,128x1024:0.2628/0.1952,"
+      "128x2048:0.3012/0.2421,128x4096:0.3224/0.2716,128x8192:0.3366/0.2893,128x16384:0.3386/0.2947";
+}
+
+// Causal FlashAttention-2 on an A100: Dao 2023 (FlashAttention-2, arXiv 2307.08691) reports up to 73% of the
+// A100's peak in the forward pass and up to 63% in the backward (§4.1, head dimension 128, long sequences); the
+// H100 table above scaled so that its unmasked best (370 TFLOP/s forward, 322 backward) is those fractions of
+// 312 TFLOP/s: forward x 0.73 / 370, backward x 0.63 / 322 of the H100 TFLOP/s.
+const char* a100_attention_shapes() {
+  return
+      "64x512:0.3551/0.2473,64x1024:0.4518/0.3485,64x2048:0.5169/0.4256,64x4096:0.5603/0.483,64x8192:0.582/0.5144,"
+      "64x16384:0.5899/0.5254,128x512:0.3768/0.2588,128x1024:0.513/0.3779,"
+      "128x2048:0.5879/0.4687,128x4096:0.6294/0.5258,128x8192:0.657/0.56,128x16384:0.6609/0.5704";
+}
+
+// A GPU of the H100 family: the H100 tables, GEMMs at the best shape at the maximum achievable matmul FLOP/s
+// (stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table":
+// H100 SXM, BF16 794.5 of 989 TFLOP/s; FP8 1,402.6 of 1,979), the attention core at the table's best.
+void hopper(DeviceSpec& d, double bf16_mamf, double fp8_mamf) {
+  d.gemm_shapes = parse_gemm_table(h100_gemm_shapes());
+  d.attention_shapes = parse_attention_table(h100_attention_shapes());
+  EfficiencyTable& e = d.efficiency;
+  e.forward = e.backward_input = e.backward_weight = bf16_mamf / d.peak_flops;
+  e.fp8 = fp8_mamf / d.fp8_peak_flops;
+  e.attention = d.attention_shapes.best;
   e.memory = 1;
-  e.op_overhead_s = 0;
-  return e;
 }
 
 }  // namespace
@@ -66,26 +142,45 @@ DeviceSpec device_preset(const std::string& name) {
   DeviceSpec d;
   if (name == "h100-sxm") {
     // NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity, so 989.4
-    // dense (2:4 sparsity doubles the figure); GPU memory 80 GB HBM3 at 3.35 TB/s.
-    d.peak_flops = 989.4e12, d.hbm_bandwidth = 3.35e12, d.memory_bytes = 80e9;
-    d.efficiency = uncalibrated_gpu();
+    // dense (2:4 sparsity doubles the figure); FP8 3,958 with sparsity, 1,978.9 dense; GPU memory 80 GB HBM3 at
+    // 3.35 TB/s.
+    d.peak_flops = 989.4e12, d.hbm_bandwidth = 3.35e12, d.memory_bytes = 80e9, d.fp8_peak_flops = 1978.9e12;
+    hopper(d, 794.5e12, 1402.6e12);
+  } else if (name == "h100-gt500") {
+    // The H100 of Meta's Grand Teton hosts that torchtitan's benchmarks ran on (benchmarks/
+    // llama3_h100_202412_torchtitan.md: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W
+    // power limit"; "the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact value").
+    // Peak: the middle of that bracket, SXM 989.4 dense BF16 (1,978.9 FP8) and H100 NVL 835.5 (1,670.5 FP8;
+    // H100 NVL datasheet: 1,671 and 3,341 TFLOPS with sparsity): 912.5 and 1,824.7 TFLOP/s. GEMMs and attention
+    // at the H100 SXM's fractions of the peak.
+    d.peak_flops = 912.45e12, d.hbm_bandwidth = 2.4e12, d.memory_bytes = 96.0 * (1ull << 30),
+    d.fp8_peak_flops = 1824.7e12;
+    hopper(d, 794.5e12 / 989.4e12 * d.peak_flops, 1402.6e12 / 1978.9e12 * d.fp8_peak_flops);
   } else if (name == "h200") {
     // NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4
-    // dense, the H100's compute); 141 GB HBM3e at 4.8 TB/s.
-    d.peak_flops = 989.4e12, d.hbm_bandwidth = 4.8e12, d.memory_bytes = 141e9;
-    d.efficiency = uncalibrated_gpu();
+    // dense, the H100's compute), FP8 3,958 (1,978.9 dense); 141 GB HBM3e at 4.8 TB/s. Maximum achievable
+    // matmul FLOP/s as the H100's for BF16 ("H200 is the same"), 1,453.4 TFLOP/s for FP8 (ibid.).
+    d.peak_flops = 989.4e12, d.hbm_bandwidth = 4.8e12, d.memory_bytes = 141e9, d.fp8_peak_flops = 1978.9e12;
+    hopper(d, 794.5e12, 1453.4e12);
   } else if (name == "a100-80g") {
     // NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 Tensor Core 312 TFLOPS (624 with sparsity);
-    // 80 GB HBM2e at 2,039 GB/s.
+    // 80 GB HBM2e at 2,039 GB/s; no FP8. GEMMs at the best shape at the maximum achievable matmul FLOP/s, 271.2
+    // of 312 TFLOP/s (ml-engineering's table, A100 SXM); no per-shape A100 table is published in the sources
+    // used, so the H100's shape factors (the same table, relative to its best); attention: the A100 flash table.
     d.peak_flops = 312e12, d.hbm_bandwidth = 2.039e12, d.memory_bytes = 80e9;
-    d.efficiency = uncalibrated_gpu();
+    d.gemm_shapes = parse_gemm_table(h100_gemm_shapes());
+    d.attention_shapes = parse_attention_table(a100_attention_shapes());
+    EfficiencyTable& e = d.efficiency;
+    e.forward = e.backward_input = e.backward_weight = 271.2e12 / d.peak_flops;
+    e.attention = d.attention_shapes.best;
+    e.memory = 1;
   } else if (name == "cpu") {
     // The executor's CPU backend on the development machine (2 cores, idle, fp32 OpenBLAS, one thread per
     // rank), as fitted by `trainsim calibrate` on 3 rounds x 3 traced steps of gpipe and ddp replays with
     // the `small` model on 2026-11-24 (bench/calibration_fidelity.sh; bench/README.md, "Hardware cost
     // model"), rounded to 3 digits. peak_flops and hbm_bandwidth are nominal scales (1e11 FLOP/s, 1e10
     // bytes/s) that the fitted efficiencies are fractions of; memory_bytes a RAM budget for one replay
-    // (8 GiB).
+    // (8 GiB). No kernel tables: every GEMM and attention shape alike.
     d.peak_flops = 1e11, d.hbm_bandwidth = 1e10, d.memory_bytes = 8.0 * (1ull << 30);
     d.efficiency.forward = 0.859, d.efficiency.backward_input = 0.866, d.efficiency.backward_weight = 0.866;
     d.efficiency.attention = 0.859, d.efficiency.memory = 0.878, d.efficiency.op_overhead_s = 2.41e-3;

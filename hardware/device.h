@@ -1,6 +1,8 @@
-// Accelerator descriptions for the hardware cost model (DESIGN §2): peak dense FLOP/s, memory bandwidth and
-// capacity, and the efficiency table that turns FLOPs and bytes into seconds. Calibration
-// (schedules/calibration.h) replaces the table with one fitted to measured traces.
+// Accelerator descriptions for the hardware cost model (DESIGN §2): peak dense FLOP/s (16-bit and FP8), memory
+// bandwidth and capacity, measured kernel tables (GEMM throughput by shape, flash attention by head dimension and
+// sequence length: hardware/kernel_tables.h) and the efficiency table that turns FLOPs and bytes into seconds.
+// Calibration (schedules/calibration.h) fits the efficiency table to measured traces. docs/hardware-model.md
+// gives every preset number's source.
 #pragma once
 
 #include <string>
@@ -9,21 +11,25 @@
 #include <nlohmann/json.hpp>
 
 #include "hardware/fields.h"
+#include "hardware/kernel_tables.h"
 
 namespace trainsim::hw {
 
-/// Fraction of the peak each kind of work reaches, and fixed costs per op.
+/// Fraction of the peak each kind of work reaches at its best shape, and fixed costs per op.
 ///
-/// A compute op's time is gemm_flops / (peak_flops x the pass's efficiency) + attention_flops / (peak_flops x
-/// attention) + bytes / (hbm_bandwidth x memory) + op_overhead_s (hardware/op_costs.h says what each op's
-/// FLOPs and bytes are). Every timed op (compute, send, recv, collective) also takes dispatch_s more
-/// (hardware/cost_model.h).
+/// A compute op's time is, summed over its matrix multiplies, FLOPs / (peak_flops x the pass's efficiency x the
+/// GEMM's shape factor) (FP8 ones at fp8_peak_flops x fp8), plus its attention core's FLOPs / (peak_flops x
+/// attention x the flash kernel's factor for its head dimension and sequence length), plus bytes /
+/// (hbm_bandwidth x memory), plus op_overhead_s (hardware/op_costs.h says what each op's GEMMs, FLOPs and bytes
+/// are; the factors come from the device's kernel tables, 1 without them). Every timed op (compute, send, recv,
+/// collective) also takes dispatch_s more (hardware/cost_model.h).
 struct EfficiencyTable {
   double forward = 1;          ///< matrix multiplies of the forward
   double backward_input = 1;   ///< matrix multiplies of the input-grad half of the backward
   double backward_weight = 1;  ///< matrix multiplies of the weight-grad half
   double attention = 1;        ///< the attention core (QK^T, softmax, attention x V), forward and backward
   double memory = 1;           ///< fraction of hbm_bandwidth reached by memory-bound ops
+  double fp8 = 1;              ///< FP8 matrix multiplies (every pass), a fraction of fp8_peak_flops
   double op_overhead_s = 0;    ///< seconds added to every compute op (launch and scheduling overhead)
   /// Seconds from the moment an op could start (its stream free, its inputs there) to the moment it does,
   /// added to every timed op: thread wake-ups and event waits on the CPU backend, launch latency on a GPU.
@@ -36,9 +42,15 @@ struct EfficiencyTable {
 /// One accelerator.
 struct DeviceSpec {
   std::string preset = "custom";
-  double peak_flops = 0;       ///< peak dense FLOP/s at the model's compute precision
+  double peak_flops = 0;       ///< peak dense FLOP/s at the model's compute precision (BF16)
   double hbm_bandwidth = 0;    ///< memory bandwidth, bytes/s
   double memory_bytes = 0;     ///< memory capacity, bytes (out-of-memory above it)
+  double fp8_peak_flops = 0;   ///< peak dense FP8 FLOP/s; 0: the device has no FP8 tensor cores
+  /// GEMM throughput by shape (field `gemm_shapes`, "MxNxK:fraction,..."); empty: every shape alike.
+  GemmShapeTable gemm_shapes;
+  /// Causal flash attention throughput (field `attention_shapes`, "DxS:forward/backward,..."); empty: the
+  /// attention core's FLOPs at `attention` alone.
+  AttentionTable attention_shapes;
   EfficiencyTable efficiency;
 
   /// Throws SpecError naming `where` and the field.
@@ -47,7 +59,7 @@ struct DeviceSpec {
 };
 
 const std::vector<Field<DeviceSpec>>& device_fields();
-/// h100-sxm, h200, a100-80g, cpu, custom.
+/// h100-sxm, h100-gt500, h200, a100-80g, cpu, custom.
 const std::vector<std::string>& device_preset_names();
 /// Throws SpecError listing the presets.
 DeviceSpec device_preset(const std::string& name);

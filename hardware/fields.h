@@ -86,7 +86,11 @@ void set_field_text(const Field<T>& f, T& v, const std::string& text, const std:
   switch (f.type) {
     case FieldType::Text:
       if (text.empty() || text.find_first_of(" \t=#") != std::string::npos) throw bad("a name without spaces, '=' or '#'");
-      f.set_text(v, text);
+      try {
+        f.set_text(v, text);
+      } catch (const SpecError& e) {  // a structured value (a kernel table) that does not parse
+        throw SpecError(fmt::format("{}: field '{}': {}", where, f.name, e.what()));
+      }
       return;
     case FieldType::Bool:
       if (text == "true") f.set(v, 1);

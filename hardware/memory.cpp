@@ -2,14 +2,22 @@
 
 namespace trainsim::hw {
 
-double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recompute r, int tp, bool sp) {
+double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recompute r, int tp, bool sp,
+                                  Attention attention) {
   const double h = m.hidden, f = m.ffn, a = m.heads, kv = static_cast<double>(m.kv_width()), e = m.activation_bytes;
   const double sbh = s * b * h, t = tp;
   if (r == Recompute::Full) return e * sbh;
+  const double statistics = 4 * a * s * b;  // flash attention's fp32 log-sum-exp per head and token
+  if (r == Recompute::Op) {
+    const double kept = m.gated_ffn ? e * s * b * (h + kv + f) : e * s * b * (h + 2 * kv + f);  // odd mms' outputs
+    const double attention_out = e * sbh + statistics;
+    const double replicated = e * sbh + (m.gated_ffn ? e * sbh : 0);  // the block's input (and w2's output)
+    return (kept + attention_out) / t + replicated / (sp ? t : 1);
+  }
   const double mask = m.dropout ? 1 : 0;
   // Terms split by tensor parallelism (inside the attention and the MLP).
   double split = e * s * b * (h + kv) + e * s * b * kv + e * sbh + (m.gated_ffn ? 3 : 2) * e * s * b * f;
-  double scores = (e + mask * (1 + e)) * a * s * s * b;
+  double scores = attention == Attention::Flash ? statistics : (e + mask * (1 + e)) * a * s * s * b;
   if (r == Recompute::Selective) scores = 0;
   // Terms replicated across tensor-parallel ranks unless sequence parallelism splits them.
   double replicated = e * sbh + mask * sbh + e * sbh + mask * sbh + 2 * e * sbh;
@@ -34,6 +42,12 @@ double TensorSizes::layer_parameters(int l) const {
   const double copy = c.head && tied_copy_ ? static_cast<double>(m.vocab) * m.hidden : 0;
   return c.num_blocks * m.block_parameters() + (c.embedding ? m.embedding_parameters() : 0) +
          (c.head ? m.head_parameters() : 0) + copy;
+}
+
+double TensorSizes::layer_linear_parameters(int l) const {
+  double per_block = 0;
+  for (const Linear& x : block_linears(s_.model)) per_block += x.in * x.out;
+  return layers_.at(l).num_blocks * per_block;
 }
 
 double TensorSizes::wire_bytes(const Tensor& t) const {
@@ -63,9 +77,9 @@ double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here, TpSp
     return wire_bytes(t);
   const LayerContent& c = layers_.at(t.layer);
   const double b = static_cast<double>(s_.microbatch_size) * t.batches.size();
-  const double s = s_.seq_len();
-  double bytes =
-      c.num_blocks * activation_bytes_per_block(s_.model, s, b, s_.recompute, tp.degree, tp.sequence_parallel);
+  const double s = static_cast<double>(s_.seq_len()) / s_.context_parallel;  // this rank's tokens of a sequence
+  double bytes = c.num_blocks * activation_bytes_per_block(s_.model, s, b, s_.recompute, tp.degree,
+                                                           tp.sequence_parallel, s_.attention);
   if (c.head)
     bytes += 2.0 * s * b * s_.model.hidden * s_.model.activation_bytes / (tp.sequence_parallel ? tp.degree : 1);
   if (c.embedding) bytes += wire_bytes(t);  // the token ids; the embedding's output is block 0's input

@@ -20,9 +20,16 @@ namespace trainsim::hw {
 /// With e = 2 (bf16), kv = h, f = 4h and dropout this is sbh(34 + 5as/h). Tensor parallelism over t ranks
 /// divides the Q, K, V, softmax, projection-input and MLP-inner terms by t; sequence parallelism divides the
 /// rest too. Selective recomputation drops the as²b terms; full recomputation keeps only the block's input,
-/// e·sbh (2sbh in bf16), whatever t.
+/// e·sbh (2sbh in bf16), whatever t. That is eager attention (the paper's). Flash attention keeps no s x s
+/// terms but the softmax statistics, one fp32 log-sum-exp per head and token (4·asb; Dao 2023), dropped too by
+/// selective recomputation. Selective op checkpointing (Recompute::Op, torchtitan) keeps the block's input, the
+/// outputs of its odd-numbered matrix multiplies (gated: wq h, wv kv, w1 f, w2 h; GeLU: QKV h + 2kv, fc f) and
+/// the attention's output h with its statistics: e·sb(2h + h + kv + f) + 4·asb for a gated block, e·sb(h + h +
+/// 2kv + h + f) + 4·asb for a GeLU one (split terms over t, the block's input and w2's output over t with
+/// sequence parallelism only). `s` is the tokens of each sequence this rank holds (s/c with context
+/// parallelism: flash attention keeps statistics for its own queries only).
 double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recompute r, int tp = 1,
-                                  bool sequence_parallel = false);
+                                  bool sequence_parallel = false, Attention attention = Attention::Eager);
 
 /// Model states per GPU (bytes) for `params` parameters over `dp` data-parallel ranks under ZeRO `stage`
 /// (0: replicated; 1: optimizer state sharded; 2: and gradients; 3: and weights), with the model's bytes per
@@ -50,6 +57,8 @@ class TensorSizes {
   double layer_parameters(int l) const;
   /// True when the last layer holds a copy of the tied embedding matrix (the constructor's `tied_copy`).
   bool tied_copy() const { return tied_copy_; }
+  /// The weights of layer l's blocks' linear layers (what FP8 training casts; not the norms, embedding or head).
+  double layer_linear_parameters(int l) const;
   /// Bytes of a tensor as it travels (a message, a collective's buffer): weights weight_bytes, optimizer
   /// state master + moments, weight grads grad_bytes per parameter held; A0 the token ids (4 bytes per token),
   /// A_l the hidden states (e·h per token), A_L the fp32 logits (4·V per token; Korthikanti et al. 2022 §4.3),
@@ -62,7 +71,7 @@ class TensorSizes {
   /// Bytes of a resident tensor: wire_bytes, except that the input A_l of a layer whose forward runs on the
   /// rank holding it also holds what that forward saved for the backward (the executor keeps the saved
   /// activations with the input: docs/executor.md): its blocks' activation_bytes_per_block at the forward's
-  /// TP degree and sequence parallelism `tp`, plus for the last layer the final norm's and the LM head's
+  /// TP degree and sequence parallelism `tp` (and the setting's attention and CP degree), plus for the last layer the final norm's and the LM head's
   /// inputs (2·e·h per token; with SP on s/t tokens), plus the token ids for A0. Only the complete A_l (what a
   /// forward reads) holds them: a partial sum or a sequence shard of it is its wire size.
   double resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp = {}) const;

@@ -69,8 +69,8 @@ const std::vector<Field<ModelSpec>>& model_fields() {
 }
 
 const std::vector<std::string>& model_preset_names() {
-  static const std::vector<std::string> names{"gpt2-124m", "gpt2-1.5b", "llama3-8b", "llama3-70b",
-                                              "llama3-405b", "tiny", "small", "custom"};
+  static const std::vector<std::string> names{"gpt2-124m", "gpt2-1.5b", "llama2-13b", "llama2-70b", "llama3-8b",
+                                              "llama3-70b", "llama3-405b", "tiny", "small", "custom"};
   return names;
 }
 
@@ -101,6 +101,18 @@ ModelSpec llama3(int blocks, int hidden, int ffn, int heads) {
   return m;
 }
 
+// Llama 2 (Touvron et al. 2023, "Llama 2: Open Foundation and Fine-Tuned Chat Models", Table 1: context length
+// 4k, grouped-query attention for 70B); the dimensions of the released configurations (meta-llama/Llama-2-13b-hf
+// and Llama-2-70b-hf config.json: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads, vocab_size 32,000), as torchtitan's llama2 configurations train them. RMSNorm, SwiGLU,
+// no biases, untied LM head.
+ModelSpec llama2(int blocks, int hidden, int ffn, int heads, int kv_heads) {
+  ModelSpec m;
+  m.blocks = blocks, m.hidden = hidden, m.heads = heads, m.kv_heads = kv_heads, m.ffn = ffn;
+  m.vocab = 32000, m.seq = 4096;
+  return m;
+}
+
 // The executor's presets (exec/model_config.cpp `preset`, docs/executor.md): the same Llama-style model in
 // fp32 (weights are their own master copy; AdamW keeps m and v), vocabulary 256 (bytes), so that `trainsim
 // sim` and `trainsim replay` describe one model. tests/test_hardware_model.cpp checks them against
@@ -118,6 +130,8 @@ ModelSpec model_preset(const std::string& name) {
   ModelSpec m;
   if (name == "gpt2-124m") m = gpt2(12, 768, 12);
   else if (name == "gpt2-1.5b") m = gpt2(48, 1600, 25);
+  else if (name == "llama2-13b") m = llama2(40, 5120, 13824, 40, 40);
+  else if (name == "llama2-70b") m = llama2(80, 8192, 28672, 64, 8);
   else if (name == "llama3-8b") m = llama3(32, 4096, 14336, 32);
   else if (name == "llama3-70b") m = llama3(80, 8192, 28672, 64);
   else if (name == "llama3-405b") m = llama3(126, 16384, 53248, 128);

@@ -170,9 +170,15 @@ nlohmann::ordered_json to_json(const StepReport& r) {
 
 std::string format_report(const StepReport& r, const HardwareSetting& s, std::size_t rank_lines) {
   std::string out;
-  out += fmt::format("model {} ({:.3g} B parameters), device {}, network {}; microbatch {} x {} tokens, recompute {}\n",
+  // The attention, FP8 and context-parallel settings only when not the defaults (the line as before otherwise).
+  std::string extra;
+  if (s.attention != Attention::Flash) extra += fmt::format(", attention {}", attention_name(s.attention));
+  if (s.elementwise != Elementwise::Fused) extra += fmt::format(", elementwise {}", elementwise_name(s.elementwise));
+  if (s.fp8) extra += s.fp8_all_gather ? ", FP8 linear layers and all-gathers" : ", FP8 linear layers";
+  if (s.context_parallel > 1) extra += fmt::format(", context parallel {}", s.context_parallel);
+  out += fmt::format("model {} ({:.3g} B parameters), device {}, network {}; microbatch {} x {} tokens, recompute {}{}\n",
                      s.model.preset, s.model.parameters() / 1e9, s.device.preset, s.network.preset, s.microbatch_size,
-                     s.seq_len(), recompute_name(s.recompute));
+                     s.seq_len(), recompute_name(s.recompute), extra);
   out += fmt::format("step time {:.6g} s   tokens/s {:.6g}   tokens/s per GPU {:.6g}   MFU {:.1f}%\n", r.step_time_s,
                      r.tokens_per_s, r.tokens_per_s_per_gpu, 100 * r.mfu);
   out += fmt::format("bubble {:.1f}%   exposed communication {:.6g} s ({:.1f}% of the step)\n", 100 * r.bubble_fraction,

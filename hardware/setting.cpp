@@ -13,6 +13,7 @@ const char* recompute_name(Recompute r) {
     case Recompute::None: return "none";
     case Recompute::Selective: return "selective";
     case Recompute::Full: return "full";
+    case Recompute::Op: return "op";
   }
   return "none";
 }
@@ -21,7 +22,43 @@ Recompute recompute_from_name(const std::string& name, const std::string& where)
   if (name == "none") return Recompute::None;
   if (name == "selective") return Recompute::Selective;
   if (name == "full") return Recompute::Full;
-  throw SpecError(fmt::format("{}: expected none, selective or full, got '{}'", where, name));
+  if (name == "op") return Recompute::Op;
+  throw SpecError(fmt::format("{}: expected none, selective, full or op, got '{}'", where, name));
+}
+
+const char* attention_name(Attention a) { return a == Attention::Eager ? "eager" : "flash"; }
+
+Attention attention_from_name(const std::string& name, const std::string& where) {
+  if (name == "flash") return Attention::Flash;
+  if (name == "eager") return Attention::Eager;
+  throw SpecError(fmt::format("{}: expected flash or eager, got '{}'", where, name));
+}
+
+const char* elementwise_name(Elementwise e) { return e == Elementwise::Eager ? "eager" : "fused"; }
+
+Elementwise elementwise_from_name(const std::string& name, const std::string& where) {
+  if (name == "fused") return Elementwise::Fused;
+  if (name == "eager") return Elementwise::Eager;
+  throw SpecError(fmt::format("{}: expected fused or eager, got '{}'", where, name));
+}
+
+void HardwareSetting::validate(const std::string& where) const {
+  if (context_parallel < 1)
+    throw SpecError(fmt::format("{}: the context-parallel degree must be at least 1, got {}", where, context_parallel));
+  if (context_parallel > 1 && attention == Attention::Eager)
+    throw SpecError(fmt::format("{}: context parallelism runs ring attention on flash attention kernels; eager "
+                                "attention (--attention eager) cannot be split over a CP group",
+                                where));
+  if (context_parallel > 1 && seq_len() % context_parallel != 0)
+    throw SpecError(fmt::format("{}: the sequence length {} does not split into {} equal context-parallel chunks",
+                                where, seq_len(), context_parallel));
+  if (fp8_all_gather && !fp8)
+    throw SpecError(fmt::format("{}: FP8 all-gather (torchao's enable_fsdp_float8_all_gather) goes with FP8 linear "
+                                "layers (fp8)",
+                                where));
+  if (fp8 && device.fp8_peak_flops <= 0)
+    throw SpecError(fmt::format("{}: FP8 needs a device with FP8 tensor cores; '{}' has no fp8_peak_flops", where,
+                                device.preset));
 }
 
 std::string spec_text(const ModelSpec& m) { return m.preset + overrides_text(model_fields(), m, model_preset(m.preset)); }

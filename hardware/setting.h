@@ -14,12 +14,30 @@ namespace trainsim::hw {
 
 /// Activation recomputation (Korthikanti et al. 2022): none, selective (the attention core is recomputed in
 /// the backward, its s² activations are not kept), full (only each block's input is kept; the backward
-/// recomputes the block's forward first).
-enum class Recompute { None, Selective, Full };
+/// recomputes the block's forward first), op (torchtitan's selective op checkpointing, `--activation_checkpoint.
+/// selective_ac_option op`: every other matrix multiply's output and the attention's output are kept, the rest
+/// of the block recomputed; hardware/op_costs.h).
+enum class Recompute { None, Selective, Full, Op };
 
 const char* recompute_name(Recompute r);
-/// "none", "selective" or "full"; throws SpecError naming `where`.
+/// "none", "selective", "full" or "op"; throws SpecError naming `where`.
 Recompute recompute_from_name(const std::string& name, const std::string& where);
+
+/// How the attention core runs: flash (FlashAttention: no s x s scores kept, softmax statistics only; its time
+/// from the device's flash attention table), eager (QK^T, softmax and attention x V as separate kernels, the
+/// scores and probabilities kept for the backward unless recomputed).
+enum class Attention { Flash, Eager };
+const char* attention_name(Attention a);
+
+/// How the elementwise ops (norms, residual adds, the MLP activation, rotary embedding) run: fused (one kernel
+/// each: torch.compile, Megatron-LM's fused kernels) or eager (PyTorch without torch.compile: every operation of
+/// the model's code a kernel of its own; hardware/op_costs.h).
+enum class Elementwise { Fused, Eager };
+const char* elementwise_name(Elementwise e);
+/// "fused" or "eager"; throws SpecError naming `where`.
+Elementwise elementwise_from_name(const std::string& name, const std::string& where);
+/// "flash" or "eager"; throws SpecError naming `where`.
+Attention attention_from_name(const std::string& name, const std::string& where);
 
 /// Everything the hardware cost model needs besides the schedule.
 struct HardwareSetting {
@@ -29,11 +47,29 @@ struct HardwareSetting {
   int microbatch_size = 1;  ///< sequences per microbatch (b)
   int seq = 0;              ///< tokens per sequence (s); 0 = the model's default
   Recompute recompute = Recompute::None;
+  Attention attention = Attention::Flash;
+  Elementwise elementwise = Elementwise::Fused;
+  /// FP8 linear layers (torchao's float8 training with dynamic scaling, as torchtitan's --float8 runs it):
+  /// every block's matrix multiplies at the device's FP8 peak (the LM head stays in BF16).
+  bool fp8 = false;
+  /// FSDP all-gathers the weights in FP8 (torchao's enable_fsdp_float8_all_gather): a weight all-gather moves
+  /// one byte per parameter.
+  bool fp8_all_gather = false;
+  /// Context parallelism: each sequence split over this many ranks (a CP group, header groups named cp...),
+  /// which run ring attention over it (hardware/op_costs.h). 1: none.
+  int context_parallel = 1;
 
   /// The sequence length in use: seq, or the model's when 0.
   int seq_len() const { return seq > 0 ? seq : model.seq; }
-  /// Tokens of one microbatch: b·s.
-  double tokens_per_microbatch() const { return static_cast<double>(microbatch_size) * seq_len(); }
+  /// Tokens one op of one microbatch works on: b·s, divided by the CP degree.
+  double tokens_per_microbatch() const {
+    return static_cast<double>(microbatch_size) * seq_len() / context_parallel;
+  }
+  /// Tokens of one microbatch whatever the CP degree: b·s.
+  double tokens_per_sequence_batch() const { return static_cast<double>(microbatch_size) * seq_len(); }
+  /// Throws SpecError naming `where` for settings that do not go together (FP8 on a device without FP8,
+  /// eager attention with context parallelism, a CP degree below 1).
+  void validate(const std::string& where) const;
 
   friend bool operator==(const HardwareSetting&, const HardwareSetting&) = default;
 };

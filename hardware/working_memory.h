@@ -1,6 +1,6 @@
 // What an op holds beyond what is resident when it starts: the memory a prediction of a device allocator's
 // peak adds to the simulator's samples, which are taken as each op starts (docs/executor.md §4). For trainsim's
-// executor (exec/model.cpp) in its element size e (activation_bytes), per op of `n` tokens on a TP slice of t
+// executor (exec/model.cpp: eager attention, Attention::Eager) in its element size e (activation_bytes), per op of `n` tokens on a TP slice of t
 // (h the hidden size, f = ffn/t, q = heads·head_dim/t the attention width, a = heads/t, s the sequence length):
 //
 // - its outputs (the tensors it writes, at their wire size: TensorSizes::wire_bytes), allocated as it starts;

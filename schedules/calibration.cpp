@@ -242,15 +242,21 @@ Calibration calibrate(const std::vector<std::string>& files, const hw::HardwareS
     }
     return flops > 0 && time > 0 ? std::clamp(flops / (peak * time), 1e-6, 1.0) : 0.0;
   };
-  double fwd = fit_pass([](const hw::Work& w) { return w.forward_flops + w.attention_flops; },
+  // Each op's FLOPs as the device's kernel tables weigh them (hardware/op_costs.h, Work::*_weighted: a GEMM's FLOPs
+  // over its shape factor; equal to the FLOPs on a device without tables), so that the fitted efficiencies are
+  // those at the best shape: the same table the cost model reads.
+  double fwd = fit_pass([](const hw::Work& w) { return w.forward_weighted + w.attention_forward_weighted; },
                         [](const hw::Work&) { return 0.0; }, [](OpKind k) { return k == OpKind::Forward; });
   if (fwd > 0) e.forward = e.attention = fwd;
-  auto attention_time = [&](const hw::Work& w) { return w.attention_flops / (peak * e.attention) + w.forward_flops / (peak * e.forward); };
-  double bi = fit_pass([](const hw::Work& w) { return w.backward_input_flops; }, attention_time,
+  auto attention_time = [&](const hw::Work& w) {
+    return (w.attention_forward_weighted + w.attention_backward_weighted) / (peak * e.attention) +
+           w.forward_weighted / (peak * e.forward);
+  };
+  double bi = fit_pass([](const hw::Work& w) { return w.backward_input_weighted; }, attention_time,
                        [](OpKind k) { return k == OpKind::BackwardInput; });
-  double bwt = fit_pass([](const hw::Work& w) { return w.backward_weight_flops; }, attention_time,
+  double bwt = fit_pass([](const hw::Work& w) { return w.backward_weight_weighted; }, attention_time,
                         [](OpKind k) { return k == OpKind::BackwardWeight; });
-  double full = fit_pass([](const hw::Work& w) { return w.backward_input_flops + w.backward_weight_flops; },
+  double full = fit_pass([](const hw::Work& w) { return w.backward_input_weighted + w.backward_weight_weighted; },
                          attention_time, [](OpKind k) { return k == OpKind::Backward; });
   e.backward_input = bi > 0 ? bi : full > 0 ? full : e.backward_input;
   e.backward_weight = bwt > 0 ? bwt : full > 0 ? full : e.backward_weight;

@@ -23,6 +23,9 @@ struct GenOptions {
   int pp = 1;               ///< 3d: pipeline stages
   bool sequence_parallel = false;  ///< tp, 3d: sequence parallelism (reduce-scatter / all-gather over the TP group)
   int zero = 0;             ///< 3d: data parallelism: 0 plain (DDP), 1 ZeRO-1 (as zero1), 3 FSDP of each TP slice
+  /// 3d: context parallelism, ranks splitting each sequence (CP groups cp0, cp1, ... next to the TP groups in the
+  /// rank order; grads reduced over dp x cp)
+  int cp = 1;
   std::string schedule = "1f1b";  ///< 3d: the pipeline order: 1f1b, interleaved-1f1b (with chunks) or zb-h1
   /// A stage layout (hardware/stage_layout.h, Megatron-LM's --pipeline-model-parallel-layout, e.g.
   /// "Et*3|t*4|t*4|t*3L"): one stage per schedule layer, written to the header's `layout` line. "": none (the
@@ -33,8 +36,8 @@ struct GenOptions {
 /// The generator kinds: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zbv, dualpipev, interleaved-zb, ddp,
 /// zero1, zero2, fsdp, zero3-owner, pp-fsdp, tp, 3d. zero3-owner: ZeRO-3 sharded between tensors, `dp` ranks,
 /// layer l owned whole by rank l mod dp (broadcast before each use, grads reduced to the owner; .sched version
-/// 2). tp: `tp` ranks splitting every layer (Megatron-LM's tensor parallelism); 3d: tp x pp x dp ranks,
-/// rank = tp + T * (dp + D * pp) (docs/design.md, "Tensor parallelism"). zbv and dualpipev: `stages` ranks holding 2 x stages layers in V placement
+/// 2). tp: `tp` ranks splitting every layer (Megatron-LM's tensor parallelism); 3d: tp x cp x dp x pp ranks,
+/// rank = tp + T * (cp + C * (dp + D * pp)) (docs/design.md, "Tensor parallelism"; C = 1 without --cp). zbv and dualpipev: `stages` ranks holding 2 x stages layers in V placement
 /// (PyTorch's ScheduleZBVZeroBubble and ScheduleDualPipeV; dualpipev needs microbatches >= 2 x stages);
 /// interleaved-zb: `chunks` looped chunks per rank (PyTorch's ScheduleInterleavedZeroBubble).
 /// interleaved-1f1b follows Megatron-LM when the microbatches are a multiple of the stages and PyTorch's

@@ -275,8 +275,8 @@ class Parser {
       group_name_at_.push_back({line_no_, toks[2]});  // where a TP group conflict is reported (check_header)
     } else {
       fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
-                                "model, device, network, microbatch_size, seq, recompute, p2p, stage_map, layout, group "
-                                "or rank)",
+                                "model, device, network, microbatch_size, seq, recompute, attention, elementwise, fp8, "
+                                "context_parallel, p2p, stage_map, layout, group or rank)",
                                 shown(key)));
     }
     seen.emplace(key);
@@ -284,7 +284,7 @@ class Parser {
 
   static bool is_hardware_key(std::string_view key) {
     return key == "model" || key == "device" || key == "network" || key == "microbatch_size" || key == "seq" ||
-           key == "recompute";
+           key == "recompute" || key == "attention" || key == "elementwise" || key == "fp8" || key == "context_parallel";
   }
 
   // One line of the `cost_model hardware` block: kept until the header ends (check_header builds the setting).
@@ -335,6 +335,19 @@ class Parser {
       if (hs.seq < 1) fail(t[1], "seq must be at least 1");
     });
     guarded("recompute", [&](const auto& t) { hs.recompute = hw::recompute_from_name(std::string(t[1].text), "recompute"); });
+    guarded("attention", [&](const auto& t) { hs.attention = hw::attention_from_name(std::string(t[1].text), "attention"); });
+    guarded("elementwise", [&](const auto& t) {
+      hs.elementwise = hw::elementwise_from_name(std::string(t[1].text), "elementwise");
+    });
+    guarded("fp8", [&](const auto& t) {
+      hs.fp8 = true;
+      if (t[1].text == "linear+all-gather") hs.fp8_all_gather = true;
+      else if (t[1].text != "linear") fail(t[1], "fp8: expected linear or linear+all-gather");
+    });
+    guarded("context_parallel", [&](const auto& t) {
+      hs.context_parallel = integer(t[1], "a context-parallel degree");
+      if (hs.context_parallel < 1) fail(t[1], "context_parallel must be at least 1");
+    });
     guarded("model", [&](const auto& t) {
       if (h.layout && h.layout->blocks() != hs.model.blocks)
         fail(t[1], fmt::format("the model has {} blocks but the layout '{}' holds {} (set blocks={} or change the "
@@ -344,6 +357,8 @@ class Parser {
         fail(t[1], fmt::format("the model has {} blocks but the schedule has {} layers (each layer needs a block)",
                                hs.model.blocks, h.layers));
     });
+    for (const char* key : {"context_parallel", "fp8", "attention"})
+      guarded(key, [&](const auto&) { hs.validate(key); });
     line_no_ = saved_line;
     h.hardware = hs;
   }
@@ -497,11 +512,20 @@ class Parser {
   int line_no_ = 0;
 };
 
-// The `cost_model hardware` block, indented under its line, every field given (canonical).
+// The `cost_model hardware` block, indented under its line, every field given (canonical); attention, elementwise,
+// fp8 and context_parallel only when they are not the default (flash, fused, none, 1), so that older schedules
+// print as they did.
 std::string print_hardware_block(const hw::HardwareSetting& hs) {
-  return fmt::format("  model {}\n  device {}\n  network {}\n  microbatch_size {}\n  seq {}\n  recompute {}\n",
-                     hw::spec_text(hs.model), hw::spec_text(hs.device), hw::spec_text(hs.network), hs.microbatch_size,
-                     hs.seq_len(), hw::recompute_name(hs.recompute));
+  std::string out =
+      fmt::format("  model {}\n  device {}\n  network {}\n  microbatch_size {}\n  seq {}\n  recompute {}\n",
+                  hw::spec_text(hs.model), hw::spec_text(hs.device), hw::spec_text(hs.network), hs.microbatch_size,
+                  hs.seq_len(), hw::recompute_name(hs.recompute));
+  if (hs.attention != hw::Attention::Flash) out += fmt::format("  attention {}\n", hw::attention_name(hs.attention));
+  if (hs.elementwise != hw::Elementwise::Fused)
+    out += fmt::format("  elementwise {}\n", hw::elementwise_name(hs.elementwise));
+  if (hs.fp8) out += hs.fp8_all_gather ? "  fp8 linear+all-gather\n" : "  fp8 linear\n";
+  if (hs.context_parallel != 1) out += fmt::format("  context_parallel {}\n", hs.context_parallel);
+  return out;
 }
 
 std::string tensors(std::span<const Tensor> ts) {

@@ -3,6 +3,7 @@
 // the presets' parameter counts.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "exec/model_config.h"
@@ -139,7 +140,63 @@ TEST_CASE("ring collectives follow the alpha-beta formulas and nccl-tests' bus b
   CHECK(collective_seconds(Collective::AllReduce, 1, S, link) == 0);
 }
 
-TEST_CASE("the cost model picks intra- or inter-node links from where the group's ranks sit") {
+TEST_CASE("NCCL's algorithm choice: ring, tree and NVLS by message size and node count") {
+  // hardware/comm.h: NCCL's tuning model (src/graph/tuning.cc) for the Simple protocol, with nvlink8-ib400's
+  // numbers written out: NVLink bus 370.8 GB/s, NIC 50 GB/s, NVLS 480 GB/s; latencies 3.4 us (ring step, NVLink),
+  // 14 us (ring step, network), 8.4 us (ring call), 28 us (tree hop, tree level), 23 us (NVLS call).
+  const NetworkSpec net = network_preset("nvlink8-ib400");
+  const double nvlink = 370.8e9, nic = 50e9, nvls = 480e9, S = 256e6;
+  auto shape = [&](int first, int count, int stride) {
+    std::vector<int> r;
+    for (int i = 0; i < count; ++i) r.push_back(first + i * stride);
+    return net.shape_of(r);
+  };
+  // One node, 8 ranks: all-reduce over NVLS (2·7/8·S/480 GB/s + 23 us beats the ring's 2·7/8·S/370.8 GB/s).
+  const GroupShape node = shape(0, 8, 1);
+  CHECK(node.nodes == 1);
+  CHECK(node.ranks_per_node == 8);
+  CollectiveTime ar = nccl_collective(Collective::AllReduce, node, S, net);
+  CHECK(ar.algorithm == NcclAlgorithm::Nvls);
+  CHECK(ar.seconds == doctest::Approx(23e-6 + 2 * 7.0 / 8 * S / nvls));
+  // ... the all-gather has no NVLS: the ring.
+  CollectiveTime ag = nccl_collective(Collective::AllGather, node, S, net);
+  CHECK(ag.algorithm == NcclAlgorithm::Ring);
+  CHECK(ag.seconds == doctest::Approx(8.4e-6 + 7 * 3.4e-6 + 7.0 / 8 * S / nvlink));
+  // Without NVLink SHARP (the A100 cluster preset): the ring, at 240 GB/s.
+  const NetworkSpec a100 = network_preset("nvlink8-ib200");
+  CHECK(nccl_collective(Collective::AllReduce, node, S, a100).algorithm == NcclAlgorithm::Ring);
+  CHECK(nccl_collective(Collective::AllReduce, node, S, a100).seconds ==
+        doctest::Approx(8.4e-6 + 14 * 3.4e-6 + 2 * 7.0 / 8 * S / 240e9));
+  // Rail-optimised: 4 ranks of each of 4 nodes use their 4 NICs (200 GB/s), not one.
+  const GroupShape four = shape(0, 16, 1);
+  CHECK(ring_bus_bandwidth(net.shape_of({0, 1, 2, 3, 8, 9, 10, 11}), net) == doctest::Approx(4 * nic));
+  CHECK(ring_bus_bandwidth(four, net) == doctest::Approx(nvlink));  // 8 NICs (400 GB/s), NVLink the cap
+  // One rank per node (a data-parallel group under TP 8): one NIC each. 64 nodes, all-reduce: the ring's
+  // 2·63 steps of 14 us make the tree faster for small messages, the ring's bandwidth wins for large ones.
+  const GroupShape dp = shape(0, 64, 8);
+  CHECK(dp.nodes == 64);
+  CHECK(dp.ranks_per_node == 1);
+  CHECK(ring_bus_bandwidth(dp, net) == doctest::Approx(nic));
+  const double ring_latency = 8.4e-6 + 2 * 63 * 14e-6, tree_latency = 2 * (0 * 28e-6 + 6 * 28e-6);
+  const double small = 4e6, large = 4e9;
+  CollectiveTime t_small = nccl_collective(Collective::AllReduce, dp, small, net);
+  CHECK(t_small.algorithm == NcclAlgorithm::Tree);
+  CHECK(t_small.seconds == doctest::Approx(tree_latency + small / (0.5 * 0.92 * nic)));
+  CollectiveTime t_large = nccl_collective(Collective::AllReduce, dp, large, net);
+  CHECK(t_large.algorithm == NcclAlgorithm::Ring);
+  CHECK(t_large.seconds == doctest::Approx(ring_latency + 2 * 63.0 / 64 * large / nic));
+  // One rank: nothing to do.
+  CHECK(nccl_collective(Collective::AllReduce, shape(0, 1, 1), S, net).seconds == 0);
+  // The cpu network is one node with no fixed costs: the ring formulas of DESIGN §2, as before.
+  const NetworkSpec cpu = network_preset("cpu");
+  const GroupShape two = cpu.shape_of({0, 1});
+  CHECK(nccl_collective(Collective::AllReduce, two, S, cpu).seconds ==
+        doctest::Approx(collective_seconds(Collective::AllReduce, 2, S, {0, 4.21e9})));
+  CHECK(nccl_collective(Collective::Broadcast, two, S, cpu).seconds ==
+        doctest::Approx(collective_seconds(Collective::Broadcast, 2, S, {0, 4.21e9})));
+}
+
+TEST_CASE("the cost model times collectives and sends from where the group's ranks sit") {
   HardwareSetting s;
   s.model = model_preset("llama3-8b");
   s.device = device_preset("h100-sxm");
@@ -151,22 +208,34 @@ TEST_CASE("the cost model picks intra- or inter-node links from where the group'
   groups[2] = {0, 8};
   HardwareCostModel cost(s, 4, 16, groups);
   const double w = cost.sizes().wire_bytes(weight_tensor(1));
+  // nvlink8-ib400 (hardware/network.cpp): NVLink bus bandwidth 18 x 20.6 GB/s, 3.4 us per ring step inside a
+  // node, 14 us per step between nodes, 8.4 us per ring call, one 50 GB/s NIC per GPU.
+  const double nvlink = 18 * 20.6e9, nic = 50e9;
   Op ag;
   ag.kind = OpKind::AllGather, ag.layer = 1, ag.group = 1;
   ag.reads = {weight_tensor(1, IdSet{0}, 8)};
   ag.writes = {weight_tensor(1, IdSet::range(0, 8), 8)};
-  CHECK(cost.seconds_of(ag, 8) == doctest::Approx(collective_seconds(Collective::AllGather, 8, w, {3.4e-6, 450e9})));
+  // Eight ranks of one node: a ring over NVLink, 7 steps.
+  CHECK(cost.seconds_of(ag, 8) == doctest::Approx(8.4e-6 + 7 * 3.4e-6 + 7.0 / 8 * w / nvlink));
+  // One rank on each of two nodes: one step across, over the rank's own NIC.
   ag.group = 2;
   ag.reads = {weight_tensor(1, IdSet{0}, 2)};
   ag.writes = {weight_tensor(1, IdSet::range(0, 2), 2)};
-  CHECK(cost.seconds_of(ag, 2) == doctest::Approx(collective_seconds(Collective::AllGather, 2, w, {14e-6, 50e9})));
+  CHECK(cost.seconds_of(ag, 2) == doctest::Approx(8.4e-6 + 14e-6 + 0.5 * w / nic));
+  // Sixteen ranks on two nodes: every NIC of each node (8 x 50 GB/s), capped by NVLink: 7 steps of 8 cross
+  // nothing, 1 crosses, 15 in all.
+  ag.group = 0;
+  ag.reads = {weight_tensor(1, IdSet{0}, 16)};
+  ag.writes = {weight_tensor(1, IdSet::range(0, 16), 16)};
+  CHECK(cost.seconds_of(ag, 16) ==
+        doctest::Approx(8.4e-6 + 14 * 3.4e-6 + 1 * 14e-6 + 15.0 / 16 * w / std::min(nvlink, 8 * nic)));
   Op send;
   send.kind = OpKind::Send, send.rank = 0, send.peer = 1;
   send.reads = {activation_tensor(2, IdSet{0})};
   const double a = 8192.0 * 4096 * 2;  // one sequence of hidden states in bf16
-  CHECK(cost.seconds_of(send, 1) == doctest::Approx(3.4e-6 + a / 450e9));
+  CHECK(cost.seconds_of(send, 1) == doctest::Approx(3.4e-6 + a / nvlink));
   send.peer = 9;
-  CHECK(cost.seconds_of(send, 1) == doctest::Approx(14e-6 + a / 50e9));
+  CHECK(cost.seconds_of(send, 1) == doctest::Approx(14e-6 + a / nic));
   Op recv = send;
   recv.kind = OpKind::Recv;
   CHECK(cost.seconds_of(recv, 1) == 0);  // the send carries the transfer
@@ -216,7 +285,7 @@ TEST_CASE("JSON descriptions: overrides, and errors naming the file and the fiel
   CHECK(m.hidden == 4096);
   DeviceSpec d = device_from_json(nlohmann::json::parse(R"({"preset":"h100-sxm","efficiency":{"forward":0.7}})"), "d.json");
   CHECK(d.efficiency.forward == 0.7);
-  CHECK(d.efficiency.backward_input == 0.52);
+  CHECK(d.efficiency.backward_input == 794.5e12 / 989.4e12);  // the preset's (the MAMF of an H100 SXM)
   auto message = [](auto f) {
     try {
       f();

@@ -28,11 +28,20 @@ ModelSpec gpt(int blocks, int hidden, int heads, int vocab) {
   return m;
 }
 
+// nvlink8-ib400 with NCCL's ring alone and no fixed cost per call, so that a collective takes the ring formulas
+// of DESIGN §2 (an all-reduce the time of a reduce-scatter plus an all-gather): these tests count the TP
+// collectives; NCCL's choice among ring, tree and NVLS is tests/test_hardware_model.cpp's.
+NetworkSpec ring_network() {
+  NetworkSpec n = network_preset("nvlink8-ib400");
+  n.nvls_bandwidth = 0, n.collective_latency_s = 0;
+  return n;
+}
+
 HardwareSetting setting(ModelSpec m, int microbatch_size, Recompute r = Recompute::None) {
   HardwareSetting s;
   s.model = std::move(m);
   s.device = device_preset("h100-sxm");
-  s.network = network_preset("nvlink8-ib400");
+  s.network = ring_network();
   s.microbatch_size = microbatch_size;
   s.recompute = r;
   return s;
@@ -133,7 +142,7 @@ TEST_CASE("TP: Megatron's 4 all-reduces of b·s·h per block and microbatch, for
   // vocabulary-parallel cross-entropy three of b·s fp32 values (max, target logit, sum of exponentials). With
   // sequence parallelism each all-reduce is an all-gather plus a reduce-scatter of the same volume: the same
   // time under the ring formulas. A ring all-reduce of S bytes over n ranks: 2(n-1)·alpha + 2((n-1)/n)·S/B.
-  const NetworkSpec net = network_preset("nvlink8-ib400");
+  const NetworkSpec net = ring_network();
   const double alpha = net.intra_latency_s, bw = net.intra_bandwidth;  // the TP group sits in one node
   auto all_reduce = [&](int n, double S) { return 2 * (n - 1) * alpha + 2 * (n - 1.0) / n * S / bw; };
   for (int t : {2, 4, 8}) {
@@ -195,7 +204,9 @@ TEST_CASE("TP: a TP rank's saved activations follow Korthikanti et al. 2022, Tab
     for (Recompute r : {Recompute::None, Recompute::Selective}) {
       CAPTURE(sp);
       CAPTURE(recompute_name(r));
-      Schedule sch = tp_schedule(8, 3, 1, sp, setting(gpt(3, 12288, 96, 51200), 1, r));
+      HardwareSetting hs = setting(gpt(3, 12288, 96, 51200), 1, r);
+      hs.attention = Attention::Eager;  // the paper's attention keeps its s x s scores (flash keeps none)
+      Schedule sch = tp_schedule(8, 3, 1, sp, hs);
       auto cost = cost_of(sch);
       const double attention = r == Recompute::None ? 5 * a * s / (h * t) : 0;
       const double table2 = sp ? sbh * (34 / t + attention) : sbh * (10 + 24 / t + attention);
@@ -239,7 +250,7 @@ TEST_CASE("TP: compute ops do 1/t of the work; explicit TP collectives take the 
   Schedule s = tp_schedule(t, 2, 1, false, hs);
   auto cost = cost_of(s);
   const HardwareCostModel& c = hw_cost(cost);
-  const NetworkSpec net = network_preset("nvlink8-ib400");
+  const NetworkSpec net = ring_network();
   const double bsh = b * 2048.0 * 4096 * 2;
   for (const Op& op : s.ranks[1]) {
     CAPTURE(op.label());

@@ -39,7 +39,8 @@ long long check_size(const std::string& kind, const GenOptions& o) {
   if (tensor_parallel) gen::require_tp_degree(kind, o.tp);  // before the ranks it multiplies
   if (tensor_parallel) {  // tp: tp ranks; 3d: tp x pp x dp ranks, each TP rank doing every pass of its pipeline
     const bool three_d = kind == "3d";
-    const long long pp = three_d ? pos(o.pp) : 1, dp = three_d ? pos(o.dp) : 1;
+    // Context parallelism (3d --cp) multiplies the data-parallel replicas: each CP rank runs its own microbatches.
+    const long long pp = three_d ? pos(o.pp) : 1, dp = three_d ? mul(pos(o.dp), pos(o.cp)) : 1;
     const long long chunks = three_d ? pos(o.chunks) : 1;
     world = mul(mul(pos(o.tp), pp), dp);
     layers = o.layers != 0 ? pos(o.layers) : mul(pp, chunks) == 1 ? 4 : mul(pp, chunks);

@@ -13,6 +13,15 @@
 // with the backward: plain DDP (all-reduce of each slice's grads), --zero 1 (as gen zero1) or --zero 3 (FSDP
 // of each TP slice, W_l<j/T>[d/D], gathered before the first pass and kept until the layer's last backward,
 // torchtitan's reshard_after_forward=False under pipelining; the grads reduce-scattered).
+//
+// gen 3d --cp C: context parallelism. Ranks T x C x D x P, rank = tp + T * (cp + C * (dp + D * pp)): CP next to TP,
+// as Megatron-LM's default rank order "tp-cp-ep-dp-pp" and torchtitan's mesh ["pp", "dp_replicate", "dp_shard",
+// "cp", "tp"] place it, so a CP group (header groups cp0, cp1, ...: ranks tp + T * (c + C * k), c = 0..C-1) sits in
+// a node when T x C fits. Each CP rank runs the pipeline's order on its own microbatch ids, as a data-parallel
+// replica would: the schedule is the one of --dp D x C, and the hardware setting's context_parallel (set by gen
+// --cp) makes each op work on 1/C of every sequence's tokens with ring attention over its CP group
+// (hardware/op_costs.h). The data-parallel groups dp<k> hold all D x C replicas: grads are reduced over DP x CP,
+// as both frameworks do.
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -24,7 +33,7 @@ namespace trainsim::gen {
 namespace {
 
 struct Shape {
-  int tp, pp, dp, chunks, layers, microbatches;
+  int tp, pp, dp, chunks, layers, microbatches, cp;
 };
 
 // Checks the options of `kind` (tp or 3d) and returns the shape they ask for.
@@ -32,6 +41,7 @@ Shape check_options(const std::string& kind, const GenOptions& o, int pp, int dp
   require_tp_degree(kind, o.tp);
   require_at_least(kind, "pp", pp, 1);
   require_at_least(kind, "dp", dp, 1);
+  require_at_least(kind, "cp", o.cp, 1);
   require_at_least(kind, "microbatches", o.microbatches, 1);
   require_at_least(kind, "chunks", o.chunks, 1);
   require_at_least(kind, "layers", o.layers, 0);
@@ -53,11 +63,12 @@ Shape check_options(const std::string& kind, const GenOptions& o, int pp, int dp
     throw std::invalid_argument(fmt::format(
         "{}: --layers {} does not split evenly into {} stage chunks (--pp {} x --chunks {}); choose a multiple of {}",
         kind, layers, chunks_total, pp, o.chunks, chunks_total));
-  return Shape{o.tp, pp, dp, o.chunks, layers, o.microbatches};
+  return Shape{o.tp, pp, dp, o.chunks, layers, o.microbatches, o.cp};
 }
 
 std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
-  const int T = sh.tp, P = sh.pp, D = sh.dp, V = sh.chunks, L = sh.layers, M = sh.microbatches;
+  // D counts every data-parallel replica: dp x cp (a CP rank is a replica with its own microbatch ids).
+  const int T = sh.tp, P = sh.pp, C = sh.cp, D = sh.dp * sh.cp, V = sh.chunks, L = sh.layers, M = sh.microbatches;
   const int per_chunk = L / (P * V);
   // The order of one pipeline, one layer per stage chunk, on microbatches 0..M-1.
   const PipelinePlan order = o.schedule == "zb-h1"              ? plan_zb_h1(P, M)
@@ -85,7 +96,7 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
           out.push_back({st.pass, layer, st.mb + d * M});
         }
     }
-  // Header groups: the TP groups, then the data-parallel groups.
+  // Header groups: the TP groups, the CP groups, then the data-parallel groups.
   if (T > 1)
     for (int k = 0; k < P * D; ++k) {
       std::vector<int> members;
@@ -94,6 +105,14 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
       plan.group_names.push_back(fmt::format("tp{}", k));
       plan.tp_group.push_back(static_cast<int>(plan.groups.size()));
     }
+  if (C > 1)
+    for (int k = 0; k < P * D / C; ++k)
+      for (int j = 0; j < T; ++j) {
+        std::vector<int> members;
+        for (int c = 0; c < C; ++c) members.push_back(j + T * (c + C * k));
+        plan.groups.push_back(std::move(members));
+        plan.group_names.push_back(fmt::format("cp{}", j + T * k));
+      }
   if (D > 1) {
     plan.shard_index.resize(static_cast<std::size_t>(T) * P * D);
     plan.group_of.resize(plan.shard_index.size());
@@ -118,6 +137,7 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
 std::unique_ptr<RankSource> gen_tp(const GenOptions& o) {
   GenOptions one = o;
   one.chunks = 1;
+  one.cp = 1;
   one.schedule = "1f1b";
   return build(check_options("tp", one, 1, 1), one);
 }
