@@ -98,3 +98,15 @@ TEST_CASE("recompute and memory by strategy: the hardware model's predicted peak
     }
   }
 }
+
+TEST_CASE("recompute: the hardware model's op checkpointing is not the executor's, and says so") {
+  GenOptions pipe;
+  pipe.stages = 2, pipe.microbatches = 2;
+  const Schedule s = generate("1f1b", pipe);
+  exec::ReplayOptions o = tiny_options(s, 1);
+  o.recompute = hw::Recompute::Op;
+  const exec::ReplayResult r = exec::replay(s, o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("--recompute op") != std::string::npos);
+  CHECK(r.error.find("none, selective or full") != std::string::npos);
+}
