@@ -16,6 +16,7 @@ PACKAGES=(
   libsodium-dev         # the rendezvous's challenge-response (HMAC-SHA-256, nonces) and checkpoint hashes (SHA-256)
   fortunes              # the executor's default training text (byte-level tokens)
   bsdutils              # script: a test runs the command under a pseudo-terminal (its status line)
+  python3-torch         # tests/torch/reference_test.py: trainsim's training step against PyTorch's autograd and AdamW
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
