@@ -4,7 +4,8 @@
 //   backward  dP = dout_blk·v[0,e)ᵀ -> dS (softmax backward) -> dq_blk = dS·k[0,e); then per key block
 //             [c0, c0 + cols): dv = P[c0.., c0..]ᵀ·dout[c0..], dk = dS[c0.., c0..]ᵀ·q[c0..] (rows below c0 only).
 // Nothing above the diagonal blocks is computed, read or written. out and dout stay in the merged (B·T × H·hd)
-// layout: the GEMMs address a head's columns with leading dimension H·hd.
+// layout: the GEMMs address a head's columns with leading dimension H·hd. The GEMMs go through gemm() (virtual), so
+// that a decorator of the kernels (a FLOP counter, a timer) sees them.
 #include "exec/cpu/cpu_kernels.h"
 
 #include <algorithm>
@@ -12,8 +13,6 @@
 #include "exec/cpu/cpu_rows.h"
 
 namespace trainsim::exec {
-
-using cpu_detail::blas_gemm;
 
 template <typename T>
 long CpuKernels<T>::attention_scratch_elements(int, int Tn, int, int, bool backward) const {
@@ -33,9 +32,9 @@ void CpuKernels<T>::attention_forward(const T* q, const T* k, const T* v, T* pro
       for (int r0 = 0; r0 < Tn; r0 += kAttentionBlock) {
         const int rows = std::min(kAttentionBlock, Tn - r0), e = r0 + rows;
         T* S = P + static_cast<long>(r0) * Tn;
-        blas_gemm(false, true, rows, e, hd, T(1), Q + static_cast<long>(r0) * hd, hd, K, hd, T(0), S, Tn);
+        this->gemm(false, true, rows, e, hd, T(1), Q + static_cast<long>(r0) * hd, hd, K, hd, T(0), S, Tn);
         cpu_detail::causal_softmax_rows(S, Tn, rows, r0, e, scale);
-        blas_gemm(false, false, rows, hd, e, T(1), S, Tn, Vv, hd, T(0), O + r0 * d, static_cast<int>(d));
+        this->gemm(false, false, rows, hd, e, T(1), S, Tn, Vv, hd, T(0), O + r0 * d, static_cast<int>(d));
       }
     }
 }
@@ -55,16 +54,16 @@ void CpuKernels<T>::attention_backward(const T* q, const T* k, const T* v, const
       for (int r0 = 0; r0 < Tn; r0 += kAttentionBlock) {
         const int rows = std::min(kAttentionBlock, Tn - r0), e = r0 + rows;
         T* Gs = G + static_cast<long>(r0) * Tn;
-        blas_gemm(false, true, rows, e, hd, T(1), dO + r0 * d, ld, Vv, hd, T(0), Gs, Tn);
+        this->gemm(false, true, rows, e, hd, T(1), dO + r0 * d, ld, Vv, hd, T(0), Gs, Tn);
         cpu_detail::causal_softmax_backward_rows(P + static_cast<long>(r0) * Tn, Tn, Gs, Tn, rows, r0, e, scale);
-        blas_gemm(false, false, rows, hd, e, T(1), Gs, Tn, K, hd, T(0), dQ + static_cast<long>(r0) * hd, hd);
+        this->gemm(false, false, rows, hd, e, T(1), Gs, Tn, K, hd, T(0), dQ + static_cast<long>(r0) * hd, hd);
       }
       for (int c0 = 0; c0 < Tn; c0 += kAttentionBlock) {
         const int cols = std::min(kAttentionBlock, Tn - c0), below = Tn - c0;
         const long at = static_cast<long>(c0) * Tn + c0;
-        blas_gemm(true, false, cols, hd, below, T(1), P + at, Tn, dO + c0 * d, ld, T(0), dV + static_cast<long>(c0) * hd,
+        this->gemm(true, false, cols, hd, below, T(1), P + at, Tn, dO + c0 * d, ld, T(0), dV + static_cast<long>(c0) * hd,
                   hd);
-        blas_gemm(true, false, cols, hd, below, T(1), G + at, Tn, Q + static_cast<long>(c0) * hd, hd, T(0),
+        this->gemm(true, false, cols, hd, below, T(1), G + at, Tn, Q + static_cast<long>(c0) * hd, hd, T(0),
                   dK + static_cast<long>(c0) * hd, hd);
       }
     }
