@@ -11,24 +11,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/simd.h"
+#include "random_inputs.h"
 
 using namespace trainsim::exec;
 
 namespace {
 
-std::vector<float> rnd(std::size_t n, unsigned seed, float lo = -1, float hi = 1) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using trainsim::testing::rnd;
 
 template <typename A, typename B>
 double worst_rel(const std::vector<A>& a, const std::vector<B>& b) {
