@@ -62,6 +62,11 @@ struct Run {
 
   BufferPtr make(long elements) { return c.alloc->allocate(static_cast<std::size_t>(elements) * sizeof(T)); }
   static T* p(const BufferPtr& b) { return b->as<T>(); }
+  // The attention kernels' scratch (Kernels::attention_scratch_elements), or nothing when they need none.
+  BufferPtr scratch_for(bool backward) {
+    const long e = k().attention_scratch_elements(B, Tn, H, hd, backward);
+    return e > 0 ? make(e) : nullptr;
+  }
   Kernels<T>& k() { return *c.k; }
   T scale() const { return T(1) / std::sqrt(static_cast<T>(hd)); }
   // Sums a row-parallel partial result over the TP group (nothing without TP).
@@ -82,16 +87,14 @@ struct Run {
     s.q = make(n * da), s.k = make(n * da), s.v = make(n * da);
     k().split_heads_rope(p(qkv), p(s.q), p(s.k), p(s.v), B, Tn, H, hd, c.rope_cos, c.rope_sin);
     qkv.reset();
-    const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
-    s.probs = make(B * H * tt);
-    k().gemm_batched(false, true, Tn, Tn, hd, T(1), p(s.q), hd, th, p(s.k), hd, th, T(0), p(s.probs), Tn, tt, B * H);
-    k().causal_softmax_forward(p(s.probs), B * H, Tn, scale());
-    BufferPtr o_heads = make(n * da);
-    k().gemm_batched(false, false, Tn, hd, Tn, T(1), p(s.probs), Tn, tt, p(s.v), hd, th, T(0), p(o_heads), hd, th, B * H);
-    if (!keep_probs) s.probs.reset();
+    s.probs = make(static_cast<long>(B) * H * Tn * Tn);
     s.att = make(n * da);
-    k().merge_heads(p(o_heads), p(s.att), B, Tn, H, hd);
-    o_heads.reset();
+    {
+      BufferPtr scratch = scratch_for(false);
+      k().attention_forward(p(s.q), p(s.k), p(s.v), p(s.probs), p(s.att), scratch ? p(scratch) : nullptr, B, Tn, H,
+                            hd, scale());
+    }
+    if (!keep_probs) s.probs.reset();
     s.h = make(n * d);
     k().gemm(false, true, n, d, da, T(1), p(s.att), da, W + o.wo, da, T(0), p(s.h), d);
     reduce(p(s.h), n * d);
@@ -115,10 +118,11 @@ struct Run {
   // The attention probabilities of a block whose forward dropped them (selective recomputation): the forward's
   // own kernels on the kept q and k, so the same bits.
   void recompute_probs(BlockStash& s) {
-    const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
-    s.probs = make(B * H * tt);
-    k().gemm_batched(false, true, Tn, Tn, hd, T(1), p(s.q), hd, th, p(s.k), hd, th, T(0), p(s.probs), Tn, tt, B * H);
-    k().causal_softmax_forward(p(s.probs), B * H, Tn, scale());
+    s.probs = make(static_cast<long>(B) * H * Tn * Tn);
+    BufferPtr att = make(n * da);  // (the attention's output again, not wanted)
+    BufferPtr scratch = scratch_for(false);
+    k().attention_forward(p(s.q), p(s.k), p(s.v), p(s.probs), p(att), scratch ? p(scratch) : nullptr, B, Tn, H, hd,
+                          scale());
   }
 
   // One block's backward-input: dy (grad of its output) -> dx (grad of its input, overwritten). With
@@ -141,21 +145,14 @@ struct Run {
     k().rmsnorm_backward_input(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), p(s.dh), n, d);
     BufferPtr datt = make(n * da);
     k().gemm(false, false, n, da, d, T(1), p(s.dh), d, W + o.wo, da, T(0), p(datt), da);
-    BufferPtr d_o = make(n * da);
-    k().split_heads(p(datt), p(d_o), B, Tn, H, hd);
-    datt.reset();
-    const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
     if (!s.probs) recompute_probs(s);
-    BufferPtr dp = make(B * H * tt);
-    k().gemm_batched(false, true, Tn, Tn, hd, T(1), p(d_o), hd, th, p(s.v), hd, th, T(0), p(dp), Tn, tt, B * H);
-    BufferPtr dv = make(n * da);
-    k().gemm_batched(true, false, Tn, hd, Tn, T(1), p(s.probs), Tn, tt, p(d_o), hd, th, T(0), p(dv), hd, th, B * H);
-    d_o.reset();
-    k().causal_softmax_backward(p(s.probs), p(dp), B * H, Tn, scale());
-    BufferPtr dq = make(n * da), dk = make(n * da);
-    k().gemm_batched(false, false, Tn, hd, Tn, T(1), p(dp), Tn, tt, p(s.k), hd, th, T(0), p(dq), hd, th, B * H);
-    k().gemm_batched(true, false, Tn, hd, Tn, T(1), p(dp), Tn, tt, p(s.q), hd, th, T(0), p(dk), hd, th, B * H);
-    dp.reset();
+    BufferPtr dq = make(n * da), dk = make(n * da), dv = make(n * da);
+    {
+      BufferPtr scratch = scratch_for(true);
+      k().attention_backward(p(s.q), p(s.k), p(s.v), p(s.probs), p(datt), p(dq), p(dk), p(dv),
+                             scratch ? p(scratch) : nullptr, B, Tn, H, hd, scale());
+    }
+    datt.reset();
     s.dqkv = make(n * 3 * da);
     k().merge_heads_rope_backward(p(dq), p(dk), p(dv), p(s.dqkv), B, Tn, H, hd, c.rope_cos, c.rope_sin);
     dq.reset(), dk.reset(), dv.reset();
