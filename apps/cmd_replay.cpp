@@ -1,4 +1,5 @@
 // `trainsim replay FILE`: train the executor's model by replaying a schedule with real tensors (exec/).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -18,14 +19,19 @@
 #include "apps/output_names.h"
 #include "apps/schedule_input.h"
 #include "apps/text_file.h"
+#include "apps/training_log.h"
+#include "apps/replay_prediction.h"
 #include "exec/backend.h"
 #include "exec/dist/env.h"
 #include "exec/dist/rendezvous.h"
 #include "exec/training.h"
 #include "schedules/limits.h"
+#include "schedules/memory_breakdown.h"
 #include "schedules/text_format.h"
 #include "visualize/perfetto.h"
 #include "visualize/timeline_svg.h"
+#include "visualize/trace_compare.h"
+#include "visualize/training_plot.h"
 
 namespace trainsim::apps {
 
@@ -47,6 +53,11 @@ struct ReplayArgs {
   std::string data;
   std::string save, resume, trace, svg;
   int trace_steps = 1;
+  int eval_every = 0;
+  int eval_sequences = 32;
+  std::string log, plot, compare_svg;
+  std::string recompute = "none";
+  std::string predict_device = "cpu";
   bool json = false;
   double timeout = 300;
   int microbatches = 0;  // 0: not given (a CSV's own count)
@@ -67,7 +78,14 @@ constexpr double kMinTimeout = 0.001, kMaxTimeout = 7 * 24 * 3600.0;  // seconds
 
 std::string mib(double bytes) { return fmt::format("{:.2f} MiB", bytes / (1024.0 * 1024.0)); }
 
-nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult& r) {
+// The hardware cost model's prediction of the replay (apps/replay_prediction.h), when it could be made.
+struct Prediction {
+  double step_seconds = 0;
+  std::vector<MemoryBreakdown> memory;  // per rank
+};
+
+nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult& r,
+                                   const std::optional<Prediction>& predicted = {}) {
   nlohmann::ordered_json j;
   j["ok"] = r.ok;
   j["error"] = r.ok ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.error);
@@ -77,11 +95,38 @@ nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult
   j["data"] = r.data_description;
   j["first_step"] = r.first_step;
   j["losses"] = r.losses;
+  j["learning_rates"] = r.learning_rates;
+  j["grad_norms"] = r.grad_norms;
+  j["clip_coefficients"] = r.clip_coefficients;
+  j["step_seconds"] = r.step_seconds;
+  j["step_tokens_per_s"] = r.step_tokens_per_s;
+  j["step_peak_bytes"] = r.step_peak_bytes;
+  nlohmann::ordered_json evals = nlohmann::ordered_json::array();
+  for (const exec::Evaluation& e : r.evaluations)
+    evals.push_back(nlohmann::ordered_json{{"step", e.step}, {"loss", e.loss}, {"seconds", e.seconds}});
+  j["evaluations"] = evals;
   j["tokens_per_step"] = r.tokens_per_step;
   j["seconds"] = r.seconds;
   j["tokens_per_s"] = r.tokens_per_s;
   j["peak_bytes"] = r.peak_bytes;
-  j["predicted_peak_bytes"] = r.predicted_peak_bytes;
+  j["schedule_tensor_bytes"] = r.schedule_tensor_bytes;
+  j["recompute"] = a.recompute;
+  if (predicted) {
+    std::vector<double> peaks;
+    nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+    for (const MemoryBreakdown& b : predicted->memory) {
+      peaks.push_back(b.total());
+      parts.push_back({{"weights", b.weights}, {"grads", b.grads}, {"optimizer", b.optimizer},
+                       {"activations", b.activations}, {"working", b.working}, {"op", b.op}});
+    }
+    j["predicted_peak_bytes"] = peaks;
+    j["predicted_memory"] = parts;
+    j["predicted_step_seconds"] = predicted->step_seconds;
+    j["predicted_device"] = a.predict_device;
+  } else {
+    j["predicted_peak_bytes"] = nullptr;
+  }
+  if (!r.steps.empty()) j["measured_step_seconds"] = static_cast<double>(r.trace.makespan()) * 1e-9;
   j["grad_clip"] = r.clip;
   j["grad_clip_note"] = r.clip_note;
   if (r.checked) {
@@ -93,6 +138,23 @@ nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult
     j["replicas_identical"] = r.replicas_identical;
   }
   return j;
+}
+
+// The progress line of a step: "step     5/20  loss 4.1234  val 4.3012  lr 1.00e-03  grad norm 0.912  clip 1.000
+// 0.512 s  16000 tokens/s  peak 9.61 MiB (rank 3)".
+std::string step_line(const exec::StepReport& rep) {
+  std::string line = fmt::format("step {:>5}/{}  loss {:.4f}", rep.step + 1, rep.steps, rep.loss);
+  if (rep.evaluated) line += fmt::format("  val {:.4f}", rep.validation_loss);
+  // (a gradient that is no longer finite: the step's update spoilt the weights, and the next loss says so)
+  const std::string norm = std::isfinite(rep.grad_norm) ? fmt::format("{:.3f}", rep.grad_norm)
+                                                        : std::isnan(rep.grad_norm) ? "not finite (NaN)" : "not finite (inf)";
+  line += fmt::format("  lr {:.2e}  grad norm {}  clip {:.3f}  {:.3f} s  {:.0f} tokens/s", rep.learning_rate, norm,
+                      rep.clip_coefficient, rep.seconds, rep.tokens_per_s);
+  if (!rep.peak_bytes.empty()) {
+    const auto most = std::max_element(rep.peak_bytes.begin(), rep.peak_bytes.end());
+    line += fmt::format("  peak {} (rank {})", mib(static_cast<double>(*most)), most - rep.peak_bytes.begin());
+  }
+  return line;
 }
 
 int usage(const std::string& what) {
@@ -150,6 +212,14 @@ int run(const ReplayArgs& a) {
   o.resume_dir = a.resume;
   o.timeout_seconds = a.timeout;
   o.trace_steps = a.trace_steps;
+  o.eval_every = a.eval_every;
+  o.eval_sequences = a.eval_sequences;
+  try {
+    o.recompute = hw::recompute_from_name(a.recompute, "--recompute");
+    hw::load_device(a.predict_device);
+  } catch (const hw::SpecError& e) {
+    return usage(e.what());
+  }
   if (!a.data.empty()) o.data_files = {a.data};
   o.schedule_name = a.file;
 #ifdef TRAINSIM_TEST_FAULTS
@@ -207,23 +277,53 @@ int run(const ReplayArgs& a) {
                env ? fmt::format(", one process per rank ({} variables; rank 0 at {}:{})", env->source, env->master_addr,
                                  env->master_port)
                    : std::string());
-  bool header_printed = false;
-  exec::ReplayResult r = exec::replay(s, o, [&](const exec::StepReport& rep) {
-    if (a.json) return;
-    if (!header_printed) {
-      header_printed = true;
+  std::unique_ptr<TrainingLog> log;
+  if (!a.log.empty() && reporter) {
+    try {
+      log = std::make_unique<TrainingLog>(a.log, h.world_size);
+    } catch (const std::exception& e) {
+      return usage(e.what());
     }
-    const bool log = rep.step == 0 || (rep.step + 1) % every == 0 || rep.step + 1 == rep.steps;
+  }
+  exec::ReplayResult r = exec::replay(s, o, [&](const exec::StepReport& rep) {
+    if (log) log->step(rep);  // (throws when the file cannot be written: the replay stops, saying so)
+    if (a.json) return;
+    const bool line = rep.step == 0 || (rep.step + 1) % every == 0 || rep.step + 1 == rep.steps || rep.evaluated;
     if (tty) fmt::print(stderr, "\r\033[K");
-    if (log) fmt::print("step {:>5}/{}  loss {:.4f}  {:.3f} s  {:.0f} tokens/s\n", rep.step + 1, rep.steps, rep.loss,
-                        rep.seconds, rep.tokens_per_s);
+    if (line) fmt::print("{}\n", step_line(rep));
     else if (tty) fmt::print(stderr, "step {}/{}  loss {:.4f}", rep.step + 1, rep.steps, rep.loss);
     std::fflush(stdout);
   });
   if (tty && !a.json) fmt::print(stderr, "\r\033[K");
+  if (log) {
+    if (!r.ok) log->error(r.error);
+    try {
+      log->close();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "{}: {}\n", kCmd, e.what());
+      return 2;
+    }
+  }
   if (!reporter) {  // another rank of a multi-process job: rank 0 reports; say why this one failed
     if (!r.ok) fmt::print(stderr, "{}: rank {}: {}\n", kCmd, env->rank, r.error);
     return r.ok ? 0 : 1;
+  }
+
+  // The hardware cost model's view of the same run (apps/replay_prediction.h): what the report lays next to the
+  // measurements.
+  std::optional<Prediction> predicted;
+  std::optional<HardwareRun> simulated;
+  std::string prediction_problem;
+  if (!r.trace.ranks.empty()) {
+    try {
+      simulated = predict_replay(s, replay_setting(o.model, a.predict_device, "cpu", o.recompute));
+      const auto* cost = dynamic_cast<const hw::HardwareCostModel*>(simulated->cost.get());
+      if (!simulated->report || !cost) throw std::runtime_error(simulated->result.error);
+      predicted = Prediction{simulated->report->step_time_s, predicted_peak_memory(s, *cost)};
+    } catch (const std::exception& e) {
+      prediction_problem = e.what();
+      simulated.reset();
+    }
   }
 
   bool wrote = true;
@@ -239,9 +339,39 @@ int run(const ReplayArgs& a) {
         wrote = false;
       }
     }
+    if (!a.compare_svg.empty()) {
+      if (!simulated) {
+        fmt::print(stderr, "{}: --compare-svg: the hardware cost model cannot simulate this replay: {}\n", kCmd,
+                   prediction_problem);
+        wrote = false;
+      } else {
+        visualize::ComparisonOptions c;
+        c.title = fmt::format("{} - measured against simulated, {}", a.file, r.model_description);
+        c.measured_title = fmt::format("measured on the {} backend (the last step of {})", a.backend, r.losses.size());
+        c.simulated_title = fmt::format("simulated: the hardware cost model, device {}, network cpu, recompute {}",
+                                        a.predict_device, a.recompute);
+        for (std::size_t b : r.peak_bytes) c.allocator_peak.push_back(static_cast<double>(b));
+        c.simulated_cost = simulated->cost.get();
+        if (!write_output(kCmd, a.compare_svg, visualize::comparison_svg(r.trace, simulated->result.trace, c)))
+          wrote = false;
+      }
+    }
+  }
+  if (!a.plot.empty() && !r.losses.empty()) {
+    visualize::TrainingCurves c;
+    c.title = fmt::format("{} - {} step{} on {} rank{}", a.file, r.losses.size(), r.losses.size() == 1 ? "" : "s",
+                          h.world_size, h.world_size == 1 ? "" : "s");
+    c.note = fmt::format("model {}; data {}", r.model_description, r.data_description);
+    for (std::size_t i = 0; i < r.losses.size(); ++i) {
+      const double step = r.first_step + static_cast<double>(i) + 1;
+      c.train_loss.push_back({step, r.losses[i]});
+      c.learning_rate.push_back({step, r.learning_rates[i]});
+    }
+    for (const exec::Evaluation& e : r.evaluations) c.val_loss.push_back({static_cast<double>(e.step), e.loss});
+    if (!write_output(kCmd, a.plot, visualize::training_plot_svg(c))) wrote = false;
   }
   if (a.json) {
-    std::cout << json_text(result_json(a, r)) << "\n";
+    std::cout << json_text(result_json(a, r, predicted)) << "\n";
   } else {
     if (!r.model_description.empty())
       fmt::print("model {}\ndata {}; {} tokens per step\ngradient clipping {}\n", r.model_description,
@@ -260,7 +390,25 @@ int run(const ReplayArgs& a) {
                  "once\n");
       for (std::size_t i = 0; i < r.peak_bytes.size(); ++i)
         fmt::print("  rank {:>3}  measured {}  schedule tensors {}\n", i, mib(static_cast<double>(r.peak_bytes[i])),
-                   mib(static_cast<double>(r.predicted_peak_bytes[i])));
+                   mib(static_cast<double>(r.schedule_tensor_bytes[i])));
+    }
+    if (predicted && !r.peak_bytes.empty()) {
+      const double measured_step = static_cast<double>(r.trace.makespan()) * 1e-9;
+      fmt::print("predicted by the hardware cost model (the same model, device {}, network cpu, recompute {}): step "
+                 "time {:.3f} s, measured {:.3f} s (the last step); peak memory per rank, predicted = parameters + "
+                 "gradients + optimizer state + activations (with what each forward saves) + working memory inside the "
+                 "op at the peak\n",
+                 a.predict_device, a.recompute, predicted->step_seconds, measured_step);
+      for (std::size_t i = 0; i < r.peak_bytes.size() && i < predicted->memory.size(); ++i) {
+        const MemoryBreakdown& b = predicted->memory[i];
+        const double measured = static_cast<double>(r.peak_bytes[i]);
+        fmt::print("  rank {:>3}  predicted {}  measured {} ({:+.1f} %)  = weights {} + grads {} + optimizer {} + "
+                   "activations {} + working {}\n",
+                   i, mib(b.total()), mib(measured), measured > 0 ? (b.total() - measured) / measured * 100 : 0.0,
+                   mib(b.weights), mib(b.grads), mib(b.optimizer), mib(b.activations), mib(b.working));
+      }
+    } else if (!prediction_problem.empty() && !r.peak_bytes.empty()) {
+      fmt::print("no prediction by the hardware cost model: {}\n", prediction_problem);
     }
     if (r.checked)
       fmt::print("check against single-device training: largest relative difference {:.3g} in the losses, {:.3g} in the "
@@ -341,6 +489,38 @@ void add_replay_command(CLI::App& app, int* exit_code) {
                   "the first of a run of several (it warms up); otherData.steps has each one's makespan, for trainsim "
                   "calibrate's medians")
       ->check(steps)
+      ->capture_default_str();
+  cmd->add_option("--eval-every", a->eval_every,
+                  "Evaluate the model on the validation split (the held-out last 10% of the corpus) after every N steps "
+                  "and after the last: the mean loss over --eval-sequences fixed sequences, the same on every rank "
+                  "layout (0, the default: never)")
+      ->check(integer_in(0, kMaxSteps, "", "N"))
+      ->capture_default_str();
+  cmd->add_option("--eval-sequences", a->eval_sequences, "Validation sequences per evaluation (1 to 1000000)")
+      ->check(integer_in(1, 1'000'000, "", "N"))
+      ->capture_default_str();
+  cmd->add_option("--log", a->log,
+                  "Write one row per step here as the run goes: loss, learning rate, gradient norm before clipping, clip "
+                  "coefficient, step time, tokens/s, validation loss, peak memory per rank (NAME.csv, or NAME.jsonl "
+                  "for JSON lines)")
+      ->check(output_named({".csv", ".jsonl"}, "a CSV or JSON-lines log", "NAME.csv|NAME.jsonl"));
+  cmd->add_option("--recompute", a->recompute,
+                  "Activation recomputation: none (every saved activation kept), selective (the attention "
+                  "probabilities recomputed in the backward) or full (only each block's input kept; its forward "
+                  "recomputed in the backward). Less memory, more time, the same results bit for bit")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->capture_default_str();
+  cmd->add_option("--plot", a->plot,
+                  "Write the training curves here (NAME.svg): training and validation loss and the learning rate "
+                  "against steps")
+      ->check(output_named({".svg"}, "SVG", "NAME.svg"));
+  cmd->add_option("--compare-svg", a->compare_svg,
+                  "Write the last step's measured timeline above the hardware cost model's simulation of the same "
+                  "schedule and model, on one time scale, with the ops whose durations differ most (NAME.svg)")
+      ->check(output_named({".svg"}, "SVG", "NAME.svg"));
+  cmd->add_option("--predict-device", a->predict_device,
+                  "The device the hardware cost model predicts the replay's step time and memory on: a preset or a "
+                  "JSON file (trainsim calibrate's, fitted to this machine)")
       ->capture_default_str();
   cmd->add_option("--svg", a->svg, "Write the last step's measured timeline SVG here (NAME.svg)")
       ->check(output_named({".svg"}, "SVG", "NAME.svg"));

@@ -21,6 +21,8 @@ void add_calibrate_command(CLI::App& app, int* exit_code);
 
 /// `trainsim replay FILE ...`: train the executor's model by replaying a schedule (exec/).
 void add_replay_command(CLI::App& app, int* exit_code);
+/// `trainsim sample --checkpoint DIR` and `trainsim export --checkpoint DIR -o DIR2`: use a trained model.
+void add_model_commands(CLI::App& app, int* exit_code);
 /// `trainsim launch --nproc N -- COMMAND ...`: N local processes of a command, one per rank (torchrun's variables).
 void add_launch_command(CLI::App& app, int* exit_code);
 

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   trainsim::apps::add_replay_command(app, &exit_code);
   trainsim::apps::add_launch_command(app, &exit_code);
   trainsim::apps::add_calibrate_command(app, &exit_code);
+  trainsim::apps::add_model_commands(app, &exit_code);
   // `trainsim launch [OPTIONS] -- COMMAND ...`: CLI11 hands what follows "--" to positionals, which launch
   // has none of (its command is everything from the first word that is not an option); drop that "--".
   std::vector<char*> args(argv, argv + argc);

@@ -3,7 +3,10 @@
 // at the model's own GEMM shapes, the replay's overhead (time outside the ops' work, from the measured
 // timeline), and where the time goes inside one microbatch's forward and backward, kernel by kernel.
 //
-//   trainsim_bench_exec [--model small] [--steps 4] [--microbatches 4] [--ranks 1]
+//   trainsim_bench_exec [--model small] [--seq T] [--batch B] [--steps 4] [--microbatches 4] [--ranks 1]
+//                       [--vs-pytorch ROUNDS [--python python3]]
+// --vs-pytorch: then ROUNDS interleaved runs of the one-rank replay and of bench/torch_eager.py (PyTorch eager, one
+// thread, the same model and shapes), and the median ratio of their tokens/s (skipped, with a message, without torch).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -103,6 +106,14 @@ struct TimedKernels : CpuKernels<float> {
   void split_heads(const float* x, float* o, int B, int T, int H, int hd) override {
     TIMED("rope + head split/merge", split_heads(x, o, B, T, H, hd));
   }
+  void attention_forward(const float* q, const float* k, const float* v, float* p, float* o, float* s, int B, int T,
+                         int H, int hd, float scale) override {
+    TIMED("attention (GEMMs + softmax)", attention_forward(q, k, v, p, o, s, B, T, H, hd, scale));
+  }
+  void attention_backward(const float* q, const float* k, const float* v, const float* p, const float* dout, float* dq,
+                          float* dk, float* dv, float* s, int B, int T, int H, int hd, float scale) override {
+    TIMED("attention (GEMMs + softmax)", attention_backward(q, k, v, p, dout, dq, dk, dv, s, B, T, H, hd, scale));
+  }
   void causal_softmax_forward(float* s, int count, int T, float scale) override {
     TIMED("causal softmax", causal_softmax_forward(s, count, T, scale));
   }
@@ -133,6 +144,62 @@ std::string sarg(int argc, char** argv, const char* name, const char* fallback) 
   return fallback;
 }
 
+// Tokens/s of a replay of the ddp schedule over `ranks` ranks, over the steps after the first (it initialises the
+// weights from the seed) when there are several; r: the replay's result (its trace, for the overhead).
+double replay_tokens_per_s(const ModelConfig& m, int ranks, int microbatches, int steps, ReplayResult& r) {
+  GenOptions g;
+  g.dp = ranks, g.layers = 1, g.microbatches = microbatches;
+  Schedule s = generate("ddp", g);
+  ReplayOptions o;
+  o.model = m;
+  o.steps = steps;
+  double later_seconds = 0;
+  int later_steps = 0;
+  r = replay(s, o, [&](const StepReport& rep) {
+    if (rep.step > 0 || steps == 1) later_seconds += rep.seconds, ++later_steps;
+  });
+  return r.ok ? static_cast<double>(r.tokens_per_step) * later_steps / later_seconds : 0;
+}
+
+// bench/torch_eager.py's tokens/s on the same shapes; 0 and a message when it cannot run (no torch: exit 3).
+double pytorch_tokens_per_s(const ModelConfig& m, int microbatches, int steps, const std::string& python) {
+  const std::string cmd = fmt::format(
+      "OMP_NUM_THREADS=1 {} {}/bench/torch_eager.py --vocab {} --dim {} --heads {} --blocks {} --ffn {} --seq {} "
+      "--batch {} --microbatches {} --steps {} 2>&1",
+      python, TRAINSIM_SOURCE_DIR, m.vocab, m.dim, m.heads, m.blocks, m.ffn, m.seq, m.microbatch_size, microbatches,
+      steps);
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return 0;
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f)) out += buf;
+  const int status = pclose(f);
+  double tps = 0;
+  if (status == 0 && std::sscanf(out.c_str(), "tokens/s %lf", &tps) == 1) return tps;
+  fmt::print("  PyTorch eager skipped: {}", out.empty() ? "(no output)\n" : out);
+  return 0;
+}
+
+// `rounds` pairs, trainsim's replay (one rank) then PyTorch eager, each on one thread; prints each pair and the
+// median ratio.
+int vs_pytorch(const ModelConfig& m, int microbatches, int steps, int rounds, const std::string& python) {
+  fmt::print("\nvs PyTorch eager (bench/torch_eager.py, one thread), {} interleaved rounds, {} steps each:\n", rounds,
+             steps);
+  std::vector<double> ratios;
+  for (int i = 0; i < rounds; ++i) {
+    ReplayResult r;
+    const double ours = replay_tokens_per_s(m, 1, microbatches, steps, r);
+    const double theirs = pytorch_tokens_per_s(m, microbatches, steps, python);
+    if (!r.ok || theirs <= 0) return r.ok ? 0 : 1;
+    ratios.push_back(ours / theirs);
+    fmt::print("  round {}: trainsim {:.0f} tokens/s, PyTorch eager {:.0f} tokens/s, ratio {:.2f}\n", i + 1, ours,
+               theirs, ours / theirs);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  fmt::print("  trainsim / PyTorch eager, median of {}: {:.2f}x\n", rounds, ratios[ratios.size() / 2]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,6 +207,7 @@ int main(int argc, char** argv) {
   const int steps = arg(argc, argv, "--steps", 4), microbatches = arg(argc, argv, "--microbatches", 4),
             ranks = arg(argc, argv, "--ranks", 1);
   ModelConfig m = preset(preset_name);
+  m.seq = arg(argc, argv, "--seq", m.seq), m.microbatch_size = arg(argc, argv, "--batch", m.microbatch_size);
   CpuKernels<float> init;  // sets OpenBLAS to one thread
   const int n = static_cast<int>(m.tokens_per_microbatch()), d = m.dim, f = m.ffn, V = m.vocab;
   fmt::print("model {}\n", m.describe());
@@ -199,24 +267,12 @@ int main(int argc, char** argv) {
   }
 
   // 3. The replay: a schedule of `ranks` data-parallel ranks (one rank: plain training through the replay).
-  GenOptions g;
-  g.dp = ranks, g.layers = 1, g.microbatches = microbatches;
-  Schedule s = generate("ddp", g);
-  ReplayOptions o;
-  o.model = m;
-  o.model.blocks = m.blocks;
-  o.steps = steps;
-  // Steps after the first (it initialises the weights from the seed), when there are several.
-  double later_seconds = 0;
-  int later_steps = 0;
-  ReplayResult r = replay(s, o, [&](const StepReport& rep) {
-    if (rep.step > 0 || steps == 1) later_seconds += rep.seconds, ++later_steps;
-  });
+  ReplayResult r;
+  const double tokens_per_s = replay_tokens_per_s(m, ranks, microbatches, steps, r);
   if (!r.ok) {
     fmt::print(stderr, "replay failed: {}\n", r.error);
     return 1;
   }
-  const double tokens_per_s = static_cast<double>(r.tokens_per_step) * later_steps / later_seconds;
   double achieved = tokens_per_s * m.flops_per_token() / 1e9;
   fmt::print("\nreplay: ddp over {} rank{}, {} microbatches x {} tokens per step, {} steps\n", ranks, ranks == 1 ? "" : "s",
              microbatches * ranks, n, steps);
@@ -232,5 +288,9 @@ int main(int argc, char** argv) {
     worst = std::max(worst, 1 - busy / span);
   }
   fmt::print("  replay overhead (time between the ops' work, last step): {:.2f}% of the step\n", 100 * worst);
+
+  // 4. PyTorch eager on the same model, one thread, interleaved with trainsim's one-rank replay.
+  if (const int rounds = arg(argc, argv, "--vs-pytorch", 0); rounds > 0)
+    return vs_pytorch(m, microbatches, steps, rounds, sarg(argc, argv, "--python", "python3"));
   return 0;
 }

@@ -75,8 +75,9 @@ std::size_t serialized_size(const StateLayout& layout) {
   return n;
 }
 
-// Parses a rank file, which must hold every tensor of `layout` once, of its size, and nothing else.
-HostState deserialize(const std::string& bytes, const std::string& name, const StateLayout& layout) {
+// Parses a rank file: each tensor once, of the size `expected` says (-1: a tensor this run's rank does not carry).
+HostState deserialize(const std::string& bytes, const std::string& name,
+                      const std::function<long long(const Tensor&)>& expected) {
   auto bad = [&](const std::string& what) { return CheckpointError(fmt::format("{}: {}", name, what)); };
   if (bytes.compare(0, kStateMagic.size(), kStateMagic) != 0) throw bad("not a trainsim state file");
   HostState s;
@@ -98,19 +99,28 @@ HostState deserialize(const std::string& bytes, const std::string& name, const S
     }
     const std::size_t n = std::stoull(size_text);
     pos = nl + 1;
-    auto want = layout.find(t);
-    if (want == layout.end()) throw bad(fmt::format("it holds {}, which this run's rank does not carry", t.str()));
+    const long long want = expected(t);
+    if (want < 0) throw bad(fmt::format("it holds {}, which this run's rank does not carry", t.str()));
     if (s.count(t)) throw bad(fmt::format("it holds {} twice", t.str()));
-    if (n != want->second)
-      throw bad(fmt::format("its {} is {} bytes, this run's is {} bytes", t.str(), n, want->second));
+    if (n != static_cast<std::size_t>(want))
+      throw bad(fmt::format("its {} is {} bytes, this run's is {} bytes", t.str(), n, want));
     if (n > bytes.size() - pos) throw bad(fmt::format("{} is truncated", t.str()));
     std::vector<float> v(n / sizeof(float));
     std::memcpy(v.data(), bytes.data() + pos, n);
     pos += n;
     s.emplace(t, std::move(v));
   }
+  return s;
+}
+
+// Parses a rank file, which must hold every tensor of `layout` once, of its size, and nothing else.
+HostState deserialize(const std::string& bytes, const std::string& name, const StateLayout& layout) {
+  HostState s = deserialize(bytes, name, [&](const Tensor& t) -> long long {
+    auto it = layout.find(t);
+    return it == layout.end() ? -1 : static_cast<long long>(it->second);
+  });
   for (const auto& [t, n] : layout)
-    if (!s.count(t)) throw bad(fmt::format("it has no {}", t.str()));
+    if (!s.count(t)) throw CheckpointError(fmt::format("{}: it has no {}", name, t.str()));
   return s;
 }
 
@@ -251,6 +261,10 @@ void save_checkpoint(const std::string& dir, const CheckpointInfo& info, const s
     m["optimizer"] = info.optimizer;
     m["data"] = info.data;
     m["data_position"] = info.step;  // microbatch b of step s is a function of (s, b): the step is the position
+    if (info.layers > 0) {
+      m["layers"] = info.layers;
+      m["stage_layout"] = info.stage_layout;
+    }
     m["ranks"] = files;
     // The hash is taken over the manifest as it will be read back: strings that are not UTF-8 are written
     // with U+FFFD in their place.
@@ -320,6 +334,10 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
   info.model = f.object("model");
   info.optimizer = f.object("optimizer");
   info.data = f.object("data");
+  if (m.contains("layers")) {  // (recorded since issue 21)
+    info.layers = static_cast<int>(f.integer("layers", 1, kMaxCount));
+    info.stage_layout = f.text("stage_layout", 1 << 16);
+  }
   const json& ranks = f.at("ranks");
   if (!ranks.is_array() || ranks.size() != static_cast<std::size_t>(info.world_size))
     throw f.error(fmt::format("'ranks' is not a list of {} rank files (one per rank)", info.world_size));
@@ -364,6 +382,33 @@ std::vector<HostState> read_checkpoint_states(const std::string& dir, const Chec
     if (sha256_hex(bytes) != file.sha256)
       throw CheckpointError(fmt::format("{}: the file is corrupt (its SHA-256 differs from the manifest's)", name));
     out.push_back(deserialize(bytes, name, layouts[r]));
+  }
+  return out;
+}
+
+std::vector<HostState> read_checkpoint_tensors(const std::string& dir, const CheckpointInfo& info,
+                                               const std::function<std::size_t(const Tensor&)>& bytes_of) {
+  std::vector<HostState> out;
+  for (std::size_t r = 0; r < info.rank_files.size(); ++r) {
+    const RankFile& file = info.rank_files[r];
+    const std::string path = (fs::path(dir) / file.name).string(), name = shown(path, 4096);
+    std::string bytes;
+    try {
+      append_regular_file(path, static_cast<std::size_t>(file.bytes), bytes, "the checkpoint file");
+    } catch (const FileError& e) {
+      throw CheckpointError(e.what());
+    }
+    if (bytes.size() != file.bytes)
+      throw CheckpointError(fmt::format("{}: the file holds {} bytes, the manifest says {}", name, bytes.size(), file.bytes));
+    if (sha256_hex(bytes) != file.sha256)
+      throw CheckpointError(fmt::format("{}: the file is corrupt (its SHA-256 differs from the manifest's)", name));
+    out.push_back(deserialize(bytes, name, [&](const Tensor& t) -> long long {
+      try {
+        return static_cast<long long>(bytes_of(t));
+      } catch (const std::exception& e) {
+        throw CheckpointError(fmt::format("{}: {} does not fit the checkpoint's model: {}", name, t.str(), e.what()));
+      }
+    }));
   }
   return out;
 }

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -65,6 +66,11 @@ struct CheckpointInfo {
   nlohmann::json model, optimizer;
   nlohmann::json data;          ///< the corpus: TokenData::identity() (paths, sizes, SHA-256 of the bytes)
   std::uint64_t seed = 0;
+  /// How the schedule splits the model (what sampling and export need to put the weights together without the
+  /// schedule): its layers, and its stage layout's text (hardware/stage_layout.h; "" for the even split).
+  /// 0 layers: not recorded (a checkpoint of an older trainsim).
+  int layers = 0;
+  std::string stage_layout;
   std::vector<RankFile> rank_files;  ///< set by read_checkpoint_info(); save_checkpoint() ignores it
 };
 
@@ -87,6 +93,13 @@ CheckpointInfo read_checkpoint_info(const std::string& dir);
 /// the file, and the tensor where one is wrong.
 std::vector<HostState> read_checkpoint_states(const std::string& dir, const CheckpointInfo& info,
                                               const std::vector<StateLayout>& layouts);
+
+/// Every rank's state of the checkpoint `info` (from read_checkpoint_info(dir)) without a plan: each file read
+/// (regular files only, at most the manifest's size for it), its SHA-256 checked against the manifest's, every
+/// tensor it holds kept, each of the size `bytes_of` gives for it (what a model of the checkpoint's shapes says).
+/// Throws CheckpointError naming the file, and the tensor whose size is wrong.
+std::vector<HostState> read_checkpoint_tensors(const std::string& dir, const CheckpointInfo& info,
+                                               const std::function<std::size_t(const Tensor&)>& bytes_of);
 
 /// "" when `saved` can continue the run described by `now`, else what differs (schedule, world size, model,
 /// optimizer, seed, corpus, total steps, or a checkpoint already at the end). For the corpus, names the

@@ -90,10 +90,10 @@ void TokenData::microbatch(const ModelConfig& m, long step, int microbatches, in
   }
 }
 
-void TokenData::validation_batch(const ModelConfig& m, long index, int* tokens, int* targets) const {
+void TokenData::validation_sequences(const ModelConfig& m, long first, int count, int* tokens, int* targets) const {
   const long span = size_ - train_ - m.seq - 1;
-  for (int i = 0; i < m.microbatch_size; ++i) {
-    long g = index * m.microbatch_size + i;
+  for (int i = 0; i < count; ++i) {
+    const long g = first + i;
     long start = train_ + static_cast<long>((static_cast<unsigned long>(g) * static_cast<unsigned long>(m.seq)) %
                                             static_cast<unsigned long>(span));
     sequence(start, m.seq, tokens + static_cast<long>(i) * m.seq, targets + static_cast<long>(i) * m.seq);

@@ -8,7 +8,7 @@
 // that they train on the same bytes, not only on files of the same names and sizes.
 //
 // Microbatch b of step s is the same tokens whichever rank reads it: its sequence i is the seq+1 tokens
-// starting at ((s·M + b)·microbatch_size + i)·seq, modulo the training tokens (M microbatches per step),
+// starting at ((s·M + b)·microbatch_size + i)·seq modulo (training tokens − seq − 1) (M microbatches per step),
 // so consecutive sequences tile the training text in order; inputs are the first seq tokens, targets the
 // last seq (the next byte of each input).
 #pragma once
@@ -63,9 +63,10 @@ class TokenData {
   /// Inputs and targets of microbatch `b` of step `step` (M = `microbatches` per step), each
   /// microbatch_size·seq int32 values, sequence-major.
   void microbatch(const ModelConfig& model, long step, int microbatches, int b, int* tokens, int* targets) const;
-  /// Inputs and targets of validation sequence group `index` (microbatch_size sequences from the
-  /// validation split, tiled in order).
-  void validation_batch(const ModelConfig& model, long index, int* tokens, int* targets) const;
+  /// Inputs and targets of validation sequences first .. first+count-1, each seq values, sequence-major:
+  /// sequence g is the seq+1 tokens starting at train_size() + (g·seq modulo (validation tokens − seq − 1)),
+  /// so consecutive sequences tile the held-out split in order (the same sequences whatever the microbatches).
+  void validation_sequences(const ModelConfig& model, long first, int count, int* tokens, int* targets) const;
   /// "3,093,912 bytes from 37 files (2,784,520 training, 309,392 validation)".
   std::string describe() const;
   /// SHA-256 of the whole stream, 64 lowercase hex digits.

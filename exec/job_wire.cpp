@@ -52,6 +52,13 @@ std::string encode_step(const StepOutput& out, std::size_t peak_bytes) {
   Writer w;
   w.put<std::uint64_t>(peak_bytes);
   w.put_bytes(out.loss_sums.data(), out.loss_sums.size() * sizeof(double));
+  w.put<double>(out.grad_norm_sq);
+  w.put<std::uint64_t>(out.peak_bytes);
+  w.put<std::uint8_t>(out.state ? 1 : 0);
+  if (out.state) {
+    const std::string state = encode_state(*out.state);
+    w.put_bytes(state.data(), state.size());
+  }
   w.put<std::uint64_t>(out.timings.size());
   for (const WorkTiming& t : out.timings) w.put(t);
   return std::move(w.out);
@@ -65,6 +72,11 @@ StepOutput decode_step(const std::string& bytes, std::size_t& peak_bytes) {
   if (losses.size() % sizeof(double) != 0) throw std::runtime_error("a rank's report to rank 0 is malformed (its losses)");
   out.loss_sums.resize(losses.size() / sizeof(double));
   std::memcpy(out.loss_sums.data(), losses.data(), out.loss_sums.size() * sizeof(double));
+  out.grad_norm_sq = r.get<double>();
+  out.peak_bytes = r.get<std::uint64_t>();
+  const auto has_state = r.get<std::uint8_t>();
+  if (has_state > 1) throw std::runtime_error("a rank's report to rank 0 is malformed (its state flag)");
+  if (has_state) out.state = decode_state(r.get_bytes());
   auto n = r.get<std::uint64_t>();
   if (n > (bytes.size() - r.pos) / sizeof(WorkTiming)) throw std::runtime_error("a rank's report to rank 0 is truncated");
   for (std::uint64_t i = 0; i < n; ++i) out.timings.push_back(r.get<WorkTiming>());

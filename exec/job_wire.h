@@ -11,7 +11,8 @@
 
 namespace trainsim::exec {
 
-/// A step's output and the rank's peak allocated bytes so far.
+/// A step's output (its loss sums, gradient-norm part, the step's peak, the state when it carries one, the
+/// timings) and the rank's peak allocated bytes so far.
 std::string encode_step(const StepOutput& out, std::size_t peak_bytes);
 /// The inverse; throws std::runtime_error for bytes that are not an encoded step.
 StepOutput decode_step(const std::string& bytes, std::size_t& peak_bytes);

@@ -55,6 +55,39 @@ class Kernels {
   /// In place on `dp` (count × T × T): dP -> dS·scale = P ∘ (dP − rowsum(P ∘ dP))·scale, zeros above the diagonal.
   virtual void causal_softmax_backward(const T* p, T* dp, int count, int Tn, T scale) = 0;
 
+  /// Elements of T (backend memory, given by the caller) that attention_forward (backward = false) or
+  /// attention_backward needs as scratch; 0: none (pass nullptr).
+  virtual long attention_scratch_elements(int B, int Tn, int H, int hd, bool backward) const {
+    const long n = static_cast<long>(B) * Tn * H * hd;
+    return backward ? n + static_cast<long>(B) * H * Tn * Tn : n;
+  }
+  /// Causal multi-head attention (Vaswani et al. 2017): q, k, v (B,H,T,hd) -> probs (B,H,T,T) = causal
+  /// softmax(scale·q·kᵀ), kept for attention_backward (a backend may leave entries above the diagonal unset: only
+  /// attention_backward reads them), and out (B·T × H·hd) = probs·v, the heads merged. This default composes
+  /// gemm_batched, causal_softmax_forward and merge_heads; the CPU backend computes by blocks of queries, only
+  /// the key blocks at or below the diagonal, and writes `out` in place (no merge copy).
+  virtual void attention_forward(const T* q, const T* k, const T* v, T* probs, T* out, T* scratch, int B, int Tn,
+                                 int H, int hd, T scale) {
+    const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
+    gemm_batched(false, true, Tn, Tn, hd, T(1), q, hd, th, k, hd, th, T(0), probs, Tn, tt, B * H);
+    causal_softmax_forward(probs, B * H, Tn, scale);
+    gemm_batched(false, false, Tn, hd, Tn, T(1), probs, Tn, tt, v, hd, th, T(0), scratch, hd, th, B * H);
+    merge_heads(scratch, out, B, Tn, H, hd);
+  }
+  /// The backward of attention_forward: dout (B·T × H·hd, heads merged) -> dq, dk, dv (B,H,T,hd), overwritten.
+  virtual void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, T* dq, T* dk,
+                                  T* dv, T* scratch, int B, int Tn, int H, int hd, T scale) {
+    const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
+    T* d_o = scratch;
+    T* dp = scratch + static_cast<long>(B) * H * th;
+    split_heads(dout, d_o, B, Tn, H, hd);
+    gemm_batched(false, true, Tn, Tn, hd, T(1), d_o, hd, th, v, hd, th, T(0), dp, Tn, tt, B * H);
+    gemm_batched(true, false, Tn, hd, Tn, T(1), probs, Tn, tt, d_o, hd, th, T(0), dv, hd, th, B * H);
+    causal_softmax_backward(probs, dp, B * H, Tn, scale);
+    gemm_batched(false, false, Tn, hd, Tn, T(1), dp, Tn, tt, k, hd, th, T(0), dq, hd, th, B * H);
+    gemm_batched(true, false, Tn, hd, Tn, T(1), dp, Tn, tt, q, hd, th, T(0), dk, hd, th, B * H);
+  }
+
   /// h (n×f) = silu(a) ∘ b, where gu (n × 2f) holds [a | b] per row.
   virtual void swiglu_forward(const T* gu, T* h, long n, int f) = 0;
   /// dgu (n × 2f) = the gradient of swiglu_forward given dh (n×f).

@@ -72,14 +72,14 @@ long ParamSpec::full_index(long e) const {
 
 long shard_chunk(long size, int num_shards) { return (size + num_shards - 1) / num_shards; }
 
-namespace {
-
 std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+namespace {
 
 std::uint64_t fnv1a(const std::string& s) {
   std::uint64_t h = 0xcbf29ce484222325ull;

@@ -102,6 +102,10 @@ long shard_chunk(long size, int num_shards);
 /// however the layers, ranks, TP slices and shards cut it. Counter-based: SplitMix64 (Steele et al. 2014) and the Box-Muller transform.
 void init_parameters(const LayerLayout& layout, std::uint64_t seed, long begin, long end, float* out);
 
+/// SplitMix64's output function (Steele et al. 2014) of `x`: a well-mixed 64-bit value; counter-based random
+/// numbers (the initialisation here, sampling in exec/sampling.h) call it on a key and a counter.
+std::uint64_t splitmix64(std::uint64_t x);
+
 /// Floats per element of the flat buffer in each kind of state: weight and weight grad 1, optimizer state
 /// 2 (AdamW's first and second moments; the fp32 weight is its own master copy).
 int floats_per_element(TensorKind kind);

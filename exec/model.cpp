@@ -62,6 +62,11 @@ struct Run {
 
   BufferPtr make(long elements) { return c.alloc->allocate(static_cast<std::size_t>(elements) * sizeof(T)); }
   static T* p(const BufferPtr& b) { return b->as<T>(); }
+  // The attention kernels' scratch (Kernels::attention_scratch_elements), or nothing when they need none.
+  BufferPtr scratch_for(bool backward) {
+    const long e = k().attention_scratch_elements(B, Tn, H, hd, backward);
+    return e > 0 ? make(e) : nullptr;
+  }
   Kernels<T>& k() { return *c.k; }
   T scale() const { return T(1) / std::sqrt(static_cast<T>(hd)); }
   // Sums a row-parallel partial result over the TP group (nothing without TP).
@@ -70,8 +75,11 @@ struct Run {
   }
 
   // One block's forward from x_in to y (n×d). With `partial_out` (TP: the layer's last block, whose output the
-  // schedule all-reduces), y is this slice's partial sum, the residual added by slice 0 only.
-  void block_forward(const T* W, const BlockOffsets& o, const T* x_in, T* y, BlockStash& s, bool partial_out) {
+  // schedule all-reduces), y is this slice's partial sum, the residual added by slice 0 only. Without
+  // `keep_probs` the attention probabilities are dropped once used (selective recomputation). Without `output`
+  // (a recomputation: only the saved activations are wanted) the down projection is skipped and y not written.
+  void block_forward(const T* W, const BlockOffsets& o, const T* x_in, T* y, BlockStash& s, bool partial_out,
+                     bool keep_probs = true, bool output = true) {
     s.xn1 = make(n * d), s.rstd1 = make(n);
     k().rmsnorm_forward(x_in, W + o.attn_norm, p(s.xn1), p(s.rstd1), n, d, static_cast<T>(m.norm_eps));
     BufferPtr qkv = make(n * 3 * da);
@@ -79,15 +87,14 @@ struct Run {
     s.q = make(n * da), s.k = make(n * da), s.v = make(n * da);
     k().split_heads_rope(p(qkv), p(s.q), p(s.k), p(s.v), B, Tn, H, hd, c.rope_cos, c.rope_sin);
     qkv.reset();
-    const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
-    s.probs = make(B * H * tt);
-    k().gemm_batched(false, true, Tn, Tn, hd, T(1), p(s.q), hd, th, p(s.k), hd, th, T(0), p(s.probs), Tn, tt, B * H);
-    k().causal_softmax_forward(p(s.probs), B * H, Tn, scale());
-    BufferPtr o_heads = make(n * da);
-    k().gemm_batched(false, false, Tn, hd, Tn, T(1), p(s.probs), Tn, tt, p(s.v), hd, th, T(0), p(o_heads), hd, th, B * H);
+    s.probs = make(static_cast<long>(B) * H * Tn * Tn);
     s.att = make(n * da);
-    k().merge_heads(p(o_heads), p(s.att), B, Tn, H, hd);
-    o_heads.reset();
+    {
+      BufferPtr scratch = scratch_for(false);
+      k().attention_forward(p(s.q), p(s.k), p(s.v), p(s.probs), p(s.att), scratch ? p(scratch) : nullptr, B, Tn, H,
+                            hd, scale());
+    }
+    if (!keep_probs) s.probs.reset();
     s.h = make(n * d);
     k().gemm(false, true, n, d, da, T(1), p(s.att), da, W + o.wo, da, T(0), p(s.h), d);
     reduce(p(s.h), n * d);
@@ -98,6 +105,7 @@ struct Run {
     k().gemm(false, true, n, 2 * f, d, T(1), p(s.xn2), d, W + o.wgu, d, T(0), p(s.gu), 2 * f);
     s.act = make(n * f);
     k().swiglu_forward(p(s.gu), p(s.act), n, f);
+    if (!output) return;
     k().gemm(false, true, n, d, f, T(1), p(s.act), f, W + o.wdown, f, T(0), y, d);
     if (partial_out) {
       if (tp_index == 0) k().add(y, p(s.h), y, n * d);
@@ -107,11 +115,23 @@ struct Run {
     k().add(y, p(s.h), y, n * d);
   }
 
+  // The attention probabilities of a block whose forward dropped them (selective recomputation): the forward's
+  // own kernels on the kept q and k, so the same bits.
+  void recompute_probs(BlockStash& s) {
+    s.probs = make(static_cast<long>(B) * H * Tn * Tn);
+    BufferPtr att = make(n * da);  // (the attention's output again, not wanted)
+    BufferPtr scratch = scratch_for(false);
+    k().attention_forward(p(s.q), p(s.k), p(s.v), p(s.probs), p(att), scratch ? p(scratch) : nullptr, B, Tn, H, hd,
+                          scale());
+  }
+
   // One block's backward-input: dy (grad of its output) -> dx (grad of its input, overwritten). With
   // `partial_in` (TP: the first block of a layer without the embedding), dx is this slice's partial sum: the
   // attention's input grad is not all-reduced, and slice 0 adds the residual's grad.
   void block_backward_input(const T* W, const BlockOffsets& o, const T* x_in, const T* dy, T* dx, BlockStash& s,
                             bool partial_in) {
+    // Full recomputation kept the block's input only: its forward again, all but the down projection.
+    if (!s.xn1) block_forward(W, o, x_in, nullptr, s, false, true, false);
     BufferPtr dact = make(n * f);
     k().gemm(false, false, n, f, d, T(1), dy, d, W + o.wdown, f, T(0), p(dact), f);
     s.dgu = make(n * 2 * f);
@@ -125,22 +145,17 @@ struct Run {
     k().rmsnorm_backward_input(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), p(s.dh), n, d);
     BufferPtr datt = make(n * da);
     k().gemm(false, false, n, da, d, T(1), p(s.dh), d, W + o.wo, da, T(0), p(datt), da);
-    BufferPtr d_o = make(n * da);
-    k().split_heads(p(datt), p(d_o), B, Tn, H, hd);
+    if (!s.probs) recompute_probs(s);
+    BufferPtr dq = make(n * da), dk = make(n * da), dv = make(n * da);
+    {
+      BufferPtr scratch = scratch_for(true);
+      k().attention_backward(p(s.q), p(s.k), p(s.v), p(s.probs), p(datt), p(dq), p(dk), p(dv),
+                             scratch ? p(scratch) : nullptr, B, Tn, H, hd, scale());
+    }
     datt.reset();
-    const long tt = static_cast<long>(Tn) * Tn, th = static_cast<long>(Tn) * hd;
-    BufferPtr dp = make(B * H * tt);
-    k().gemm_batched(false, true, Tn, Tn, hd, T(1), p(d_o), hd, th, p(s.v), hd, th, T(0), p(dp), Tn, tt, B * H);
-    BufferPtr dv = make(n * da);
-    k().gemm_batched(true, false, Tn, hd, Tn, T(1), p(s.probs), Tn, tt, p(d_o), hd, th, T(0), p(dv), hd, th, B * H);
-    d_o.reset();
-    k().causal_softmax_backward(p(s.probs), p(dp), B * H, Tn, scale());
-    BufferPtr dq = make(n * da), dk = make(n * da);
-    k().gemm_batched(false, false, Tn, hd, Tn, T(1), p(dp), Tn, tt, p(s.k), hd, th, T(0), p(dq), hd, th, B * H);
-    k().gemm_batched(true, false, Tn, hd, Tn, T(1), p(dp), Tn, tt, p(s.q), hd, th, T(0), p(dk), hd, th, B * H);
-    dp.reset();
     s.dqkv = make(n * 3 * da);
     k().merge_heads_rope_backward(p(dq), p(dk), p(dv), p(s.dqkv), B, Tn, H, hd, c.rope_cos, c.rope_sin);
+    dq.reset(), dk.reset(), dv.reset();
     s.dxn1 = make(n * d);
     k().gemm(false, false, n, d, 3 * da, T(1), p(s.dqkv), 3 * da, W + o.wqkv, d, T(0), p(s.dxn1), d);
     if (partial_in && tp_index != 0) {
@@ -219,8 +234,14 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
     } else {
       y = out;
     }
-    r.block_forward(W, layout.block(b), block_input<T>(s, b, in), y, s.blocks[b], r.tp_size > 1 && last && !spec.head);
+    r.block_forward(W, layout.block(b), block_input<T>(s, b, in), y, s.blocks[b], r.tp_size > 1 && last && !spec.head,
+                    c.recompute != hw::Recompute::Selective);
     if (!stash && b > 0) s.blocks[b - 1] = BlockStash{};  // nothing to keep: free as we go
+    if (stash && c.recompute == hw::Recompute::Full) {   // keep the block's input only
+      BufferPtr x_in = s.blocks[b].x_in;
+      s.blocks[b] = BlockStash{};
+      s.blocks[b].x_in = x_in;
+    }
   }
   if (spec.head) {
     s.xnf = r.make(r.n * r.d), s.rstdf = r.make(r.n);
@@ -230,28 +251,41 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
   }
 }
 
+namespace {
+
+// The layer-level pieces of the backward, shared by backward-input, backward-weight and the whole backward.
 template <typename T>
-void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout,
-                          T* din, LayerStash& s) {
-  if (s.sequences == 0) throw std::logic_error("backward-input without the forward's saved activations");
-  Run<T> r(c, layout, s.sequences);
-  const LayerSpec& spec = layout.spec();
-  const T* dy = dout;  // grad of the current block's output
-  if (spec.head) {
+struct LayerBackward {
+  Run<T>& r;
+  const LayerLayout& layout;
+  const LayerSpec& spec;
+  LayerStash& s;
+
+  // The head's backward-input (final norm, LM head): the grad of the last block's output, kept as its d_out (the
+  // embedding's dx0 when the layer has no block; a head alone writes it into din). Returns that grad.
+  const T* head_input(const T* W, const T* dout, T* din) {
     s.dxnf = r.make(r.n * r.d);
-    c.k->gemm(false, false, r.n, r.d, r.V, T(1), dout, r.V, W + layout.head_offset(), r.d, T(0), Run<T>::p(s.dxnf), r.d);
+    r.k().gemm(false, false, r.n, r.d, r.V, T(1), dout, r.V, W + layout.head_offset(), r.d, T(0), Run<T>::p(s.dxnf), r.d);
     r.reduce(Run<T>::p(s.dxnf), r.n * r.d);  // (the LM head is column-parallel: its input grad is a partial sum)
     BufferPtr dx = r.make(r.n * r.d);
-    c.k->fill(Run<T>::p(dx), T(0), r.n * r.d);
-    c.k->rmsnorm_backward_input(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.rstdf),
-                                Run<T>::p(dx), r.n, r.d);
+    r.k().fill(Run<T>::p(dx), T(0), r.n * r.d);
+    r.k().rmsnorm_backward_input(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), W + layout.final_norm_offset(),
+                                 Run<T>::p(s.rstdf), Run<T>::p(dx), r.n, r.d);
     if (spec.num_blocks > 0) s.blocks.back().d_out = dx;
     else if (spec.embedding) s.dx0 = dx;
-    else c.k->copy(Run<T>::p(dx), din, r.n * r.d);  // the head alone: its input grad is the layer's
-    dy = Run<T>::p(dx);
+    else r.k().copy(Run<T>::p(dx), din, r.n * r.d);  // the head alone: its input grad is the layer's
+    return Run<T>::p(dx);
   }
-  for (int b = spec.num_blocks - 1; b >= 0; --b) {
-    BlockStash& bs = s.blocks[b];
+
+  void head_weight(const T* dout, T* dW) {
+    r.k().gemm(true, false, r.V, r.d, r.n, T(1), dout, r.V, Run<T>::p(s.xnf), r.d, T(0), dW + layout.head_offset(), r.d);
+    r.k().rmsnorm_backward_weight(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), Run<T>::p(s.rstdf),
+                                  dW + layout.final_norm_offset(), r.n, r.d);
+  }
+
+  // Block b's backward-input from dy, into the grad of its input: the d_out of the block before, the
+  // embedding's dx0, or din. Returns that grad.
+  T* block_input_grad(const T* W, const void* in, const T* dy, T* din, int b) {
     T* dx;
     if (b > 0) {
       s.blocks[b - 1].d_out = r.make(r.n * r.d);
@@ -263,10 +297,44 @@ void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T
       dx = din;
     }
     const bool partial_in = r.tp_size > 1 && b == 0 && !spec.embedding;
-    r.block_backward_input(W, layout.block(b), block_input<T>(s, b, in), dy, dx, bs, partial_in);
-    dy = dx;
+    r.block_backward_input(W, layout.block(b), block_input<T>(s, b, in), dy, dx, s.blocks[b], partial_in);
+    return dx;
   }
-  s.partial_first_norm = r.tp_size > 1 && !spec.embedding;
+
+  void block_weight(const void* in, const T* dout, T* dW, int b) {
+    BlockStash& bs = s.blocks[b];
+    const T* dy = bs.d_out ? Run<T>::p(bs.d_out) : dout;
+    r.block_backward_weight(layout.block(b), block_input<T>(s, b, in), dy, dW, bs);
+  }
+
+  // After every block's weight grads: the first block's attention-norm gain (a partial sum on a TP slice whose
+  // input grad is one) and the embedding's grad.
+  void finish_weight(const void* in, const T* dout, T* dW) {
+    if (s.partial_first_norm) r.reduce(dW + layout.block(0).attn_norm, r.d);
+    if (!spec.embedding) return;
+    T* dE = dW + layout.embedding_offset();
+    // The embedding's output grad: the first block's input grad, or with no block the layer's output grad.
+    const T* dx0 = s.dx0 ? Run<T>::p(s.dx0) : dout;
+    r.k().fill(dE, T(0), static_cast<long>(r.V) * r.d);
+    if (r.tp_size > 1)
+      r.k().embedding_backward_range(static_cast<const int*>(in), dx0, dE, r.n, r.d, layout.vocab_start(), r.V);
+    else
+      r.k().embedding_backward(static_cast<const int*>(in), dx0, dE, r.n, r.d);
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout,
+                          T* din, LayerStash& s) {
+  if (s.sequences == 0) throw std::logic_error("backward-input without the forward's saved activations");
+  Run<T> r(c, layout, s.sequences);
+  LayerBackward<T> lb{r, layout, layout.spec(), s};
+  const T* dy = dout;  // grad of the current block's output
+  if (lb.spec.head) dy = lb.head_input(W, dout, din);
+  for (int b = lb.spec.num_blocks - 1; b >= 0; --b) dy = lb.block_input_grad(W, in, dy, din, b);
+  s.partial_first_norm = r.tp_size > 1 && !lb.spec.embedding;
   s.input_grads_done = true;
 }
 
@@ -275,29 +343,35 @@ void layer_backward_weight(ModelContext<T>& c, const LayerLayout& layout, const 
                            LayerStash& s) {
   if (!s.input_grads_done) throw std::logic_error("backward-weight before backward-input");
   Run<T> r(c, layout, s.sequences);
-  const LayerSpec& spec = layout.spec();
-  if (spec.head) {
-    c.k->gemm(true, false, r.V, r.d, r.n, T(1), dout, r.V, Run<T>::p(s.xnf), r.d, T(0), dW + layout.head_offset(), r.d);
-    c.k->rmsnorm_backward_weight(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), Run<T>::p(s.rstdf), dW + layout.final_norm_offset(),
-                                 r.n, r.d);
+  LayerBackward<T> lb{r, layout, layout.spec(), s};
+  if (lb.spec.head) lb.head_weight(dout, dW);
+  for (int b = lb.spec.num_blocks - 1; b >= 0; --b) lb.block_weight(in, dout, dW, b);
+  lb.finish_weight(in, dout, dW);
+  s = LayerStash{};
+}
+
+template <typename T>
+void layer_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout, T* din,
+                    T* dW, LayerStash& s) {
+  if (s.sequences == 0) throw std::logic_error("backward without the forward's saved activations");
+  Run<T> r(c, layout, s.sequences);
+  LayerBackward<T> lb{r, layout, layout.spec(), s};
+  const T* dy = dout;
+  if (lb.spec.head) {
+    dy = lb.head_input(W, dout, din);
+    lb.head_weight(dout, dW);
+    s.dxnf.reset(), s.xnf.reset(), s.rstdf.reset(), s.x_final.reset();
   }
-  for (int b = spec.num_blocks - 1; b >= 0; --b) {
-    BlockStash& bs = s.blocks[b];
-    const T* dy = bs.d_out ? Run<T>::p(bs.d_out) : dout;
-    r.block_backward_weight(layout.block(b), block_input<T>(s, b, in), dy, dW, bs);
+  for (int b = lb.spec.num_blocks - 1; b >= 0; --b) {
+    const T* dx = lb.block_input_grad(W, in, dy, din, b);
+    lb.block_weight(in, dout, dW, b);
+    // Block b is done: its saved activations and grads go (its input, the block before's output, too; the first
+    // block's input grad stays for the embedding).
+    s.blocks[b] = BlockStash{};
+    dy = dx;
   }
-  // The first block's attention-norm gain saw a partial input grad: its grad is a partial sum too.
-  if (s.partial_first_norm) r.reduce(dW + layout.block(0).attn_norm, r.d);
-  if (spec.embedding) {
-    T* dE = dW + layout.embedding_offset();
-    // The embedding's output grad: the first block's input grad, or with no block the layer's output grad.
-    const T* dx0 = s.dx0 ? Run<T>::p(s.dx0) : dout;
-    c.k->fill(dE, T(0), static_cast<long>(r.V) * r.d);
-    if (r.tp_size > 1)
-      c.k->embedding_backward_range(static_cast<const int*>(in), dx0, dE, r.n, r.d, layout.vocab_start(), r.V);
-    else
-      c.k->embedding_backward(static_cast<const int*>(in), dx0, dE, r.n, r.d);
-  }
+  s.partial_first_norm = r.tp_size > 1 && !lb.spec.embedding;
+  lb.finish_weight(in, dout, dW);
   s = LayerStash{};
 }
 
@@ -334,6 +408,8 @@ long layer_output_elements(const LayerLayout& layout, int sequences) {
   template void layer_backward_input<T>(ModelContext<T>&, const LayerLayout&, const T*, const void*, const T*, T*,       \
                                          LayerStash&);                                                                \
   template void layer_backward_weight<T>(ModelContext<T>&, const LayerLayout&, const void*, const T*, T*, LayerStash&); \
+  template void layer_backward<T>(ModelContext<T>&, const LayerLayout&, const T*, const void*, const T*, T*, T*,        \
+                                  LayerStash&);                                                                       \
   template void loss_forward_backward<T>(ModelContext<T>&, const ModelConfig&, const T*, const int*, int, T, T*, double*, \
                                          int);
 TRAINSIM_INSTANTIATE(float)

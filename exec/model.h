@@ -15,6 +15,7 @@
 #include "exec/buffer.h"
 #include "exec/kernels.h"
 #include "exec/layout.h"
+#include "hardware/setting.h"
 
 namespace trainsim::exec {
 
@@ -42,6 +43,12 @@ struct ModelContext {
   const T* rope_sin = nullptr;
   /// The TP group, for a layout that is a TP slice (LayerLayout::tp_size() > 1); null otherwise.
   const TpComm<T>* tp = nullptr;
+  /// Activation recomputation (Korthikanti et al. 2022, the modes of hardware/setting.h): what a forward keeps
+  /// for its backward. None: every saved activation. Selective: all but each block's attention probabilities
+  /// (B·H·T·T), which the backward recomputes from the kept q and k. Full: only each block's input; the backward
+  /// recomputes the block's forward (all but its down projection, whose output it does not need) just before
+  /// the block's backward. The recomputation is the same arithmetic redone, so results are bit-identical.
+  hw::Recompute recompute = hw::Recompute::None;
 };
 
 /// cos and sin of the rotary angles t·theta^(-2i/hd), t < seq, i < hd/2, row-major (host memory).
@@ -99,6 +106,15 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
 template <typename T>
 void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout,
                           T* din, LayerStash& stash);
+
+/// Backward, both halves (a schedule's `backward` op): the same results as layer_backward_input then
+/// layer_backward_weight, bit for bit, computed block by block from the last: each block's weight grads right
+/// after its input grad, its saved activations and output grads freed before the next block's (as autograd
+/// frees them), so that one block's grads are held at a time rather than every block's. Writes `din` (ignored
+/// for the embedding layer) and the whole flat gradient dW; empties the stash.
+template <typename T>
+void layer_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout, T* din,
+                    T* dW, LayerStash& stash);
 
 /// Backward-weight: writes the whole flat gradient dW (P elements, the padding untouched) from the stash of
 /// backward-input, `in` (tokens, for the embedding) and `dout` (the layer's output grad). Drops the stash's

@@ -69,6 +69,11 @@ struct RankExecutor::Impl {
   // one at a time, as NCCL runs the operations of one communicator (NVIDIA/nccl#574).
   std::map<int, EventPtr> last_call;
   const RankState* state = nullptr;
+  std::vector<SlotPtr> norm_parts_out;  // one double each: this rank's parts of the squared gradient norm
+  // The state carried from the step before, moved out of the caller's RankState at the step's start: its buffers
+  // are the loads' until every op is issued, then only the ops' (so the schedule's frees release them).
+  bool carried_initialized = false;
+  std::map<Tensor, BufferPtr> carried;
 
   Impl(const ReplayContext& c, int r, Device& d, Communicator& cm)
       : ctx(c), rank(r), dev(d), comm(cm), model(c.shapes->model), plan(c.plan->ranks.at(r)) {
@@ -93,7 +98,7 @@ struct RankExecutor::Impl {
 
   ModelContext<float> model_ctx(StreamContext& s, const TpComm<float>* tp = nullptr) {
     return ModelContext<float>{&s.kernels(), &dev.memory(), rope_cos->as<float>(), rope_sin->as<float>(),
-                               tp && tp->size > 1 ? tp : nullptr};
+                               tp && tp->size > 1 ? tp : nullptr, ctx.recompute};
   }
   // The TP group's reductions inside a compute op of TP degree `tp_size` running on `s` (exec/model.h): over
   // the plan's copy of the rank's TP group for the op's stream.
@@ -184,9 +189,9 @@ struct RankExecutor::Impl {
     for (const Tensor& t : op.writes) {
       SlotPtr out = make(t);
       if (t.kind == TensorKind::Weight || t.kind == TensorKind::OptState) {
-        if (state->initialized) {
-          auto it = state->tensors.find(t);
-          if (it == state->tensors.end())
+        if (carried_initialized) {
+          auto it = carried.find(t);
+          if (it == carried.end())
             throw std::runtime_error(fmt::format("{}: the state carried from the last step has no {}", op.label(), t.str()));
           out->buffer = it->second;  // shared: the state is immutable
           continue;
@@ -295,7 +300,18 @@ struct RankExecutor::Impl {
         stash = std::make_shared<LayerStash>();
         BufferPtr scratch =
             dev.memory().allocate(static_cast<std::size_t>(layer_output_elements(lay, sequences)) * sizeof(float));
-        layer_forward(mc, lay, w->buffer->as<float>(), a->buffer->data(), sequences, scratch->as<float>(), stash.get());
+        ModelContext<float> keep_all = mc;  // (recomputed here for this backward: nothing to recompute again)
+        keep_all.recompute = hw::Recompute::None;
+        layer_forward(keep_all, lay, w->buffer->as<float>(), a->buffer->data(), sequences, scratch->as<float>(),
+                      stash.get());
+      }
+      if (kind == OpKind::Backward) {  // both halves, block by block (exec/model.h)
+        da->buffer = alloc(da->id);
+        dw->buffer = alloc(dw->id);
+        layer_backward(mc, lay, w->buffer->as<float>(), a->buffer->data(), g->buffer->as<float>(), da->buffer->as<float>(),
+                       dw->buffer->as<float>(), *stash);
+        holder.stash.reset();
+        return;
       }
       if (kind != OpKind::BackwardWeight) {
         da->buffer = alloc(da->id);
@@ -343,6 +359,22 @@ struct RankExecutor::Impl {
     });
   }
 
+  // Where flat elements [b, e) of the layer of `dwt` (the grad an update op `u` reads) lie in its buffer: runs
+  // contiguous within one shard.
+  std::vector<std::pair<long, long>> grad_runs(const Op& u, const Tensor& dwt, long b, long e) const {
+    const long P = ctx.shapes->parameters(dwt);
+    const long c = dwt.num_shards == 1 || dwt.complete() ? P : shard_chunk(P, dwt.num_shards);
+    std::vector<std::pair<long, long>> runs;  // (offset, count)
+    while (b < e) {
+      const long end = std::min(e, (b / c + 1) * c);
+      const long off = shard_offset(dwt, P, b);
+      if (off < 0) throw std::runtime_error(fmt::format("{}: {} lacks the shard it updates", u.label(), dwt.str()));
+      runs.push_back({off, end - b});
+      b = end;
+    }
+    return runs;
+  }
+
   void gradient_norm(const Op& first, int index) {
     norm = std::make_shared<Slot>();
     std::vector<EventPtr> deps;
@@ -357,21 +389,17 @@ struct RankExecutor::Impl {
       const Tensor& dwt = tensor_of(u.reads, TensorKind::WeightGrad);
       SlotPtr g = find(u, dwt);
       add_dep(deps, g->ready);
-      const long P = ctx.shapes->parameters(dwt);
-      const long c = dwt.num_shards == 1 || dwt.complete() ? P : shard_chunk(P, dwt.num_shards);
-      for (long b = p.begin; b < p.end;) {  // contiguous within one shard of the grad
-        long e = std::min(p.end, (b / c + 1) * c);
-        long off = shard_offset(dwt, P, b);
-        if (off < 0) throw std::runtime_error(fmt::format("{}: {} lacks the shard it updates", u.label(), dwt.str()));
-        parts->push_back(Part{g, off, e - b});
-        b = e;
-      }
+      for (auto [off, count] : grad_runs(u, dwt, p.begin, p.end)) parts->push_back(Part{g, off, count});
     }
     const int group = ctx.plan->norm_group;
-    norm->ready = submit_call(first, -1, group, deps, [this, parts, group](StreamContext& s) {
+    SlotPtr local = std::make_shared<Slot>();  // this rank's part, before the all-reduce (the step's log)
+    norm_parts_out.push_back(local);
+    norm->ready = local->ready = submit_call(first, -1, group, deps, [this, parts, group, local](StreamContext& s) {
       norm->buffer = dev.memory().allocate(sizeof(double));
+      local->buffer = dev.memory().allocate(sizeof(double));
       s.zero(norm->buffer->data(), sizeof(double));
       for (const Part& p : *parts) s.kernels().sum_squares(p.grad->buffer->as<float>() + p.offset, p.count, norm->buffer->as<double>());
+      s.copy(local->buffer->data(), norm->buffer->data(), sizeof(double));
       comm.all_reduce(s, norm->buffer->as<double>(), norm->buffer->as<double>(), 1, group);
     });
     (void)index;
@@ -388,7 +416,23 @@ struct RankExecutor::Impl {
     if (nrm) add_dep(deps, nrm->ready);
     const int step_now = step;
     const float clip = ctx.optimizer.grad_clip;
-    EventPtr done = submit(op, index, deps, [this, g, w, o, nw, no, nrm, step_now, clip](StreamContext& s) {
+    // Without clipping nothing took the gradient norm before the first update: each update adds the squares of
+    // the elements this rank counts (its norm parts) for the step's log, reading the grad before it is used.
+    auto runs = std::make_shared<std::vector<std::pair<long, long>>>();
+    SlotPtr part;
+    if (!nrm) {
+      for (const RankPlan::NormPart& p : plan.norm_parts)
+        if (p.op == index)
+          for (auto run : grad_runs(op, dwt, p.begin, p.end)) runs->push_back(run);
+      part = std::make_shared<Slot>();
+      norm_parts_out.push_back(part);
+    }
+    EventPtr done = submit(op, index, deps, [this, g, w, o, nw, no, nrm, step_now, clip, runs, part](StreamContext& s) {
+      if (part) {
+        part->buffer = dev.memory().allocate(sizeof(double));
+        s.zero(part->buffer->data(), sizeof(double));
+        for (auto [off, count] : *runs) s.kernels().sum_squares(g->buffer->as<float>() + off, count, part->buffer->as<double>());
+      }
       const LayerLayout& lay = layout(o->id);
       const long P = lay.size();
       const Tensor& ot = o->id;
@@ -416,6 +460,7 @@ struct RankExecutor::Impl {
       }
     });
     nw->ready = no->ready = done;
+    if (part) part->ready = done;
   }
 
   void accumulate(const Op& op, int index) {
@@ -621,8 +666,14 @@ struct RankExecutor::Impl {
   // ---- the step ----
   StepOutput run(int step_index, RankState& st) {
     step = step_index;
-    state = &st;
+    // The carried state's buffers are held by this step's loads only: once the schedule frees the weights and
+    // optimizer state its updates replaced, they go (the RankState keeping them would hold a second copy of
+    // the model state at the end of every step but the first).
+    carried_initialized = st.initialized;
+    carried = std::move(st.tensors);
+    st.tensors.clear();
     held.clear(), last_forward.clear(), last_backward_input.clear(), losses.clear(), norm.reset();
+    norm_parts_out.clear();
     const auto& ops = ctx.schedule->ranks[rank];
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
@@ -635,6 +686,7 @@ struct RankExecutor::Impl {
                                                  : fmt::format("cannot allocate host memory to issue the op ({})", e.what())));
       }
     }
+    carried.clear();  // (every load is issued: each holds what it loaded)
     dev.synchronize();
     StepOutput out;
     out.loss_sums.assign(ctx.schedule->header.microbatches, std::numeric_limits<double>::quiet_NaN());
@@ -644,9 +696,15 @@ struct RankExecutor::Impl {
       for (std::size_t i = 0; i < rec->batches.size(); ++i)
         if (rec->reported.contains(rec->batches[i])) out.loss_sums[rec->batches[i]] = sums[i];
     }
+    for (const SlotPtr& part : norm_parts_out) {  // (in program order: the same sum on every run)
+      double v = 0;
+      dev.download(&v, part->buffer->data(), sizeof(double));
+      out.grad_norm_sq += v;
+    }
     out.timings = dev.take_timings();
     st = next_state();
     held.clear(), losses.clear(), norm.reset(), last_forward.clear(), last_backward_input.clear();
+    norm_parts_out.clear();
     return out;
   }
 

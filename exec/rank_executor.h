@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "exec/checkpoint.h"
 #include "exec/comm.h"
 #include "exec/data.h"
 #include "exec/device.h"
@@ -41,6 +43,7 @@ struct ReplayContext {
   int total_steps = 1;     ///< the length of the learning-rate schedule
   std::uint64_t seed = 0;  ///< initialisation seed
   FaultInjection fault;
+  hw::Recompute recompute = hw::Recompute::None;  ///< activation recomputation (exec/model.h ModelContext)
 };
 
 /// The weights and optimizer state one rank carries from a step to the next: its plan's `state` tensors
@@ -53,7 +56,15 @@ struct RankState {
 /// What one rank reports after a step.
 struct StepOutput {
   std::vector<double> loss_sums;   ///< per microbatch: the summed loss over its tokens, NaN where another rank reports it
+  /// The rank's part of the squared global gradient norm, before clipping: the sum of squares of the gradient
+  /// elements it counts (RankPlan::norm_parts, each element counted by one rank), in fp64; 0 when it updates
+  /// nothing. The parts summed in rank order are the norm clipping uses (its all-reduce sums in member order).
+  double grad_norm_sq = 0;
+  std::size_t peak_bytes = 0;      ///< the most bytes the rank's device allocator had out during the step
   std::vector<WorkTiming> timings; ///< host-clock timing of each op's work (tag = op index; -1 = the gradient norm)
+  /// The rank's carried state after the step (weights and optimizer state), when the job asked for it (to
+  /// evaluate the model on the validation split); otherwise empty.
+  std::optional<HostState> state;
 };
 
 /// Replays one rank's ops, step after step.

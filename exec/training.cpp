@@ -1,6 +1,7 @@
 #include "exec/training.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -22,6 +23,7 @@
 #include "exec/reference.h"
 #include "exec/rank_executor.h"
 #include "exec/sha256.h"
+#include "exec/whole_model.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 
@@ -41,6 +43,8 @@ CheckpointInfo describe_run(const Schedule& s, const ReplayOptions& o, const Tok
   info.optimizer = to_json(o.optimizer);
   info.data = data.identity();  // paths, sizes and SHA-256 of the bytes
   info.seed = o.seed;
+  info.layers = s.header.layers;
+  info.stage_layout = s.header.layout ? s.header.layout->str() : "";
   return info;
 }
 
@@ -77,44 +81,6 @@ Trace measured_trace(const Schedule& s, const std::vector<std::vector<WorkTiming
   return t;
 }
 
-// Puts every rank's updated weights together per parameter, the whole model's (FSDP shards and TP slices
-// reassembled: each slice's elements go to their place in the whole parameter, exec/layout.h); notes replicas
-// that differ (data-parallel copies, and the norm gains every TP slice holds).
-std::map<std::string, std::vector<float>> assemble(const ModelShapes& shapes, const std::vector<HostState>& ranks,
-                                                   bool& replicas_identical) {
-  std::map<std::string, std::vector<float>> out;
-  std::map<std::string, std::vector<char>> have;
-  for (const LayerLayout& lay : shapes.layouts)
-    for (const ParamSpec& p : lay.params()) out[p.name].assign(p.size(), 0.0f), have[p.name].assign(p.size(), 0);
-  for (const HostState& st : ranks)
-    for (const auto& [t, v] : st) {
-      if (t.kind != TensorKind::Weight) continue;
-      const LayerLayout& lay = shapes.layout(t);
-      const long P = lay.size();
-      const bool whole = t.num_shards == 1 || t.complete();
-      const long c = whole ? P : shard_chunk(P, t.num_shards);
-      long pos = 0;
-      for (int j : whole ? std::vector<int>{0} : t.shards.ids()) {
-        const long lo = j * c, hi = std::min(P, (j + 1) * c);
-        for (const ParamSpec& p : lay.params()) {
-          std::vector<float>& full = out.at(p.name);
-          std::vector<char>& got = have.at(p.name);
-          for (long e = std::max(lo, p.offset); e < std::min(hi, p.offset + p.size()); ++e) {
-            const float x = v[pos * c + (e - lo)];
-            const long f = p.full_index(e - p.offset);
-            if (got[f] && std::memcmp(&full[f], &x, sizeof(float)) != 0) replicas_identical = false;
-            full[f] = x, got[f] = 1;
-          }
-        }
-        ++pos;
-      }
-    }
-  for (const auto& [name, got] : have)
-    for (std::size_t e = 0; e < got.size(); ++e)
-      if (!got[e]) throw std::runtime_error(fmt::format("no rank holds element {} of {}'s updated weights at the end", e, name));
-  return out;
-}
-
 // Squared distance and squared norm of the reference, in fp64: ‖a − b‖² and ‖b‖².
 std::pair<double, double> squared_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
@@ -123,6 +89,15 @@ std::pair<double, double> squared_diff(const std::vector<float>& a, const std::v
     num += d * d, den += static_cast<double>(b[i]) * b[i];
   }
   return {num, den};
+}
+
+// A float as the double its shortest decimal text reads as (0.001f: 0.001, not 0.0010000000474974513), for
+// reports and logs.
+double shortest(float f) {
+  const std::string text = fmt::format("{}", f);
+  double v = f;
+  std::from_chars(text.data(), text.data() + text.size(), v);
+  return v;
 }
 
 double relative(double num, double den) { return den == 0 ? std::sqrt(num) : std::sqrt(num / den); }
@@ -155,7 +130,8 @@ struct Job {
   // unless its timings are kept for the measured trace: the memory does not grow with the steps.
   std::map<int, std::vector<std::optional<StepOutput>>> outputs;
   int complete = 0;  // steps (from first) whose every rank's output has arrived; the ranks end steps in order
-  std::vector<std::size_t> peaks;                               // by rank, from the other processes
+  int processed = 0;  // steps (from first) the collector has reported (and evaluated)
+  std::vector<std::size_t> peaks;  // by rank: the allocator's peak over the run (from the other processes, too)
 
   Job(const Schedule& sched, const ReplayOptions& opts, const ReplayContext& c, LocalBackend& b, ProcessGroup* processes)
       : s(sched), o(opts), ctx(c), backend(b), pg(processes), world(sched.header.world_size),
@@ -229,12 +205,7 @@ struct Job {
   // Every rank's carried state, on the process that collects (the others get what they hold themselves).
   std::vector<HostState> host_states() {
     std::vector<HostState> out(world);
-    for (int r : local)
-      for (const auto& [t, b] : states[r].tensors) {
-        std::vector<float> v(b->bytes() / sizeof(float));
-        devices[r]->download(v.data(), b->data(), b->bytes());
-        out[r][t] = std::move(v);
-      }
+    for (int r : local) out[r] = host_state(r);
     if (pg) {
       auto blobs = pg->gather(encode_state(out[pg->rank()]), o.timeout_seconds);
       for (std::size_t r = 0; r < blobs.size(); ++r)
@@ -248,14 +219,16 @@ struct Job {
   // the wait a rank that ends early starts the next step while another still runs this one, and the
   // measured step (first start to last end over the ranks) holds the other rank's tail of the step before
   // (docs/executor.md §3, "Between steps").
-  void report(int step_index, int r, StepOutput out) {
+  // After a step the model is evaluated on (`evaluated`), the ranks also wait until the collector has evaluated
+  // it: the evaluation's work stays out of the next step's time.
+  void report(int step_index, int r, StepOutput out, bool evaluated) {
     if (!pg) {
       std::unique_lock lock(mu);
       store(step_index, r, std::move(out));
-      cv.wait(lock, [&] { return failed || complete > step_index; });
+      cv.wait(lock, [&] { return failed || (evaluated ? processed : complete) > step_index; });
       return;
     }
-    auto blobs = pg->gather(encode_step(out, devices[r]->memory().peak_bytes()), o.timeout_seconds);
+    auto blobs = pg->gather(encode_step(out, peaks[r]), o.timeout_seconds);
     if (collects) {
       std::lock_guard lock(mu);
       for (std::size_t q = 0; q < blobs.size(); ++q)
@@ -268,6 +241,10 @@ struct Job {
           store(step_index, static_cast<int>(q), std::move(theirs));
         }
       store(step_index, r, std::move(out));
+      if (evaluated) {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return failed || processed > step_index; });
+      }
     }
     pg->broadcast(std::string(), o.timeout_seconds);  // rank 0 answers once it has every rank's output
   }
@@ -299,11 +276,37 @@ struct Job {
     return threads;
   }
 
+  // Whether the model is evaluated after 0-based step `step` of a run that stops at `last`.
+  bool eval_due(int step, int last) const {
+    return o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == last);
+  }
+
+  // Rank r's carried state on the host.
+  HostState host_state(int r) {
+    HostState out;
+    for (const auto& [t, b] : states[r].tensors) {
+      std::vector<float> v(b->bytes() / sizeof(float));
+      devices[r]->download(v.data(), b->data(), b->bytes());
+      out[t] = std::move(v);
+    }
+    return out;
+  }
+
   void run_rank(int r, int first, int last) noexcept {
     std::unique_ptr<RankExecutor> ex;
     try {
       ex = std::make_unique<RankExecutor>(ctx, r, *devices[r], *comms[r]);
-      for (int step = first; step < last; ++step) report(step - first, r, ex->run_step(step, states[r]));
+      Allocator& memory = devices[r]->memory();
+      for (int step = first; step < last; ++step) {
+        // The step's own peak: the allocator's count starts from what the rank holds between steps.
+        peaks[r] = std::max(peaks[r], memory.peak_bytes());
+        memory.reset_peak();
+        StepOutput out = ex->run_step(step, states[r]);
+        out.peak_bytes = memory.peak_bytes();
+        peaks[r] = std::max(peaks[r], out.peak_bytes);
+        if (eval_due(step, last)) out.state = host_state(r);
+        report(step - first, r, std::move(out), eval_due(step, last));
+      }
     } catch (const std::bad_alloc& e) {
       fail(out_of_memory(r, e));  // aborts every device and the hub: the executor's work in flight can finish
     } catch (const std::exception& e) {
@@ -333,6 +336,7 @@ struct Job {
     std::vector<std::thread> threads = start_ranks(first, last);
     const double tokens = static_cast<double>(s.header.microbatches) * ctx.shapes->model.tokens_per_microbatch();
     auto start = Clock::now(), prev = start;
+    double eval_seconds = 0;
     for (int step = first; step < last && collects; ++step) {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return failed || complete > step - first; });
@@ -362,21 +366,46 @@ struct Job {
       rep.step = step, rep.steps = o.steps, rep.loss = sum / tokens;
       rep.seconds = std::chrono::duration<double>(now - prev).count();
       rep.tokens_per_s = tokens / std::max(rep.seconds, 1e-9);
+      rep.learning_rate = shortest(learning_rate(o.optimizer, step, o.steps));
+      double norm_sq = 0;  // (in rank order, as the norm's all-reduce sums)
+      for (int r = 0; r < world; ++r) norm_sq += row[r]->grad_norm_sq, rep.peak_bytes.push_back(row[r]->peak_bytes);
+      rep.grad_norm = std::sqrt(norm_sq);
+      if (ctx.plan->clip)  // (the coefficient the AdamW kernels apply: exec/kernels.h)
+        rep.clip_coefficient = shortest(static_cast<float>(std::min(1.0, o.optimizer.grad_clip / (rep.grad_norm + 1e-6))));
       prev = now;
       res.losses.push_back(rep.loss);
+      res.learning_rates.push_back(rep.learning_rate);
+      res.grad_norms.push_back(rep.grad_norm);
+      res.clip_coefficients.push_back(rep.clip_coefficient);
+      res.step_seconds.push_back(rep.seconds);
+      res.step_tokens_per_s.push_back(rep.tokens_per_s);
+      res.step_peak_bytes.push_back(rep.peak_bytes);
+      if (row[0]->state) {
+        try {
+          const Evaluation ev = evaluate(row, step + 1);
+          rep.evaluated = true, rep.validation_loss = ev.loss;
+          res.evaluations.push_back(ev);
+          eval_seconds += ev.seconds;
+        } catch (const std::exception& e) {
+          fail(fmt::format("evaluating the model after step {}: {}", step + 1, e.what()));
+          break;
+        }
+        prev = Clock::now();
+      }
       try {
         if (progress) progress(rep);
       } catch (const std::exception& e) {  // (e.g. writing the progress failed: the ranks must still be joined)
         fail(fmt::format("reporting step {}: {}", step + 1, e.what()));
         break;
       }
-      if (step - first < ran - kept) {
-        lock.lock();
-        outputs.erase(step - first);
-      }
+      lock.lock();
+      processed = step - first + 1;
+      if (step - first < ran - kept) outputs.erase(step - first);
+      lock.unlock();
+      cv.notify_all();
     }
     for (auto& t : threads) t.join();
-    res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    res.seconds = std::chrono::duration<double>(Clock::now() - start).count() - eval_seconds;
     if (failed) return false;
     if (!collects) return true;
     res.tokens_per_s = tokens * ran / std::max(res.seconds, 1e-9);
@@ -389,8 +418,27 @@ struct Job {
       res.steps.push_back(StepTrace{first + i, t0 - origin, measured_trace(s, timings, backend.name())});
     }
     res.trace = res.steps.back().trace;
-    for (int r = 0; r < world; ++r) res.peak_bytes.push_back(devices[r] ? devices[r]->memory().peak_bytes() : peaks[r]);
+    for (int r = 0; r < world; ++r) res.peak_bytes.push_back(peaks[r]);
     return true;
+  }
+
+  // Evaluates the model of a step's row (every rank's state) on the validation split; frees the states.
+  Evaluation evaluate(std::vector<std::optional<StepOutput>>& row, int steps_done) {
+    const auto t0 = Clock::now();
+    std::vector<HostState> ranks(world);
+    for (int r = 0; r < world; ++r) {
+      if (!row[r]->state) throw std::runtime_error(fmt::format("rank {} sent no weights", r));
+      ranks[r] = std::move(*row[r]->state);
+      row[r]->state.reset();
+    }
+    bool identical = true;
+    const std::vector<float> flat =
+        flatten_parameters(ctx.shapes->model, assemble_parameters(*ctx.shapes, ranks, identical));
+    Evaluation ev;
+    ev.step = steps_done;
+    ev.loss = validation_loss(ctx.shapes->model, flat, *ctx.data, o.eval_sequences);
+    ev.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return ev;
   }
 };
 
@@ -422,7 +470,9 @@ std::string settings_text(const ReplayOptions& o, const CheckpointInfo& info, in
   nlohmann::json j{{"backend", o.backend},     {"steps", o.steps},          {"stop_after", o.stop_after},
                    {"seed", o.seed},           {"optimizer", info.optimizer}, {"data", info.data},
                    {"check", o.check},         {"tolerance", o.tolerance},  {"save", !o.save_dir.empty()},
-                   {"first_step", first},      {"timeout", o.timeout_seconds}, {"clip_required", o.clip_required}};
+                   {"first_step", first},      {"timeout", o.timeout_seconds}, {"clip_required", o.clip_required},
+                   {"eval_every", o.eval_every}, {"eval_sequences", o.eval_sequences},
+                   {"recompute", hw::recompute_name(o.recompute)}};
   return j.dump();
 }
 
@@ -444,7 +494,7 @@ void compare(const ReplayContext& ctx, const ReplayOptions& o, int first, int la
   // rounding of zero moves by a step that depends on that rounding; summing the same gradients in another
   // order (the schedule's grouping of microbatches) can move one such element by a good fraction of the
   // learning rate, which is 1e-5 of a small tensor but far below 1e-5 of the model (docs/executor.md §4).
-  auto mine = assemble(*ctx.shapes, finals, res.replicas_identical);
+  auto mine = assemble_parameters(*ctx.shapes, finals, res.replicas_identical);
   double num = 0, den = 0;
   for (const auto& [name, want] : ref.parameters()) {
     auto [n, d] = squared_diff(mine.at(name), want);
@@ -492,8 +542,14 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
     if (o.steps < 1) throw std::invalid_argument(fmt::format("--steps must be at least 1, got {}", o.steps));
     if (o.trace_steps < 1)
       throw std::invalid_argument(fmt::format("--trace-steps must be at least 1, got {}", o.trace_steps));
+    if (o.eval_every < 0) throw std::invalid_argument(fmt::format("--eval-every must be at least 0, got {}", o.eval_every));
+    if (o.eval_sequences < 1)
+      throw std::invalid_argument(fmt::format("--eval-sequences must be at least 1, got {}", o.eval_sequences));
     if (!(o.timeout_seconds > 0))
       throw std::invalid_argument(fmt::format("--timeout must be positive, got {}", o.timeout_seconds));
+    if (o.recompute == hw::Recompute::Op)  // (the hardware model's torchtitan op checkpointing: not the executor's)
+      throw std::invalid_argument("--recompute op is the hardware cost model's (torchtitan's selective op "
+                                  "checkpointing); the executor recomputes none, selective or full");
     ModelShapes shapes(o.model, schedule.header.layers, tp_degrees(schedule),
                        schedule.header.layout ? &*schedule.header.layout : nullptr);
     TokenData data(o.data_files.empty() ? TokenData::default_files() : o.data_files);
@@ -504,7 +560,7 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
     ReplayPlan plan = make_plan(schedule, shapes, o.optimizer.grad_clip, o.clip_required);
     res.clip = plan.clip;
     res.clip_note = plan.clip_note;
-    for (const RankPlan& rp : plan.ranks) res.predicted_peak_bytes.push_back(rp.peak_bytes);
+    for (const RankPlan& rp : plan.ranks) res.schedule_tensor_bytes.push_back(rp.peak_bytes);
     check_fits_in_memory(plan, static_cast<bool>(o.join));
 
     int first = 0, last = o.stop_after > 0 ? std::min(o.stop_after, o.steps) : o.steps;
@@ -526,7 +582,7 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
     if (!plan.repeatable && (last - first > 1 || first > 0 || !o.save_dir.empty()))
       throw PlanError(plan.repeat_note + " (replay it with --steps 1)");
 
-    ReplayContext ctx{&schedule, &plan, &shapes, &data, o.optimizer, o.steps, o.seed, o.fault};
+    ReplayContext ctx{&schedule, &plan, &shapes, &data, o.optimizer, o.steps, o.seed, o.fault, o.recompute};
     std::unique_ptr<ProcessGroup> processes;  // outlives the job, whose communicator uses it
     if (o.join) {
       processes = o.join(JobIdentity{info.schedule_hash, to_json(o.model).dump(), settings_text(o, info, first)});

@@ -38,6 +38,13 @@ struct ReplayOptions {
   /// when more than one step runs (it warms up the caches and the allocator). At least 1.
   int trace_steps = 1;
   std::string schedule_name;   ///< where the schedule came from (messages, checkpoint manifest)
+  /// Evaluate the model on the validation split after every `eval_every` steps and after the last (0: never):
+  /// the mean loss over validation sequences 0 .. eval_sequences-1 (exec/whole_model.h validation_loss), on
+  /// the whole model put together from the ranks' weights, so the same sequences on every rank layout.
+  int eval_every = 0;
+  int eval_sequences = 32;     ///< validation sequences per evaluation, at least 1
+  /// Activation recomputation (exec/model.h ModelContext::recompute): less memory, more time, the same bits.
+  hw::Recompute recompute = hw::Recompute::None;
   FaultInjection fault;        ///< tests only
   /// Set when every rank is its own process: called once the run is planned, with what every rank must agree
   /// on, it meets the other processes (exec/dist/rendezvous.h) and returns this process's group; this
@@ -51,8 +58,24 @@ struct StepReport {
   int step = 0;             ///< 0-based
   int steps = 0;            ///< of this many
   double loss = 0;          ///< mean over the step's tokens
-  double seconds = 0;       ///< wall time of the step
+  double learning_rate = 0; ///< the step's AdamW learning rate (warmup, cosine decay: exec/optimizer.h)
+  /// The global L2 norm of the step's gradient (every parameter, the full-batch mean's), before clipping.
+  double grad_norm = 0;
+  /// What clipping multiplied the gradient by: min(1, max_norm / (grad_norm + 1e-6)) as
+  /// torch.nn.utils.clip_grad_norm_; 1 when clipping is off.
+  double clip_coefficient = 1;
+  double seconds = 0;       ///< wall time of the step (from the end of the one before, evaluation excluded)
   double tokens_per_s = 0;  ///< of the step
+  std::vector<std::size_t> peak_bytes;  ///< per rank: the most bytes its device allocator had out during the step
+  bool evaluated = false;   ///< the model was evaluated after this step (ReplayOptions::eval_every)
+  double validation_loss = 0;  ///< when evaluated: the mean loss over the validation sequences
+};
+
+/// One evaluation on the validation split.
+struct Evaluation {
+  int step = 0;        ///< after this many steps in all (1-based: after step 5 of 20 is 5)
+  double loss = 0;     ///< mean loss over the validation sequences
+  double seconds = 0;  ///< wall time it took (not counted in the steps' times)
 };
 
 /// Outcome of a replay. `ok` is false when anything failed: the error says what, naming the rank and op.
@@ -64,11 +87,15 @@ struct ReplayResult {
   bool reporting = true;
   int first_step = 0;                   ///< 0, or the checkpoint's step when resuming
   std::vector<double> losses;           ///< one per step run
+  // One per step run, as StepReport has them:
+  std::vector<double> learning_rates, grad_norms, clip_coefficients, step_seconds, step_tokens_per_s;
+  std::vector<std::vector<std::size_t>> step_peak_bytes;  ///< [step][rank]
+  std::vector<Evaluation> evaluations;  ///< in order (ReplayOptions::eval_every)
   double tokens_per_s = 0;              ///< over the whole run
-  double seconds = 0;                   ///< wall time of the steps
+  double seconds = 0;                   ///< wall time of the steps (evaluations excluded)
   long tokens_per_step = 0;
   std::vector<std::size_t> peak_bytes;  ///< per rank: the most bytes the rank's device had allocated
-  std::vector<std::size_t> predicted_peak_bytes;  ///< per rank: the most bytes the schedule's tensors hold at once
+  std::vector<std::size_t> schedule_tensor_bytes;  ///< per rank: the most bytes the schedule's tensors hold at once (program order)
   bool clip = false;                    ///< clipping by the global norm ran
   std::string clip_note;                ///< when it did not: "off (--grad-clip 0)" or "off: " and why (ReplayPlan::clip_note)
   Trace trace;                          ///< the last step as measured (host clock, bytes)

@@ -13,9 +13,11 @@ PACKAGES=(
   libgraphviz-dev       # dependency graphs (libgvc / cgraph)
   librsvg2-bin          # rsvg-convert, to look at the SVG timelines as PNG (optional)
   libopenblas-dev       # the executor's CPU backend: GEMMs (one BLAS thread per rank)
+  libsleef-dev          # the executor's CPU backend: vectorised exp (SwiGLU, softmax, cross-entropy)
   libsodium-dev         # the rendezvous's challenge-response (HMAC-SHA-256, nonces) and checkpoint hashes (SHA-256)
   fortunes              # the executor's default training text (byte-level tokens)
   bsdutils              # script: a test runs the command under a pseudo-terminal (its status line)
+  python3-torch         # tests/torch/reference_test.py: trainsim's training step against PyTorch's autograd and AdamW
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

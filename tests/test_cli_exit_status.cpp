@@ -54,7 +54,8 @@ TEST_CASE("a mistyped flag prints only our lines: the closest option and where t
 }
 
 TEST_CASE("a mistyped sub-command gets the closest one and the list; none at all gets the list") {
-  const std::string list = "trainsim: the commands are puzzles, validate, sim, gen, convert, replay, launch, calibrate\n";
+  const std::string list =
+      "trainsim: the commands are puzzles, validate, sim, gen, convert, replay, launch, calibrate, sample, export\n";
   CommandResult r = run_trainsim("simm x.sched", true);
   CHECK(r.exit_code == 2);
   CHECK(r.out == "trainsim: unknown command 'simm': did you mean sim?\n" + list +

@@ -43,8 +43,25 @@ TEST_CASE("exec data: bytes are tokens, the split is 90/10, microbatches tile th
     CHECK(tgt[t] == d.token(start + t + 1));
   }
   for (int t = 0; t + 1 < m.seq; ++t) CHECK(tgt[t] == tok[t + 1]);
-  d.validation_batch(m, 0, tok.data(), tgt.data());
+  d.validation_sequences(m, 0, m.microbatch_size, tok.data(), tgt.data());
   CHECK(tok[0] == d.token(d.train_size()));
+  // Validation sequence g starts at train + g·seq modulo (validation bytes − seq − 1): the same sequence whatever
+  // the batch it is read in.
+  const long span = d.size() - d.train_size() - m.seq - 1;
+  for (long g : {1L, 7L, 1000L}) {
+    std::vector<int> one(m.seq), one_t(m.seq);
+    d.validation_sequences(m, g, 1, one.data(), one_t.data());
+    const long vstart = d.train_size() + (g * m.seq) % span;
+    CHECK(one[0] == d.token(vstart));
+    CHECK(one_t[m.seq - 1] == d.token(vstart + m.seq));
+  }
+  // Training starts wrap modulo (training bytes − seq − 1), so that seq+1 bytes fit (docs/executor.md §2).
+  const long tspan = d.train_size() - m.seq - 1;
+  const long step = tspan / (4 * m.microbatch_size * m.seq) + 3;  // far enough to wrap
+  d.microbatch(m, step, 4, 2, tok.data(), tgt.data());
+  const long wrapped = (((step * 4 + 2) * m.microbatch_size) * m.seq) % tspan;
+  CHECK(tok[0] == d.token(wrapped));
+  CHECK(tgt[m.seq - 1] == d.token(wrapped + m.seq));
 }
 
 TEST_CASE("exec data: missing or tiny corpora are clear errors") {

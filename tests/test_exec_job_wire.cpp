@@ -17,6 +17,8 @@ exec::StepOutput sample_step() {
   exec::StepOutput out;
   out.loss_sums = {1.5, -0.25, 3e10};
   out.timings = {exec::WorkTiming{3, 10, 20, 4096}, exec::WorkTiming{-1, 25, 30, 0}};
+  out.grad_norm_sq = 0.75;
+  out.peak_bytes = 99;
   return out;
 }
 
@@ -38,7 +40,17 @@ TEST_CASE("job wire: steps and states round-trip bit for bit") {
   REQUIRE(back.timings.size() == 2);
   CHECK(back.timings[0].tag == 3);
   CHECK(back.timings[1].end_ns == 30);
+  CHECK(back.grad_norm_sq == 0.75);
+  CHECK(back.peak_bytes == 99);
+  CHECK_FALSE(back.state.has_value());
   CHECK(exec::decode_state(exec::encode_state(sample_state())) == sample_state());
+  // A step that carries the rank's state (to evaluate the model after it).
+  exec::StepOutput with = sample_step();
+  with.state = sample_state();
+  const exec::StepOutput back2 = exec::decode_step(exec::encode_step(with, 1), peak);
+  REQUIRE(back2.state.has_value());
+  CHECK(*back2.state == sample_state());
+  CHECK(back2.timings.size() == 2);
 }
 
 TEST_CASE("job wire: malformed steps and states are refused, not misread") {

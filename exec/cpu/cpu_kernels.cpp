@@ -4,9 +4,13 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 
 // OpenBLAS: the GEMMs (libopenblas-dev). Its cblas.h declares openblas_set_num_threads.
 #include <cblas.h>
+
+#include "exec/cpu/cpu_rows.h"
+#include "exec/cpu/simd.h"
 
 namespace trainsim::exec {
 
@@ -16,20 +20,11 @@ CpuKernels<T>::CpuKernels() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
-namespace {
+using cpu_detail::blas_gemm;
 
-void blas_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-               float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
-              ldb, beta, C, ldc);
-}
-void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda, const double* B, int ldb,
-               double beta, double* C, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
-              ldb, beta, C, ldc);
-}
-
-}  // namespace
+// fp32 runs the vectorised kernels (exec/cpu/simd.h), fp64 the loops below.
+template <typename T>
+constexpr bool kSimd = std::is_same_v<T, float>;
 
 template <typename T>
 void CpuKernels<T>::gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
@@ -65,6 +60,7 @@ void CpuKernels<T>::embedding_backward(const int* tokens, const T* dout, T* dtab
 
 template <typename T>
 void CpuKernels<T>::rmsnorm_forward(const T* x, const T* g, T* y, T* rstd, long n, int d, T eps) {
+  if constexpr (kSimd<T>) return simd::table().rmsnorm_forward(x, g, y, rstd, n, d, eps);
   for (long i = 0; i < n; ++i) {
     const T* xi = x + i * d;
     T ss = 0;
@@ -78,6 +74,7 @@ void CpuKernels<T>::rmsnorm_forward(const T* x, const T* g, T* y, T* rstd, long 
 
 template <typename T>
 void CpuKernels<T>::rmsnorm_backward_input(const T* dy, const T* x, const T* g, const T* rstd, T* dx, long n, int d) {
+  if constexpr (kSimd<T>) return simd::table().rmsnorm_backward_input(dy, x, g, rstd, dx, n, d);
   for (long i = 0; i < n; ++i) {
     const T *dyi = dy + i * d, *xi = x + i * d;
     T r = rstd[i];
@@ -91,6 +88,7 @@ void CpuKernels<T>::rmsnorm_backward_input(const T* dy, const T* x, const T* g, 
 
 template <typename T>
 void CpuKernels<T>::rmsnorm_backward_weight(const T* dy, const T* x, const T* rstd, T* dg, long n, int d) {
+  if constexpr (kSimd<T>) return simd::table().rmsnorm_backward_weight(dy, x, rstd, dg, n, d);
   std::fill(dg, dg + d, T(0));
   for (long i = 0; i < n; ++i) {
     const T *dyi = dy + i * d, *xi = x + i * d;
@@ -102,6 +100,7 @@ void CpuKernels<T>::rmsnorm_backward_weight(const T* dy, const T* x, const T* rs
 template <typename T>
 void CpuKernels<T>::split_heads_rope(const T* qkv, T* q, T* k, T* v, int B, int Tn, int H, int hd, const T* cos,
                                      const T* sin) {
+  if constexpr (kSimd<T>) return simd::table().split_heads_rope(qkv, q, k, v, B, Tn, H, hd, cos, sin);
   const long d = static_cast<long>(H) * hd;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t) {
@@ -125,6 +124,7 @@ void CpuKernels<T>::split_heads_rope(const T* qkv, T* q, T* k, T* v, int B, int 
 template <typename T>
 void CpuKernels<T>::merge_heads_rope_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int B, int Tn, int H,
                                               int hd, const T* cos, const T* sin) {
+  if constexpr (kSimd<T>) return simd::table().merge_heads_rope_backward(dq, dk, dv, dqkv, B, Tn, H, hd, cos, sin);
   const long d = static_cast<long>(H) * hd;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t) {
@@ -167,37 +167,19 @@ void CpuKernels<T>::split_heads(const T* x, T* o, int B, int Tn, int H, int hd) 
 
 template <typename T>
 void CpuKernels<T>::causal_softmax_forward(T* s, int count, int Tn, T scale) {
-  for (long m = 0; m < count; ++m)
-    for (int t = 0; t < Tn; ++t) {
-      T* row = s + (m * Tn + t) * Tn;
-      T mx = row[0] * scale;
-      for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j] * scale);
-      T sum = 0;
-      for (int j = 0; j <= t; ++j) {
-        row[j] = std::exp(row[j] * scale - mx);
-        sum += row[j];
-      }
-      T inv = T(1) / sum;
-      for (int j = 0; j <= t; ++j) row[j] *= inv;
-      for (int j = t + 1; j < Tn; ++j) row[j] = 0;
-    }
+  const long tt = static_cast<long>(Tn) * Tn;
+  for (long m = 0; m < count; ++m) cpu_detail::causal_softmax_rows(s + m * tt, Tn, Tn, 0, Tn, scale);
 }
 
 template <typename T>
 void CpuKernels<T>::causal_softmax_backward(const T* p, T* dp, int count, int Tn, T scale) {
-  for (long m = 0; m < count; ++m)
-    for (int t = 0; t < Tn; ++t) {
-      const T* pr = p + (m * Tn + t) * Tn;
-      T* dr = dp + (m * Tn + t) * Tn;
-      T dot = 0;
-      for (int j = 0; j <= t; ++j) dot += pr[j] * dr[j];
-      for (int j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
-      for (int j = t + 1; j < Tn; ++j) dr[j] = 0;
-    }
+  const long tt = static_cast<long>(Tn) * Tn;
+  for (long m = 0; m < count; ++m) cpu_detail::causal_softmax_backward_rows(p + m * tt, Tn, dp + m * tt, Tn, Tn, 0, Tn, scale);
 }
 
 template <typename T>
 void CpuKernels<T>::swiglu_forward(const T* gu, T* h, long n, int f) {
+  if constexpr (kSimd<T>) return simd::table().swiglu_forward(gu, h, n, f);
   for (long i = 0; i < n; ++i) {
     const T* a = gu + i * 2 * f;
     const T* b = a + f;
@@ -208,6 +190,7 @@ void CpuKernels<T>::swiglu_forward(const T* gu, T* h, long n, int f) {
 
 template <typename T>
 void CpuKernels<T>::swiglu_backward(const T* gu, const T* dh, T* dgu, long n, int f) {
+  if constexpr (kSimd<T>) return simd::table().swiglu_backward(gu, dh, dgu, n, f);
   for (long i = 0; i < n; ++i) {
     const T* a = gu + i * 2 * f;
     const T* b = a + f;
@@ -224,6 +207,7 @@ void CpuKernels<T>::swiglu_backward(const T* gu, const T* dh, T* dgu, long n, in
 
 template <typename T>
 void CpuKernels<T>::add(const T* a, const T* b, T* out, long n) {
+  if constexpr (kSimd<T>) return simd::table().add(a, b, out, n);
   for (long i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 

@@ -1,11 +1,16 @@
 // The CPU backend's kernels: GEMMs through OpenBLAS (cblas; one BLAS thread per calling thread, so each
-// rank's thread runs its own single-threaded GEMMs and results do not depend on the thread count), the
-// rest as plain loops. Instantiated for float (training) and double (the gradient check).
+// rank's thread runs its own single-threaded GEMMs and results do not depend on the thread count); in fp32 the
+// element-wise kernels are exec/cpu/simd.h's vectorised ones (the same bits on every CPU), in fp64 plain loops;
+// attention by blocks of queries (cpu_attention.cpp). Instantiated for float (training) and double (the
+// gradient check).
 #pragma once
 
 #include "exec/kernels.h"
 
 namespace trainsim::exec {
+
+/// Queries per block of CpuKernels::attention_forward/backward.
+inline constexpr int kAttentionBlock = 64;
 
 template <typename T>
 class CpuKernels : public Kernels<T> {
@@ -30,6 +35,16 @@ class CpuKernels : public Kernels<T> {
   void split_heads(const T* x, T* o, int B, int Tn, int H, int hd) override;
   void causal_softmax_forward(T* s, int count, int Tn, T scale) override;
   void causal_softmax_backward(const T* p, T* dp, int count, int Tn, T scale) override;
+  /// One query row block's scores at a time: scratch Tn × Tn for the backward (one head's dS), none forward.
+  long attention_scratch_elements(int B, int Tn, int H, int hd, bool backward) const override;
+  /// By blocks of kAttentionBlock queries, each against the keys up to its last query only (the causal mask
+  /// skips the blocks above the diagonal: about half the FLOPs of the full T × T product at long sequences);
+  /// probs above the diagonal blocks are left unset. out is written in its merged layout directly.
+  void attention_forward(const T* q, const T* k, const T* v, T* probs, T* out, T* scratch, int B, int Tn, int H,
+                         int hd, T scale) override;
+  /// The same blocks backward; dout is read in its merged layout (no split copy).
+  void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, T* dq, T* dk, T* dv,
+                          T* scratch, int B, int Tn, int H, int hd, T scale) override;
   void swiglu_forward(const T* gu, T* h, long n, int f) override;
   void swiglu_backward(const T* gu, const T* dh, T* dgu, long n, int f) override;
   void add(const T* a, const T* b, T* out, long n) override;

@@ -18,6 +18,7 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_kernels.h"
+#include "../random_inputs.h"
 
 using namespace trainsim::exec;
 
@@ -48,13 +49,7 @@ struct Gpu {
   }
 };
 
-std::vector<float> rnd(std::size_t n, unsigned seed, float lo = -1, float hi = 1) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+using trainsim::testing::rnd;
 
 template <typename T>
 void close(const std::vector<T>& a, const std::vector<T>& b, double rel, const char* what) {

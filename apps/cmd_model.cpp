@@ -1,0 +1,126 @@
+// `trainsim sample` and `trainsim export`: use a trained model (exec/whole_model.h): generate text from a
+// checkpoint with a KV cache (exec/sampling.h), or write it in the Hugging Face Llama format (exec/hf_export.h).
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "apps/commands.h"
+#include "apps/number_check.h"
+#include "exec/hf_export.h"
+#include "exec/layout.h"
+#include "exec/sampling.h"
+#include "exec/whole_model.h"
+
+namespace trainsim::apps {
+
+namespace {
+
+struct SampleArgs {
+  std::string checkpoint;
+  exec::SampleOptions o;
+};
+
+int run_sample(const SampleArgs& a) {
+  constexpr const char* kCmd = "trainsim sample";
+  try {
+    const exec::SavedModel saved = exec::read_saved_model(a.checkpoint);
+    const std::vector<float> flat = exec::flatten_parameters(saved.model, saved.weights);
+    const std::string text = exec::generate_text(saved.model, flat, a.o);
+    std::cout << a.o.prompt << text << "\n";
+    return 0;
+  } catch (const std::exception& e) {  // (a checkpoint that cannot be read: CheckpointError)
+    fmt::print(stderr, "{}: {}\n", kCmd, e.what());
+    return 2;
+  }
+}
+
+struct ExportArgs {
+  std::string checkpoint, preset, output;
+  std::uint64_t seed = 1;
+  bool optimizer = false;
+};
+
+int run_export(const ExportArgs& a) {
+  constexpr const char* kCmd = "trainsim export";
+  if (a.checkpoint.empty() == a.preset.empty()) {
+    fmt::print(stderr, "{}: give --checkpoint DIR (a trained model) or --model PRESET (a freshly initialised one)\n", kCmd);
+    return 2;
+  }
+  if (a.optimizer && a.checkpoint.empty()) {
+    fmt::print(stderr, "{}: --optimizer needs --checkpoint (a fresh model has no optimizer state)\n", kCmd);
+    return 2;
+  }
+  try {
+    if (!a.checkpoint.empty()) {
+      const exec::SavedModel saved = exec::read_saved_model(a.checkpoint, a.optimizer);
+      exec::export_hf_llama(a.output, saved.model, saved.weights, a.optimizer ? &saved.moments : nullptr);
+      fmt::print("wrote {}/model.safetensors{} and config.json: {}, step {} of {}\n", a.output,
+                 a.optimizer ? ", optimizer.safetensors" : "", saved.model.describe(),
+                 saved.info.step, saved.info.total_steps);
+      return 0;
+    }
+    const exec::ModelConfig model = exec::preset(a.preset);
+    const exec::LayerLayout layout = exec::whole_model_layout(model);
+    std::vector<float> flat(static_cast<std::size_t>(layout.size()));
+    exec::init_parameters(layout, a.seed, 0, layout.size(), flat.data());
+    exec::NamedParameters params;
+    for (const exec::ParamSpec& p : layout.params())
+      params[p.name].assign(flat.begin() + p.offset, flat.begin() + p.offset + p.size());
+    exec::export_hf_llama(a.output, model, params);
+    fmt::print("wrote {}/model.safetensors and config.json: {} initialised from seed {}\n", a.output, model.describe(),
+               a.seed);
+    return 0;
+  } catch (const std::exception& e) {  // (a checkpoint that cannot be read, an output that cannot be written)
+    fmt::print(stderr, "{}: {}\n", kCmd, e.what());
+    return 2;
+  }
+}
+
+}  // namespace
+
+void add_model_commands(CLI::App& app, int* exit_code) {
+  auto s = std::make_shared<SampleArgs>();
+  CLI::App* sample = app.add_subcommand(
+      "sample",
+      "Generate text from a trained checkpoint (trainsim replay --save DIR, any rank layout: the shards and slices "
+      "are put together), one byte at a time with a KV cache. Prints the prompt and what follows it. Exit status: 0 "
+      "generated; 2 a bad option or a checkpoint that cannot be read.");
+  sample->add_option("--checkpoint", s->checkpoint, "The checkpoint directory (trainsim replay --save DIR)")->required();
+  sample->add_option("--prompt", s->o.prompt, "Text to continue (default: start after a newline)");
+  sample->add_option("--tokens", s->o.tokens, "Bytes to generate (1 to 1000000)")
+      ->check(integer_in(1, 1'000'000, "", "N"))
+      ->capture_default_str();
+  sample->add_option("--temperature", s->o.temperature,
+                     "Divide the logits by this before drawing (0: always the most likely byte; up to 100)")
+      ->check(number_in(0, 100, "", "T"))
+      ->capture_default_str();
+  sample->add_option("--top-k", s->o.top_k, "Draw among the K most likely bytes only (0: all; up to 256)")
+      ->check(integer_in(0, 256, "", "K"))
+      ->capture_default_str();
+  sample->add_option("--seed", s->o.seed, "Random seed of the draws, 0 to 2^64-1")
+      ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "", "SEED"))
+      ->capture_default_str();
+  sample->callback([s, exit_code] { *exit_code = run_sample(*s); });
+
+  auto e = std::make_shared<ExportArgs>();
+  CLI::App* exp = app.add_subcommand(
+      "export",
+      "Write a trained checkpoint (or a freshly initialised model, --model) as Hugging Face Llama weights: "
+      "DIR/model.safetensors (LlamaForCausalLM's names; q and k rows permuted for rotate_half's rotary pairs) and "
+      "DIR/config.json, so that it loads in PyTorch. Exit status: 0 written; 2 a bad option, a checkpoint that "
+      "cannot be read or an output that cannot be written.");
+  exp->add_option("--checkpoint", e->checkpoint, "The checkpoint directory (trainsim replay --save DIR)");
+  exp->add_option("--model", e->preset, "Instead of a checkpoint: the preset (tiny, small) initialised from --seed");
+  exp->add_option("--seed", e->seed, "With --model: the initialisation seed (trainsim replay's --seed)")
+      ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "", "SEED"))
+      ->capture_default_str();
+  exp->add_flag("--optimizer", e->optimizer,
+                "Also write DIR/optimizer.safetensors: AdamW's moments as exp_avg.NAME and exp_avg_sq.NAME");
+  exp->add_option("-o,--output", e->output, "The directory to write (created if needed)")->required();
+  exp->callback([e, exit_code] { *exit_code = run_export(*e); });
+}
+
+}  // namespace trainsim::apps

@@ -1,0 +1,60 @@
+// The CPU backend's vectorised fp32 element-wise kernels (issue 23): SwiGLU, RMSNorm, causal softmax, rotary
+// embedding with the head split/merge, add. (The cross-entropy stays in cpu_kernels.cpp: its exponentials and
+// loss are fp64, which the CUDA backend's tests hold it to.) One source (simd_kernels.inl) written on a vector
+// of 16 float lanes, compiled three times: AVX-512 (simd_avx512.cpp), AVX2 + FMA (simd_avx2.cpp, the 16 lanes
+// as two 8-lane halves) and portable C++ (simd_generic.cpp); the CPU picks one at run time.
+//
+// Bits: each kernel does the same IEEE operations lane by lane (a fused multiply-add only where written, the TUs
+// compiled with -ffp-contract=off), reduces its 16 lanes in one fixed order and pads a row's tail inside one
+// vector, so an element's result depends only on its row, never on the row count. The AVX2 and AVX-512 paths take
+// exp from SLEEF's deterministic FMA functions (`finz_`), the same bits in their AVX2 and AVX-512 versions: those
+// two paths agree bit for bit. The generic path (CPUs without FMA) takes SLEEF's deterministic exp without FMA
+// (`cinz_`): it agrees with them bit for bit except after an exp, where the last bit may differ (both within
+// 1 ulp). A machine always runs the same path, so a replay is deterministic on it; across machines, results are
+// compared with tolerances (`--check`, the PyTorch comparison), never bit for bit.
+#pragma once
+
+namespace trainsim::exec::simd {
+
+/// The kernels of one instruction set. Shapes and meanings as exec/kernels.h's kernels of the same names.
+struct Table {
+  const char* name;  ///< "avx512", "avx2" or "generic"
+  /// h (n×f) = silu(a) ∘ b, gu (n × 2f) holding [a | b] per row.
+  void (*swiglu_forward)(const float* gu, float* h, long n, int f);
+  /// dgu (n × 2f) = the gradient of swiglu_forward given dh (n×f).
+  void (*swiglu_backward)(const float* gu, const float* dh, float* dgu, long n, int f);
+  /// y = x·rstd ∘ g per row, rstd = 1/sqrt(mean(x²) + eps).
+  void (*rmsnorm_forward)(const float* x, const float* g, float* y, float* rstd, long n, int d, float eps);
+  /// dx += rstd·(g∘dy − x̂·mean(g∘dy∘x̂)), x̂ = x·rstd, per row.
+  void (*rmsnorm_backward_input)(const float* dy, const float* x, const float* g, const float* rstd, float* dx, long n,
+                                 int d);
+  /// dg = Σ_rows dy ∘ x·rstd (overwrites dg).
+  void (*rmsnorm_backward_weight)(const float* dy, const float* x, const float* rstd, float* dg, long n, int d);
+  /// Rows r in [0, rows) of s (row stride ld, `width` columns) hold the raw scores of query t0 + r against keys
+  /// 0 .. width-1: each becomes softmax(scale·s[0 .. t0+r]) followed by zeros (the causal mask).
+  void (*causal_softmax_rows)(float* s, long ld, int rows, int t0, int width, float scale);
+  /// The backward of causal_softmax_rows on the same rows: dp -> p ∘ (dp − Σ p∘dp)·scale, zeros after t0 + r.
+  void (*causal_softmax_backward_rows)(const float* p, long ldp, float* dp, long ldd, int rows, int t0, int width,
+                                       float scale);
+  /// exec/kernels.h split_heads_rope and merge_heads_rope_backward.
+  void (*split_heads_rope)(const float* qkv, float* q, float* k, float* v, int B, int Tn, int H, int hd,
+                           const float* cos, const float* sin);
+  void (*merge_heads_rope_backward)(const float* dq, const float* dk, const float* dv, float* dqkv, int B, int Tn,
+                                    int H, int hd, const float* cos, const float* sin);
+  /// out = a + b (out may be a or b).
+  void (*add)(const float* a, const float* b, float* out, long n);
+};
+
+/// The kernels of the best instruction set this CPU has, chosen once (AVX-512F+DQ, else AVX2+FMA, else generic).
+/// The environment variable TRAINSIM_SIMD=generic|avx2|avx512 picks one instead (for A/B measurements); naming one
+/// the CPU lacks throws std::runtime_error.
+const Table& table();
+/// The table of one instruction set ("avx512", "avx2", "generic"), or nullptr when this CPU cannot run it.
+const Table* table_for(const char* name);
+
+// One per translation unit (simd_*.cpp).
+const Table& avx512_table();
+const Table& avx2_table();
+const Table& generic_table();
+
+}  // namespace trainsim::exec::simd

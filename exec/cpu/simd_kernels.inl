@@ -1,0 +1,200 @@
+// exec/cpu/simd.h's kernels, written once on a 16-lane float vector V that the including file defines
+// (simd_avx512.cpp, simd_avx2.cpp, simd_generic.cpp), inside that file's anonymous namespace. V has: load,
+// load_n (a tail of n lanes, the rest a pad value), store, store_n, set1, + - * /, fma, max, exp, swap_pairs,
+// sum and hmax (the lanes reduced in one fixed order). Rows are walked in chunks of 16 from their first element,
+// the last chunk padded: an element's result depends only on its row, never on the row count or the machine.
+// No standard header: scalar square roots and logarithms are the compiler's builtins.
+
+constexpr int W = 16;
+
+// f(j, m) for each chunk of the row [0, len): m = 16 lanes, or fewer for the last one.
+template <typename F>
+inline void chunks(long len, F f) {
+  long j = 0;
+  for (; j + W <= len; j += W) f(j, W);
+  if (j < len) f(j, static_cast<int>(len - j));
+}
+inline V ld(const float* p, int m, float pad = 0.0f) { return m == W ? V::load(p) : V::load_n(p, m, pad); }
+inline void st(const V& v, float* p, int m) {
+  if (m == W) v.store(p);
+  else v.store_n(p, m);
+}
+constexpr float kNegInf = -__builtin_inff();
+
+void swiglu_forward(const float* gu, float* h, long n, int f) {
+  const V one = V::set1(1.0f), neg = V::set1(-1.0f);
+  for (long i = 0; i < n; ++i) {
+    const float* a = gu + i * 2 * f;
+    const float* b = a + f;
+    float* hi = h + i * f;
+    chunks(f, [&](long j, int m) {
+      V x = ld(a + j, m), y = ld(b + j, m);
+      st(x / (one + exp(neg * x)) * y, hi + j, m);  // silu(x) = x / (1 + e^-x) (exec/math.h)
+    });
+  }
+}
+
+void swiglu_backward(const float* gu, const float* dh, float* dgu, long n, int f) {
+  const V one = V::set1(1.0f), neg = V::set1(-1.0f);
+  for (long i = 0; i < n; ++i) {
+    const float* a = gu + i * 2 * f;
+    const float* b = a + f;
+    const float* g = dh + i * f;
+    float* da = dgu + i * 2 * f;
+    float* db = da + f;
+    chunks(f, [&](long j, int m) {
+      V x = ld(a + j, m), y = ld(b + j, m), dy = ld(g + j, m);
+      V s = one / (one + exp(neg * x));         // sigmoid
+      V grad = s * (one + x * (one - s));       // d silu / dx (exec/math.h silu_grad)
+      st(dy * y * grad, da + j, m);
+      st(dy * (x * s), db + j, m);
+    });
+  }
+}
+
+void rmsnorm_forward(const float* x, const float* g, float* y, float* rstd, long n, int d, float eps) {
+  for (long i = 0; i < n; ++i) {
+    const float* xi = x + i * d;
+    V acc = V::set1(0.0f);
+    chunks(d, [&](long j, int m) {
+      V v = ld(xi + j, m);
+      acc = fma(v, v, acc);
+    });
+    const float r = 1.0f / __builtin_sqrtf(acc.sum() / static_cast<float>(d) + eps);
+    rstd[i] = r;
+    const V R = V::set1(r);
+    float* yi = y + i * d;
+    chunks(d, [&](long j, int m) { st(ld(xi + j, m) * R * ld(g + j, m), yi + j, m); });
+  }
+}
+
+void rmsnorm_backward_input(const float* dy, const float* x, const float* g, const float* rstd, float* dx, long n,
+                            int d) {
+  for (long i = 0; i < n; ++i) {
+    const float *dyi = dy + i * d, *xi = x + i * d;
+    const float r = rstd[i];
+    V acc = V::set1(0.0f);  // Σ g∘dy∘x
+    chunks(d, [&](long j, int m) { acc = fma(ld(g + j, m) * ld(dyi + j, m), ld(xi + j, m), acc); });
+    // dx += r·(g∘dy − x̂·mean(g∘dy∘x̂)) with x̂ = x·r: the second term is x·(r²·Σ/d)
+    const V K = V::set1(r * r * acc.sum() / static_cast<float>(d)), R = V::set1(r);
+    float* dxi = dx + i * d;
+    chunks(d, [&](long j, int m) {
+      V t = ld(g + j, m) * ld(dyi + j, m) - ld(xi + j, m) * K;
+      st(ld(dxi + j, m) + R * t, dxi + j, m);
+    });
+  }
+}
+
+void rmsnorm_backward_weight(const float* dy, const float* x, const float* rstd, float* dg, long n, int d) {
+  chunks(d, [&](long j, int m) { st(V::set1(0.0f), dg + j, m); });
+  for (long i = 0; i < n; ++i) {
+    const float *dyi = dy + i * d, *xi = x + i * d;
+    const V R = V::set1(rstd[i]);
+    chunks(d, [&](long j, int m) { st(ld(dg + j, m) + ld(dyi + j, m) * ld(xi + j, m) * R, dg + j, m); });
+  }
+}
+
+void causal_softmax_rows(float* s, long ld_s, int rows, int t0, int width, float scale) {
+  const V SC = V::set1(scale), zero = V::set1(0.0f);
+  for (int r = 0; r < rows; ++r) {
+    float* row = s + r * ld_s;
+    const long len = t0 + r + 1 < width ? t0 + r + 1 : width;
+    V mx = V::set1(kNegInf);
+    chunks(len, [&](long j, int m) { mx = max(mx, ld(row + j, m, kNegInf) * SC); });
+    const V MX = V::set1(mx.hmax());
+    V acc = zero;
+    chunks(len, [&](long j, int m) {
+      V e = exp(ld(row + j, m, kNegInf) * SC - MX);  // the pad lanes give exp(-inf) = 0
+      st(e, row + j, m);
+      acc = acc + e;
+    });
+    const V INV = V::set1(1.0f / acc.sum());
+    chunks(len, [&](long j, int m) { st(ld(row + j, m) * INV, row + j, m); });
+    chunks(width - len, [&](long j, int m) { st(zero, row + len + j, m); });
+  }
+}
+
+void causal_softmax_backward_rows(const float* p, long ldp, float* dp, long ldd, int rows, int t0, int width,
+                                  float scale) {
+  const V SC = V::set1(scale), zero = V::set1(0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const float* pr = p + r * ldp;
+    float* dr = dp + r * ldd;
+    const long len = t0 + r + 1 < width ? t0 + r + 1 : width;
+    V acc = zero;
+    chunks(len, [&](long j, int m) { acc = fma(ld(pr + j, m), ld(dr + j, m), acc); });
+    const V DOT = V::set1(acc.sum());
+    chunks(len, [&](long j, int m) { st(ld(pr + j, m) * (ld(dr + j, m) - DOT) * SC, dr + j, m); });
+    chunks(width - len, [&](long j, int m) { st(zero, dr + len + j, m); });
+  }
+}
+
+// The rotation of pairs (2i, 2i+1) by the angle of cos/sin row t (exec/math.h rope_rotate), 16 lanes = 8 pairs:
+// out = x∘C + swap_pairs(x)∘S with C = (c, c), S = (−sign·s, sign·s) per pair.
+struct RopeChunk {
+  V C, S;
+  RopeChunk(const float* cos_t, const float* sin_t, long j, int m, float sign) {
+    float c[W], s[W];
+    for (int l = 0; l < W; ++l) {
+      const long pair = (j + (l < m ? l : 0)) / 2;
+      c[l] = cos_t[pair];
+      s[l] = (l % 2 == 0 ? -sign : sign) * sin_t[pair];
+    }
+    C = V::load(c), S = V::load(s);
+  }
+  V apply(const V& x) const { return fma(x, C, swap_pairs(x) * S); }
+};
+
+void split_heads_rope(const float* qkv, float* q, float* k, float* v, int B, int Tn, int H, int hd, const float* cos,
+                      const float* sin) {
+  const long d = static_cast<long>(H) * hd, half = hd / 2;
+  for (int t = 0; t < Tn; ++t)
+    chunks(hd, [&](long j, int m) {
+      const RopeChunk rot(cos + t * half, sin + t * half, j, m, 1.0f);
+      for (int b = 0; b < B; ++b) {
+        const float* row = qkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+        for (int h = 0; h < H; ++h) {
+          const long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd + j, c = h * hd + j;
+          st(rot.apply(ld(row + c, m)), q + o, m);
+          st(rot.apply(ld(row + d + c, m)), k + o, m);
+          st(ld(row + 2 * d + c, m), v + o, m);
+        }
+      }
+    });
+}
+
+void merge_heads_rope_backward(const float* dq, const float* dk, const float* dv, float* dqkv, int B, int Tn, int H,
+                               int hd, const float* cos, const float* sin) {
+  const long d = static_cast<long>(H) * hd, half = hd / 2;
+  for (int t = 0; t < Tn; ++t)
+    chunks(hd, [&](long j, int m) {
+      const RopeChunk rot(cos + t * half, sin + t * half, j, m, -1.0f);
+      for (int b = 0; b < B; ++b) {
+        float* row = dqkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+        for (int h = 0; h < H; ++h) {
+          const long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd + j, c = h * hd + j;
+          st(rot.apply(ld(dq + o, m)), row + c, m);
+          st(rot.apply(ld(dk + o, m)), row + d + c, m);
+          st(ld(dv + o, m), row + 2 * d + c, m);
+        }
+      }
+    });
+}
+
+void add(const float* a, const float* b, float* out, long n) {
+  chunks(n, [&](long j, int m) { st(ld(a + j, m) + ld(b + j, m), out + j, m); });
+}
+
+Table make_table(const char* name) {
+  return Table{name,
+               swiglu_forward,
+               swiglu_backward,
+               rmsnorm_forward,
+               rmsnorm_backward_input,
+               rmsnorm_backward_weight,
+               causal_softmax_rows,
+               causal_softmax_backward_rows,
+               split_heads_rope,
+               merge_heads_rope_backward,
+               add};
+}
