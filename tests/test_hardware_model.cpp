@@ -306,3 +306,38 @@ TEST_CASE("JSON descriptions: overrides, and errors naming the file and the fiel
   CHECK(message([] { network_from_json(nlohmann::json{{"preset", "nvlink9"}}, "n.json"); })
             .starts_with("n.json: field 'preset': unknown network 'nvlink9'"));
 }
+
+TEST_CASE("memory inside ops: the loss's fp32 log-softmax and its grad, full recomputation's block") {
+  HardwareSetting s;
+  s.model = model_preset("llama3-8b");
+  s.device = device_preset("h100-sxm");
+  s.network = network_preset("nvlink8-ib400");
+  s.seq = 8192, s.microbatch_size = 2;
+  const int L = 4;  // embedding with blocks, two layers of blocks, blocks with the head: 32 blocks
+  TensorSizes sizes(s, L);
+  const double tokens = 2.0 * 8192;
+  Op loss;
+  loss.kind = OpKind::Loss, loss.layer = L - 1, loss.batches = IdSet{0};
+  loss.reads = {activation_tensor(L, IdSet{0})};
+  loss.writes = {activation_grad_tensor(L, IdSet{0})};
+  // The logits are fp32 (4·V per token); the log-softmax and its grad, fp32 too, twice that.
+  CHECK(sizes.wire_bytes(loss.reads[0]) == doctest::Approx(tokens * 4 * s.model.vocab));
+  CHECK(sizes.workspace_bytes(loss) == doctest::Approx(tokens * 8 * s.model.vocab));
+  // A vocabulary-parallel head's slice of the logits: 1/t of it.
+  Op sliced = loss;
+  sliced.reads = {tp_slice(activation_tensor(L, IdSet{0}), 1, 4)};
+  CHECK(sizes.workspace_bytes(sliced, {4, false}) == doctest::Approx(tokens * 8 * s.model.vocab / 4));
+  // A backward holds a recomputed block only under full recomputation: the block's activations less its input.
+  Op backward;
+  backward.kind = OpKind::Backward, backward.layer = 1, backward.batches = IdSet{0};
+  CHECK(sizes.workspace_bytes(backward) == 0);
+  s.recompute = Recompute::Full;
+  TensorSizes full(s, L);
+  const double block = activation_bytes_per_block(s.model, 8192, 2, Recompute::None, 1, false, Attention::Flash);
+  CHECK(full.workspace_bytes(backward) == doctest::Approx(block - 2 * tokens * s.model.hidden));
+  backward.kind = OpKind::BackwardWeight;  // (no recomputation in the weight-grad half)
+  CHECK(full.workspace_bytes(backward) == 0);
+  Op forward = backward;
+  forward.kind = OpKind::Forward;
+  CHECK(full.workspace_bytes(forward) == 0);
+}
