@@ -20,6 +20,9 @@
 //   not counted once it ends (the simulator's samples do not hold them: a known underestimate between B and W);
 // - the loss: the targets (4 bytes per token); a reduce-scatter whose input is not k equal pieces: the input
 //   padded to k·ceil(P/k) elements (NCCL's reduce-scatter takes equal pieces); other ops: nothing.
+// This is trainsim's own executor, op by op, for its replays' memory prediction (schedules/memory_breakdown.h).
+// The simulators' samples count a coarser workspace meant for PyTorch training stacks at scale, the loss's fp32
+// log-softmax and full recomputation's block only (TensorSizes::workspace_bytes, docs/hardware-model.md §3).
 #pragma once
 
 #include "hardware/memory.h"
