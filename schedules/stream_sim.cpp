@@ -1138,9 +1138,10 @@ class StreamSim {
       const int i = reordered ? order[k] : static_cast<int>(k);
       if (!reordered && !node[i].done()) continue;
       if (is_timed(kind[i])) {
-        sample[i] = total + (ts.workspace.empty() ? 0.0 : ts.workspace_of(i));
-        if (check && total > bound) {
-          over_.push_back({node[i].start, r, k, i, total});
+        const double at = total + (ts.workspace.empty() ? 0.0 : ts.workspace_of(i));  // with what it holds inside
+        sample[i] = at;
+        if (check && at > bound) {
+          over_.push_back({node[i].start, r, k, i, at});
           if (o_.memory_limit) break;
           check = false;  // (noted once per rank)
         }

@@ -223,3 +223,23 @@ TEST_CASE("trainsim calibrate: a measured replay in, a device description out th
   CHECK(run_trainsim("calibrate " + at("p.sched") + " -o " + at("x.json"), true).out.find("not valid JSON") !=
         std::string::npos);
 }
+
+TEST_CASE("out of memory counts what an op holds inside itself: the loss's fp32 log-softmax and its grad") {
+  // Llama 3 8B, FSDP over 8 ranks, 2 x 8192 tokens: 53.6 GiB resident as the loss starts and 15.7 GiB inside it
+  // (8·V bytes per token). A device of 70 GB holds the first, not both.
+  const std::string cmd = "gen fsdp --dp 8 --layers 32 --microbatches 1 --model llama3-8b --device h100-gt500 "
+                          "--network nvlink8-ib400 --recompute op --microbatch-size 2 --seq 8192 --sim --json";
+  CommandResult r = run_trainsim(cmd + " --set device.memory_bytes=70e9", true);
+  CHECK(r.exit_code == 1);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["ok"] == false);
+  CHECK(j["oom"]["op"].get<std::string>().rfind("loss batches {0}", 0) == 0);
+  const double tokens = 2.0 * 8192, vocab = 128256;
+  CHECK(j["oom"]["workspace_bytes"].get<double>() == doctest::Approx(8 * tokens * vocab));
+  CHECK(j["oom"]["bytes"].get<double>() < 70e9);
+  CHECK(j["oom"]["message"].get<std::string>().find("bytes inside it") != std::string::npos);
+  // With room for both, the step fits and the peak holds the workspace.
+  r = run_trainsim(cmd + " --set device.memory_bytes=80e9", true);
+  CHECK(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["peak_memory_bytes"].get<double>() > 70e9);
+}
