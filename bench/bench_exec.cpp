@@ -1,7 +1,9 @@
 // Benchmark of the executor's CPU backend (issue: "Speed", bench/README.md): the training step's tokens/s and
-// achieved GFLOP/s (6·N per token plus attention, exec/model_config.h) against OpenBLAS's sgemm peak measured
-// at the model's own GEMM shapes, the replay's overhead (time outside the ops' work, from the measured
-// timeline), and where the time goes inside one microbatch's forward and backward, kernel by kernel.
+// achieved GFLOP/s (6·N per token plus attention, exec/model_config.h) against the single-thread sgemm peak
+// measured at the model's own GEMM shapes (the forward's, the input gradient's and the weight gradient's), for
+// the GEMM library the executor uses (oneDNN unless TRAINSIM_GEMM=openblas) and for OpenBLAS; the replay's
+// overhead (time outside the ops' work, from the measured timeline), and where the time goes inside one
+// microbatch's forward and backward, kernel by kernel.
 //
 //   trainsim_bench_exec [--model small] [--seq T] [--batch B] [--steps 4] [--microbatches 4] [--ranks 1]
 //                       [--vs-pytorch ROUNDS [--python python3]]
@@ -10,15 +12,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
 
-#include <cblas.h>
 #include <fmt/format.h>
 
+#include "exec/cpu/cpu_gemm.h"
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/layout.h"
 #include "exec/model.h"
@@ -33,15 +37,14 @@ namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// GFLOP/s of one sgemm shape (C[M×N] = A[M×K]·B^T, as the linears run), best of 5 after a warm-up.
-double sgemm_gflops(int M, int N, int K, bool tb = true) {
+// GFLOP/s of one sgemm shape (C[M×N] = op(A)·op(B), op as the trans flags say) through `lib` on this thread,
+// best of 5 after a warm-up.
+double sgemm_gflops(cpu_detail::GemmLibrary lib, bool ta, bool tb, int M, int N, int K) {
   std::vector<float> A(static_cast<std::size_t>(M) * K, 0.5f), B(static_cast<std::size_t>(N) * K, 0.25f),
       C(static_cast<std::size_t>(M) * N);
   for (std::size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(i % 7) * 0.1f;
-  auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A.data(), K, B.data(),
-                tb ? K : N, 0.0f, C.data(), N);
-  };
+  auto run = [&] { cpu_detail::sgemm(lib, ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0f,
+                                     C.data(), N); };
   run();
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
@@ -200,35 +203,78 @@ int vs_pytorch(const ModelConfig& m, int microbatches, int steps, int rounds, co
   return 0;
 }
 
+constexpr const char* kUsage = R"(trainsim_bench_exec: the CPU backend's speed (bench/README.md)
+  --model NAME        model preset (default small)
+  --seq T             tokens per sequence (default: the preset's)
+  --batch B           sequences per microbatch (default: the preset's)
+  --steps N           replayed steps (default 4; the first is left out of tokens/s)
+  --microbatches N    microbatches per rank per step (default 4)
+  --ranks N           data-parallel ranks of the replay (default 1)
+  --vs-pytorch ROUNDS then ROUNDS interleaved runs of the one-rank replay and of PyTorch eager (one thread each)
+  --python PATH       the Python with torch for --vs-pytorch (default python3)
+Environment: TRAINSIM_GEMM=onednn|openblas picks the fp32 GEMM library, TRAINSIM_SIMD=generic|avx2|avx512 the
+element-wise kernels' instruction set.
+)";
+
+// Every argument is a known option followed by its value; --help prints the usage.
+bool arguments_ok(int argc, char** argv) {
+  static const char* known[] = {"--model", "--seq", "--batch", "--steps", "--microbatches", "--ranks",
+                                "--vs-pytorch", "--python"};
+  for (int i = 1; i < argc; i += 2) {
+    const bool ok = std::any_of(std::begin(known), std::end(known), [&](const char* k) { return std::strcmp(argv[i], k) == 0; });
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return fmt::print("{}", kUsage), false;
+    if (!ok || i + 1 >= argc) {
+      fmt::print(stderr, "trainsim_bench_exec: {} {}\n{}", argv[i], ok ? "needs a value" : "is not an option", kUsage);
+      std::exit(2);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!arguments_ok(argc, argv)) return 0;
   const std::string preset_name = sarg(argc, argv, "--model", "small");
   const int steps = arg(argc, argv, "--steps", 4), microbatches = arg(argc, argv, "--microbatches", 4),
             ranks = arg(argc, argv, "--ranks", 1);
   ModelConfig m = preset(preset_name);
   m.seq = arg(argc, argv, "--seq", m.seq), m.microbatch_size = arg(argc, argv, "--batch", m.microbatch_size);
-  CpuKernels<float> init;  // sets OpenBLAS to one thread
+  CpuKernels<float> init;  // reads TRAINSIM_GEMM (an unknown library fails here)
   const int n = static_cast<int>(m.tokens_per_microbatch()), d = m.dim, f = m.ffn, V = m.vocab;
   fmt::print("model {}\n", m.describe());
 
-  // 1. sgemm peak at the linears' shapes (forward NT; the backward's NN and TN shapes run at similar rates).
-  struct Shape {
+  // 1. sgemm peak at the linears' shapes: for a linear of `in` -> `out` features over n tokens, the forward
+  //    y = x·Wᵀ (n × out × in, B transposed), the input gradient dx = dy·W (n × in × out) and the weight gradient
+  //    dW = dyᵀ·x (out × in × n, A transposed), as exec/model.cpp runs them; FLOP-weighted over all of them.
+  struct Linear {
     const char* name;
-    int M, N, K;
+    int in, out;
   };
-  std::vector<Shape> shapes = {{"qkv", n, 3 * d, d}, {"wo", n, d, d}, {"gate/up", n, 2 * f, d}, {"down", n, d, f},
-                               {"head", n, V, d}};
-  double flops = 0, secs = 0;
-  fmt::print("\nsgemm, one thread, at the model's shapes (M x N x K):\n");
-  for (const Shape& s : shapes) {
-    double g = sgemm_gflops(s.M, s.N, s.K);
-    double fl = 2.0 * s.M * s.N * s.K;
-    flops += fl, secs += fl / (g * 1e9);
-    fmt::print("  {:8} {:5} x {:5} x {:5}  {:6.1f} GFLOP/s\n", s.name, s.M, s.N, s.K, g);
+  const std::vector<Linear> linears = {{"qkv", d, 3 * d}, {"wo", d, d}, {"gate/up", d, 2 * f}, {"down", f, d},
+                                       {"head", d, V}};
+  const cpu_detail::GemmLibrary used = cpu_detail::gemm_library();
+  std::vector<cpu_detail::GemmLibrary> libs = {used};
+  if (used != cpu_detail::GemmLibrary::openblas) libs.push_back(cpu_detail::GemmLibrary::openblas);
+  std::map<cpu_detail::GemmLibrary, double> peak_of;
+  fmt::print("\nsgemm, one thread, at the model's shapes (forward n x out x in; input grad n x in x out; weight grad "
+             "out x in x n), GFLOP/s:\n");
+  fmt::print("  {:9} {:>18} {:>18} {:>18}   library\n", "linear", "forward", "input grad", "weight grad");
+  for (cpu_detail::GemmLibrary lib : libs) {
+    double flops = 0, secs = 0;
+    for (const Linear& l : linears) {
+      const double g[3] = {sgemm_gflops(lib, false, true, n, l.out, l.in), sgemm_gflops(lib, false, false, n, l.in, l.out),
+                           sgemm_gflops(lib, true, false, l.out, l.in, n)};
+      const double fl = 2.0 * n * l.in * l.out;
+      for (double x : g) flops += fl, secs += fl / (x * 1e9);
+      fmt::print("  {:9} {:>18.1f} {:>18.1f} {:>18.1f}   {}\n", l.name, g[0], g[1], g[2], cpu_detail::gemm_library_name(lib));
+    }
+    peak_of[lib] = flops / secs / 1e9;
   }
-  const double peak = flops / secs / 1e9;
-  fmt::print("  FLOP-weighted peak: {:.1f} GFLOP/s\n", peak);
+  const double peak = peak_of[used];
+  for (auto [lib, p] : peak_of)
+    fmt::print("  FLOP-weighted peak, {}: {:.1f} GFLOP/s{}\n", cpu_detail::gemm_library_name(lib), p,
+               lib == used ? " (the library the executor uses: TRAINSIM_GEMM)" : "");
 
   // 2. Kernel breakdown of one microbatch's forward + backward (one layer with every block).
   {
@@ -276,8 +322,12 @@ int main(int argc, char** argv) {
   double achieved = tokens_per_s * m.flops_per_token() / 1e9;
   fmt::print("\nreplay: ddp over {} rank{}, {} microbatches x {} tokens per step, {} steps\n", ranks, ranks == 1 ? "" : "s",
              microbatches * ranks, n, steps);
+  const double cores = std::min(ranks, 2);
   fmt::print("  {:.0f} tokens/s, {:.1f} GFLOP/s = {:.0f}% of the sgemm peak{} (steps 2..{})\n", tokens_per_s, achieved,
-             100 * achieved / (peak * std::min(ranks, 2)), ranks > 1 ? " (x2 cores)" : "", steps);
+             100 * achieved / (peak * cores), ranks > 1 ? " (x2 cores)" : "", steps);
+  if (used != cpu_detail::GemmLibrary::openblas)
+    fmt::print("  = {:.0f}% of OpenBLAS's sgemm peak at these shapes\n",
+               100 * achieved / (peak_of[cpu_detail::GemmLibrary::openblas] * cores));
   // Overhead: per rank, the step's span minus the time its ops' work ran (one stream: they do not overlap).
   double worst = 0;
   for (const auto& rank : r.trace.ranks) {

@@ -1,5 +1,5 @@
 // A backend (DESIGN §5): it makes each rank's Device and the job's CommHub, for ranks that run as threads of
-// this process or for one rank per process (exec/process_group.h). "cpu": host memory, OpenBLAS, an
+// this process or for one rank per process (exec/process_group.h). "cpu": host memory, oneDNN and OpenBLAS GEMMs, an
 // in-process communicator between threads (exec/cpu/thread_comm.h) or one over the rendezvous's TCP
 // connections between processes (exec/cpu/tcp_comm.h).
 #pragma once
@@ -36,7 +36,8 @@ class LocalBackend {
 
 /// The backends built into this binary: "cpu" (and "cuda" where it was built with CUDA).
 std::vector<std::string> backend_names();
-/// The backend called `name`. Throws std::invalid_argument listing the available ones.
+/// The backend called `name`. Throws std::invalid_argument listing the available ones, or, for "cpu", naming
+/// TRAINSIM_GEMM or TRAINSIM_SIMD when the environment asks for a library or instruction set it cannot use.
 std::unique_ptr<LocalBackend> make_backend(const std::string& name);
 
 }  // namespace trainsim::exec

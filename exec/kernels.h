@@ -1,6 +1,7 @@
 // The compute a backend provides to the model (DESIGN §5): GEMMs and the transformer's other kernels, on the
 // backend's own memory. The model (exec/model.h) is written once against this interface; the CPU backend
-// implements it with OpenBLAS and loops (exec/cpu/), the CUDA backend with cuBLAS and CUDA kernels.
+// implements it with oneDNN's and OpenBLAS's GEMMs and its own kernels (exec/cpu/), the CUDA backend with cuBLAS
+// and CUDA kernels.
 //
 // Every pointer is backend memory. Matrices are row-major. Shapes use n = rows (tokens), d = hidden size,
 // B = sequences, T = sequence length, H = heads, hd = head size, f = FFN size, V = vocabulary. "(B,H,T,hd)"

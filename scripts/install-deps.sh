@@ -12,7 +12,8 @@ PACKAGES=(
   nlohmann-json3-dev    # --json output, traces
   libgraphviz-dev       # dependency graphs (libgvc / cgraph)
   librsvg2-bin          # rsvg-convert, to look at the SVG timelines as PNG (optional)
-  libopenblas-dev       # the executor's CPU backend: GEMMs (one BLAS thread per rank)
+  libopenblas-dev       # the executor's CPU backend: fp64 GEMMs (gradient check; fp32 under TRAINSIM_GEMM=openblas)
+  libdnnl-dev           # the executor's CPU backend: fp32 GEMMs (oneDNN's sgemm, one thread per rank)
   libsleef-dev          # the executor's CPU backend: vectorised exp (SwiGLU, softmax, cross-entropy)
   libsodium-dev         # the rendezvous's challenge-response (HMAC-SHA-256, nonces) and checkpoint hashes (SHA-256)
   fortunes              # the executor's default training text (byte-level tokens)

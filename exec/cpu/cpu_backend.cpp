@@ -6,6 +6,8 @@
 
 #include "exec/backend.h"
 #include "exec/cpu/cpu_device.h"
+#include "exec/cpu/cpu_gemm.h"
+#include "exec/cpu/simd.h"
 #include "exec/cpu/tcp_comm.h"
 #include "exec/cpu/thread_comm.h"
 #if TRAINSIM_HAVE_CUDA
@@ -33,6 +35,18 @@ class CpuBackend final : public LocalBackend {
   bool supports_tensor_parallel() const override { return true; }
 };
 
+// The environment's choices of the CPU kernels (TRAINSIM_GEMM, TRAINSIM_SIMD), checked before any rank starts: a
+// bad one is the user's input, refused as invalid_argument (the CLI's "could not start") rather than by the
+// first op of every rank.
+void check_cpu_environment() {
+  try {
+    cpu_detail::gemm_library();
+    simd::table();
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> backend_names() {
@@ -44,7 +58,10 @@ std::vector<std::string> backend_names() {
 }
 
 std::unique_ptr<LocalBackend> make_backend(const std::string& name) {
-  if (name == "cpu") return std::make_unique<CpuBackend>();
+  if (name == "cpu") {
+    check_cpu_environment();
+    return std::make_unique<CpuBackend>();
+  }
 #if TRAINSIM_HAVE_CUDA
   if (name == "cuda") return cuda::make_cuda_backend();  // throws when no GPU is visible
 #endif

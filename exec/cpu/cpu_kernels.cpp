@@ -3,11 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
-
-// OpenBLAS: the GEMMs (libopenblas-dev). Its cblas.h declares openblas_set_num_threads.
-#include <cblas.h>
 
 #include "exec/cpu/cpu_rows.h"
 #include "exec/cpu/simd.h"
@@ -16,8 +12,7 @@ namespace trainsim::exec {
 
 template <typename T>
 CpuKernels<T>::CpuKernels() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  if constexpr (std::is_same_v<T, float>) cpu_detail::gemm_library();  // an unknown TRAINSIM_GEMM fails here, early
 }
 
 using cpu_detail::blas_gemm;

@@ -1,5 +1,6 @@
-// The CPU backend's kernels: GEMMs through OpenBLAS (cblas; one BLAS thread per calling thread, so each
-// rank's thread runs its own single-threaded GEMMs and results do not depend on the thread count); in fp32 the
+// The CPU backend's kernels: GEMMs through exec/cpu/cpu_gemm.h (fp32 oneDNN, fp64 OpenBLAS; one GEMM thread per
+// calling thread, so each rank's thread runs its own single-threaded GEMMs and results do not depend on the
+// number of cores); in fp32 the
 // element-wise kernels are exec/cpu/simd.h's vectorised ones (the same bits on every CPU), in fp64 plain loops;
 // attention by blocks of queries (cpu_attention.cpp). Instantiated for float (training) and double (the
 // gradient check).
@@ -15,7 +16,7 @@ inline constexpr int kAttentionBlock = 64;
 template <typename T>
 class CpuKernels : public Kernels<T> {
  public:
-  /// Sets OpenBLAS to one thread (process-wide) the first time a CpuKernels is made.
+  /// Reads TRAINSIM_GEMM for fp32 (exec/cpu/cpu_gemm.h): throws std::runtime_error if it names no library.
   CpuKernels();
 
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,

@@ -1,27 +1,15 @@
-// Helpers of the CPU kernels (cpu_kernels.cpp, cpu_attention.cpp), not a public interface: the cblas GEMM for
-// float and double, and the causal softmax on rows, in fp32 through exec/cpu/simd.h and in fp64 as plain loops.
+// Helpers of the CPU kernels (cpu_kernels.cpp, cpu_attention.cpp), not a public interface: the GEMMs
+// (exec/cpu/cpu_gemm.h) and the causal softmax on rows, in fp32 through exec/cpu/simd.h and in fp64 as plain loops.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 
-#include <cblas.h>
-
+#include "exec/cpu/cpu_gemm.h"
 #include "exec/cpu/simd.h"
 
 namespace trainsim::exec::cpu_detail {
-
-inline void blas_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-                      int ldb, float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
-              ldb, beta, C, ldc);
-}
-inline void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda, const double* B,
-                      int ldb, double beta, double* C, int ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
-              ldb, beta, C, ldc);
-}
 
 /// simd::Table::causal_softmax_rows for T (rows r of s, stride ld: query t0 + r against keys [0, width)).
 template <typename T>

@@ -1,0 +1,37 @@
+// The CPU backend's GEMMs, row-major: C[M×N] = alpha·op(A)·op(B) + beta·C, op(X) = X or Xᵀ (trans flags), leading
+// dimensions in elements. fp32 (training) runs oneDNN's sgemm by default, fp64 (the gradient check) OpenBLAS's
+// dgemm. Every call runs on the calling thread alone (one GEMM thread per rank's stream thread), so results do
+// not depend on how many cores the machine has, and a given machine and library give the same bits every run.
+#pragma once
+
+namespace trainsim::exec::cpu_detail {
+
+/// Which library runs the fp32 GEMMs.
+/// - onednn: oneDNN's dnnl_sgemm (libdnnl-dev; JIT-compiled AVX-512/AVX2 kernels). The default: at the `small`
+///   preset's shapes it ran 1.3-1.7x OpenBLAS's rate on one core (bench/README.md, "oneDNN's sgemm").
+/// - openblas: OpenBLAS's cblas_sgemm (libopenblas-dev), the backend's GEMM before; kept for A/B runs.
+enum class GemmLibrary { onednn, openblas };
+
+/// The library the fp32 GEMMs use: the environment variable TRAINSIM_GEMM=onednn|openblas, read once per
+/// process; oneDNN when it is unset or empty. Throws std::runtime_error naming the variable and its value when it
+/// is neither.
+GemmLibrary gemm_library();
+/// "onednn" or "openblas".
+const char* gemm_library_name(GemmLibrary library);
+
+/// fp32 GEMM through `library` on the calling thread alone. M, N, K >= 1; lda, ldb, ldc the row strides of A
+/// (M×K, or K×M when trans_a), B (K×N, or N×K when trans_b) and C. Throws std::runtime_error if the library
+/// refuses the call (it names the shape).
+void sgemm(GemmLibrary library, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc);
+
+/// fp32 GEMM through gemm_library().
+inline void blas_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc) {
+  sgemm(gemm_library(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+/// fp64 GEMM through OpenBLAS (oneDNN has none), on the calling thread alone.
+void blas_gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
+               const double* B, int ldb, double beta, double* C, int ldc);
+
+}  // namespace trainsim::exec::cpu_detail
