@@ -184,16 +184,16 @@ DeviceSpec device_preset(const std::string& name) {
     // over their published TFLOP/s is 1. The other five runs and torchtitan's six A100 runs are held out.
     e.sustained = 0.861;
   } else if (name == "cpu") {
-    // The executor's CPU backend on the development machine (2 cores, idle, fp32 OpenBLAS, one thread per
+    // The executor's CPU backend on the development machine (2 cores, idle, fp32 GEMMs on oneDNN, one thread per
     // rank), as fitted by `trainsim calibrate` on 3 rounds x 3 traced steps of gpipe and ddp replays with
-    // the `small` model on 2026-11-24 (bench/calibration_fidelity.sh; bench/README.md, "Hardware cost
-    // model"), rounded to 3 digits. peak_flops and hbm_bandwidth are nominal scales (1e11 FLOP/s, 1e10
-    // bytes/s) that the fitted efficiencies are fractions of; memory_bytes a RAM budget for one replay
-    // (8 GiB). No kernel tables: every GEMM and attention shape alike.
-    d.peak_flops = 1e11, d.hbm_bandwidth = 1e10, d.memory_bytes = 8.0 * (1ull << 30);
-    d.efficiency.forward = 0.859, d.efficiency.backward_input = 0.866, d.efficiency.backward_weight = 0.866;
-    d.efficiency.attention = 0.859, d.efficiency.memory = 0.878, d.efficiency.op_overhead_s = 2.41e-3;
-    d.efficiency.dispatch_s = 1.83e-4;
+    // the `small` model on 2026-11-27 (bench/calibration_fidelity.sh; bench/README.md, "Hardware cost
+    // model"), rounded to 3 digits. peak_flops and hbm_bandwidth are nominal scales (2e11 FLOP/s, about that
+    // machine's single-core fp32 FMA peak; 1e10 bytes/s) that the fitted efficiencies are fractions of;
+    // memory_bytes a RAM budget for one replay (8 GiB). No kernel tables: every GEMM and attention shape alike.
+    d.peak_flops = 2e11, d.hbm_bandwidth = 1e10, d.memory_bytes = 8.0 * (1ull << 30);
+    d.efficiency.forward = 0.579, d.efficiency.backward_input = 0.443, d.efficiency.backward_weight = 0.443;
+    d.efficiency.attention = 0.579, d.efficiency.memory = 0.300, d.efficiency.op_overhead_s = 5.57e-3;
+    d.efficiency.dispatch_s = 2.39e-3;
   } else if (name != "custom") {
     std::string list;
     for (const auto& n : device_preset_names()) list += (list.empty() ? "" : ", ") + n;

@@ -191,9 +191,9 @@ TEST_CASE("NCCL's algorithm choice: ring, tree and NVLS by message size and node
   const NetworkSpec cpu = network_preset("cpu");
   const GroupShape two = cpu.shape_of({0, 1});
   CHECK(nccl_collective(Collective::AllReduce, two, S, cpu).seconds ==
-        doctest::Approx(collective_seconds(Collective::AllReduce, 2, S, {0, 4.21e9})));
+        doctest::Approx(collective_seconds(Collective::AllReduce, 2, S, {0, cpu.intra_bandwidth})));
   CHECK(nccl_collective(Collective::Broadcast, two, S, cpu).seconds ==
-        doctest::Approx(collective_seconds(Collective::Broadcast, 2, S, {0, 4.21e9})));
+        doctest::Approx(collective_seconds(Collective::Broadcast, 2, S, {0, cpu.intra_bandwidth})));
 }
 
 TEST_CASE("the cost model times collectives and sends from where the group's ranks sit") {
