@@ -16,6 +16,7 @@
 
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/cpu/simd.h"
+#include "exec/math.h"
 #include "random_inputs.h"
 
 using namespace trainsim::exec;
@@ -208,6 +209,37 @@ TEST_CASE("exec simd: AVX2 and AVX-512 agree bit for bit; the generic path too w
     CHECK(same_bits(a.swiglu_dgu, b.swiglu_dgu));
     CHECK(same_bits(a.soft_p, b.soft_p));
     CHECK(same_bits(a.soft_dp, b.soft_dp));
+  }
+}
+
+TEST_CASE("exec simd: AdamW equals exec/math.h adamw_element bit for bit on every instruction set") {
+  // The update is element-wise without a sum: every path does adamw_element's IEEE operations in its order, so the
+  // bits are the scalar's (a checkpoint resumes to the same bits whichever path wrote it). n = 37: two vectors
+  // and a tail; weight decay and a clipping coefficient on; once in place (w_out = w).
+  const long n = 37;
+  const std::vector<float> w = rnd(n, 31), g = rnd(n, 32), m = rnd(n, 33, -0.1f, 0.1f), v = rnd(n, 34, 0.0f, 0.01f);
+  AdamWStep step;
+  step.lr = 3e-4f, step.weight_decay = 0.1f, step.bias_correction1 = 1 - 0.9f * 0.9f * 0.9f;
+  step.bias_correction2_sqrt = std::sqrt(1 - 0.95f * 0.95f * 0.95f);
+  const double norm_sq = 4.0;  // clipping at 1: the gradient scaled by about 1/2
+  std::vector<float> wr = w, mr = m, vr = v;
+  const float coef = static_cast<float>(std::min(1.0, 1.0 / (std::sqrt(norm_sq) + 1e-6)));
+  for (long i = 0; i < n; ++i) adamw_element(wr[i], mr[i], vr[i], g[i] * coef, step);
+  CpuKernels<float> cpu;
+  std::vector<float> w1(n), m1(n), v1(n);
+  cpu.adamw(w.data(), g.data(), m.data(), v.data(), w1.data(), m1.data(), v1.data(), n, step, &norm_sq, 1.0f);
+  CHECK(same_bits(w1, wr));
+  CHECK(same_bits(m1, mr));
+  CHECK(same_bits(v1, vr));
+  for (const simd::Table* t : tables()) {
+    INFO(t->name);
+    const simd::AdamW s{coef, 1.0f - step.lr * step.weight_decay, step.beta1, 1.0f - step.beta1, step.beta2,
+                        1.0f - step.beta2, step.bias_correction2_sqrt, step.eps, step.lr / step.bias_correction1};
+    std::vector<float> wi = w, mi = m, vi = v;
+    t->adamw(wi.data(), g.data(), mi.data(), vi.data(), wi.data(), mi.data(), vi.data(), n, s);
+    CHECK(same_bits(wi, wr));
+    CHECK(same_bits(mi, mr));
+    CHECK(same_bits(vi, vr));
   }
 }
 

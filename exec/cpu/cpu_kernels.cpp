@@ -249,6 +249,19 @@ void CpuKernels<T>::adamw(const T* w, const T* g, const T* m, const T* v, T* w_o
                           const AdamWStep& step, const double* grad_norm_sq, float max_norm) {
   float coef = 1.0f;
   if (grad_norm_sq) coef = static_cast<float>(std::min(1.0, max_norm / (std::sqrt(*grad_norm_sq) + 1e-6)));
+  if constexpr (kSimd<T>) {
+    // adamw_element's scalars, by its own expressions (exec/math.h)
+    const simd::AdamW s{coef,
+                        1.0f - step.lr * step.weight_decay,
+                        step.beta1,
+                        1.0f - step.beta1,
+                        step.beta2,
+                        1.0f - step.beta2,
+                        step.bias_correction2_sqrt,
+                        step.eps,
+                        step.lr / step.bias_correction1};
+    return simd::table().adamw(w, g, m, v, w_out, m_out, v_out, n, s);
+  }
   for (long i = 0; i < n; ++i) {
     float wi = static_cast<float>(w[i]), mi = static_cast<float>(m[i]), vi = static_cast<float>(v[i]);
     adamw_element(wi, mi, vi, static_cast<float>(g[i]) * coef, step);

@@ -1,5 +1,5 @@
 // The CPU backend's vectorised fp32 element-wise kernels (issue 23): SwiGLU, RMSNorm, causal softmax, rotary
-// embedding with the head split/merge, add. (The cross-entropy stays in cpu_kernels.cpp: its exponentials and
+// embedding with the head split/merge, add, AdamW. (The cross-entropy stays in cpu_kernels.cpp: its exponentials and
 // loss are fp64, which the CUDA backend's tests hold it to.) One source (simd_kernels.inl) written on a vector
 // of 16 float lanes, compiled three times: AVX-512 (simd_avx512.cpp), AVX2 + FMA (simd_avx2.cpp, the 16 lanes
 // as two 8-lane halves) and portable C++ (simd_generic.cpp); the CPU picks one at run time.
@@ -15,6 +15,19 @@
 #pragma once
 
 namespace trainsim::exec::simd {
+
+/// The scalars of one AdamW update, as exec/math.h adamw_element computes them from its AdamWStep (the caller
+/// computes them with the same expressions): w·decay − step·m/(sqrt(v)/bias_correction2_sqrt + eps) after
+/// m = beta1·m + one_minus_beta1·g, v = beta2·v + one_minus_beta2·g·g, g the gradient times grad_scale.
+struct AdamW {
+  float grad_scale;             ///< the clipping coefficient (1: none)
+  float decay;                  ///< 1 − lr·weight_decay
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float bias_correction2_sqrt;  ///< sqrt(1 − beta2^t)
+  float eps;
+  float step;                   ///< lr / (1 − beta1^t)
+};
 
 /// The kernels of one instruction set. Shapes and meanings as exec/kernels.h's kernels of the same names.
 struct Table {
@@ -43,6 +56,10 @@ struct Table {
                                     int H, int hd, const float* cos, const float* sin);
   /// out = a + b (out may be a or b).
   void (*add)(const float* a, const float* b, float* out, long n);
+  /// AdamW on n elements: w, m, v updated into w_out, m_out, v_out (each may be its input) from the gradient g,
+  /// the same bits as exec/math.h adamw_element element by element (the same IEEE operations in the same order).
+  void (*adamw)(const float* w, const float* g, const float* m, const float* v, float* w_out, float* m_out,
+                float* v_out, long n, const AdamW& s);
 };
 
 /// The kernels of the best instruction set this CPU has, chosen once (AVX-512F+DQ, else AVX2+FMA, else generic).

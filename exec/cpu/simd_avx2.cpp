@@ -34,6 +34,7 @@ struct V {
   friend V fma(V a, V b, V c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
   friend V max(V a, V b) { return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
   friend V exp(V a) { return {Sleef_finz_expf8_u10avx2(a.lo), Sleef_finz_expf8_u10avx2(a.hi)}; }
+  friend V sqrt(V a) { return {_mm256_sqrt_ps(a.lo), _mm256_sqrt_ps(a.hi)}; }
   friend V swap_pairs(V a) { return {_mm256_permute_ps(a.lo, 0xB1), _mm256_permute_ps(a.hi, 0xB1)}; }
   float sum() const {
     __m256 s8 = _mm256_add_ps(lo, hi);

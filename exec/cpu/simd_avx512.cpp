@@ -29,6 +29,7 @@ struct V {
   friend V fma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
   friend V max(V a, V b) { return {_mm512_max_ps(a.v, b.v)}; }
   friend V exp(V a) { return {Sleef_finz_expf16_u10avx512f(a.v)}; }
+  friend V sqrt(V a) { return {_mm512_sqrt_ps(a.v)}; }
   // lanes (0,1)(2,3)... swapped
   friend V swap_pairs(V a) { return {_mm512_permute_ps(a.v, 0xB1)}; }
   // Σ of the lanes in the fixed order of simd_kernels.inl (l[i] + l[i+8], then +4, +2, +1).

@@ -59,6 +59,11 @@ struct V {
     for (int i = 0; i < 16; ++i) r.l[i] = Sleef_cinz_expf1_u10purec(a.l[i]);
     return r;
   }
+  friend V sqrt(V a) {
+    V r;
+    for (int i = 0; i < 16; ++i) r.l[i] = std::sqrt(a.l[i]);
+    return r;
+  }
   friend V swap_pairs(V a) {
     V r;
     for (int i = 0; i < 16; i += 2) r.l[i] = a.l[i + 1], r.l[i + 1] = a.l[i];

@@ -1,6 +1,6 @@
 // exec/cpu/simd.h's kernels, written once on a 16-lane float vector V that the including file defines
 // (simd_avx512.cpp, simd_avx2.cpp, simd_generic.cpp), inside that file's anonymous namespace. V has: load,
-// load_n (a tail of n lanes, the rest a pad value), store, store_n, set1, + - * /, fma, max, exp, swap_pairs,
+// load_n (a tail of n lanes, the rest a pad value), store, store_n, set1, + - * /, fma, max, exp, sqrt, swap_pairs,
 // sum and hmax (the lanes reduced in one fixed order). Rows are walked in chunks of 16 from their first element,
 // the last chunk padded: an element's result depends only on its row, never on the row count or the machine.
 // No standard header: scalar square roots and logarithms are the compiler's builtins.
@@ -185,6 +185,23 @@ void add(const float* a, const float* b, float* out, long n) {
   chunks(n, [&](long j, int m) { st(ld(a + j, m) + ld(b + j, m), out + j, m); });
 }
 
+void adamw(const float* w, const float* g, const float* m, const float* v, float* w_out, float* m_out, float* v_out,
+           long n, const AdamW& s) {
+  const V scale = V::set1(s.grad_scale), decay = V::set1(s.decay), b1 = V::set1(s.beta1),
+          c1 = V::set1(s.one_minus_beta1), b2 = V::set1(s.beta2), c2 = V::set1(s.one_minus_beta2),
+          bc2 = V::set1(s.bias_correction2_sqrt), eps = V::set1(s.eps), step = V::set1(s.step);
+  chunks(n, [&](long j, int k) {
+    const V gi = ld(g + j, k) * scale;
+    const V wi = ld(w + j, k) * decay;
+    const V mi = b1 * ld(m + j, k) + c1 * gi;
+    const V vi = b2 * ld(v + j, k) + c2 * gi * gi;
+    const V denom = sqrt(vi) / bc2 + eps;
+    st(wi - step * (mi / denom), w_out + j, k);
+    st(mi, m_out + j, k);
+    st(vi, v_out + j, k);
+  });
+}
+
 Table make_table(const char* name) {
   return Table{name,
                swiglu_forward,
@@ -196,5 +213,6 @@ Table make_table(const char* name) {
                causal_softmax_backward_rows,
                split_heads_rope,
                merge_heads_rope_backward,
-               add};
+               add,
+               adamw};
 }
