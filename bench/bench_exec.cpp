@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "apps/tune_allocator.h"
 #include "exec/cpu/cpu_gemm.h"
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/layout.h"
@@ -235,6 +236,7 @@ bool arguments_ok(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (!arguments_ok(argc, argv)) return 0;
+  trainsim::apps::tune_allocator();  // as the trainsim command runs: freed buffers are not faulted in again
   const std::string preset_name = sarg(argc, argv, "--model", "small");
   const int steps = arg(argc, argv, "--steps", 4), microbatches = arg(argc, argv, "--microbatches", 4),
             ranks = arg(argc, argv, "--ranks", 1);
