@@ -8,7 +8,7 @@ namespace trainsim::exec::cpu_detail {
 
 /// Which library runs the fp32 GEMMs.
 /// - onednn: oneDNN's dnnl_sgemm (libdnnl-dev; JIT-compiled AVX-512/AVX2 kernels). The default: at the `small`
-///   preset's shapes it ran 1.3-1.7x OpenBLAS's rate on one core (bench/README.md, "oneDNN's sgemm").
+///   preset's shapes it ran 1.1-1.7x OpenBLAS's rate on one core (bench/README.md, "oneDNN's sgemm").
 /// - openblas: OpenBLAS's cblas_sgemm (libopenblas-dev), the backend's GEMM before; kept for A/B runs.
 enum class GemmLibrary { onednn, openblas };
 
