@@ -262,6 +262,7 @@ int main(int argc, char** argv) {
   fmt::print("\nsgemm, one thread, at the model's shapes (forward n x out x in; input grad n x in x out; weight grad "
              "out x in x n), GFLOP/s:\n");
   fmt::print("  {:9} {:>18} {:>18} {:>18}   library\n", "linear", "forward", "input grad", "weight grad");
+  bool any_handed = false;
   for (cpu_detail::GemmLibrary lib : libs) {
     double flops = 0, secs = 0;
     for (const Linear& l : linears) {
@@ -269,10 +270,16 @@ int main(int argc, char** argv) {
                            sgemm_gflops(lib, true, false, l.out, l.in, n)};
       const double fl = 2.0 * n * l.in * l.out;
       for (double x : g) flops += fl, secs += fl / (x * 1e9);
-      fmt::print("  {:9} {:>18.1f} {:>18.1f} {:>18.1f}   {}\n", l.name, g[0], g[1], g[2], cpu_detail::gemm_library_name(lib));
+      // (a weight gradient that runs_on hands to OpenBLAS is marked *)
+      const bool handed = cpu_detail::runs_on(lib, true, l.out) != lib;
+      any_handed = any_handed || handed;
+      fmt::print("  {:9} {:>18.1f} {:>18.1f} {:>17.1f}{}   {}\n", l.name, g[0], g[1], g[2], handed ? "*" : " ",
+                 cpu_detail::gemm_library_name(lib));
     }
     peak_of[lib] = flops / secs / 1e9;
   }
+  if (any_handed)
+    fmt::print("  (* run on OpenBLAS under onednn: a transposed A whose leading dimension is a multiple of 512)\n");
   const double peak = peak_of[used];
   for (auto [lib, p] : peak_of)
     fmt::print("  FLOP-weighted peak, {}: {:.1f} GFLOP/s{}\n", cpu_detail::gemm_library_name(lib), p,

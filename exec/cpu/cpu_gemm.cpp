@@ -54,9 +54,14 @@ const char* gemm_library_name(GemmLibrary library) {
   return library == GemmLibrary::onednn ? "onednn" : "openblas";
 }
 
+GemmLibrary runs_on(GemmLibrary library, bool trans_a, int lda) {
+  if (library == GemmLibrary::onednn && trans_a && lda % 512 == 0) return GemmLibrary::openblas;
+  return library;
+}
+
 void sgemm(GemmLibrary library, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc) {
-  if (library == GemmLibrary::openblas) {
+  if (runs_on(library, trans_a, lda) == GemmLibrary::openblas) {
     openblas_one_thread();
     cblas_sgemm(CblasRowMajor, cblas_trans(trans_a), cblas_trans(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C,
                 ldc);
