@@ -476,9 +476,12 @@ struct RankExecutor::Impl {
       const long n = static_cast<long>(out->buffer->bytes() / sizeof(float));
       for (const SlotPtr& x : in)
         if (x->buffer->bytes() != out->buffer->bytes()) throw std::runtime_error("accumulated grads differ in size");
-      s.kernels().copy(in.front()->buffer->as<float>(), out->buffer->as<float>(), n);
-      for (std::size_t i = 1; i < in.size(); ++i)
-        s.kernels().add(out->buffer->as<float>(), in[i]->buffer->as<float>(), out->buffer->as<float>(), n);
+      // out = in0 + in1 in one pass (no copy of in0 first: a third less memory traffic, the same bits), then
+      // the rest added in place, left to right
+      float* sum = out->buffer->as<float>();
+      if (in.size() == 1) s.kernels().copy(in.front()->buffer->as<float>(), sum, n);
+      else s.kernels().add(in[0]->buffer->as<float>(), in[1]->buffer->as<float>(), sum, n);
+      for (std::size_t i = 2; i < in.size(); ++i) s.kernels().add(sum, in[i]->buffer->as<float>(), sum, n);
     });
   }
 
