@@ -148,37 +148,39 @@ struct RopeChunk {
 void split_heads_rope(const float* qkv, float* q, float* k, float* v, int B, int Tn, int H, int hd, const float* cos,
                       const float* sin) {
   const long d = static_cast<long>(H) * hd, half = hd / 2;
-  for (int t = 0; t < Tn; ++t)
-    chunks(hd, [&](long j, int m) {
-      const RopeChunk rot(cos + t * half, sin + t * half, j, m, 1.0f);
-      for (int b = 0; b < B; ++b) {
-        const float* row = qkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+  // row by row: each row of qkv is read once, in order, and each head's q, k and v written in order of t
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < Tn; ++t) {
+      const float* row = qkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+      chunks(hd, [&](long j, int m) {
+        const RopeChunk rot(cos + t * half, sin + t * half, j, m, 1.0f);
         for (int h = 0; h < H; ++h) {
           const long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd + j, c = h * hd + j;
           st(rot.apply(ld(row + c, m)), q + o, m);
           st(rot.apply(ld(row + d + c, m)), k + o, m);
           st(ld(row + 2 * d + c, m), v + o, m);
         }
-      }
-    });
+      });
+    }
 }
 
 void merge_heads_rope_backward(const float* dq, const float* dk, const float* dv, float* dqkv, int B, int Tn, int H,
                                int hd, const float* cos, const float* sin) {
   const long d = static_cast<long>(H) * hd, half = hd / 2;
-  for (int t = 0; t < Tn; ++t)
-    chunks(hd, [&](long j, int m) {
-      const RopeChunk rot(cos + t * half, sin + t * half, j, m, -1.0f);
-      for (int b = 0; b < B; ++b) {
-        float* row = dqkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+  // row by row, as split_heads_rope
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < Tn; ++t) {
+      float* row = dqkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+      chunks(hd, [&](long j, int m) {
+        const RopeChunk rot(cos + t * half, sin + t * half, j, m, -1.0f);
         for (int h = 0; h < H; ++h) {
           const long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd + j, c = h * hd + j;
           st(rot.apply(ld(dq + o, m)), row + c, m);
           st(rot.apply(ld(dk + o, m)), row + d + c, m);
           st(ld(dv + o, m), row + 2 * d + c, m);
         }
-      }
-    });
+      });
+    }
 }
 
 void add(const float* a, const float* b, float* out, long n) {
