@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "exec/cpu/cpu_rows.h"
 #include "exec/cpu/simd.h"
@@ -219,19 +220,20 @@ void CpuKernels<T>::fill(T* x, T value, long n) {
 template <typename T>
 void CpuKernels<T>::cross_entropy(const T* logits, const int* targets, T* dlogits, double* loss_sums, long n, int V,
                                   long rows_per_segment, T scale) {
+  std::vector<double> e(static_cast<std::size_t>(V));  // one row's exponentials, each computed once
   for (long i = 0; i < n; ++i) {
     const T* row = logits + i * V;
     T* drow = dlogits + i * V;
     T mx = row[0];
     for (int j = 1; j < V; ++j) mx = std::max(mx, row[j]);
     double sum = 0;
-    for (int j = 0; j < V; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
+    for (int j = 0; j < V; ++j) sum += e[j] = std::exp(static_cast<double>(row[j] - mx));
     const int y = targets[i];
     double loss = std::log(sum) - static_cast<double>(row[y] - mx);
     loss_sums[i / rows_per_segment] += loss;
     const double inv = 1.0 / sum;
     for (int j = 0; j < V; ++j) {
-      double p = std::exp(static_cast<double>(row[j] - mx)) * inv;
+      double p = e[j] * inv;
       drow[j] = static_cast<T>((p - (j == y ? 1.0 : 0.0)) * static_cast<double>(scale));
     }
   }
