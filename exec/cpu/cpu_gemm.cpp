@@ -55,7 +55,7 @@ const char* gemm_library_name(GemmLibrary library) {
 }
 
 GemmLibrary runs_on(GemmLibrary library, bool trans_a, int lda) {
-  if (library == GemmLibrary::onednn && trans_a && lda % 512 == 0) return GemmLibrary::openblas;
+  if (library == GemmLibrary::onednn && trans_a && lda >= 1024 && lda % 512 == 0) return GemmLibrary::openblas;
   return library;
 }
 

@@ -9,8 +9,8 @@ namespace trainsim::exec::cpu_detail {
 /// Which library runs the fp32 GEMMs.
 /// - onednn: oneDNN's dnnl_sgemm (libdnnl-dev; JIT-compiled AVX-512/AVX2 kernels). The default: at the `small`
 ///   preset's shapes it ran 1.1-1.7x OpenBLAS's rate on one core (bench/README.md, "oneDNN's sgemm"). One kind of
-///   call still goes to OpenBLAS under it (runs_on): a transposed A whose leading dimension is a multiple of 512
-///   elements, where oneDNN 2.6 packs A slowly (bench/README.md, "The weight gradients' GEMMs").
+///   call still goes to OpenBLAS under it (runs_on): a transposed A whose leading dimension is 1024 elements or
+///   more and a multiple of 512, where oneDNN 2.6 packs A slowly (bench/README.md, issue 23's third round).
 /// - openblas: OpenBLAS's cblas_sgemm (libopenblas-dev), the backend's GEMM before; kept for A/B runs.
 enum class GemmLibrary { onednn, openblas };
 
@@ -22,10 +22,11 @@ GemmLibrary gemm_library();
 const char* gemm_library_name(GemmLibrary library);
 
 /// The library that runs an fp32 GEMM under `library`: `library`, except that onednn hands OpenBLAS the calls with
-/// a transposed A (the weight gradients, dW = dYᵀ·X) whose leading dimension `lda` is a multiple of 512 elements.
-/// oneDNN 2.6's sgemm ran those at 71-77 GFLOP/s against OpenBLAS's 87-99 at the `small` preset's gate/up weight
-/// gradient (1536 x 256 x 1024, lda 1536), and fell behind OpenBLAS at lda 1024, 2048 and 3072 too, not at 768 or
-/// 1280 (one core; bench/README.md). It depends on the shape alone, so a given call gives the same bits every run.
+/// a transposed A (the weight gradients, dW = dYᵀ·X) whose leading dimension `lda` is 1024 elements or more and a
+/// multiple of 512. oneDNN 2.6's sgemm ran those at 71-77 GFLOP/s against OpenBLAS's 86-99 at the `small` preset's
+/// gate/up weight gradient (1536 x 256 x 1024, lda 1536), and fell behind OpenBLAS at lda 1024, 2048 and 3072 too,
+/// not at 256, 512, 768 or 1280 (one core; bench/README.md). It depends on the shape alone, so a given call gives
+/// the same bits every run.
 GemmLibrary runs_on(GemmLibrary library, bool trans_a, int lda);
 
 /// fp32 GEMM through runs_on(`library`, trans_a, lda) on the calling thread alone. M, N, K >= 1; lda, ldb, ldc the row strides of A
