@@ -1,38 +1,89 @@
 #include "exec/reference.h"
 
+#include <algorithm>
+#include <future>
+#include <thread>
+
 #include "exec/model.h"
 
 namespace trainsim::exec {
 
+// One microbatch in flight: its own kernels and memory (neither is shared between threads), its inputs, its
+// logits (overwritten by their gradient), its weight gradient and its loss sum.
+struct ReferenceTrainer::Lane {
+  HostAllocator alloc;
+  CpuKernels<float> k;
+  std::vector<int> tokens, targets;
+  std::vector<float> logits, dW;
+  double loss_sum = 0;
+};
+
 ReferenceTrainer::ReferenceTrainer(const ModelConfig& model, const OptimizerConfig& optimizer, int total_steps,
-                                   std::uint64_t seed, const TokenData& data, int microbatches, bool clip)
+                                   std::uint64_t seed, const TokenData& data, int microbatches, bool clip, int threads)
     : model_(model), opt_(optimizer), total_steps_(total_steps), microbatches_(microbatches), clip_(clip), data_(data),
       layout_(model, partition(model, 1).front()) {
   const long P = layout_.size();
   w_.resize(P), m_.assign(P, 0.0f), v_.assign(P, 0.0f), grad_.resize(P);
   init_parameters(layout_, seed, 0, P, w_.data());
   rope_tables(model_, cos_, sin_);
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int lanes = std::max(1, std::min(threads, microbatches_));
+  const long n = model_.tokens_per_microbatch();
+  for (int i = 0; i < lanes; ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->tokens.resize(n), lane->targets.resize(n);
+    lane->logits.resize(static_cast<std::size_t>(n) * model_.vocab), lane->dW.resize(P);
+    lanes_.push_back(std::move(lane));
+  }
 }
 
+ReferenceTrainer::~ReferenceTrainer() = default;
+
 double ReferenceTrainer::step(int step) {
-  ModelContext<float> c{&k_, &alloc_, cos_.data(), sin_.data()};
   const long P = layout_.size(), n = model_.tokens_per_microbatch();
   const double tokens = static_cast<double>(microbatches_) * n;
-  std::vector<int> tokens_b(n), targets_b(n);
-  std::vector<float> logits(n * model_.vocab), dW(P);
-  double loss = 0;
-  for (int b = 0; b < microbatches_; ++b) {
-    data_.microbatch(model_, step, microbatches_, b, tokens_b.data(), targets_b.data());
+  // Microbatch b's forward, loss and backward on `lane`: reads the weights, writes only the lane.
+  auto run = [&](Lane& lane, int b) {
+    ModelContext<float> c{&lane.k, &lane.alloc, cos_.data(), sin_.data()};
+    data_.microbatch(model_, step, microbatches_, b, lane.tokens.data(), lane.targets.data());
     LayerStash stash;
-    layer_forward(c, layout_, w_.data(), tokens_b.data(), model_.microbatch_size, logits.data(), &stash);
-    double sum = 0;
-    loss_forward_backward(c, model_, logits.data(), targets_b.data(), model_.microbatch_size,
-                          static_cast<float>(1.0 / tokens), logits.data(), &sum);
-    loss += sum;
-    layer_backward_input(c, layout_, w_.data(), tokens_b.data(), logits.data(), static_cast<float*>(nullptr), stash);
-    layer_backward_weight(c, layout_, tokens_b.data(), logits.data(), dW.data(), stash);
-    if (b == 0) grad_ = dW;
-    else k_.add(grad_.data(), dW.data(), grad_.data(), P);
+    layer_forward(c, layout_, w_.data(), lane.tokens.data(), model_.microbatch_size, lane.logits.data(), &stash);
+    lane.loss_sum = 0;
+    loss_forward_backward(c, model_, lane.logits.data(), lane.targets.data(), model_.microbatch_size,
+                          static_cast<float>(1.0 / tokens), lane.logits.data(), &lane.loss_sum);
+    layer_backward_input(c, layout_, w_.data(), lane.tokens.data(), lane.logits.data(), static_cast<float*>(nullptr),
+                         stash);
+    layer_backward_weight(c, layout_, lane.tokens.data(), lane.logits.data(), lane.dW.data(), stash);
+  };
+  double loss = 0;
+  const int width = static_cast<int>(lanes_.size());
+  for (int b0 = 0; b0 < microbatches_; b0 += width) {
+    const int count = std::min(width, microbatches_ - b0);
+    {
+      std::vector<std::future<void>> others;  // (their destructors wait: no thread outlives this block)
+      for (int i = 1; i < count; ++i) others.push_back(std::async(std::launch::async, run, std::ref(*lanes_[i]), b0 + i));
+      std::exception_ptr first;
+      try {
+        run(*lanes_[0], b0);
+      } catch (...) {
+        first = std::current_exception();
+      }
+      for (auto& f : others) {
+        try {
+          f.get();
+        } catch (...) {
+          if (!first) first = std::current_exception();
+        }
+      }
+      if (first) std::rethrow_exception(first);
+    }
+    // the sums in microbatch order, as one thread would add them
+    for (int i = 0; i < count; ++i) {
+      const Lane& lane = *lanes_[i];
+      loss += lane.loss_sum;
+      if (b0 + i == 0) grad_ = lane.dW;
+      else k_.add(grad_.data(), lane.dW.data(), grad_.data(), P);
+    }
   }
   double norm_sq = 0;
   k_.sum_squares(grad_.data(), P, &norm_sq);

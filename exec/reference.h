@@ -1,10 +1,15 @@
-// Plain single-device training, the executor's reference (DESIGN §5 "Correctness"): one model, one CPU
-// thread, every microbatch of a step in order as gradient accumulation, then the same clipping and AdamW.
+// Plain single-device training, the executor's reference (DESIGN §5 "Correctness"): one model, every
+// microbatch of a step as gradient accumulation, summed in microbatch order, then the same clipping and AdamW.
 // It shares the model's arithmetic (exec/model.h) and nothing of the replay: no schedule, no streams, no
 // communicator, no sharding. Replays of any schedule must match it (fp32: within 1e-5 relative).
+// The microbatches of a step are independent until their gradients are summed: they run on up to `threads` CPU
+// threads at once, each with its own kernels and memory, and their gradients and losses are then added in
+// microbatch order, so the result has the same bits whatever the thread count (a GEMM's bits depend on its call
+// alone: exec/cpu/cpu_gemm.h).
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,10 +24,14 @@ namespace trainsim::exec {
 class ReferenceTrainer {
  public:
   /// A fresh model from `seed`. `microbatches` per step; `clip`: clip by the global norm (the
-  /// optimizer's grad_clip) or not.
+  /// optimizer's grad_clip) or not. `threads`: how many microbatches run at once (at least 1; 0: one per core
+  /// of the machine, std::thread::hardware_concurrency()); each in flight holds one gradient (the model's size
+  /// in fp32) and one microbatch's activations.
   ReferenceTrainer(const ModelConfig& model, const OptimizerConfig& optimizer, int total_steps, std::uint64_t seed,
-                   const TokenData& data, int microbatches, bool clip);
-  /// Runs 0-based step `step`; returns its loss (the mean over every token of every microbatch).
+                   const TokenData& data, int microbatches, bool clip, int threads = 0);
+  ~ReferenceTrainer();
+  /// Runs 0-based step `step`; returns its loss (the mean over every token of every microbatch). Rethrows the
+  /// first exception of a microbatch's thread after every thread has finished.
   double step(int step);
   /// The parameters by global name (exec/layout.h), row-major.
   std::map<std::string, std::vector<float>> parameters() const;
@@ -34,9 +43,10 @@ class ReferenceTrainer {
   bool clip_;
   const TokenData& data_;
   LayerLayout layout_;
-  HostAllocator alloc_;
   CpuKernels<float> k_;
   std::vector<float> w_, m_, v_, grad_, cos_, sin_;
+  struct Lane;                               // what one microbatch in flight holds (reference.cpp)
+  std::vector<std::unique_ptr<Lane>> lanes_;  // one per microbatch that may run at once
 };
 
 }  // namespace trainsim::exec
