@@ -27,7 +27,10 @@ ReferenceTrainer::ReferenceTrainer(const ModelConfig& model, const OptimizerConf
   init_parameters(layout_, seed, 0, P, w_.data());
   rope_tables(model_, cos_, sin_);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int lanes = std::max(1, std::min(threads, microbatches_));
+  // (the gradients in flight beyond the first kept under 2 GiB: a large model on a many-core machine runs fewer at
+  // once rather than holding one gradient per core)
+  const long by_memory = 1 + (2L << 30) / (P * static_cast<long>(sizeof(float)));
+  const int lanes = static_cast<int>(std::max(1L, std::min({static_cast<long>(threads), static_cast<long>(microbatches_), by_memory})));
   const long n = model_.tokens_per_microbatch();
   for (int i = 0; i < lanes; ++i) {
     auto lane = std::make_unique<Lane>();

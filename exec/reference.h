@@ -25,8 +25,9 @@ class ReferenceTrainer {
  public:
   /// A fresh model from `seed`. `microbatches` per step; `clip`: clip by the global norm (the
   /// optimizer's grad_clip) or not. `threads`: how many microbatches run at once (at least 1; 0: one per core
-  /// of the machine, std::thread::hardware_concurrency()); each in flight holds one gradient (the model's size
-  /// in fp32) and one microbatch's activations.
+  /// of the machine, std::thread::hardware_concurrency()), fewer where the gradients in flight beyond the first
+  /// would pass 2 GiB; each in flight holds one gradient (the model's size in fp32) and one microbatch's
+  /// activations.
   ReferenceTrainer(const ModelConfig& model, const OptimizerConfig& optimizer, int total_steps, std::uint64_t seed,
                    const TokenData& data, int microbatches, bool clip, int threads = 0);
   ~ReferenceTrainer();
