@@ -279,7 +279,8 @@ int main(int argc, char** argv) {
     peak_of[lib] = flops / secs / 1e9;
   }
   if (any_handed)
-    fmt::print("  (* run on OpenBLAS under onednn: a transposed A whose leading dimension is >= 1024 and a multiple of 512)\n");
+    fmt::print("  (* run on OpenBLAS under onednn: a transposed A whose leading dimension is >= 1024 and a multiple "
+               "of 512)\n");
   const double peak = peak_of[used];
   for (auto [lib, p] : peak_of)
     fmt::print("  FLOP-weighted peak, {}: {:.1f} GFLOP/s{}\n", cpu_detail::gemm_library_name(lib), p,

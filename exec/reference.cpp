@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <future>
+#include <system_error>
 #include <thread>
 
 #include "exec/model.h"
@@ -30,7 +31,8 @@ ReferenceTrainer::ReferenceTrainer(const ModelConfig& model, const OptimizerConf
   // (the gradients in flight beyond the first kept under 2 GiB: a large model on a many-core machine runs fewer at
   // once rather than holding one gradient per core)
   const long by_memory = 1 + (2L << 30) / (P * static_cast<long>(sizeof(float)));
-  const int lanes = static_cast<int>(std::max(1L, std::min({static_cast<long>(threads), static_cast<long>(microbatches_), by_memory})));
+  const long most = std::min({static_cast<long>(threads), static_cast<long>(microbatches_), by_memory});
+  const int lanes = static_cast<int>(std::max(1L, most));
   const long n = model_.tokens_per_microbatch();
   for (int i = 0; i < lanes; ++i) {
     auto lane = std::make_unique<Lane>();
@@ -63,11 +65,21 @@ double ReferenceTrainer::step(int step) {
   for (int b0 = 0; b0 < microbatches_; b0 += width) {
     const int count = std::min(width, microbatches_ - b0);
     {
-      std::vector<std::future<void>> others;  // (their destructors wait: no thread outlives this block)
-      for (int i = 1; i < count; ++i) others.push_back(std::async(std::launch::async, run, std::ref(*lanes_[i]), b0 + i));
+      // Lanes 1.. on threads of their own (their futures' destructors wait: no thread outlives this block); a
+      // lane whose thread cannot start runs here after lane 0, so a machine out of threads only runs slower.
+      std::vector<std::future<void>> others;
+      int started = 1;
+      for (; started < count; ++started) {
+        try {
+          others.push_back(std::async(std::launch::async, run, std::ref(*lanes_[started]), b0 + started));
+        } catch (const std::system_error&) {
+          break;
+        }
+      }
       std::exception_ptr first;
       try {
         run(*lanes_[0], b0);
+        for (int i = started; i < count; ++i) run(*lanes_[i], b0 + i);
       } catch (...) {
         first = std::current_exception();
       }

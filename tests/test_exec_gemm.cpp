@@ -104,7 +104,7 @@ TEST_CASE("exec gemm: the same call gives the same bits wherever its operands li
   }
 }
 
-TEST_CASE("exec gemm: under onednn, a transposed A with a leading dimension of 1024 or more, a multiple of 512, runs on OpenBLAS") {
+TEST_CASE("exec gemm: under onednn, a transposed A with lda >= 1024, a multiple of 512, runs on OpenBLAS") {
   CHECK(cpu_detail::runs_on(GemmLibrary::onednn, true, 1536) == GemmLibrary::openblas);
   CHECK(cpu_detail::runs_on(GemmLibrary::onednn, true, 1024) == GemmLibrary::openblas);
   CHECK(cpu_detail::runs_on(GemmLibrary::onednn, true, 512) == GemmLibrary::onednn);

@@ -29,8 +29,8 @@ const char* gemm_library_name(GemmLibrary library);
 /// the same bits every run.
 GemmLibrary runs_on(GemmLibrary library, bool trans_a, int lda);
 
-/// fp32 GEMM through runs_on(`library`, trans_a, lda) on the calling thread alone. M, N, K >= 1; lda, ldb, ldc the row strides of A
-/// (M×K, or K×M when trans_a), B (K×N, or N×K when trans_b) and C. Throws std::runtime_error if the library
+/// fp32 GEMM through runs_on(`library`, trans_a, lda) on the calling thread alone. M, N, K >= 1; lda, ldb, ldc
+/// the row strides of A (M×K, or K×M when trans_a), B (K×N, or N×K when trans_b) and C. Throws std::runtime_error if the library
 /// refuses the call (it names the shape).
 void sgemm(GemmLibrary library, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc);
