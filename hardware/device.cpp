@@ -186,9 +186,10 @@ DeviceSpec device_preset(const std::string& name) {
   } else if (name == "cpu") {
     // The executor's CPU backend on the development machine (2 cores, idle, fp32 GEMMs on oneDNN, one thread per
     // rank), as fitted by `trainsim calibrate` on 3 rounds x 3 traced steps of gpipe and ddp replays with
-    // the `small` model on 2026-11-28, after issue 23's third round (bench/calibration_fidelity.sh; bench/README.md,
-    // "Hardware cost model"), rounded to 3 digits. peak_flops and hbm_bandwidth are nominal scales (2e11 FLOP/s, about that
-    // machine's single-core fp32 FMA peak; 1e10 bytes/s) that the fitted efficiencies are fractions of;
+    // the `small` model on 2026-11-28, after issue 23's third round (bench/calibration_fidelity.sh;
+    // bench/README.md, "Hardware cost model"), rounded to 3 digits. peak_flops and hbm_bandwidth are nominal
+    // scales (2e11 FLOP/s, about that machine's single-core fp32 FMA peak; 1e10 bytes/s) that the fitted
+    // efficiencies are fractions of;
     // memory_bytes a RAM budget for one replay (8 GiB). No kernel tables: every GEMM and attention shape alike.
     d.peak_flops = 2e11, d.hbm_bandwidth = 1e10, d.memory_bytes = 8.0 * (1ull << 30);
     d.efficiency.forward = 0.666, d.efficiency.backward_input = 0.565, d.efficiency.backward_weight = 0.565;

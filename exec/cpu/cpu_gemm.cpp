@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <string>
 
-// OpenBLAS (libopenblas-dev): the fp64 GEMMs, and the fp32 ones under TRAINSIM_GEMM=openblas. Its cblas.h
-// declares openblas_set_num_threads.
+// OpenBLAS (libopenblas-dev): the fp64 GEMMs, the fp32 ones runs_on hands over, and every fp32 one under
+// TRAINSIM_GEMM=openblas. Its cblas.h declares openblas_set_num_threads.
 #include <cblas.h>
 // oneDNN (libdnnl-dev): the fp32 GEMMs. Debian builds it on OpenMP (libgomp), which sizes each GEMM's team from
 // the calling thread's omp_get_max_threads(): set to 1 on each thread before its first oneDNN call (omp.h).

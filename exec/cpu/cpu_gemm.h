@@ -1,7 +1,8 @@
 // The CPU backend's GEMMs, row-major: C[M×N] = alpha·op(A)·op(B) + beta·C, op(X) = X or Xᵀ (trans flags), leading
-// dimensions in elements. fp32 (training) runs oneDNN's sgemm by default, fp64 (the gradient check) OpenBLAS's
-// dgemm. Every call runs on the calling thread alone (one GEMM thread per rank's stream thread), so results do
-// not depend on how many cores the machine has, and a given machine and library give the same bits every run.
+// dimensions in elements. fp32 (training) runs oneDNN's sgemm by default (but the calls runs_on hands to
+// OpenBLAS), fp64 (the gradient check) OpenBLAS's dgemm. Every call runs on the calling thread alone (one GEMM
+// thread per rank's stream thread), so results do not depend on how many cores the machine has, and a given
+// machine and library give the same bits every run.
 #pragma once
 
 namespace trainsim::exec::cpu_detail {
@@ -30,8 +31,8 @@ const char* gemm_library_name(GemmLibrary library);
 GemmLibrary runs_on(GemmLibrary library, bool trans_a, int lda);
 
 /// fp32 GEMM through runs_on(`library`, trans_a, lda) on the calling thread alone. M, N, K >= 1; lda, ldb, ldc
-/// the row strides of A (M×K, or K×M when trans_a), B (K×N, or N×K when trans_b) and C. Throws std::runtime_error if the library
-/// refuses the call (it names the shape).
+/// the row strides of A (M×K, or K×M when trans_a), B (K×N, or N×K when trans_b) and C. Throws
+/// std::runtime_error if the library refuses the call (it names the shape).
 void sgemm(GemmLibrary library, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc);
 
