@@ -37,6 +37,14 @@ class Kernels {
   virtual void rmsnorm_forward(const T* x, const T* g, T* y, T* rstd, long n, int d, T eps) = 0;
   /// dx (n×d) += the input gradient of rmsnorm_forward given dy.
   virtual void rmsnorm_backward_input(const T* dy, const T* x, const T* g, const T* rstd, T* dx, long n, int d) = 0;
+  /// dx (n×d) = res + the input gradient of rmsnorm_forward given dy (res, n×d, may be dx): a pre-norm block's
+  /// residual grad plus the norm's, the same bits as rmsnorm_backward_input onto a copy of res. This default copies
+  /// res first; the CPU backend reads res in the same pass (no copy).
+  virtual void rmsnorm_backward_input_onto(const T* dy, const T* x, const T* g, const T* rstd, const T* res, T* dx,
+                                           long n, int d) {
+    if (res != dx) copy(res, dx, n * d);
+    rmsnorm_backward_input(dy, x, g, rstd, dx, n, d);
+  }
   /// dg (d) = Σ_rows dy ∘ x·rstd (overwrites dg).
   virtual void rmsnorm_backward_weight(const T* dy, const T* x, const T* rstd, T* dg, long n, int d) = 0;
 

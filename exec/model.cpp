@@ -140,9 +140,8 @@ struct Run {
     s.dxn2 = make(n * d);
     k().gemm(false, false, n, d, 2 * f, T(1), p(s.dgu), 2 * f, W + o.wgu, d, T(0), p(s.dxn2), d);
     reduce(p(s.dxn2), n * d);
-    s.dh = make(n * d);
-    k().copy(dy, p(s.dh), n * d);
-    k().rmsnorm_backward_input(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), p(s.dh), n, d);
+    s.dh = make(n * d);  // the residual's grad dy plus the FFN norm's
+    k().rmsnorm_backward_input_onto(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), n, d);
     BufferPtr datt = make(n * da);
     k().gemm(false, false, n, da, d, T(1), p(s.dh), d, W + o.wo, da, T(0), p(datt), da);
     if (!s.probs) recompute_probs(s);
@@ -158,14 +157,15 @@ struct Run {
     dq.reset(), dk.reset(), dv.reset();
     s.dxn1 = make(n * d);
     k().gemm(false, false, n, d, 3 * da, T(1), p(s.dqkv), 3 * da, W + o.wqkv, d, T(0), p(s.dxn1), d);
+    // dx = the residual's grad dh plus the attention norm's; on TP slices but the first, without dh (the norm's input
+    // grad is linear in dxn1: on partial sums it gives the partial sums of dx)
     if (partial_in && tp_index != 0) {
       k().fill(dx, T(0), n * d);
+      k().rmsnorm_backward_input(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), dx, n, d);
     } else {
       if (!partial_in) reduce(p(s.dxn1), n * d);
-      k().copy(p(s.dh), dx, n * d);
+      k().rmsnorm_backward_input_onto(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), p(s.dh), dx, n, d);
     }
-    // (the norm's input grad is linear in dxn1: on partial sums it gives the partial sums of dx)
-    k().rmsnorm_backward_input(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), dx, n, d);
     // backward-weight needs neither the attention's inputs nor the FFN's pre-activations any more
     s.q.reset(), s.k.reset(), s.v.reset(), s.probs.reset(), s.gu.reset();
   }

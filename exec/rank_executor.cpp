@@ -405,6 +405,18 @@ struct RankExecutor::Impl {
     (void)index;
   }
 
+  // Zeroes the floats of `buffer` outside the element ranges `written` [begin, end) (any order, disjoint).
+  static void zero_unwritten(StreamContext& s, Buffer& buffer, std::vector<std::pair<long, long>>& written) {
+    std::sort(written.begin(), written.end());
+    const long size = static_cast<long>(buffer.bytes() / sizeof(float));
+    long at = 0;
+    for (auto [begin, end] : written) {
+      if (begin > at) s.zero(buffer.as<float>() + at, static_cast<std::size_t>(begin - at) * sizeof(float));
+      at = std::max(at, end);
+    }
+    if (at < size) s.zero(buffer.as<float>() + at, static_cast<std::size_t>(size - at) * sizeof(float));
+  }
+
   void update(const Op& op, int index) {
     const Tensor &dwt = tensor_of(op.reads, TensorKind::WeightGrad), &wt = tensor_of(op.reads, TensorKind::Weight),
                  &ot = tensor_of(op.reads, TensorKind::OptState);
@@ -438,8 +450,9 @@ struct RankExecutor::Impl {
       const Tensor& ot = o->id;
       const long c = shard_chunk(P, ot.num_shards);
       nw->buffer = alloc(nw->id), no->buffer = alloc(no->id);
-      s.zero(nw->buffer->data(), nw->buffer->bytes());
-      s.zero(no->buffer->data(), no->buffer->bytes());
+      // The elements the update writes, by buffer (the new weights; the new m and v): the rest (the last shard's
+      // padding) is zeroed afterwards, not the whole buffer first, which was a pass over all of it.
+      std::vector<std::pair<long, long>> w_written, o_written;
       const double* norm_sq = nrm ? nrm->buffer->as<double>() : nullptr;
       long pos = 0;
       for (int j : ot.shards.ids()) {
@@ -455,9 +468,13 @@ struct RankExecutor::Impl {
           s.kernels().adamw(w->buffer->as<float>() + wi, g->buffer->as<float>() + gi, o->buffer->as<float>() + oi,
                             o->buffer->as<float>() + oi + c, nw->buffer->as<float>() + ni, no->buffer->as<float>() + oi,
                             no->buffer->as<float>() + oi + c, e - b, st, norm_sq, clip);
+          w_written.emplace_back(ni, ni + (e - b));
+          o_written.emplace_back(oi, oi + (e - b)), o_written.emplace_back(oi + c, oi + c + (e - b));
         }
         ++pos;
       }
+      zero_unwritten(s, *nw->buffer, w_written);
+      zero_unwritten(s, *no->buffer, o_written);
     });
     nw->ready = no->ready = done;
     if (part) part->ready = done;

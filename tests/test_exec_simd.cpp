@@ -69,7 +69,8 @@ Outputs run(const simd::Table& t) {
   o.norm_y.resize(kRows * kD), o.norm_rstd.resize(kRows), o.norm_dg.resize(kD);
   o.norm_dx = rnd(kRows * kD, 6);  // accumulated into
   t.rmsnorm_forward(x.data(), g.data(), o.norm_y.data(), o.norm_rstd.data(), kRows, kD, 1e-5f);
-  t.rmsnorm_backward_input(dy.data(), x.data(), g.data(), o.norm_rstd.data(), o.norm_dx.data(), kRows, kD);
+  t.rmsnorm_backward_input(dy.data(), x.data(), g.data(), o.norm_rstd.data(), o.norm_dx.data(), o.norm_dx.data(), kRows,
+                           kD);
   t.rmsnorm_backward_weight(dy.data(), x.data(), o.norm_rstd.data(), o.norm_dg.data(), kRows, kD);
 
   o.soft_p = rnd(kTn * kTn, 7, -5, 5), o.soft_dp = rnd(kTn * kTn, 8);
@@ -210,6 +211,40 @@ TEST_CASE("exec simd: AVX2 and AVX-512 agree bit for bit; the generic path too w
     CHECK(same_bits(a.soft_p, b.soft_p));
     CHECK(same_bits(a.soft_dp, b.soft_dp));
   }
+}
+
+TEST_CASE("exec cpu: the RMSNorm input grad onto a residual equals it added onto a copy, bit for bit") {
+  // rmsnorm_backward_input_onto(res -> dx) reads res in the same pass as the norm's grad: the bits of copying res
+  // into dx and adding there (Kernels' default, which the CUDA backend runs), on every instruction set and in fp64;
+  // and res itself is left alone. d = 37: two vectors and a tail.
+  const long n = 3;
+  const int d = 37;
+  const std::vector<float> x = rnd(n * d, 41), g = rnd(d, 42, 0.5f, 1.5f), dy = rnd(n * d, 43), res = rnd(n * d, 44);
+  CpuKernels<float> cpu;
+  std::vector<float> y(n * d), rstd(n);
+  cpu.rmsnorm_forward(x.data(), g.data(), y.data(), rstd.data(), n, d, 1e-5f);
+  for (const simd::Table* t : tables()) {
+    INFO(t->name);
+    std::vector<float> copied = res, onto(n * d, -7.0f), in_place = res;
+    t->rmsnorm_backward_input(dy.data(), x.data(), g.data(), rstd.data(), copied.data(), copied.data(), n, d);
+    t->rmsnorm_backward_input(dy.data(), x.data(), g.data(), rstd.data(), res.data(), onto.data(), n, d);
+    CHECK(same_bits(onto, copied));
+    CHECK(!same_bits(onto, res));  // (the norm's grad was added)
+  }
+  std::vector<float> onto(n * d), by_default(n * d);
+  cpu.rmsnorm_backward_input_onto(dy.data(), x.data(), g.data(), rstd.data(), res.data(), onto.data(), n, d);
+  cpu.Kernels<float>::rmsnorm_backward_input_onto(dy.data(), x.data(), g.data(), rstd.data(), res.data(),
+                                                  by_default.data(), n, d);
+  CHECK(same_bits(onto, by_default));
+  CpuKernels<double> cpu64;
+  const std::vector<double> x64(x.begin(), x.end()), g64(g.begin(), g.end()), dy64(dy.begin(), dy.end()),
+      res64(res.begin(), res.end());
+  std::vector<double> y64(n * d), rstd64(n), onto64(n * d), copied64 = res64;
+  cpu64.rmsnorm_forward(x64.data(), g64.data(), y64.data(), rstd64.data(), n, d, 1e-5);
+  cpu64.rmsnorm_backward_input_onto(dy64.data(), x64.data(), g64.data(), rstd64.data(), res64.data(), onto64.data(), n,
+                                    d);
+  cpu64.rmsnorm_backward_input(dy64.data(), x64.data(), g64.data(), rstd64.data(), copied64.data(), n, d);
+  CHECK(std::memcmp(onto64.data(), copied64.data(), onto64.size() * sizeof(double)) == 0);
 }
 
 TEST_CASE("exec simd: AdamW equals exec/math.h adamw_element bit for bit on every instruction set") {

@@ -70,15 +70,22 @@ void CpuKernels<T>::rmsnorm_forward(const T* x, const T* g, T* y, T* rstd, long 
 
 template <typename T>
 void CpuKernels<T>::rmsnorm_backward_input(const T* dy, const T* x, const T* g, const T* rstd, T* dx, long n, int d) {
-  if constexpr (kSimd<T>) return simd::table().rmsnorm_backward_input(dy, x, g, rstd, dx, n, d);
+  rmsnorm_backward_input_onto(dy, x, g, rstd, dx, dx, n, d);
+}
+
+template <typename T>
+void CpuKernels<T>::rmsnorm_backward_input_onto(const T* dy, const T* x, const T* g, const T* rstd, const T* res, T* dx,
+                                                long n, int d) {
+  if constexpr (kSimd<T>) return simd::table().rmsnorm_backward_input(dy, x, g, rstd, res, dx, n, d);
   for (long i = 0; i < n; ++i) {
     const T *dyi = dy + i * d, *xi = x + i * d;
     T r = rstd[i];
     T dot = 0;  // Σ (g∘dy) ∘ x̂
     for (int j = 0; j < d; ++j) dot += g[j] * dyi[j] * xi[j] * r;
     dot /= T(d);
+    const T* resi = res + i * d;
     T* dxi = dx + i * d;
-    for (int j = 0; j < d; ++j) dxi[j] += r * (g[j] * dyi[j] - xi[j] * r * dot);
+    for (int j = 0; j < d; ++j) dxi[j] = resi[j] + r * (g[j] * dyi[j] - xi[j] * r * dot);
   }
 }
 

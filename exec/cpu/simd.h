@@ -38,9 +38,9 @@ struct Table {
   void (*swiglu_backward)(const float* gu, const float* dh, float* dgu, long n, int f);
   /// y = x·rstd ∘ g per row, rstd = 1/sqrt(mean(x²) + eps).
   void (*rmsnorm_forward)(const float* x, const float* g, float* y, float* rstd, long n, int d, float eps);
-  /// dx += rstd·(g∘dy − x̂·mean(g∘dy∘x̂)), x̂ = x·rstd, per row.
-  void (*rmsnorm_backward_input)(const float* dy, const float* x, const float* g, const float* rstd, float* dx, long n,
-                                 int d);
+  /// dx = res + rstd·(g∘dy − x̂·mean(g∘dy∘x̂)), x̂ = x·rstd, per row (res may be dx: dx +=).
+  void (*rmsnorm_backward_input)(const float* dy, const float* x, const float* g, const float* rstd, const float* res,
+                                 float* dx, long n, int d);
   /// dg = Σ_rows dy ∘ x·rstd (overwrites dg).
   void (*rmsnorm_backward_weight)(const float* dy, const float* x, const float* rstd, float* dg, long n, int d);
   /// Rows r in [0, rows) of s (row stride ld, `width` columns) hold the raw scores of query t0 + r against keys

@@ -68,19 +68,20 @@ void rmsnorm_forward(const float* x, const float* g, float* y, float* rstd, long
   }
 }
 
-void rmsnorm_backward_input(const float* dy, const float* x, const float* g, const float* rstd, float* dx, long n,
-                            int d) {
+void rmsnorm_backward_input(const float* dy, const float* x, const float* g, const float* rstd, const float* res,
+                            float* dx, long n, int d) {
   for (long i = 0; i < n; ++i) {
     const float *dyi = dy + i * d, *xi = x + i * d;
     const float r = rstd[i];
     V acc = V::set1(0.0f);  // Σ g∘dy∘x
     chunks(d, [&](long j, int m) { acc = fma(ld(g + j, m) * ld(dyi + j, m), ld(xi + j, m), acc); });
-    // dx += r·(g∘dy − x̂·mean(g∘dy∘x̂)) with x̂ = x·r: the second term is x·(r²·Σ/d)
+    // dx = res + r·(g∘dy − x̂·mean(g∘dy∘x̂)) with x̂ = x·r: the second term is x·(r²·Σ/d)
     const V K = V::set1(r * r * acc.sum() / static_cast<float>(d)), R = V::set1(r);
+    const float* resi = res + i * d;
     float* dxi = dx + i * d;
     chunks(d, [&](long j, int m) {
       V t = ld(g + j, m) * ld(dyi + j, m) - ld(xi + j, m) * K;
-      st(ld(dxi + j, m) + R * t, dxi + j, m);
+      st(ld(resi + j, m) + R * t, dxi + j, m);
     });
   }
 }
