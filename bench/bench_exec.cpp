@@ -8,7 +8,8 @@
 //   trainsim_bench_exec [--model small] [--seq T] [--batch B] [--steps 4] [--microbatches 4] [--ranks 1]
 //                       [--vs-pytorch ROUNDS [--python python3]]
 // --vs-pytorch: then ROUNDS interleaved runs of the one-rank replay and of bench/torch_eager.py (PyTorch eager, one
-// thread, the same model and shapes), and the median ratio of their tokens/s (skipped, with a message, without torch).
+// thread, the same model and shapes; the order alternating), the median ratio of their tokens/s and the ratio of
+// their fastest steps (skipped, with a message, without torch).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -152,59 +153,93 @@ std::string sarg(int argc, char** argv, const char* name, const char* fallback) 
   return fallback;
 }
 
-// Tokens/s of a replay of the ddp schedule over `ranks` ranks, over the steps after the first (it initialises the
-// weights from the seed) when there are several; r: the replay's result (its trace, for the overhead).
-double replay_tokens_per_s(const ModelConfig& m, int ranks, int microbatches, int steps, ReplayResult& r) {
+// A run's speed: tokens/s over the steps after the first (the first initialises the weights and warms the caches;
+// all of them when there is one), and over its fastest such step (a busy host only ever slows a step down, so the
+// fastest is the steadier figure on a shared machine).
+struct Speed {
+  double mean = 0, best = 0;
+};
+
+// The Speed of a replay of the ddp schedule over `ranks` ranks; r: the replay's result (its trace, for the
+// overhead).
+Speed replay_speed(const ModelConfig& m, int ranks, int microbatches, int steps, ReplayResult& r) {
   GenOptions g;
   g.dp = ranks, g.layers = 1, g.microbatches = microbatches;
   Schedule s = generate("ddp", g);
   ReplayOptions o;
   o.model = m;
   o.steps = steps;
-  double later_seconds = 0;
+  double later_seconds = 0, fastest = 0;
   int later_steps = 0;
   r = replay(s, o, [&](const StepReport& rep) {
-    if (rep.step > 0 || steps == 1) later_seconds += rep.seconds, ++later_steps;
+    if (rep.step > 0 || steps == 1) {
+      later_seconds += rep.seconds, ++later_steps;
+      if (fastest == 0 || rep.seconds < fastest) fastest = rep.seconds;
+    }
   });
-  return r.ok ? static_cast<double>(r.tokens_per_step) * later_steps / later_seconds : 0;
+  if (!r.ok) return {};
+  const double tokens = static_cast<double>(r.tokens_per_step);
+  return {tokens * later_steps / later_seconds, tokens / fastest};
 }
 
-// bench/torch_eager.py's tokens/s on the same shapes; 0 and a message when it cannot run (no torch: exit 3).
-double pytorch_tokens_per_s(const ModelConfig& m, int microbatches, int steps, const std::string& python) {
+// bench/torch_eager.py's Speed on the same shapes; zeros and a message when it cannot run (no torch: exit 3).
+Speed pytorch_speed(const ModelConfig& m, int microbatches, int steps, const std::string& python) {
   const std::string cmd = fmt::format(
       "OMP_NUM_THREADS=1 {} {}/bench/torch_eager.py --vocab {} --dim {} --heads {} --blocks {} --ffn {} --seq {} "
       "--batch {} --microbatches {} --steps {} 2>&1",
       python, TRAINSIM_SOURCE_DIR, m.vocab, m.dim, m.heads, m.blocks, m.ffn, m.seq, m.microbatch_size, microbatches,
       steps);
   FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return 0;
+  if (!f) return {};
   std::string out;
   char buf[512];
   while (std::fgets(buf, sizeof buf, f)) out += buf;
   const int status = pclose(f);
-  double tps = 0;
-  if (status == 0 && std::sscanf(out.c_str(), "tokens/s %lf", &tps) == 1) return tps;
+  Speed speed;
+  if (status == 0 && std::sscanf(out.c_str(), "tokens/s %lf best-step %lf", &speed.mean, &speed.best) == 2)
+    return speed;
   fmt::print("  PyTorch eager skipped: {}", out.empty() ? "(no output)\n" : out);
-  return 0;
+  return {};
 }
 
-// `rounds` pairs, trainsim's replay (one rank) then PyTorch eager, each on one thread; prints each pair and the
-// median ratio.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+// `rounds` pairs of trainsim's replay (one rank) and PyTorch eager, each on one thread, the order alternating
+// (trainsim first in odd rounds, PyTorch in even ones, so that a host speeding up or slowing down through a round
+// favours neither); prints each pair, the median of the rounds' ratios and the ratio of the fastest steps.
 int vs_pytorch(const ModelConfig& m, int microbatches, int steps, int rounds, const std::string& python) {
   fmt::print("\nvs PyTorch eager (bench/torch_eager.py, one thread), {} interleaved rounds, {} steps each:\n", rounds,
              steps);
   std::vector<double> ratios;
+  Speed best_ours, best_theirs;
   for (int i = 0; i < rounds; ++i) {
     ReplayResult r;
-    const double ours = replay_tokens_per_s(m, 1, microbatches, steps, r);
-    const double theirs = pytorch_tokens_per_s(m, microbatches, steps, python);
-    if (!r.ok || theirs <= 0) return r.ok ? 0 : 1;
-    ratios.push_back(ours / theirs);
-    fmt::print("  round {}: trainsim {:.0f} tokens/s, PyTorch eager {:.0f} tokens/s, ratio {:.2f}\n", i + 1, ours,
-               theirs, ours / theirs);
+    Speed ours, theirs;
+    if (i % 2 == 0) {
+      ours = replay_speed(m, 1, microbatches, steps, r);
+      if (r.ok) theirs = pytorch_speed(m, microbatches, steps, python);
+    } else {
+      theirs = pytorch_speed(m, microbatches, steps, python);
+      if (theirs.mean > 0) ours = replay_speed(m, 1, microbatches, steps, r);
+    }
+    if ((i % 2 == 0 || theirs.mean > 0) && !r.ok) {
+      fmt::print(stderr, "replay failed: {}\n", r.error);
+      return 1;
+    }
+    if (theirs.mean <= 0) return 0;  // (the skip is printed)
+    ratios.push_back(ours.mean / theirs.mean);
+    best_ours.best = std::max(best_ours.best, ours.best), best_theirs.best = std::max(best_theirs.best, theirs.best);
+    fmt::print("  round {}: trainsim {:.0f} tokens/s, PyTorch eager {:.0f} tokens/s, ratio {:.2f} ({} first)\n", i + 1,
+               ours.mean, theirs.mean, ours.mean / theirs.mean, i % 2 == 0 ? "trainsim" : "PyTorch");
   }
-  std::sort(ratios.begin(), ratios.end());
-  fmt::print("  trainsim / PyTorch eager, median of {}: {:.2f}x\n", rounds, ratios[ratios.size() / 2]);
+  fmt::print("  trainsim / PyTorch eager, median of {}: {:.2f}x (range {:.2f}-{:.2f})\n", rounds, median(ratios),
+             *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()));
+  fmt::print("  fastest step of all rounds: trainsim {:.0f} tokens/s, PyTorch eager {:.0f} tokens/s, ratio {:.2f}x\n",
+             best_ours.best, best_theirs.best, best_ours.best / best_theirs.best);
   return 0;
 }
 
@@ -215,7 +250,8 @@ constexpr const char* kUsage = R"(trainsim_bench_exec: the CPU backend's speed (
   --steps N           replayed steps (default 4; the first is left out of tokens/s)
   --microbatches N    microbatches per rank per step (default 4)
   --ranks N           data-parallel ranks of the replay (default 1)
-  --vs-pytorch ROUNDS then ROUNDS interleaved runs of the one-rank replay and of PyTorch eager (one thread each)
+  --vs-pytorch ROUNDS then ROUNDS interleaved runs of the one-rank replay and of PyTorch eager (one thread each,
+                      the order alternating): the median ratio and the ratio of the fastest steps
   --python PATH       the Python with torch for --vs-pytorch (default python3)
 Environment: TRAINSIM_GEMM=onednn|openblas picks the fp32 GEMM library, TRAINSIM_SIMD=generic|avx2|avx512 the
 element-wise kernels' instruction set.
@@ -333,7 +369,7 @@ int main(int argc, char** argv) {
 
   // 3. The replay: a schedule of `ranks` data-parallel ranks (one rank: plain training through the replay).
   ReplayResult r;
-  const double tokens_per_s = replay_tokens_per_s(m, ranks, microbatches, steps, r);
+  const double tokens_per_s = replay_speed(m, ranks, microbatches, steps, r).mean;
   if (!r.ok) {
     fmt::print(stderr, "replay failed: {}\n", r.error);
     return 1;
