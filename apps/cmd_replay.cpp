@@ -437,7 +437,7 @@ void add_replay_command(CLI::App& app, int* exit_code) {
   cmd->add_option("FILE", a->file, "Schedule: .sched, .csv (PyTorch pipelining) or a puzzle name (basic, ddp, ...)")
       ->required();
   cmd->add_option("--backend", a->backend,
-                  "Backend: cpu (oneDNN GEMMs, one thread per rank; ranks are threads, or one process per rank when RANK/WORLD_SIZE, "
+                  "Backend: cpu (oneDNN GEMMs, a few weight gradients on OpenBLAS: docs/executor.md; one thread per rank; ranks are threads, or one process per rank when RANK/WORLD_SIZE, "
                   "SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE say so, as `trainsim launch` does), or "
                   "cuda where built with it (logical ranks on one GPU; not yet run on a GPU)")
       ->capture_default_str();
