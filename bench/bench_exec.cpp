@@ -98,6 +98,10 @@ struct TimedKernels : CpuKernels<float> {
                                    float* dx, long n, int d) override {
     TIMED("rmsnorm", rmsnorm_backward_input_onto(dy, x, g, r, res, dx, n, d));
   }
+  void rmsnorm_backward(const float* dy, const float* x, const float* g, const float* r, const float* res, float* dx,
+                        float* dg, long n, int d) override {
+    TIMED("rmsnorm", rmsnorm_backward(dy, x, g, r, res, dx, dg, n, d));
+  }
   void rmsnorm_backward_weight(const float* dy, const float* x, const float* r, float* dg, long n, int d) override {
     TIMED("rmsnorm", rmsnorm_backward_weight(dy, x, r, dg, n, d));
   }

@@ -47,6 +47,14 @@ class Kernels {
   }
   /// dg (d) = Σ_rows dy ∘ x·rstd (overwrites dg).
   virtual void rmsnorm_backward_weight(const T* dy, const T* x, const T* rstd, T* dg, long n, int d) = 0;
+  /// rmsnorm_backward_input_onto and rmsnorm_backward_weight on the same dy, x and rstd, with their bits: the
+  /// whole backward's (the split one's backward-weight runs the second alone). This default calls the two; the
+  /// CPU backend reads dy and x once for both.
+  virtual void rmsnorm_backward(const T* dy, const T* x, const T* g, const T* rstd, const T* res, T* dx, T* dg, long n,
+                                int d) {
+    rmsnorm_backward_input_onto(dy, x, g, rstd, res, dx, n, d);
+    rmsnorm_backward_weight(dy, x, rstd, dg, n, d);
+  }
 
   /// qkv (B·T × 3d, [q | k | v] per row) -> q, k, v (B,H,T,hd), rotary embedding applied to q and k with the
   /// tables cos, sin (T × hd/2).

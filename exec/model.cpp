@@ -127,9 +127,10 @@ struct Run {
 
   // One block's backward-input: dy (grad of its output) -> dx (grad of its input, overwritten). With
   // `partial_in` (TP: the first block of a layer without the embedding), dx is this slice's partial sum: the
-  // attention's input grad is not all-reduced, and slice 0 adds the residual's grad.
+  // attention's input grad is not all-reduced, and slice 0 adds the residual's grad. With `norm_dW` (the whole
+  // backward), the two norms' gain grads go there too, from the same pass (block_backward_weight then skips them).
   void block_backward_input(const T* W, const BlockOffsets& o, const T* x_in, const T* dy, T* dx, BlockStash& s,
-                            bool partial_in) {
+                            bool partial_in, T* norm_dW = nullptr) {
     // Full recomputation kept the block's input only: its forward again, all but the down projection.
     if (!s.xn1) block_forward(W, o, x_in, nullptr, s, false, true, false);
     BufferPtr dact = make(n * f);
@@ -141,7 +142,10 @@ struct Run {
     k().gemm(false, false, n, d, 2 * f, T(1), p(s.dgu), 2 * f, W + o.wgu, d, T(0), p(s.dxn2), d);
     reduce(p(s.dxn2), n * d);
     s.dh = make(n * d);  // the residual's grad dy plus the FFN norm's
-    k().rmsnorm_backward_input_onto(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), n, d);
+    if (norm_dW)
+      k().rmsnorm_backward(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), norm_dW + o.ffn_norm, n, d);
+    else
+      k().rmsnorm_backward_input_onto(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), n, d);
     BufferPtr datt = make(n * da);
     k().gemm(false, false, n, da, d, T(1), p(s.dh), d, W + o.wo, da, T(0), p(datt), da);
     if (!s.probs) recompute_probs(s);
@@ -162,22 +166,27 @@ struct Run {
     if (partial_in && tp_index != 0) {
       k().fill(dx, T(0), n * d);
       k().rmsnorm_backward_input(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), dx, n, d);
+      if (norm_dW) k().rmsnorm_backward_weight(p(s.dxn1), x_in, p(s.rstd1), norm_dW + o.attn_norm, n, d);
     } else {
       if (!partial_in) reduce(p(s.dxn1), n * d);
-      k().rmsnorm_backward_input_onto(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), p(s.dh), dx, n, d);
+      if (norm_dW)
+        k().rmsnorm_backward(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), p(s.dh), dx, norm_dW + o.attn_norm, n, d);
+      else
+        k().rmsnorm_backward_input_onto(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), p(s.dh), dx, n, d);
     }
     // backward-weight needs neither the attention's inputs nor the FFN's pre-activations any more
     s.q.reset(), s.k.reset(), s.v.reset(), s.probs.reset(), s.gu.reset();
   }
 
-  // One block's backward-weight into the layer's flat gradient dW.
-  void block_backward_weight(const BlockOffsets& o, const T* x_in, const T* dy, T* dW, BlockStash& s) {
+  // One block's backward-weight into the layer's flat gradient dW; the norms' gains too unless `norms` is false
+  // (block_backward_input wrote them).
+  void block_backward_weight(const BlockOffsets& o, const T* x_in, const T* dy, T* dW, BlockStash& s, bool norms) {
     k().gemm(true, false, d, f, n, T(1), dy, d, p(s.act), f, T(0), dW + o.wdown, f);
     k().gemm(true, false, 2 * f, d, n, T(1), p(s.dgu), 2 * f, p(s.xn2), d, T(0), dW + o.wgu, d);
-    k().rmsnorm_backward_weight(p(s.dxn2), p(s.h), p(s.rstd2), dW + o.ffn_norm, n, d);
+    if (norms) k().rmsnorm_backward_weight(p(s.dxn2), p(s.h), p(s.rstd2), dW + o.ffn_norm, n, d);
     k().gemm(true, false, d, da, n, T(1), p(s.dh), d, p(s.att), da, T(0), dW + o.wo, da);
     k().gemm(true, false, 3 * da, d, n, T(1), p(s.dqkv), 3 * da, p(s.xn1), d, T(0), dW + o.wqkv, d);
-    k().rmsnorm_backward_weight(p(s.dxn1), x_in, p(s.rstd1), dW + o.attn_norm, n, d);
+    if (norms) k().rmsnorm_backward_weight(p(s.dxn1), x_in, p(s.rstd1), dW + o.attn_norm, n, d);
   }
 };
 
@@ -284,8 +293,8 @@ struct LayerBackward {
   }
 
   // Block b's backward-input from dy, into the grad of its input: the d_out of the block before, the
-  // embedding's dx0, or din. Returns that grad.
-  T* block_input_grad(const T* W, const void* in, const T* dy, T* din, int b) {
+  // embedding's dx0, or din (and its norms' gain grads into norm_dW, when given). Returns that grad.
+  T* block_input_grad(const T* W, const void* in, const T* dy, T* din, int b, T* norm_dW = nullptr) {
     T* dx;
     if (b > 0) {
       s.blocks[b - 1].d_out = r.make(r.n * r.d);
@@ -297,14 +306,14 @@ struct LayerBackward {
       dx = din;
     }
     const bool partial_in = r.tp_size > 1 && b == 0 && !spec.embedding;
-    r.block_backward_input(W, layout.block(b), block_input<T>(s, b, in), dy, dx, s.blocks[b], partial_in);
+    r.block_backward_input(W, layout.block(b), block_input<T>(s, b, in), dy, dx, s.blocks[b], partial_in, norm_dW);
     return dx;
   }
 
-  void block_weight(const void* in, const T* dout, T* dW, int b) {
+  void block_weight(const void* in, const T* dout, T* dW, int b, bool norms = true) {
     BlockStash& bs = s.blocks[b];
     const T* dy = bs.d_out ? Run<T>::p(bs.d_out) : dout;
-    r.block_backward_weight(layout.block(b), block_input<T>(s, b, in), dy, dW, bs);
+    r.block_backward_weight(layout.block(b), block_input<T>(s, b, in), dy, dW, bs, norms);
   }
 
   // After every block's weight grads: the first block's attention-norm gain (a partial sum on a TP slice whose
@@ -363,8 +372,9 @@ void layer_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, c
     s.dxnf.reset(), s.xnf.reset(), s.rstdf.reset(), s.x_final.reset();
   }
   for (int b = lb.spec.num_blocks - 1; b >= 0; --b) {
-    const T* dx = lb.block_input_grad(W, in, dy, din, b);
-    lb.block_weight(in, dout, dW, b);
+    // (the norms' gain grads with their input grads, in one pass: the same bits as backward-weight's)
+    const T* dx = lb.block_input_grad(W, in, dy, din, b, dW);
+    lb.block_weight(in, dout, dW, b, false);
     // Block b is done: its saved activations and grads go (its input, the block before's output, too; the first
     // block's input grad stays for the embedding).
     s.blocks[b] = BlockStash{};

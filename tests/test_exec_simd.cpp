@@ -213,7 +213,8 @@ TEST_CASE("exec simd: AVX2 and AVX-512 agree bit for bit; the generic path too w
   }
 }
 
-TEST_CASE("exec cpu: the RMSNorm input grad onto a residual equals it added onto a copy, bit for bit") {
+TEST_CASE("exec cpu: the RMSNorm input grad onto a residual equals it added onto a copy, bit for bit; with the gain grad "
+          "in the same pass, the two kernels' bits") {
   // rmsnorm_backward_input_onto(res -> dx) reads res in the same pass as the norm's grad: the bits of copying res
   // into dx and adding there (Kernels' default, which the CUDA backend runs), on every instruction set and in fp64;
   // and res itself is left alone. d = 37: two vectors and a tail.
@@ -230,6 +231,16 @@ TEST_CASE("exec cpu: the RMSNorm input grad onto a residual equals it added onto
     t->rmsnorm_backward_input(dy.data(), x.data(), g.data(), rstd.data(), res.data(), onto.data(), n, d);
     CHECK(same_bits(onto, copied));
     CHECK(!same_bits(onto, res));  // (the norm's grad was added)
+  }
+  // rmsnorm_backward (the whole backward's: input and gain grads in one pass) = the two kernels, bit for bit
+  for (const simd::Table* t : tables()) {
+    INFO(t->name << ": rmsnorm_backward");
+    std::vector<float> dx1(n * d), dg1(d, 5.0f), dx2(n * d), dg2(d);
+    t->rmsnorm_backward(dy.data(), x.data(), g.data(), rstd.data(), res.data(), dx1.data(), dg1.data(), n, d);
+    t->rmsnorm_backward_input(dy.data(), x.data(), g.data(), rstd.data(), res.data(), dx2.data(), n, d);
+    t->rmsnorm_backward_weight(dy.data(), x.data(), rstd.data(), dg2.data(), n, d);
+    CHECK(same_bits(dx1, dx2));
+    CHECK(same_bits(dg1, dg2));
   }
   std::vector<float> onto(n * d), by_default(n * d);
   cpu.rmsnorm_backward_input_onto(dy.data(), x.data(), g.data(), rstd.data(), res.data(), onto.data(), n, d);

@@ -1,7 +1,7 @@
 // Zero-bubble schedules split the backward (Qi et al. 2024): backward-input ("B"/"I") computes the
 // activation gradient only, backward-weight ("W") the weight gradients. The split must be real: the
 // weight-grad GEMMs run in W, so a ZB-H1 replay does the same work as 1F1B, only moved. Counted here in GEMM
-// FLOPs with a counting Kernels decorator, and the split's gradients equal the fused backward's exactly.
+// FLOPs with a counting Kernels decorator, and the split's gradients equal the whole backward's exactly.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -83,6 +83,13 @@ TEST_CASE("exec model: backward-weight runs every weight-grad GEMM, backward-inp
     layer_backward_weight(c, lay, in, dout.data(), dw2.data(), again);
     CHECK(dw == dw2);
     CHECK(din == din2);
+    // The whole backward (one op: each block's norms' gain grads with their input grads, in one pass) too.
+    LayerStash whole;
+    layer_forward(c, lay, w.data(), in, B, out.data(), &whole);
+    std::vector<float> dw3(lay.size(), 0.0f), din3(din.size());
+    layer_backward(c, lay, w.data(), in, dout.data(), din3.data(), dw3.data(), whole);
+    CHECK(dw3 == dw);
+    CHECK(din3 == din);
     CHECK(alloc.current_bytes() == 0);  // the stashes were released by backward-weight
   }
 }

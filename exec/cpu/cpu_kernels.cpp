@@ -90,6 +90,13 @@ void CpuKernels<T>::rmsnorm_backward_input_onto(const T* dy, const T* x, const T
 }
 
 template <typename T>
+void CpuKernels<T>::rmsnorm_backward(const T* dy, const T* x, const T* g, const T* rstd, const T* res, T* dx, T* dg,
+                                     long n, int d) {
+  if constexpr (kSimd<T>) return simd::table().rmsnorm_backward(dy, x, g, rstd, res, dx, dg, n, d);
+  Kernels<T>::rmsnorm_backward(dy, x, g, rstd, res, dx, dg, n, d);
+}
+
+template <typename T>
 void CpuKernels<T>::rmsnorm_backward_weight(const T* dy, const T* x, const T* rstd, T* dg, long n, int d) {
   if constexpr (kSimd<T>) return simd::table().rmsnorm_backward_weight(dy, x, rstd, dg, n, d);
   std::fill(dg, dg + d, T(0));

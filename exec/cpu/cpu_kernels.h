@@ -27,6 +27,8 @@ class CpuKernels : public Kernels<T> {
   void embedding_backward(const int* tokens, const T* dout, T* dtable, long n, int d) override;
   void rmsnorm_forward(const T* x, const T* g, T* y, T* rstd, long n, int d, T eps) override;
   void rmsnorm_backward_input(const T* dy, const T* x, const T* g, const T* rstd, T* dx, long n, int d) override;
+  void rmsnorm_backward(const T* dy, const T* x, const T* g, const T* rstd, const T* res, T* dx, T* dg, long n,
+                        int d) override;
   void rmsnorm_backward_input_onto(const T* dy, const T* x, const T* g, const T* rstd, const T* res, T* dx, long n,
                                    int d) override;
   void rmsnorm_backward_weight(const T* dy, const T* x, const T* rstd, T* dg, long n, int d) override;

@@ -43,6 +43,9 @@ struct Table {
                                  float* dx, long n, int d);
   /// dg = Σ_rows dy ∘ x·rstd (overwrites dg).
   void (*rmsnorm_backward_weight)(const float* dy, const float* x, const float* rstd, float* dg, long n, int d);
+  /// rmsnorm_backward_input and rmsnorm_backward_weight in one pass over the rows, the bits of each.
+  void (*rmsnorm_backward)(const float* dy, const float* x, const float* g, const float* rstd, const float* res,
+                           float* dx, float* dg, long n, int d);
   /// Rows r in [0, rows) of s (row stride ld, `width` columns) hold the raw scores of query t0 + r against keys
   /// 0 .. width-1: each becomes softmax(scale·s[0 .. t0+r]) followed by zeros (the causal mask).
   void (*causal_softmax_rows)(float* s, long ld, int rows, int t0, int width, float scale);

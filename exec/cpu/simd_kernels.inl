@@ -95,6 +95,26 @@ void rmsnorm_backward_weight(const float* dy, const float* x, const float* rstd,
   }
 }
 
+void rmsnorm_backward(const float* dy, const float* x, const float* g, const float* rstd, const float* res, float* dx,
+                      float* dg, long n, int d) {
+  chunks(d, [&](long j, int m) { st(V::set1(0.0f), dg + j, m); });
+  for (long i = 0; i < n; ++i) {
+    const float *dyi = dy + i * d, *xi = x + i * d;
+    const float r = rstd[i];
+    V acc = V::set1(0.0f);  // as rmsnorm_backward_input
+    chunks(d, [&](long j, int m) { acc = fma(ld(g + j, m) * ld(dyi + j, m), ld(xi + j, m), acc); });
+    const V K = V::set1(r * r * acc.sum() / static_cast<float>(d)), R = V::set1(r);
+    const float* resi = res + i * d;
+    float* dxi = dx + i * d;
+    chunks(d, [&](long j, int m) {
+      const V dyv = ld(dyi + j, m), xv = ld(xi + j, m);
+      V t = ld(g + j, m) * dyv - xv * K;
+      st(ld(resi + j, m) + R * t, dxi + j, m);
+      st(ld(dg + j, m) + dyv * xv * R, dg + j, m);  // as rmsnorm_backward_weight
+    });
+  }
+}
+
 void causal_softmax_rows(float* s, long ld_s, int rows, int t0, int width, float scale) {
   const V SC = V::set1(scale), zero = V::set1(0.0f);
   for (int r = 0; r < rows; ++r) {
@@ -212,6 +232,7 @@ Table make_table(const char* name) {
                rmsnorm_forward,
                rmsnorm_backward_input,
                rmsnorm_backward_weight,
+               rmsnorm_backward,
                causal_softmax_rows,
                causal_softmax_backward_rows,
                split_heads_rope,
