@@ -56,9 +56,8 @@ double ReferenceTrainer::step(int step) {
     lane.loss_sum = 0;
     loss_forward_backward(c, model_, lane.logits.data(), lane.targets.data(), model_.microbatch_size,
                           static_cast<float>(1.0 / tokens), lane.logits.data(), &lane.loss_sum);
-    layer_backward_input(c, layout_, w_.data(), lane.tokens.data(), lane.logits.data(), static_cast<float*>(nullptr),
-                         stash);
-    layer_backward_weight(c, layout_, lane.tokens.data(), lane.logits.data(), lane.dW.data(), stash);
+    layer_backward(c, layout_, w_.data(), lane.tokens.data(), lane.logits.data(), static_cast<float*>(nullptr),
+                   lane.dW.data(), stash);
   };
   double loss = 0;
   const int width = static_cast<int>(lanes_.size());

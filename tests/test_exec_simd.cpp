@@ -216,8 +216,8 @@ TEST_CASE("exec simd: AVX2 and AVX-512 agree bit for bit; the generic path too w
 TEST_CASE("exec cpu: the RMSNorm input grad onto a residual equals it added onto a copy, bit for bit; with the gain grad "
           "in the same pass, the two kernels' bits") {
   // rmsnorm_backward_input_onto(res -> dx) reads res in the same pass as the norm's grad: the bits of copying res
-  // into dx and adding there (Kernels' default, which the CUDA backend runs), on every instruction set and in fp64;
-  // and res itself is left alone. d = 37: two vectors and a tail.
+  // into dx and adding there (Kernels' default, which the CUDA backend runs), on every instruction set and in fp64.
+  // d = 37: two vectors and a tail.
   const long n = 3;
   const int d = 37;
   const std::vector<float> x = rnd(n * d, 41), g = rnd(d, 42, 0.5f, 1.5f), dy = rnd(n * d, 43), res = rnd(n * d, 44);
@@ -226,7 +226,7 @@ TEST_CASE("exec cpu: the RMSNorm input grad onto a residual equals it added onto
   cpu.rmsnorm_forward(x.data(), g.data(), y.data(), rstd.data(), n, d, 1e-5f);
   for (const simd::Table* t : tables()) {
     INFO(t->name);
-    std::vector<float> copied = res, onto(n * d, -7.0f), in_place = res;
+    std::vector<float> copied = res, onto(n * d, -7.0f);
     t->rmsnorm_backward_input(dy.data(), x.data(), g.data(), rstd.data(), copied.data(), copied.data(), n, d);
     t->rmsnorm_backward_input(dy.data(), x.data(), g.data(), rstd.data(), res.data(), onto.data(), n, d);
     CHECK(same_bits(onto, copied));

@@ -68,8 +68,12 @@ void rmsnorm_forward(const float* x, const float* g, float* y, float* rstd, long
   }
 }
 
-void rmsnorm_backward_input(const float* dy, const float* x, const float* g, const float* rstd, const float* res,
-                            float* dx, long n, int d) {
+// The rows of rmsnorm_backward_input, and with Gain those of rmsnorm_backward: dx = res + the norm's input grad, and
+// dg (zeroed first) += dy ∘ x·rstd in the same pass, the same operations as rmsnorm_backward_weight.
+template <bool Gain>
+void rmsnorm_backward_rows(const float* dy, const float* x, const float* g, const float* rstd, const float* res,
+                           float* dx, float* dg, long n, int d) {
+  if constexpr (Gain) chunks(d, [&](long j, int m) { st(V::set1(0.0f), dg + j, m); });
   for (long i = 0; i < n; ++i) {
     const float *dyi = dy + i * d, *xi = x + i * d;
     const float r = rstd[i];
@@ -80,10 +84,17 @@ void rmsnorm_backward_input(const float* dy, const float* x, const float* g, con
     const float* resi = res + i * d;
     float* dxi = dx + i * d;
     chunks(d, [&](long j, int m) {
-      V t = ld(g + j, m) * ld(dyi + j, m) - ld(xi + j, m) * K;
+      const V dyv = ld(dyi + j, m), xv = ld(xi + j, m);
+      V t = ld(g + j, m) * dyv - xv * K;
       st(ld(resi + j, m) + R * t, dxi + j, m);
+      if constexpr (Gain) st(ld(dg + j, m) + dyv * xv * R, dg + j, m);
     });
   }
+}
+
+void rmsnorm_backward_input(const float* dy, const float* x, const float* g, const float* rstd, const float* res,
+                            float* dx, long n, int d) {
+  rmsnorm_backward_rows<false>(dy, x, g, rstd, res, dx, nullptr, n, d);
 }
 
 void rmsnorm_backward_weight(const float* dy, const float* x, const float* rstd, float* dg, long n, int d) {
@@ -97,22 +108,7 @@ void rmsnorm_backward_weight(const float* dy, const float* x, const float* rstd,
 
 void rmsnorm_backward(const float* dy, const float* x, const float* g, const float* rstd, const float* res, float* dx,
                       float* dg, long n, int d) {
-  chunks(d, [&](long j, int m) { st(V::set1(0.0f), dg + j, m); });
-  for (long i = 0; i < n; ++i) {
-    const float *dyi = dy + i * d, *xi = x + i * d;
-    const float r = rstd[i];
-    V acc = V::set1(0.0f);  // as rmsnorm_backward_input
-    chunks(d, [&](long j, int m) { acc = fma(ld(g + j, m) * ld(dyi + j, m), ld(xi + j, m), acc); });
-    const V K = V::set1(r * r * acc.sum() / static_cast<float>(d)), R = V::set1(r);
-    const float* resi = res + i * d;
-    float* dxi = dx + i * d;
-    chunks(d, [&](long j, int m) {
-      const V dyv = ld(dyi + j, m), xv = ld(xi + j, m);
-      V t = ld(g + j, m) * dyv - xv * K;
-      st(ld(resi + j, m) + R * t, dxi + j, m);
-      st(ld(dg + j, m) + dyv * xv * R, dg + j, m);  // as rmsnorm_backward_weight
-    });
-  }
+  rmsnorm_backward_rows<true>(dy, x, g, rstd, res, dx, dg, n, d);
 }
 
 void causal_softmax_rows(float* s, long ld_s, int rows, int t0, int width, float scale) {
