@@ -45,10 +45,4 @@ void Allocator::release(void* p, std::size_t bytes) {
   current_.fetch_sub(bytes);
 }
 
-void* HostAllocator::raw_allocate(std::size_t bytes) {
-  return ::operator new(bytes == 0 ? 64 : bytes, std::align_val_t{64});
-}
-
-void HostAllocator::raw_free(void* p, std::size_t) { ::operator delete(p, std::align_val_t{64}); }
-
 }  // namespace trainsim::exec

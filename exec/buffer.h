@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace trainsim::exec {
 
@@ -74,14 +76,39 @@ class Allocator {
   std::atomic<std::size_t> peak_{0};
 };
 
-/// Host memory (aligned operator new).
+/// Host memory (exec/host_allocator.cpp). Buffers under 2 MiB come from aligned operator new. Larger ones are
+/// mapped on their own, 2 MiB-aligned and rounded up to 2 MiB, and advised to transparent huge pages: the GEMMs
+/// over them miss the TLB less (bench/README.md, "Issue 23, fifth round"). A freed large block is kept for reuse
+/// by a later buffer of the same rounded size; the oldest kept go back to the system once the kept bytes pass
+/// the most ever in use at once, so a replay's steady state maps no new memory, and the memory held stays within
+/// twice its high-water mark. current_bytes() and peak_bytes() count what the buffers asked, never what is kept.
+/// (A build with AddressSanitizer keeps every buffer on operator new.) Thread-safe.
 class HostAllocator final : public Allocator {
  public:
+  HostAllocator() = default;
+  HostAllocator(const HostAllocator&) = delete;
+  HostAllocator& operator=(const HostAllocator&) = delete;
+  /// Unmaps the kept blocks. Every Buffer from this allocator must be gone.
+  ~HostAllocator() override;
   std::string memory_name() const override { return "host memory"; }
+  /// Bytes of freed large blocks kept for reuse (not in current_bytes()).
+  std::size_t cached_bytes() const;
 
  protected:
   void* raw_allocate(std::size_t bytes) override;
   void raw_free(void* p, std::size_t bytes) override;
+
+ private:
+  struct Block {
+    void* p;
+    std::size_t bytes;  // mapped: a multiple of 2 MiB
+  };
+  void unmap_locked(std::size_t keep);  // unmaps the oldest kept blocks until at most `keep` bytes are kept
+  mutable std::mutex mu_;
+  std::vector<Block> kept_;  // freed large blocks, oldest first
+  std::size_t kept_bytes_ = 0;
+  std::size_t large_in_use_ = 0;  // mapped bytes of the large buffers out now
+  std::size_t large_high_ = 0;    // the most large_in_use_ has been
 };
 
 }  // namespace trainsim::exec
