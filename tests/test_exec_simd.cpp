@@ -81,10 +81,13 @@ Outputs run(const simd::Table& t) {
   auto qkv = rnd(kB * kT * 3 * d, 9), cs = rnd(kT * kHd / 2, 10), sn = rnd(kT * kHd / 2, 11);
   o.rope_q.resize(kB * kT * d), o.rope_k.resize(kB * kT * d), o.rope_v.resize(kB * kT * d);
   o.rope_back.resize(kB * kT * 3 * d);
-  t.split_heads_rope(qkv.data(), o.rope_q.data(), o.rope_k.data(), o.rope_v.data(), kB, kT, kH, kHd, cs.data(),
-                     sn.data());
+  std::vector<float> fwd_c(kT * kHd), fwd_s(kT * kHd), bwd_c(kT * kHd), bwd_s(kT * kHd);
+  simd::rope_lanes(cs.data(), sn.data(), kT, kHd, 1.0f, fwd_c.data(), fwd_s.data());
+  simd::rope_lanes(cs.data(), sn.data(), kT, kHd, -1.0f, bwd_c.data(), bwd_s.data());
+  t.split_heads_rope(qkv.data(), o.rope_q.data(), o.rope_k.data(), o.rope_v.data(), kB, kT, kH, kHd, fwd_c.data(),
+                     fwd_s.data());
   t.merge_heads_rope_backward(o.rope_q.data(), o.rope_k.data(), o.rope_v.data(), o.rope_back.data(), kB, kT, kH, kHd,
-                              cs.data(), sn.data());
+                              bwd_c.data(), bwd_s.data());
 
   auto a = rnd(101, 12), b = rnd(101, 13);
   o.sum.resize(101);

@@ -110,7 +110,11 @@ void CpuKernels<T>::rmsnorm_backward_weight(const T* dy, const T* x, const T* rs
 template <typename T>
 void CpuKernels<T>::split_heads_rope(const T* qkv, T* q, T* k, T* v, int B, int Tn, int H, int hd, const T* cos,
                                      const T* sin) {
-  if constexpr (kSimd<T>) return simd::table().split_heads_rope(qkv, q, k, v, B, Tn, H, hd, cos, sin);
+  if constexpr (kSimd<T>) {
+    std::vector<float> C(static_cast<std::size_t>(Tn) * hd), S(C.size());
+    simd::rope_lanes(cos, sin, Tn, hd, 1.0f, C.data(), S.data());
+    return simd::table().split_heads_rope(qkv, q, k, v, B, Tn, H, hd, C.data(), S.data());
+  }
   const long d = static_cast<long>(H) * hd;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t) {
@@ -134,7 +138,11 @@ void CpuKernels<T>::split_heads_rope(const T* qkv, T* q, T* k, T* v, int B, int 
 template <typename T>
 void CpuKernels<T>::merge_heads_rope_backward(const T* dq, const T* dk, const T* dv, T* dqkv, int B, int Tn, int H,
                                               int hd, const T* cos, const T* sin) {
-  if constexpr (kSimd<T>) return simd::table().merge_heads_rope_backward(dq, dk, dv, dqkv, B, Tn, H, hd, cos, sin);
+  if constexpr (kSimd<T>) {
+    std::vector<float> C(static_cast<std::size_t>(Tn) * hd), S(C.size());
+    simd::rope_lanes(cos, sin, Tn, hd, -1.0f, C.data(), S.data());
+    return simd::table().merge_heads_rope_backward(dq, dk, dv, dqkv, B, Tn, H, hd, C.data(), S.data());
+  }
   const long d = static_cast<long>(H) * hd;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t) {

@@ -44,6 +44,16 @@ const Table* table_for(const char* name) {
   return nullptr;
 }
 
+void rope_lanes(const float* cos, const float* sin, int Tn, int hd, float sign, float* C, float* S) {
+  const long half = hd / 2;
+  for (long t = 0; t < Tn; ++t)
+    for (long i = 0; i < hd; ++i) {
+      const long pair = t * half + i / 2;
+      C[t * hd + i] = cos[pair];
+      S[t * hd + i] = (i % 2 == 0 ? -sign : sign) * sin[pair];
+    }
+}
+
 const Table& table() {
   static const Table& chosen = choose();
   return chosen;

@@ -52,11 +52,13 @@ struct Table {
   /// The backward of causal_softmax_rows on the same rows: dp -> p ∘ (dp − Σ p∘dp)·scale, zeros after t0 + r.
   void (*causal_softmax_backward_rows)(const float* p, long ldp, float* dp, long ldd, int rows, int t0, int width,
                                        float scale);
-  /// exec/kernels.h split_heads_rope and merge_heads_rope_backward.
+  /// exec/kernels.h split_heads_rope and merge_heads_rope_backward, the rotation given lane by lane (rope_lanes):
+  /// C and S are [Tn][hd], C = (c, c) and S = (−sign·s, sign·s) for the pair (2i, 2i+1) at position t, sign 1
+  /// forward and −1 backward; out = x∘C + swap_pairs(x)∘S.
   void (*split_heads_rope)(const float* qkv, float* q, float* k, float* v, int B, int Tn, int H, int hd,
-                           const float* cos, const float* sin);
+                           const float* C, const float* S);
   void (*merge_heads_rope_backward)(const float* dq, const float* dk, const float* dv, float* dqkv, int B, int Tn,
-                                    int H, int hd, const float* cos, const float* sin);
+                                    int H, int hd, const float* C, const float* S);
   /// out = a + b (out may be a or b).
   void (*add)(const float* a, const float* b, float* out, long n);
   /// AdamW on n elements: w, m, v updated into w_out, m_out, v_out (each may be its input) from the gradient g,
@@ -64,6 +66,11 @@ struct Table {
   void (*adamw)(const float* w, const float* g, const float* m, const float* v, float* w_out, float* m_out,
                 float* v_out, long n, const AdamW& s);
 };
+
+/// The rotary embedding's factors lane by lane, for split_heads_rope and merge_heads_rope_backward: from cos and
+/// sin, [Tn][hd/2] (exec/kernels.h), C and S, [Tn][hd], with C = (c, c) and S = (−sign·s, sign·s) for each pair
+/// (2i, 2i+1); sign 1 forward, −1 backward (exec/math.h rope_rotate). Built once a call, the kernels load them.
+void rope_lanes(const float* cos, const float* sin, int Tn, int hd, float sign, float* C, float* S);
 
 /// The kernels of the best instruction set this CPU has, chosen once (AVX-512F+DQ, else AVX2+FMA, else generic).
 /// The environment variable TRAINSIM_SIMD=generic|avx2|avx512 picks one instead (for A/B measurements); naming one

@@ -146,55 +146,45 @@ void causal_softmax_backward_rows(const float* p, long ldp, float* dp, long ldd,
   }
 }
 
-// The rotation of pairs (2i, 2i+1) by the angle of cos/sin row t (exec/math.h rope_rotate), 16 lanes = 8 pairs:
-// out = x∘C + swap_pairs(x)∘S with C = (c, c), S = (−sign·s, sign·s) per pair.
-struct RopeChunk {
-  V C, S;
-  RopeChunk(const float* cos_t, const float* sin_t, long j, int m, float sign) {
-    float c[W], s[W];
-    for (int l = 0; l < W; ++l) {
-      const long pair = (j + (l < m ? l : 0)) / 2;
-      c[l] = cos_t[pair];
-      s[l] = (l % 2 == 0 ? -sign : sign) * sin_t[pair];
-    }
-    C = V::load(c), S = V::load(s);
-  }
-  V apply(const V& x) const { return fma(x, C, swap_pairs(x) * S); }
-};
+// The rotation of pairs (2i, 2i+1) by the angle of position t (exec/math.h rope_rotate), 16 lanes = 8 pairs:
+// out = x∘C + swap_pairs(x)∘S, C and S the lanes of row t of the caller's tables (simd.h).
+inline V rope_apply(const V& x, const V& C, const V& S) { return fma(x, C, swap_pairs(x) * S); }
 
-void split_heads_rope(const float* qkv, float* q, float* k, float* v, int B, int Tn, int H, int hd, const float* cos,
-                      const float* sin) {
-  const long d = static_cast<long>(H) * hd, half = hd / 2;
+void split_heads_rope(const float* qkv, float* q, float* k, float* v, int B, int Tn, int H, int hd, const float* C,
+                      const float* S) {
+  const long d = static_cast<long>(H) * hd;
   // row by row: each row of qkv is read once, in order, and each head's q, k and v written in order of t
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t) {
       const float* row = qkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+      const float *Ct = C + static_cast<long>(t) * hd, *St = S + static_cast<long>(t) * hd;
       chunks(hd, [&](long j, int m) {
-        const RopeChunk rot(cos + t * half, sin + t * half, j, m, 1.0f);
+        const V c = ld(Ct + j, m), s = ld(St + j, m);
         for (int h = 0; h < H; ++h) {
-          const long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd + j, c = h * hd + j;
-          st(rot.apply(ld(row + c, m)), q + o, m);
-          st(rot.apply(ld(row + d + c, m)), k + o, m);
-          st(ld(row + 2 * d + c, m), v + o, m);
+          const long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd + j, at = h * hd + j;
+          st(rope_apply(ld(row + at, m), c, s), q + o, m);
+          st(rope_apply(ld(row + d + at, m), c, s), k + o, m);
+          st(ld(row + 2 * d + at, m), v + o, m);
         }
       });
     }
 }
 
 void merge_heads_rope_backward(const float* dq, const float* dk, const float* dv, float* dqkv, int B, int Tn, int H,
-                               int hd, const float* cos, const float* sin) {
-  const long d = static_cast<long>(H) * hd, half = hd / 2;
+                               int hd, const float* C, const float* S) {
+  const long d = static_cast<long>(H) * hd;
   // row by row, as split_heads_rope
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t) {
       float* row = dqkv + (static_cast<long>(b) * Tn + t) * 3 * d;
+      const float *Ct = C + static_cast<long>(t) * hd, *St = S + static_cast<long>(t) * hd;
       chunks(hd, [&](long j, int m) {
-        const RopeChunk rot(cos + t * half, sin + t * half, j, m, -1.0f);
+        const V c = ld(Ct + j, m), s = ld(St + j, m);
         for (int h = 0; h < H; ++h) {
-          const long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd + j, c = h * hd + j;
-          st(rot.apply(ld(dq + o, m)), row + c, m);
-          st(rot.apply(ld(dk + o, m)), row + d + c, m);
-          st(ld(dv + o, m), row + 2 * d + c, m);
+          const long o = ((static_cast<long>(b) * H + h) * Tn + t) * hd + j, at = h * hd + j;
+          st(rope_apply(ld(dq + o, m), c, s), row + at, m);
+          st(rope_apply(ld(dk + o, m), c, s), row + d + at, m);
+          st(ld(dv + o, m), row + 2 * d + at, m);
         }
       });
     }
