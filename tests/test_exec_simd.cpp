@@ -1,7 +1,8 @@
 // The CPU backend's vectorised fp32 kernels (exec/cpu/simd.h) on every instruction set this CPU runs, against
 // fp64 loops written here from the formulas (independent of the vector code), on shapes whose rows end inside a
 // vector (tails). Tolerances: 2e-6 relative to max(1, |reference|) for the kernels without a sum (rope, SwiGLU,
-// add: a few ulps of fp32, SLEEF's exp is within 1 ulp), 1e-5 for those with a row sum (RMSNorm, softmax).
+// add: a few ulps of fp32, SLEEF's exp is within 1 ulp), 1e-5 for those with a row sum (RMSNorm, softmax); the
+// cross-entropy, fp64 inside, 2e-7 (its fp32 gradient's rounding) and its fp64 loss 1e-13.
 // Between instruction sets: AVX2 and AVX-512 equal bit for bit (same operations, same lane order, SLEEF's
 // deterministic exp); the generic path equals them bit for bit in the kernels without an exp. And the CPU
 // attention by blocks (cpu_attention.cpp) against the unblocked composition of Kernels' default (fp64 at 1e-12,
@@ -52,11 +53,12 @@ double silu(double x) { return x / (1 + std::exp(-x)); }
 // Every kernel's output on one table, for the bit comparisons between tables.
 struct Outputs {
   std::vector<float> swiglu_h, swiglu_dgu, norm_y, norm_rstd, norm_dx, norm_dg, soft_p, soft_dp, rope_q, rope_k,
-      rope_v, rope_back, sum;
+      rope_v, rope_back, sum, ce_d;
+  std::vector<double> ce_loss;
 };
 
 constexpr long kRows = 5;
-constexpr int kF = 45, kD = 37, kTn = 70, kB = 2, kT = 5, kH = 3, kHd = 10;
+constexpr int kF = 45, kD = 37, kTn = 70, kB = 2, kT = 5, kH = 3, kHd = 10, kVocab = 37;
 
 Outputs run(const simd::Table& t) {
   Outputs o;
@@ -92,6 +94,14 @@ Outputs run(const simd::Table& t) {
   auto a = rnd(101, 12), b = rnd(101, 13);
   o.sum.resize(101);
   t.add(a.data(), b.data(), o.sum.data(), 101);
+
+  // the cross-entropy: rows in segments of 2 (the last one short), a vocabulary with a tail
+  auto logits = rnd(kRows * kVocab, 14, -8, 8);
+  std::vector<int> targets(kRows);
+  for (long i = 0; i < kRows; ++i) targets[i] = static_cast<int>((i * 7 + 3) % kVocab);
+  std::vector<double> e((kVocab + 15) / 16 * 16);
+  o.ce_d.resize(kRows * kVocab), o.ce_loss.assign((kRows + 1) / 2, 0.5);  // (added onto)
+  t.cross_entropy(logits.data(), targets.data(), o.ce_d.data(), o.ce_loss.data(), e.data(), kRows, kVocab, 2, 0.25f);
   return o;
 }
 
@@ -102,7 +112,7 @@ TEST_CASE("exec simd: every instruction set's kernels match fp64 loops") {
   REQUIRE(!ts.empty());
   CHECK(std::string(ts.front()->name) == "generic");
   for (const simd::Table* t : ts) {
-    INFO("instruction set " << t->name);
+    INFO("instruction set " << std::string(t->name));
     const Outputs o = run(*t);
     {  // SwiGLU: h = silu(a)·b; da = dh·b·silu'(a), db = dh·silu(a)
       auto gu = rnd(kRows * 2 * kF, 1, -6, 6), dh = rnd(kRows * kF, 2);
@@ -185,6 +195,23 @@ TEST_CASE("exec simd: every instruction set's kernels match fp64 loops") {
       for (int i = 0; i < 101; ++i) sum[i] = a[i] + b[i];
       CHECK(same_bits(o.sum, sum));
     }
+    {  // cross-entropy: loss = log Σ e^x − x_y per row, summed by segments of 2 rows; dx = (softmax − onehot)·0.25
+      auto logits = rnd(kRows * kVocab, 14, -8, 8);
+      std::vector<double> d(kRows * kVocab), loss((kRows + 1) / 2, 0.5);
+      for (long i = 0; i < kRows; ++i) {
+        const int y = static_cast<int>((i * 7 + 3) % kVocab);
+        const float* row = logits.data() + i * kVocab;
+        const float top = *std::max_element(row, row + kVocab);
+        // (shifted by the row's max in fp32, as the kernel does: the shift's rounding is its input's)
+        auto shifted = [&](int j) { return double(row[j] - top); };
+        double sum = 0;
+        for (int j = 0; j < kVocab; ++j) sum += std::exp(shifted(j));
+        loss[i / 2] += std::log(sum) - shifted(y);
+        for (int j = 0; j < kVocab; ++j) d[i * kVocab + j] = (std::exp(shifted(j)) / sum - (j == y ? 1 : 0)) * 0.25;
+      }
+      CHECK(worst_rel(o.ce_d, d) <= 2e-7);  // (fp64 inside: the float result's rounding only)
+      CHECK(worst_rel(o.ce_loss, loss) <= 1e-13);
+    }
   }
 }
 
@@ -213,6 +240,8 @@ TEST_CASE("exec simd: AVX2 and AVX-512 agree bit for bit; the generic path too w
     CHECK(same_bits(a.swiglu_dgu, b.swiglu_dgu));
     CHECK(same_bits(a.soft_p, b.soft_p));
     CHECK(same_bits(a.soft_dp, b.soft_dp));
+    CHECK(same_bits(a.ce_d, b.ce_d));
+    CHECK(a.ce_loss == b.ce_loss);
   }
 }
 

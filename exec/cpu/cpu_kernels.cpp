@@ -242,6 +242,10 @@ void CpuKernels<T>::fill(T* x, T value, long n) {
 template <typename T>
 void CpuKernels<T>::cross_entropy(const T* logits, const int* targets, T* dlogits, double* loss_sums, long n, int V,
                                   long rows_per_segment, T scale) {
+  if constexpr (kSimd<T>) {
+    std::vector<double> e((static_cast<std::size_t>(V) + 15) / 16 * 16);  // (rounded up: the last chunk's lanes)
+    return simd::table().cross_entropy(logits, targets, dlogits, loss_sums, e.data(), n, V, rows_per_segment, scale);
+  }
   std::vector<double> e(static_cast<std::size_t>(V));  // one row's exponentials, each computed once
   for (long i = 0; i < n; ++i) {
     const T* row = logits + i * V;

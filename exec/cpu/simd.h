@@ -1,6 +1,6 @@
 // The CPU backend's vectorised fp32 element-wise kernels (issue 23): SwiGLU, RMSNorm, causal softmax, rotary
-// embedding with the head split/merge, add, AdamW. (The cross-entropy stays in cpu_kernels.cpp: its exponentials and
-// loss are fp64, which the CUDA backend's tests hold it to.) One source (simd_kernels.inl) written on a vector
+// embedding with the head split/merge, add, AdamW, the cross-entropy (its exponentials, sums and loss in fp64, as
+// the CUDA backend's and the fp64 path's). One source (simd_kernels.inl) written on a vector
 // of 16 float lanes, compiled three times: AVX-512 (simd_avx512.cpp), AVX2 + FMA (simd_avx2.cpp, the 16 lanes
 // as two 8-lane halves) and portable C++ (simd_generic.cpp); the CPU picks one at run time.
 //
@@ -65,6 +65,13 @@ struct Table {
   /// the same bits as exec/math.h adamw_element element by element (the same IEEE operations in the same order).
   void (*adamw)(const float* w, const float* g, const float* m, const float* v, float* w_out, float* m_out,
                 float* v_out, long n, const AdamW& s);
+  /// exec/kernels.h cross_entropy, its exponentials, sums and loss in fp64: per row the max m (fp32, exact),
+  /// e_j = exp(double(x_j − m)) by SLEEF's fp64 exp, their sum over 16 lanes (column j into lane j mod 16, the
+  /// lanes then added pairwise), loss = log(sum) − double(x_y − m) added to loss_sums[i / rows_per_segment],
+  /// dlogits_j = float(e_j/sum·scale), float((e_y/sum − 1)·scale) at the target. e: scratch of `vocab` rounded
+  /// up to a multiple of 16 doubles.
+  void (*cross_entropy)(const float* logits, const int* targets, float* dlogits, double* loss_sums, double* e,
+                        long n, int vocab, long rows_per_segment, float scale);
 };
 
 /// The rotary embedding's factors lane by lane, for split_heads_rope and merge_heads_rope_backward: from cos and

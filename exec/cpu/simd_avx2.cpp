@@ -34,6 +34,13 @@ struct V {
   friend V fma(V a, V b, V c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
   friend V max(V a, V b) { return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
   friend V exp(V a) { return {Sleef_finz_expf8_u10avx2(a.lo), Sleef_finz_expf8_u10avx2(a.hi)}; }
+  // The 16 lanes in double, e^x of each by SLEEF's deterministic fp64 exp, stored to out[0..16).
+  friend void exp_double(V a, double* out) {
+    _mm256_storeu_pd(out, Sleef_finz_expd4_u10avx2(_mm256_cvtps_pd(_mm256_castps256_ps128(a.lo))));
+    _mm256_storeu_pd(out + 4, Sleef_finz_expd4_u10avx2(_mm256_cvtps_pd(_mm256_extractf128_ps(a.lo, 1))));
+    _mm256_storeu_pd(out + 8, Sleef_finz_expd4_u10avx2(_mm256_cvtps_pd(_mm256_castps256_ps128(a.hi))));
+    _mm256_storeu_pd(out + 12, Sleef_finz_expd4_u10avx2(_mm256_cvtps_pd(_mm256_extractf128_ps(a.hi, 1))));
+  }
   friend V sqrt(V a) { return {_mm256_sqrt_ps(a.lo), _mm256_sqrt_ps(a.hi)}; }
   friend V swap_pairs(V a) { return {_mm256_permute_ps(a.lo, 0xB1), _mm256_permute_ps(a.hi, 0xB1)}; }
   float sum() const {

@@ -29,6 +29,11 @@ struct V {
   friend V fma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
   friend V max(V a, V b) { return {_mm512_max_ps(a.v, b.v)}; }
   friend V exp(V a) { return {Sleef_finz_expf16_u10avx512f(a.v)}; }
+  // The 16 lanes in double, e^x of each by SLEEF's deterministic fp64 exp, stored to out[0..16).
+  friend void exp_double(V a, double* out) {
+    _mm512_storeu_pd(out, Sleef_finz_expd8_u10avx512f(_mm512_cvtps_pd(_mm512_castps512_ps256(a.v))));
+    _mm512_storeu_pd(out + 8, Sleef_finz_expd8_u10avx512f(_mm512_cvtps_pd(_mm512_extractf32x8_ps(a.v, 1))));
+  }
   friend V sqrt(V a) { return {_mm512_sqrt_ps(a.v)}; }
   // lanes (0,1)(2,3)... swapped
   friend V swap_pairs(V a) { return {_mm512_permute_ps(a.v, 0xB1)}; }

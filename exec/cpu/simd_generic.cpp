@@ -59,6 +59,10 @@ struct V {
     for (int i = 0; i < 16; ++i) r.l[i] = Sleef_cinz_expf1_u10purec(a.l[i]);
     return r;
   }
+  // The 16 lanes in double, e^x of each by SLEEF's deterministic fp64 exp (without FMA), stored to out[0..16).
+  friend void exp_double(V a, double* out) {
+    for (int i = 0; i < 16; ++i) out[i] = Sleef_cinz_expd1_u10purec(static_cast<double>(a.l[i]));
+  }
   friend V sqrt(V a) {
     V r;
     for (int i = 0; i < 16; ++i) r.l[i] = std::sqrt(a.l[i]);

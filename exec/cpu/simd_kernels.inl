@@ -211,6 +211,31 @@ void adamw(const float* w, const float* g, const float* m, const float* v, float
   });
 }
 
+void cross_entropy(const float* logits, const int* targets, float* dlogits, double* loss_sums, double* e, long n,
+                   int vocab, long rows_per_segment, float scale) {
+  const double sc = static_cast<double>(scale);
+  for (long i = 0; i < n; ++i) {
+    const float* row = logits + i * vocab;
+    float* drow = dlogits + i * vocab;
+    V mx = V::set1(kNegInf);
+    chunks(vocab, [&](long j, int m) { mx = max(mx, ld(row + j, m, kNegInf)); });
+    const float top = mx.hmax();
+    const V TOP = V::set1(top);
+    double part[W] = {};  // lane l sums the exponentials of the columns ≡ l (mod 16), then the lanes pairwise
+    chunks(vocab, [&](long j, int m) {
+      exp_double(ld(row + j, m, kNegInf) - TOP, e + j);  // (the pad lanes: e^-inf = 0)
+      for (int l = 0; l < W; ++l) part[l] += e[j + l];
+    });
+    for (int width = W / 2; width >= 1; width /= 2)
+      for (int l = 0; l < width; ++l) part[l] += part[l + width];
+    const double sum = part[0], inv = 1.0 / sum;
+    const int y = targets[i];
+    loss_sums[i / rows_per_segment] += __builtin_log(sum) - static_cast<double>(row[y] - top);
+    for (int j = 0; j < vocab; ++j) drow[j] = static_cast<float>(e[j] * inv * sc);
+    drow[y] = static_cast<float>((e[y] * inv - 1.0) * sc);
+  }
+}
+
 Table make_table(const char* name) {
   return Table{name,
                swiglu_forward,
@@ -224,5 +249,6 @@ Table make_table(const char* name) {
                split_heads_rope,
                merge_heads_rope_backward,
                add,
-               adamw};
+               adamw,
+               cross_entropy};
 }
