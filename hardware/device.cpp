@@ -186,15 +186,16 @@ DeviceSpec device_preset(const std::string& name) {
   } else if (name == "cpu") {
     // The executor's CPU backend on the development machine (2 cores, idle, fp32 GEMMs on oneDNN, one thread per
     // rank), as fitted by `trainsim calibrate` on 3 rounds x 3 traced steps of gpipe and ddp replays with
-    // the `small` model on 2026-11-28, after issue 23's third round (bench/calibration_fidelity.sh;
+    // the `small` model on 2026-11-28, after issue 23's fifth round (bench/calibration_fidelity.sh;
     // bench/README.md, "Hardware cost model"), rounded to 3 digits. peak_flops and hbm_bandwidth are nominal
     // scales (2e11 FLOP/s, about that machine's single-core fp32 FMA peak; 1e10 bytes/s) that the fitted
-    // efficiencies are fractions of;
-    // memory_bytes a RAM budget for one replay (8 GiB). No kernel tables: every GEMM and attention shape alike.
+    // efficiencies are fractions of (memory at its bound, 1: the element-wise passes now move more than 1e10
+    // bytes/s); memory_bytes a RAM budget for one replay (8 GiB). No kernel tables: every GEMM and attention
+    // shape alike.
     d.peak_flops = 2e11, d.hbm_bandwidth = 1e10, d.memory_bytes = 8.0 * (1ull << 30);
-    d.efficiency.forward = 0.666, d.efficiency.backward_input = 0.565, d.efficiency.backward_weight = 0.565;
-    d.efficiency.attention = 0.666, d.efficiency.memory = 0.756, d.efficiency.op_overhead_s = 2.06e-3;
-    d.efficiency.dispatch_s = 1.67e-3;
+    d.efficiency.forward = 0.640, d.efficiency.backward_input = 0.579, d.efficiency.backward_weight = 0.579;
+    d.efficiency.attention = 0.640, d.efficiency.memory = 1.0, d.efficiency.op_overhead_s = 5.70e-4;
+    d.efficiency.dispatch_s = 1.47e-3;
   } else if (name != "custom") {
     std::string list;
     for (const auto& n : device_preset_names()) list += (list.empty() ? "" : ", ") + n;

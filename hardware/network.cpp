@@ -105,11 +105,11 @@ NetworkSpec network_preset(const std::string& name) {
   } else if (name == "cpu") {
     // The executor's CPU backend: every rank a thread of one process, messages copied in memory. One "node"
     // holds every rank. Bandwidth and latency as fitted by `trainsim calibrate` with the cpu device
-    // (bench/calibration_fidelity.sh, idle machine, 2026-11-28, after issue 23's third round; bench/README.md),
-    // rounded to 3 digits: 7.80e8 bytes/s; the latency fitted to 0 (the per-op dispatch gap of the cpu device
+    // (bench/calibration_fidelity.sh, idle machine, 2026-11-28, after issue 23's fifth round; bench/README.md),
+    // rounded to 3 digits: 1.03e9 bytes/s; the latency fitted to 0 (the per-op dispatch gap of the cpu device
     // holds the waits).
     n.gpus_per_node = 1 << 20;
-    n.intra_bandwidth = n.inter_bandwidth = 7.80e8;
+    n.intra_bandwidth = n.inter_bandwidth = 1.03e9;
     n.intra_latency_s = n.inter_latency_s = 0;
   } else if (name != "custom") {
     std::string list;
