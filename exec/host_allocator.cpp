@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <new>
 
 namespace trainsim::exec {
@@ -74,6 +75,7 @@ void HostAllocator::unmap_locked(std::size_t keep) {
 
 void* HostAllocator::raw_allocate(std::size_t bytes) {
   if (!is_large(bytes)) return ::operator new(bytes == 0 ? 64 : bytes, std::align_val_t{64});
+  if (bytes > std::numeric_limits<std::size_t>::max() - 2 * kHugePage) throw std::bad_alloc();  // (no size wraps)
   const std::size_t size = mapped_size(bytes);
   std::lock_guard lock(mu_);
   // The most recently freed block of this size: a replay frees and asks for the same sizes in turn.

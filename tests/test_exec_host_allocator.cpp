@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "exec/buffer.h"
@@ -57,6 +58,11 @@ TEST_CASE("exec host allocator: aligned buffers that keep their contents, counte
   held.clear();
   CHECK(alloc.current_bytes() == 0);
   CHECK(alloc.peak_bytes() == asked);
+  if (sanitized()) return;  // (AddressSanitizer aborts on such sizes instead of throwing)
+  // A size no machine has, one whose rounding up would wrap: OutOfMemory (a std::bad_alloc), nothing counted.
+  CHECK_THROWS_AS(alloc.allocate(std::numeric_limits<std::size_t>::max() - 100), OutOfMemory);
+  CHECK_THROWS_AS(alloc.allocate(std::size_t{1} << 62), OutOfMemory);
+  CHECK(alloc.current_bytes() == 0);
 }
 
 TEST_CASE("exec host allocator: a freed large buffer is reused by the next of its rounded size") {
