@@ -93,6 +93,20 @@ class HostAllocator final : public Allocator {
   std::string memory_name() const override { return "host memory"; }
   /// Bytes of freed large blocks kept for reuse (not in current_bytes()).
   std::size_t cached_bytes() const;
+  /// Whether buffers of 2 MiB and more are mapped and kept as above: false in a build with AddressSanitizer, which
+  /// checks operator new's memory, not ours.
+  static constexpr bool maps_large_buffers =
+#if defined(__SANITIZE_ADDRESS__)
+      false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+      false;
+#else
+      true;
+#endif
+#else
+      true;
+#endif
 
  protected:
   void* raw_allocate(std::size_t bytes) override;

@@ -19,20 +19,7 @@ namespace {
 
 constexpr std::size_t kHugePage = std::size_t{2} << 20;  // x86-64's PMD huge page; elsewhere only a hint
 
-// AddressSanitizer checks operator new's memory, not ours: a sanitized build keeps every buffer there.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kMapLarge = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kMapLarge = false;
-#else
-constexpr bool kMapLarge = true;
-#endif
-#else
-constexpr bool kMapLarge = true;
-#endif
-
-bool is_large(std::size_t bytes) { return kMapLarge && bytes >= kHugePage; }
+bool is_large(std::size_t bytes) { return HostAllocator::maps_large_buffers && bytes >= kHugePage; }
 
 std::size_t mapped_size(std::size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
 

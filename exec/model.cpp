@@ -125,6 +125,14 @@ struct Run {
                           scale());
   }
 
+  // An RMSNorm's input grad onto the residual's grad res, into dx; with norm_dW (the whole backward), its gain's
+  // grad into norm_dW + gain in the same pass.
+  void norm_backward_onto(const T* dy, const T* x, const T* g, const T* rstd, const T* res, T* dx, T* norm_dW,
+                          long gain) {
+    if (norm_dW) k().rmsnorm_backward(dy, x, g, rstd, res, dx, norm_dW + gain, n, d);
+    else k().rmsnorm_backward_input_onto(dy, x, g, rstd, res, dx, n, d);
+  }
+
   // One block's backward-input: dy (grad of its output) -> dx (grad of its input, overwritten). With
   // `partial_in` (TP: the first block of a layer without the embedding), dx is this slice's partial sum: the
   // attention's input grad is not all-reduced, and slice 0 adds the residual's grad. With `norm_dW` (the whole
@@ -142,10 +150,7 @@ struct Run {
     k().gemm(false, false, n, d, 2 * f, T(1), p(s.dgu), 2 * f, W + o.wgu, d, T(0), p(s.dxn2), d);
     reduce(p(s.dxn2), n * d);
     s.dh = make(n * d);  // the residual's grad dy plus the FFN norm's
-    if (norm_dW)
-      k().rmsnorm_backward(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), norm_dW + o.ffn_norm, n, d);
-    else
-      k().rmsnorm_backward_input_onto(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), n, d);
+    norm_backward_onto(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), norm_dW, o.ffn_norm);
     BufferPtr datt = make(n * da);
     k().gemm(false, false, n, da, d, T(1), p(s.dh), d, W + o.wo, da, T(0), p(datt), da);
     if (!s.probs) recompute_probs(s);
@@ -169,10 +174,7 @@ struct Run {
       if (norm_dW) k().rmsnorm_backward_weight(p(s.dxn1), x_in, p(s.rstd1), norm_dW + o.attn_norm, n, d);
     } else {
       if (!partial_in) reduce(p(s.dxn1), n * d);
-      if (norm_dW)
-        k().rmsnorm_backward(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), p(s.dh), dx, norm_dW + o.attn_norm, n, d);
-      else
-        k().rmsnorm_backward_input_onto(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), p(s.dh), dx, n, d);
+      norm_backward_onto(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), p(s.dh), dx, norm_dW, o.attn_norm);
     }
     // backward-weight needs neither the attention's inputs nor the FFN's pre-activations any more
     s.q.reset(), s.k.reset(), s.v.reset(), s.probs.reset(), s.gu.reset();

@@ -17,20 +17,6 @@ namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-bool sanitized() {
-#if defined(__SANITIZE_ADDRESS__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 TEST_CASE("exec host allocator: aligned buffers that keep their contents, counted as asked") {
@@ -58,7 +44,7 @@ TEST_CASE("exec host allocator: aligned buffers that keep their contents, counte
   held.clear();
   CHECK(alloc.current_bytes() == 0);
   CHECK(alloc.peak_bytes() == asked);
-  if (sanitized()) return;  // (AddressSanitizer aborts on such sizes instead of throwing)
+  if (!HostAllocator::maps_large_buffers) return;  // (AddressSanitizer aborts on such sizes instead of throwing)
   // A size no machine has, one whose rounding up would wrap: OutOfMemory (a std::bad_alloc), nothing counted.
   CHECK_THROWS_AS(alloc.allocate(std::numeric_limits<std::size_t>::max() - 100), OutOfMemory);
   CHECK_THROWS_AS(alloc.allocate(std::size_t{1} << 62), OutOfMemory);
@@ -66,7 +52,7 @@ TEST_CASE("exec host allocator: aligned buffers that keep their contents, counte
 }
 
 TEST_CASE("exec host allocator: a freed large buffer is reused by the next of its rounded size") {
-  if (sanitized()) return;  // (a sanitized build keeps every buffer on operator new)
+  if (!HostAllocator::maps_large_buffers) return;  // (a sanitized build keeps every buffer on operator new)
   HostAllocator alloc;
   void* first = nullptr;
   {
@@ -91,7 +77,7 @@ TEST_CASE("exec host allocator: a freed large buffer is reused by the next of it
 }
 
 TEST_CASE("exec host allocator: what is kept stays within the most ever in use at once") {
-  if (sanitized()) return;
+  if (!HostAllocator::maps_large_buffers) return;
   HostAllocator alloc;
   {
     BufferPtr a = alloc.allocate(6 * kMiB);
