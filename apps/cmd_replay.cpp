@@ -407,6 +407,8 @@ int run(const ReplayArgs& a) {
                    i, mib(b.total()), mib(measured), measured > 0 ? (b.total() - measured) / measured * 100 : 0.0,
                    mib(b.weights), mib(b.grads), mib(b.optimizer), mib(b.activations), mib(b.working));
       }
+      const std::string miss = prediction_miss_note(predicted->step_seconds, measured_step, a.predict_device);
+      if (!miss.empty()) fmt::print("{}\n", miss);
     } else if (!prediction_problem.empty() && !r.peak_bytes.empty()) {
       fmt::print("no prediction by the hardware cost model: {}\n", prediction_problem);
     }

@@ -1,5 +1,7 @@
 #include "apps/replay_prediction.h"
 
+#include <fmt/format.h>
+
 #include "hardware/stage_layout.h"
 
 namespace trainsim::apps {
@@ -26,6 +28,21 @@ HardwareRun predict_replay(const Schedule& schedule, const hw::HardwareSetting& 
   s.header.cost_model = "hardware";
   s.header.hardware = setting;
   return simulate_hardware(s);
+}
+
+std::string prediction_miss_note(double predicted_s, double measured_s, const std::string& device) {
+  if (!(predicted_s > 0) || !(measured_s > 0)) return "";
+  const double ratio = measured_s / predicted_s;
+  if (ratio <= kPredictionMissFactor && ratio >= 1 / kPredictionMissFactor) return "";
+  const std::string why = device == "cpu"
+                              ? "The cpu preset is fitted to replays of the small model on one idle 2-core development "
+                                "machine (hardware/device.cpp): another model, another CPU or a loaded machine reads "
+                                "otherwise."
+                              : fmt::format("Device {} describes another machine, or was fitted under another load.", device);
+  return fmt::format("note: the measured step is {:.3g} x the predicted one. {} For this machine's own prediction, fit "
+                     "a device to replays traced here (trainsim calibrate; docs/calibration.md) and give it with "
+                     "--predict-device FILE.json.",
+                     ratio, why);
 }
 
 }  // namespace trainsim::apps

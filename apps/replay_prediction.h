@@ -23,4 +23,15 @@ hw::HardwareSetting replay_setting(const exec::ModelConfig& model, const std::st
 /// Throws hw::SpecError or std::invalid_argument when the model does not fit the schedule.
 HardwareRun predict_replay(const Schedule& schedule, const hw::HardwareSetting& setting);
 
+/// Within this factor either way a replay's measured step counts as predicted (no note).
+inline constexpr double kPredictionMissFactor = 1.25;
+
+/// What the replay's report adds when its measured step (seconds) is more than kPredictionMissFactor times the
+/// step predicted on `device` (a preset name or a JSON file), or less than its inverse: the ratio, and that a
+/// device fitted to this machine (`trainsim calibrate`, docs/calibration.md) is given with --predict-device.
+/// The `cpu` preset is fitted to the `small` model's replays on one development machine (hardware/device.cpp), so
+/// other models (`tiny`'s ops are too short for its per-op overheads), other CPUs, or the same one loaded, read
+/// otherwise. Empty within the factor, or when either time is not positive.
+std::string prediction_miss_note(double predicted_s, double measured_s, const std::string& device);
+
 }  // namespace trainsim::apps

@@ -46,6 +46,23 @@ TEST_CASE("trainsim replay: prints the loss of each step and writes the measured
   CHECK(forwards == 2 * 4);  // 2 stages x 4 microbatches in the last step
 }
 
+TEST_CASE("trainsim replay: a prediction far from the measured step says so, and how to predict for this machine") {
+  auto dir = fresh_dir("replay-miss");
+  const std::string dev = (dir / "slow.json").string();
+  // A device a million times slower than any CPU: the prediction is far above any measured step, on any machine.
+  write(dev, R"({"preset": "cpu", "peak_flops": 2e5, "hbm_bandwidth": 1e4})");
+  CommandResult r = run_trainsim("replay ddp --model tiny --steps 2 --predict-device " + dev + data());
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("note: the measured step is ") != std::string::npos);
+  CHECK(r.out.find("x the predicted one. Device " + dev + " describes another machine") != std::string::npos);
+  CHECK(r.out.find("trainsim calibrate; docs/calibration.md") != std::string::npos);
+  CHECK(r.out.find("--predict-device FILE.json") != std::string::npos);
+  // --json carries the two times, not the note
+  CommandResult j = run_trainsim("replay ddp --model tiny --steps 2 --json --predict-device " + dev + data());
+  REQUIRE(j.exit_code == 0);
+  CHECK(j.out.find("note: the measured step") == std::string::npos);
+}
+
 TEST_CASE("trainsim replay: save half-way, resume, and the losses continue") {
   auto dir = fresh_dir("replay-ckpt");
   const std::string ck = (dir / "ck").string();
