@@ -38,7 +38,8 @@ std::string prediction_miss_note(double predicted_s, double measured_s, const st
                               ? "The cpu preset is fitted to replays of the small model on one idle 2-core development "
                                 "machine (hardware/device.cpp): another model, another CPU or a loaded machine reads "
                                 "otherwise."
-                              : fmt::format("Device {} describes another machine, or was fitted under another load.", device);
+                              : fmt::format("Device {} describes another machine, or was fitted under another load.",
+                                            device);
   return fmt::format("note: the measured step is {:.3g} x the predicted one. {} For this machine's own prediction, fit "
                      "a device to replays traced here (trainsim calibrate; docs/calibration.md) and give it with "
                      "--predict-device FILE.json.",
