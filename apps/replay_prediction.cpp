@@ -35,9 +35,9 @@ std::string prediction_miss_note(double predicted_s, double measured_s, const st
   const double ratio = measured_s / predicted_s;
   if (ratio <= kPredictionMissFactor && ratio >= 1 / kPredictionMissFactor) return "";
   const std::string why = device == "cpu"
-                              ? "The cpu preset is fitted to replays of the small model on one idle 2-core development "
-                                "machine (hardware/device.cpp): another model, another CPU or a loaded machine reads "
-                                "otherwise."
+                              ? "The cpu preset is fitted to replays of the small model on one idle 2-core Intel Xeon "
+                                "with AVX-512 (hardware/device.cpp): another model, another CPU or a loaded machine "
+                                "reads otherwise."
                               : fmt::format("Device {} describes another machine, or was fitted under another load.",
                                             device);
   return fmt::format("note: the measured step is {:.3g} x the predicted one. {} For this machine's own prediction, fit "

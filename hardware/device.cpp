@@ -184,9 +184,10 @@ DeviceSpec device_preset(const std::string& name) {
     // over their published TFLOP/s is 1. The other five runs and torchtitan's six A100 runs are held out.
     e.sustained = 0.861;
   } else if (name == "cpu") {
-    // The executor's CPU backend on the development machine (2 cores, idle, fp32 GEMMs on oneDNN, one thread per
-    // rank), as fitted by `trainsim calibrate` on 3 rounds x 3 traced steps of gpipe and ddp replays with
-    // the `small` model on 2026-11-28, after issue 23's fifth round (bench/calibration_fidelity.sh;
+    // The executor's CPU backend on the development machine (an Intel Xeon @ 2.50 GHz with AVX-512, 2 cores,
+    // idle, fp32 GEMMs on oneDNN, one thread per rank; other CPUs differ: bench/README.md, issue 23's sixth
+    // round), as fitted by `trainsim calibrate` on 3 rounds x 3 traced steps of gpipe and ddp replays with the
+    // `small` model on 2026-11-28, after issue 23's fifth round (bench/calibration_fidelity.sh;
     // bench/README.md, "Hardware cost model"), rounded to 3 digits. peak_flops and hbm_bandwidth are nominal
     // scales (2e11 FLOP/s, about that machine's single-core fp32 FMA peak; 1e10 bytes/s) that the fitted
     // efficiencies are fractions of (memory at its bound, 1: the element-wise passes now move more than 1e10
