@@ -15,11 +15,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,6 +29,7 @@
 #include "apps/tune_allocator.h"
 #include "exec/cpu/cpu_gemm.h"
 #include "exec/cpu/cpu_kernels.h"
+#include "exec/cpu/simd.h"
 #include "exec/layout.h"
 #include "exec/model.h"
 #include "exec/training.h"
@@ -278,6 +281,18 @@ Environment: TRAINSIM_GEMM=onednn|openblas picks the fp32 GEMM library, TRAINSIM
 element-wise kernels' instruction set.
 )";
 
+// The CPU's name as Linux gives it (/proc/cpuinfo's first "model name"), or "an unnamed CPU": readings differ from
+// host to host (bench/README.md, issue 23's sixth round), so the report says which one it ran on.
+std::string host_cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+    }
+  return "an unnamed CPU";
+}
+
 // Every argument is a known option followed by its value; --help prints the usage.
 bool arguments_ok(int argc, char** argv) {
   static const char* known[] = {"--model", "--seq", "--batch", "--steps", "--microbatches", "--ranks",
@@ -305,6 +320,10 @@ int main(int argc, char** argv) {
   m.seq = arg(argc, argv, "--seq", m.seq), m.microbatch_size = arg(argc, argv, "--batch", m.microbatch_size);
   CpuKernels<float> init;  // reads TRAINSIM_GEMM (an unknown library fails here)
   const int n = static_cast<int>(m.tokens_per_microbatch()), d = m.dim, f = m.ffn, V = m.vocab;
+  fmt::print("host {}, {} hardware threads; element-wise kernels {} (TRAINSIM_SIMD), fp32 GEMMs {} "
+             "(TRAINSIM_GEMM)\n",
+             host_cpu_name(), std::thread::hardware_concurrency(), simd::table().name,
+             cpu_detail::gemm_library_name(cpu_detail::gemm_library()));
   fmt::print("model {}\n", m.describe());
 
   // 1. sgemm peak at the linears' shapes: for a linear of `in` -> `out` features over n tokens, the forward
