@@ -19,7 +19,6 @@
 #include <functional>
 #include <iterator>
 #include <map>
-#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,30 +42,20 @@ namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// 64-byte-aligned floats, as the device allocator hands a replay's buffers out (std::vector's 16-byte
-// alignment puts operands off a cache line, which slows oneDNN's GEMMs by 10-20 %: bench/README.md, issue 23's
-// fourth round).
-struct AlignedFloats {
-  explicit AlignedFloats(std::size_t count)
-      : data(static_cast<float*>(std::aligned_alloc(64, (count * sizeof(float) + 63) / 64 * 64))) {
-    if (data == nullptr) throw std::bad_alloc();
-  }
-  ~AlignedFloats() { std::free(data); }
-  AlignedFloats(const AlignedFloats&) = delete;
-  AlignedFloats& operator=(const AlignedFloats&) = delete;
-  float* data;
-};
-
 // GFLOP/s of one sgemm shape (C[M×N] = op(A)·op(B), op as the trans flags say) through `lib` on this thread, on
-// 64-byte-aligned operands: the best of 12 windows of at least 20 ms after a warm-up (a busy neighbour only ever
-// slows a window down, so the best is the machine's).
+// operands in the device allocator's 64-byte-aligned buffers, as a replay's are (std::vector's 16-byte alignment
+// puts them off a cache line, which slows oneDNN's GEMMs by 10-20 %: bench/README.md, issue 23's fourth round):
+// the best of 12 windows of at least 20 ms after a warm-up (a busy neighbour only ever slows a window down, so the
+// best is the machine's).
 double sgemm_gflops(cpu_detail::GemmLibrary lib, bool ta, bool tb, int M, int N, int K) {
   const std::size_t a_n = static_cast<std::size_t>(M) * K, b_n = static_cast<std::size_t>(N) * K;
-  AlignedFloats A(a_n), B(b_n), C(static_cast<std::size_t>(M) * N);
-  for (std::size_t i = 0; i < a_n; ++i) A.data[i] = static_cast<float>(i % 7) * 0.1f;
-  std::fill(B.data, B.data + b_n, 0.25f);
-  auto run = [&] { cpu_detail::sgemm(lib, ta, tb, M, N, K, 1.0f, A.data, ta ? M : K, B.data, tb ? K : N, 0.0f,
-                                     C.data, N); };
+  HostAllocator buffers;
+  const BufferPtr a_buf = buffers.allocate(a_n * sizeof(float)), b_buf = buffers.allocate(b_n * sizeof(float)),
+                  c_buf = buffers.allocate(static_cast<std::size_t>(M) * N * sizeof(float));
+  float *A = a_buf->as<float>(), *B = b_buf->as<float>(), *C = c_buf->as<float>();
+  for (std::size_t i = 0; i < a_n; ++i) A[i] = static_cast<float>(i % 7) * 0.1f;
+  std::fill(B, B + b_n, 0.25f);
+  auto run = [&] { cpu_detail::sgemm(lib, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.0f, C, N); };
   run();
   double best = 1e30;
   for (int rep = 0; rep < 12; ++rep) {
