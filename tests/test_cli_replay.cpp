@@ -61,6 +61,8 @@ TEST_CASE("trainsim replay: a prediction far from the measured step says so, and
   CommandResult j = run_trainsim("replay ddp --model tiny --steps 2 --json --predict-device " + dev + data());
   REQUIRE(j.exit_code == 0);
   CHECK(j.out.find("note: the measured step") == std::string::npos);
+  const nlohmann::json parsed = nlohmann::json::parse(j.out);
+  CHECK(parsed["predicted_step_seconds"].get<double>() > 1e3 * parsed["measured_step_seconds"].get<double>());
 }
 
 TEST_CASE("trainsim replay: save half-way, resume, and the losses continue") {
