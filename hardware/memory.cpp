@@ -73,9 +73,18 @@ double TensorSizes::wire_bytes(const Tensor& t) const {
   return 0;
 }
 
+bool TensorSizes::holds_saved(const Tensor& t, TpSplit tp) {
+  // With sequence parallelism the rank keeps its sequence shard of a layer's input between the forward and the
+  // backward, and all-gathers the whole input afresh for each pass (Korthikanti et al. 2022 §4.2.2); the model
+  // input (the token ids) is loaded whole by every TP rank. Without it the rank keeps the whole input.
+  if (tp.sequence_parallel && tp.degree > 1 && t.layer > 0)
+    return t.num_shards == tp.degree && t.shards.size() == 1;
+  return t.complete();
+}
+
 double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp) const {
   const int L = static_cast<int>(layers_.size());
-  if (t.kind != TensorKind::Activation || t.layer >= L || !forward_runs_here || t.tp_size != 1 || !t.complete())
+  if (t.kind != TensorKind::Activation || t.layer >= L || !forward_runs_here || t.tp_size != 1 || !holds_saved(t, tp))
     return wire_bytes(t);
   const LayerContent& c = layers_.at(t.layer);
   const double b = static_cast<double>(s_.microbatch_size) * t.batches.size();

@@ -72,9 +72,15 @@ class TensorSizes {
   /// rank holding it also holds what that forward saved for the backward (the executor keeps the saved
   /// activations with the input: docs/executor.md): its blocks' activation_bytes_per_block at the forward's
   /// TP degree and sequence parallelism `tp` (and the setting's attention and CP degree), plus for the last layer the final norm's and the LM head's
-  /// inputs (2·e·h per token; with SP on s/t tokens), plus the token ids for A0. Only the complete A_l (what a
-  /// forward reads) holds them: a partial sum or a sequence shard of it is its wire size.
+  /// inputs (2·e·h per token; with SP on s/t tokens), plus the token ids for A0. Only the tensor the rank keeps
+  /// of its input from the forward to the backward holds them (holds_saved); any other piece of it (a partial
+  /// sum; with sequence parallelism the whole input gathered for one pass) is its wire size.
   double resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp = {}) const;
+  /// Whether `t`, the input A_l of a forward run at `tp`, is what the rank keeps until the backward and so holds
+  /// the forward's saved activations: with sequence parallelism (l > 0) its sequence shard (shard j of t, what
+  /// the reduce-scatter left; the executor keeps the stash with it too: exec/rank_executor.cpp), else the
+  /// complete tensor (the token ids A0 are loaded whole by every TP rank).
+  static bool holds_saved(const Tensor& t, TpSplit tp);
   /// Bytes an op allocates inside itself while it runs, beyond the tensors it reads and writes (the hardware
   /// model's CostModel::workspace), at its TP split `tp`:
   /// - the loss: the log-softmax of the fp32 logits it reads, which cross-entropy keeps for its backward, and

@@ -210,10 +210,22 @@ TEST_CASE("TP: a TP rank's saved activations follow Korthikanti et al. 2022, Tab
       auto cost = cost_of(sch);
       const double attention = r == Recompute::None ? 5 * a * s / (h * t) : 0;
       const double table2 = sp ? sbh * (34 / t + attention) : sbh * (10 + 24 / t + attention);
-      for (int rank : {0, 7}) CHECK(cost->memory(activation_tensor(1, {0}), rank) == doctest::Approx(table2));
-      // The partial sum the layer before leaves, and a sequence shard of the input, hold no saved activations.
+      // What the rank keeps of the input from the forward to the backward holds them: the whole input, or with
+      // sequence parallelism its sequence shard (the whole input is gathered afresh for each pass and freed).
+      for (int rank : {0, 7}) {
+        const Tensor kept = sp ? shard(activation_tensor(1, {0}), rank, 8) : activation_tensor(1, {0});
+        CHECK(cost->memory(kept, rank) == doctest::Approx(table2));
+      }
+      // The partial sum the layer before leaves holds none; nor, with sequence parallelism, the gathered input,
+      // and without it a sequence shard.
       CHECK(cost->memory(tp_partial(activation_tensor(1, {0}), 0, 8), 0) == doctest::Approx(sbh * 2));
-      CHECK(cost->memory(shard(activation_tensor(1, {0}), 3, 8), 0) == doctest::Approx(sbh * 2 / 8));
+      if (sp) {
+        Tensor whole = shard(activation_tensor(1, {0}), 0, 8);
+        whole.shards = IdSet::range(0, 8);
+        CHECK(cost->memory(whole, 0) == doctest::Approx(sbh * 2));
+      } else {
+        CHECK(cost->memory(shard(activation_tensor(1, {0}), 3, 8), 0) == doctest::Approx(sbh * 2 / 8));
+      }
     }
   }
   // Full recomputation keeps each block's input, 2sbh, whatever t (Table 2's last row).
