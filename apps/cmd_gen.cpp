@@ -46,12 +46,13 @@ struct GenArgs {
   std::string from_megatron, from_torchtitan;  // a framework's configuration (schedules/framework_args.h)
   std::set<std::string> given;                 // the options given on the command line (by long name)
   bool allow_oom = false;  // --allow-oom: a step over the device's memory passes (a what-if)
+  long long global_batch = 0;  // --global-batch (0: not given)
   int bucket_layers = 0;   // --bucket-layers (0: not given)
   double bucket_mb = 0;    // --bucket-mb (0: not given: DDP's 25)
 };
 
 // The options a framework's configuration sets, which may not be given beside it.
-const char* const kFrameworkSets[] = {"--stages", "--microbatches", "--chunks", "--layers", "--tp", "--pp", "--sp",
+const char* const kFrameworkSets[] = {"--stages", "--microbatches", "--global-batch", "--chunks", "--layers", "--tp", "--pp", "--sp",
                                       "--zero", "--schedule", "--layout", "--prefetch", "--no-reshard-after-forward",
                                       "--microbatch-size", "--seq", "--recompute"};
 
@@ -70,6 +71,10 @@ std::string plan_command(const FrameworkPlan& p) {
   s += fmt::format(" --microbatches {}", o.microbatches);
   if (o.layers > 0) s += fmt::format(" --layers {}", o.layers);
   if (!o.layout.empty()) s += " --layout '" + o.layout + "'";
+  // One layer per block (the default with a model): the stage chunks' blocks, written when they are not even.
+  if (!o.chunk_blocks.empty() &&
+      o.chunk_blocks != hw::StageLayout::even(p.model.blocks, static_cast<int>(o.chunk_blocks.size())).blocks_per_layer())
+    s += " --layout '" + hw::StageLayout(o.chunk_blocks).str() + "'";
   s += fmt::format(" --microbatch-size {}", p.microbatch_size);
   if (p.seq > 0) s += fmt::format(" --seq {}", p.seq);
   return s + fmt::format(" --recompute {}", hw::recompute_name(p.recompute));
@@ -113,14 +118,7 @@ int apply_framework(GenArgs& a) {
   a.hardware.microbatch_size = plan.microbatch_size;
   a.hardware.seq = plan.seq;
   a.hardware.recompute = hw::recompute_name(plan.recompute);
-  if (a.hardware.device.empty()) {
-    a.hardware.device = "h100-sxm";
-    plan.notes.push_back("device h100-sxm (no --device given)");
-  }
-  if (a.hardware.network.empty()) {
-    a.hardware.network = "nvlink8-ib400";
-    plan.notes.push_back("network nvlink8-ib400 (no --network given)");
-  }
+  for (const std::string& n : hardware_defaults(a.hardware, false)) plan.notes.push_back(n);
   fmt::print(stderr, "trainsim gen: from {}: {}\n  model {}\n", framework, plan_command(plan), hw::spec_text(plan.model));
   for (const std::string& n : plan.notes) fmt::print(stderr, "  note: {}\n", n);
   return 0;
@@ -281,8 +279,8 @@ std::string kinds_summary() {
   if (!three_d.empty())
     s += "; 3D parallel " + joined(three_d) +
          " (--tp x --pp x --dp ranks, rank = tp + T * (dp + D * pp), TP fastest as in Megatron-LM and torchtitan's "
-         "mesh [\"pp\", \"dp\", \"tp\"]; --schedule 1f1b|interleaved-1f1b|zb-h1, --chunks, --layers, --microbatches "
-         "per replica, --sp, --zero 1|3, --cp for context parallelism)";
+         "mesh [\"pp\", \"dp\", \"tp\"]; --schedule 1f1b|interleaved-1f1b|zb-h1|zbv|dualpipev|interleaved-zb, --chunks, "
+         "--layers, --microbatches per replica, --sp, --zero 1|3, --cp for context parallelism)";
   return s + ".";
 }
 
@@ -308,6 +306,32 @@ int run(GenArgs& a) {
   }
   GenOptions opts = a.options;
   opts.reshard_after_forward = !a.no_reshard;
+  if (a.global_batch > 0) {
+    // The global batch in sequences, as users think of it: the microbatches per replica it means.
+    if (a.given.count("--microbatches")) {
+      fmt::print(stderr, "trainsim gen: give --global-batch or --microbatches, not both\n");
+      return 2;
+    }
+    try {
+      opts.microbatches = microbatches_for_global_batch(a.kind, opts, a.global_batch, a.hardware.microbatch_size);
+    } catch (const std::invalid_argument& e) {
+      fmt::print(stderr, "trainsim gen: {}\n", e.what());
+      return 2;
+    }
+  }
+  if (a.hardware.any()) {
+    // With a model, one schedule layer per transformer block unless --layers says otherwise (the physical default:
+    // docs/hardware-model.md §5); the device and network every command assumes when left out.
+    try {
+      const hw::HardwareSetting hs = hardware_setting(a.hardware);
+      if (!a.given.count("--layers")) opts = per_block_layers(a.kind, opts, hs.model.blocks);
+    } catch (const std::invalid_argument& e) {  // hw::SpecError too
+      fmt::print(stderr, "trainsim gen: {}\n", e.what());
+      return 2;
+    }
+    if (a.from_megatron.empty() && a.from_torchtitan.empty())
+      for (const std::string& n : hardware_defaults(a.hardware, false)) fmt::print(stderr, "trainsim gen: note: {}\n", n);
+  }
   if (std::string why = resolve_buckets(a, opts); !why.empty()) {
     fmt::print(stderr, "trainsim gen: {}\n", why);
     return 2;
@@ -408,13 +432,19 @@ void add_gen_command(CLI::App& app, int* exit_code) {
                   "replica (pp-fsdp, 3d)")
       ->check(count)
       ->capture_default_str();
+  cmd->add_option("--global-batch", args->global_batch,
+                  "Sequences per step over every replica, instead of --microbatches: the microbatches per replica are "
+                  "it / (data-parallel degree x --microbatch-size); refused when it does not divide")
+      ->check(integer_in(1, std::numeric_limits<int>::max(), "", "N>=1"));
   cmd->add_option("--chunks", args->options.chunks,
                   "Model chunks per rank (interleaved-1f1b, looped-bfs, interleaved-zb; zbv and dualpipev hold 2)")
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--layers", args->options.layers,
-                  "Model layers of the data-parallel kinds and tp (0: 4) and of 3d (0: one per stage chunk, --pp x "
-                  "--chunks, or 4 when that is 1)")
+                  "Schedule layers of the data-parallel kinds, tp and 3d. Default: with --model one per transformer "
+                  "block (3d: each stage chunk's blocks, evenly split or as --layout gives them); without a model 4 "
+                  "(3d: one per stage chunk, --pp x --chunks, or 4 when that is 1). A schedule layer is a modelling "
+                  "unit (docs/hardware-model.md §5)")
       ->check(count0)
       ->capture_default_str();
   cmd->add_option("--dp", args->options.dp,
@@ -439,7 +469,9 @@ void add_gen_command(CLI::App& app, int* exit_code) {
                   "Data parallelism of 3d: 1 = ZeRO-1 (optimizer state sharded, as zero1), 3 = FSDP of each TP "
                   "slice; without it, DDP (grads all-reduced)")
       ->check(integer_in(0, 3, "", "1|3"));
-  cmd->add_option("--schedule", args->options.schedule, "Pipeline order of 3d: 1f1b, interleaved-1f1b (with --chunks) or zb-h1")
+  cmd->add_option("--schedule", args->options.schedule,
+                  "Pipeline order of 3d: 1f1b, interleaved-1f1b or interleaved-zb (with --chunks), zb-h1, zbv or "
+                  "dualpipev (two chunks per stage in V placement)")
       ->capture_default_str();
   cmd->add_option("--layout", args->options.layout,
                   "Stage layout, Megatron-LM's --pipeline-model-parallel-layout: the blocks of each schedule layer "
@@ -480,8 +512,8 @@ void add_gen_command(CLI::App& app, int* exit_code) {
                   "--micro-batch-size 1 --global-batch-size 512 --num-layers 80 ... --bf16\"): generates gen 3d with the "
                   "model, microbatch size, sequence length, recomputation and stage layout it describes (docs/"
                   "frameworks.md lists the flags read; others are refused by name). --dp gives the data-parallel degree "
-                  "(default 1), --model a base model, --device and --network the machine (default h100-sxm, "
-                  "nvlink8-ib400)");
+                  "(default 1), --model a base model, --device and --network the machine (default " +
+                      std::string(kDefaultDevice) + ", " + kDefaultNetwork + ")");
   cmd->add_option("--from-torchtitan", args->from_torchtitan,
                   "A torchtitan command line, quoted (\"--model.flavor 8B --parallelism.tensor_parallel_degree 8 "
                   "--training.local_batch_size 2 ...\"): generates gen 3d, fsdp, ddp or a pipeline kind with the model "

@@ -38,6 +38,11 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o) {
   cmd->add_option("--elementwise", o.elementwise,
                   "Hardware cost model: fused (default: one kernel per norm, activation, ..., as torch.compile or "
                   "Megatron-LM's fused kernels) or eager (PyTorch without torch.compile: every operation a kernel)");
+  cmd->add_option("--tp-overlap", o.tp_overlap,
+                  "Hardware cost model: how tensor parallelism's collectives overlap the GEMMs: backward (default, "
+                  "Megatron-LM's: the input grads' reductions under the weight-grad GEMMs), full (with --sp every TP "
+                  "collective under its GEMM: Megatron-LM's --tp-comm-overlap, torchtitan's async TP) or none (all "
+                  "synchronous: torchtitan's TP)");
   cmd->add_flag("--fp8", o.fp8,
                 "Hardware cost model: FP8 linear layers (torchao float8 with dynamic scaling) at the device's FP8 peak");
   cmd->add_flag("--fp8-all-gather", o.fp8_all_gather,
@@ -55,8 +60,6 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
       throw hw::SpecError(fmt::format("{} is needed with the hardware cost model (--model, --device and --network)", flag));
   };
   if (!o.model_spec) need(o.model, "--model");
-  need(o.device, "--device");
-  need(o.network, "--network");
   auto wrap = [](const char* flag, auto&& f) {
     try {
       f();
@@ -66,8 +69,11 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
   };
   if (o.model_spec) s.model = *o.model_spec;
   else if (!o.model.empty()) wrap("--model", [&] { s.model = hw::load_model(o.model); });
-  if (!o.device.empty()) wrap("--device", [&] { s.device = hw::load_device(o.device); });
-  if (!o.network.empty()) wrap("--network", [&] { s.network = hw::load_network(o.network); });
+  // Without a base, the defaults every path shares (hardware_defaults).
+  const std::string device = !o.device.empty() || base ? o.device : kDefaultDevice;
+  const std::string network = !o.network.empty() || base ? o.network : kDefaultNetwork;
+  if (!device.empty()) wrap("--device", [&] { s.device = hw::load_device(device); });
+  if (!network.empty()) wrap("--network", [&] { s.network = hw::load_network(network); });
   // Every override first, then each description checked once: a model's hidden size and heads change together
   // (--set model.hidden=2304 --set model.heads=24), whatever the order.
   std::string model_where, device_where, network_where;
@@ -93,10 +99,19 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
   if (!o.recompute.empty()) s.recompute = hw::recompute_from_name(o.recompute, "--recompute");
   if (!o.attention.empty()) s.attention = hw::attention_from_name(o.attention, "--attention");
   if (!o.elementwise.empty()) s.elementwise = hw::elementwise_from_name(o.elementwise, "--elementwise");
+  if (!o.tp_overlap.empty()) s.tp_overlap = hw::tp_overlap_from_name(o.tp_overlap, "--tp-overlap");
   if (o.fp8 || o.fp8_all_gather) s.fp8 = true;
   if (o.fp8_all_gather) s.fp8_all_gather = true;
   s.validate(o.fp8 || o.fp8_all_gather ? "--fp8" : "--attention");
   return s;
+}
+
+std::vector<std::string> hardware_defaults(const HardwareOptions& o, bool has_base) {
+  std::vector<std::string> notes;
+  if (has_base) return notes;
+  if (o.device.empty()) notes.push_back(fmt::format("device {} (no --device given)", kDefaultDevice));
+  if (o.network.empty()) notes.push_back(fmt::format("network {} (no --network given)", kDefaultNetwork));
+  return notes;
 }
 
 void apply_hardware(ScheduleHeader& header, const HardwareOptions& o) {

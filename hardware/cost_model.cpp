@@ -1,12 +1,15 @@
 #include "hardware/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "hardware/comm.h"
+#include "hardware/tp_comm.h"
 
 namespace trainsim::hw {
 
@@ -51,6 +54,9 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
   if (rank < 0 || rank >= world_size_) return;
   const int layers = static_cast<int>(forward_layers_[rank].size()) - 1;
   const int group = tp_.group.empty() ? 0 : tp_.group[rank];
+  // With SP: the layers whose input the rank all-gathers again for the backward (gen 3d's schedules) rather than
+  // keeping the gathered whole (tp_comm_seconds: only a re-gather runs under the backward's GEMMs).
+  std::map<std::pair<int, IdSet>, int> input_gathers;
   for (const Op& op : ops) {
     if (is_compute(op.kind) && op.kind != OpKind::Update) {
       int degree = 1;
@@ -75,10 +81,23 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
       }
       if (op.kind == OpKind::Forward && op.layer >= 0 && op.layer < layers)
         forward_layers_[rank][op.layer] = static_cast<char>(degree);
+      if (op.kind == OpKind::BackwardInput && op.layer >= 0 && op.layer < layers) {
+        if (split_backward_.empty()) split_backward_.assign(world_size_, {});
+        if (split_backward_[rank].empty()) split_backward_[rank].assign(layers, 0);
+        split_backward_[rank][op.layer] = 1;
+      }
     } else if (group > 0 && op.group == group && (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllGather)) {
       for (const auto* list : {&op.reads, &op.writes})
         for (const Tensor& t : *list)
           if (t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) tp_.sequence_parallel[rank] = 1;
+      if (op.kind == OpKind::AllGather && !op.writes.empty() && op.writes.front().kind == TensorKind::Activation) {
+        const Tensor& t = op.writes.front();
+        if (t.layer >= 0 && t.layer < layers && ++input_gathers[{t.layer, t.batches}] == 2) {
+          if (regathered_.empty()) regathered_.assign(world_size_, {});
+          if (regathered_[rank].empty()) regathered_[rank].assign(layers, 0);
+          regathered_[rank][t.layer] = 1;
+        }
+      }
     }
   }
 }
@@ -161,14 +180,53 @@ double HardwareCostModel::cp_comm_seconds(const Op& op) const {
   return layer.num_blocks * per_block;
 }
 
+GroupShape HardwareCostModel::tp_shape(int rank, int degree) const {
+  const int g = rank >= 0 && rank < static_cast<int>(tp_.group.size()) ? tp_.group[rank] : 0;
+  // The rank's TP group (without one: t ranks on one node).
+  GroupShape shape = g > 0 && g < static_cast<int>(shapes_.size()) ? shapes_[g] : GroupShape{degree, 1, degree};
+  shape.ranks = degree;
+  return shape;
+}
+
+bool HardwareCostModel::regathered(int rank, int layer) const {
+  return rank >= 0 && rank < static_cast<int>(regathered_.size()) && layer >= 0 &&
+         layer < static_cast<int>(regathered_[rank].size()) && regathered_[rank][layer] != 0;
+}
+
+bool HardwareCostModel::split_backward(int rank, int layer) const {
+  return rank >= 0 && rank < static_cast<int>(split_backward_.size()) && layer >= 0 &&
+         layer < static_cast<int>(split_backward_[rank].size()) && split_backward_[rank][layer] != 0;
+}
+
+double HardwareCostModel::tp_role_seconds(int rank, int layer, OpKind pass, TpRole role, double batches, TpSplit tp,
+                                          double seconds) const {
+  const std::uint64_t key = 0x8000000000000000ull | static_cast<std::uint64_t>(layer & 0xffff) |
+                            static_cast<std::uint64_t>(static_cast<int>(pass) & 0xf) << 16 |
+                            static_cast<std::uint64_t>(static_cast<int>(role) & 0xf) << 20 |
+                            static_cast<std::uint64_t>(static_cast<long long>(batches) & 0xffff) << 24 |
+                            static_cast<std::uint64_t>(tp.degree & 0xff) << 40 |
+                            static_cast<std::uint64_t>(tp.sequence_parallel ? 1 : 0) << 48;
+  // The fraction of the collective the pass leaves exposed does not depend on the rank's link but through
+  // `seconds`: cache the partner GEMM's time, not the result.
+  auto [it, fresh] = compute_cache_.try_emplace(key, -1.0);
+  if (fresh) {
+    it->second = -1;  // no such role in the pass: exposed whole
+    const double tokens = setting_.tokens_per_microbatch() * batches;
+    for (const TpCollectiveSpec& c : tp_pass_collectives(setting_, sizes_.layers()[layer], pass, tokens, tp))
+      if (c.role == role) {
+        it->second = c.overlapped ? c.partner_s : -1;
+        break;
+      }
+  }
+  (void)rank;
+  return it->second < 0 ? seconds : std::max(0.0, seconds - it->second);
+}
+
 double HardwareCostModel::tp_comm_seconds(const Op& op) const {
   if (!is_compute(op.kind) || op.kind == OpKind::Update) return 0;
   const TpSplit tp = tp_split(op);
   if (tp.degree <= 1) return 0;
-  const int g = op.rank >= 0 && op.rank < static_cast<int>(tp_.group.size()) ? tp_.group[op.rank] : 0;
-  // The rank's TP group (without one: t ranks on one node).
-  GroupShape shape = g > 0 && g < static_cast<int>(shapes_.size()) ? shapes_[g] : GroupShape{tp.degree, 1, tp.degree};
-  shape.ranks = tp.degree;
+  const GroupShape shape = tp_shape(op.rank, tp.degree);
   const NetworkSpec& net = setting_.network;
   auto time = [&](Collective c, double bytes) { return nccl_collective(c, shape, bytes, net).seconds; };
   const double tokens = setting_.tokens_per_microbatch() * op.batches.size();
@@ -176,11 +234,64 @@ double HardwareCostModel::tp_comm_seconds(const Op& op) const {
     return 3 * time(Collective::AllReduce, tokens * 4);
   const int L = static_cast<int>(sizes_.layers().size());
   if (op.layer < 0 || op.layer >= L) return 0;
-  const TpCollectives c =
-      tp_collectives_inside(sizes_.layers()[op.layer], op.kind, setting_.recompute, tp.sequence_parallel);
+  // Which of the pass's collectives the schedule runs as explicit ops: the reductions at the layer's ends (the
+  // design's rule) and, with SP, a gather for each sequence-sharded input it reads whole.
+  TpExplicit e;
+  for (const Tensor& t : op.reads)
+    if (t.tp_size == 1 && t.num_shards > 1 && t.complete()) {
+      if (t.kind == TensorKind::Activation) e.gathered_input = true;
+      if (t.kind == TensorKind::ActivationGrad) e.gathered_grad = true;
+    }
+  const bool regather = regathered(op.rank, op.layer);
+  const std::array<int, 10> key{op.layer, static_cast<int>(op.kind), static_cast<int>(op.batches.size()), tp.degree,
+                                tp.sequence_parallel, e.gathered_input, e.gathered_grad, shape.nodes,
+                                shape.ranks_per_node, regather};
+  auto [it, fresh] = tp_cache_.try_emplace(key, 0.0);
+  if (!fresh) return it->second;
+  const LayerContent& layer = sizes_.layers()[op.layer];
   const double bytes = tokens * setting_.model.hidden * setting_.model.activation_bytes;
-  return c.all_reduces * time(Collective::AllReduce, bytes) + c.all_gathers * time(Collective::AllGather, bytes) +
-         c.reduce_scatters * time(Collective::ReduceScatter, bytes);
+  const std::vector<TpCollectiveSpec> specs = tp_pass_collectives(setting_, layer, op.kind, tokens, tp);
+  double total = 0;
+  for (const TpCollectiveSpec& c : specs)
+    if (!tp_role_explicit(c.role, layer, op.kind, e)) total += tp_exposed_seconds(c, time(c.kind, bytes));
+  // The schedule's gather of the layer's input is one op whether the forward or a backward pass needs it, priced as
+  // the forward's (duration of an explicit TP collective); a backward's re-gather runs under its input-grad GEMM
+  // where the forward's runs under nothing: that difference is the backward's.
+  if (e.gathered_input && regather && (op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput)) {
+    const double gather = time(Collective::AllGather, bytes);
+    for (const TpCollectiveSpec& c : specs)
+      if (c.role == TpRole::InputGather)
+        total -= tp_role_seconds(op.rank, op.layer, OpKind::Forward, TpRole::InputGather, op.batches.size(), tp, gather) -
+                 tp_exposed_seconds(c, gather);
+  }
+  it->second = std::max(0.0, total);
+  return it->second;
+}
+
+double HardwareCostModel::explicit_tp_seconds(const Op& op, double seconds) const {
+  if (!is_tp_collective(op)) return seconds;
+  const Tensor* t = op.kind == OpKind::AllGather ? (op.writes.empty() ? nullptr : &op.writes.front())
+                                                 : (op.reads.empty() ? nullptr : &op.reads.front());
+  if (!t || (t->kind != TensorKind::Activation && t->kind != TensorKind::ActivationGrad)) return seconds;
+  const int L = static_cast<int>(sizes_.layers().size());
+  const bool grad = t->kind == TensorKind::ActivationGrad;
+  // Which layer's pass the collective belongs to, and its role there (hardware/tp_comm.h).
+  int layer = 0;
+  TpRole role = TpRole::Inner;
+  if (op.kind == OpKind::AllGather) {
+    layer = grad ? t->layer - 1 : t->layer;
+    role = grad ? TpRole::OutputGradGather : TpRole::InputGather;
+  } else {
+    layer = grad ? t->layer : t->layer - 1;
+    role = grad ? TpRole::InputGradReduce : TpRole::OutputReduce;
+  }
+  if (layer < 0 || layer >= L) return seconds;
+  const OpKind pass = !grad ? OpKind::Forward : split_backward(op.rank, layer) ? OpKind::BackwardInput : OpKind::Backward;
+  TpSplit tp;
+  tp.degree = std::max<int>(1, op.kind == OpKind::AllGather ? t->num_shards : t->tp_size);
+  tp.sequence_parallel = op.kind != OpKind::AllReduce;
+  if (tp.degree <= 1) return seconds;
+  return tp_role_seconds(op.rank, layer, pass, role, t->batches.size(), tp, seconds);
 }
 
 double HardwareCostModel::tied_embedding_seconds(const Op& op) const {
@@ -257,7 +368,8 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
         c = Collective::Reduce;
         if (!op.reads.empty()) bytes = sizes_.wire_bytes(op.reads.front());
       }
-      return nccl_collective(c, shape, bytes, setting_.network).seconds;
+      // A TP collective at a layer's end may run under a GEMM of its pass (hardware/tp_comm.h).
+      return explicit_tp_seconds(op, nccl_collective(c, shape, bytes, setting_.network).seconds);
     }
     default: return 0;
   }

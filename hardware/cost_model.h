@@ -11,14 +11,17 @@
 // time from its inputs being ready to its start that no op's own time holds (hardware/device.h).
 // Memory is in bytes (hardware/memory.h), rank-aware: the input of a layer's forward holds that forward's
 // saved activations on the ranks that run it.
-// Tensor parallelism (hardware/op_costs.h): a compute op on TP slice j of t does 1/t of the work, and its
-// time also holds the TP collectives inside it (tp_comm_seconds), timed as NCCL runs them over the rank's TP
-// group (NVLink when the group sits in one node; NVLS where the network has it). Explicit TP collectives (the all-reduce of
-// a partial sum, the reduce-scatter and all-gather of sequence shards) are collectives like any other, over
-// the bytes of the whole activation (TensorSizes::wire_bytes).
+// Tensor parallelism (hardware/op_costs.h, hardware/tp_comm.h): a compute op on TP slice j of t does 1/t of the
+// work, and its time also holds the TP collectives inside it (tp_comm_seconds), timed as NCCL runs them over the
+// rank's TP group (NVLink when the group sits in one node; NVLS where the network has it). Explicit TP collectives
+// (the all-reduce of a partial sum, the reduce-scatter and all-gather of sequence shards) are collectives like any
+// other, over the bytes of the whole activation (TensorSizes::wire_bytes); under the setting's TP overlap both
+// leave exposed only what the GEMM they run under does not hide.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "hardware/memory.h"
+#include "hardware/tp_comm.h"
 #include "sim/cost_model.h"
 
 namespace trainsim::hw {
@@ -85,9 +89,11 @@ class HardwareCostModel final : public CostModel {
   /// FLOPs and bytes of a compute op (forward, backward and its halves, loss, update) on its slice and shards
   /// (hardware/op_costs.h); no work for other kinds.
   Work op_work(const Op& op) const;
-  /// Seconds of the TP collectives a compute op of TP degree t > 1 runs inside itself (hardware/op_costs.h:
-  /// tp_collectives_inside, and the loss's three small all-reduces), as NCCL runs them over its rank's TP group
-  /// (t ranks on one node when the rank has no TP group); 0 without TP. Part of seconds_of.
+  /// Seconds of the TP collectives a compute op of TP degree t > 1 runs inside itself and leaves exposed
+  /// (hardware/tp_comm.h: its pass's collectives but those the schedule runs as explicit ops, each as NCCL runs it
+  /// over its rank's TP group, t ranks on one node when the rank has no TP group, less what the setting's TP
+  /// overlap hides under the pass's GEMMs; and the loss's three small all-reduces); 0 without TP. Part of
+  /// seconds_of.
   double tp_comm_seconds(const Op& op) const;
   /// Seconds of the all-reduce of the tied embedding matrix's grad that the update of the first or of the last
   /// layer runs before it (Megatron-LM's _allreduce_word_embedding_grads in finalize_model_grads: between the
@@ -115,6 +121,19 @@ class HardwareCostModel final : public CostModel {
 
  private:
   double busy_seconds(const Op& op, int group_size) const;  // without dispatch_s
+  // The TP group of a rank as the formulas see it (its header group's shape, or `degree` ranks on one node).
+  GroupShape tp_shape(int rank, int degree) const;
+  // Whether the rank splits the backward of `layer` into its halves (zero bubble's B and W).
+  bool split_backward(int rank, int layer) const;
+  // Whether the rank all-gathers the input of `layer` again for its backward (sequence parallelism).
+  bool regathered(int rank, int layer) const;
+  // What a TP collective of `seconds` of role `role` in `pass` of `layer` over `batches` microbatches leaves
+  // exposed (hardware/tp_comm.h), its partner GEMM's time cached.
+  double tp_role_seconds(int rank, int layer, OpKind pass, TpRole role, double batches, TpSplit tp,
+                         double seconds) const;
+  // An explicit TP collective's seconds, `seconds` as NCCL runs it, less what its pass's GEMM hides (its role by
+  // its tensor: a forward output's or input grad's reduction, an input's or output grad's gather).
+  double explicit_tp_seconds(const Op& op, double seconds) const;
   double compute_seconds(const Op& op) const;  // work_seconds(op_work(op)) for a pass or the loss, cached
 
   HardwareSetting setting_;
@@ -127,6 +146,9 @@ class HardwareCostModel final : public CostModel {
   std::vector<std::vector<char>> forward_layers_;  // [rank][layer]: the TP degree of its forward, 0 for none
   TpLayout tp_;
   std::vector<int> cp_group_;  // [rank]: its CP group's id (context parallelism only)
+  std::vector<std::vector<char>> split_backward_;  // [rank][layer]: its backward split into B and W (only if any)
+  std::vector<std::vector<char>> regathered_;  // [rank][layer]: its input all-gathered again for the backward
+  mutable std::map<std::array<int, 10>, double> tp_cache_;  // tp_comm_seconds by op shape
   mutable std::unordered_map<std::uint64_t, double> compute_cache_;  // compute_seconds by its key
 };
 

@@ -11,6 +11,8 @@ void DeviceSpec::validate(const std::string& where) const {
   need(peak_flops > 0, "peak_flops", peak_flops, "must be positive (FLOP/s)");
   need(hbm_bandwidth > 0, "hbm_bandwidth", hbm_bandwidth, "must be positive (bytes/s)");
   need(memory_bytes > 0, "memory_bytes", memory_bytes, "must be positive (bytes)");
+  need(memory_reserve_bytes >= 0 && memory_reserve_bytes < memory_bytes, "memory_reserve_bytes", memory_reserve_bytes,
+       "must be at least 0 and below memory_bytes (bytes)");
   need(fp8_peak_flops >= 0, "fp8_peak_flops", fp8_peak_flops, "must be at least 0 (FLOP/s; 0: no FP8)");
   const EfficiencyTable& e = efficiency;
   for (auto [v, name] : {std::pair{e.forward, "efficiency.forward"}, {e.backward_input, "efficiency.backward_input"},
@@ -34,6 +36,7 @@ const std::vector<Field<DeviceSpec>>& device_fields() {
       field("peak_flops", &D::peak_flops),
       field("hbm_bandwidth", &D::hbm_bandwidth),
       field("memory_bytes", &D::memory_bytes),
+      field("memory_reserve_bytes", &D::memory_reserve_bytes),
       field("fp8_peak_flops", &D::fp8_peak_flops),
       text(
           "gemm_shapes",
@@ -54,12 +57,15 @@ const std::vector<Field<DeviceSpec>>& device_fields() {
       eff("sustained", &EfficiencyTable::sustained),
       eff("op_overhead_s", &EfficiencyTable::op_overhead_s),
       eff("dispatch_s", &EfficiencyTable::dispatch_s),
+      text(
+          "fitted_to", [](const D& d) { return d.fitted_to.empty() ? std::string("none") : d.fitted_to; },
+          [](D& d, const std::string& v) { d.fitted_to = v == "none" ? std::string() : v; }),
   };
   return f;
 }
 
 const std::vector<std::string>& device_preset_names() {
-  static const std::vector<std::string> names{"h100-sxm", "h100-gt500", "h200", "a100-80g", "cpu", "custom"};
+  static const std::vector<std::string> names{"h100-sxm", "h100-gt500", "h200", "b200", "a100-80g", "cpu", "custom"};
   return names;
 }
 
@@ -137,6 +143,17 @@ void hopper(DeviceSpec& d, double bf16_mamf, double fp8_mamf) {
   e.memory = 1;
 }
 
+// MiB, as nvidia-smi counts its memory total.
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The memory a training framework cannot use on a GPU of `capacity` bytes (docs/hardware-model.md §3, "The memory
+// reserve"): 1 GiB for the CUDA context, cuBLAS's workspaces and NCCL's buffers (a few hundred MiB of context on
+// Hopper with CUDA 12's lazy loading; NCCL allocates NCCL_BUFFSIZE, 4 MiB by default, per channel and peer of
+// each communicator, and a 3D job holds TP, DP and PP communicators), plus 3 % of the capacity for the caching
+// allocator's fragmentation (memory reserved by PyTorch's allocator beyond what is allocated at the peak). An
+// assumption of trainsim's, not a measurement: --set device.memory_reserve_bytes=B changes it.
+double gpu_reserve(double capacity) { return 1024.0 * kMiB + 0.03 * capacity; }
+
 }  // namespace
 
 DeviceSpec device_preset(const std::string& name) {
@@ -144,8 +161,8 @@ DeviceSpec device_preset(const std::string& name) {
   if (name == "h100-sxm") {
     // NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity, so 989.4
     // dense (2:4 sparsity doubles the figure); FP8 3,958 with sparsity, 1,978.9 dense; GPU memory 80 GB HBM3 at
-    // 3.35 TB/s.
-    d.peak_flops = 989.4e12, d.hbm_bandwidth = 3.35e12, d.memory_bytes = 80e9, d.fp8_peak_flops = 1978.9e12;
+    // 3.35 TB/s, which nvidia-smi shows as 81,559 MiB ("NVIDIA H100 80GB HBM3 ... 81559MiB").
+    d.peak_flops = 989.4e12, d.hbm_bandwidth = 3.35e12, d.memory_bytes = 81559 * kMiB, d.fp8_peak_flops = 1978.9e12;
     hopper(d, 794.5e12, 1402.6e12);
   } else if (name == "h100-gt500") {
     // The H100 of Meta's Grand Teton hosts that torchtitan's benchmarks ran on (benchmarks/
@@ -154,25 +171,29 @@ DeviceSpec device_preset(const std::string& name) {
     // Peak: the middle of that bracket, SXM 989.4 dense BF16 (1,978.9 FP8) and H100 NVL 835.5 (1,670.5 FP8;
     // H100 NVL datasheet: 1,671 and 3,341 TFLOPS with sparsity): 912.5 and 1,824.7 TFLOP/s. GEMMs and attention
     // at the H100 SXM's fractions of the peak.
-    d.peak_flops = 912.45e12, d.hbm_bandwidth = 2.4e12, d.memory_bytes = 96.0 * (1ull << 30),
-    d.fp8_peak_flops = 1824.7e12;
+    // Its 96 GB as the tools show a Hopper GPU of six 16 GB HBM stacks: 97,871 MiB (nvidia-smi on GH200's and
+    // H20's 96 GB).
+    d.peak_flops = 912.45e12, d.hbm_bandwidth = 2.4e12, d.memory_bytes = 97871 * kMiB, d.fp8_peak_flops = 1824.7e12;
     hopper(d, 794.5e12 / 989.4e12 * d.peak_flops, 1402.6e12 / 1978.9e12 * d.fp8_peak_flops);
     // Sustained: fitted to one published run, torchtitan's Table 1 BF16 FSDP run on 8 of these GPUs (5,762
     // tokens/s per GPU; docs/hardware-model.md §5): the fraction for which trainsim predicts it exactly. The
     // page's ten other runs (compile, FP8, 128 GPUs, long context, 70B 2D) are held out.
     d.efficiency.sustained = 0.671;
+    d.fitted_to = "torchtitan-llama3.1-8b-fsdp8";
   } else if (name == "h200") {
     // NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 Tensor Core 1,979 TFLOPS with sparsity (989.4
-    // dense, the H100's compute), FP8 3,958 (1,978.9 dense); 141 GB HBM3e at 4.8 TB/s. Maximum achievable
-    // matmul FLOP/s as the H100's for BF16 ("H200 is the same"), 1,453.4 TFLOP/s for FP8 (ibid.).
-    d.peak_flops = 989.4e12, d.hbm_bandwidth = 4.8e12, d.memory_bytes = 141e9, d.fp8_peak_flops = 1978.9e12;
+    // dense, the H100's compute), FP8 3,958 (1,978.9 dense); 141 GB HBM3e at 4.8 TB/s, which nvidia-smi shows as
+    // 143,771 MiB. Maximum achievable matmul FLOP/s as the H100's for BF16 ("H200 is the same"), 1,453.4 TFLOP/s
+    // for FP8 (ibid.).
+    d.peak_flops = 989.4e12, d.hbm_bandwidth = 4.8e12, d.memory_bytes = 143771 * kMiB, d.fp8_peak_flops = 1978.9e12;
     hopper(d, 794.5e12, 1453.4e12);
   } else if (name == "a100-80g") {
     // NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 Tensor Core 312 TFLOPS (624 with sparsity);
     // 80 GB HBM2e at 2,039 GB/s; no FP8. GEMMs at the best shape at the maximum achievable matmul FLOP/s, 271.2
     // of 312 TFLOP/s (ml-engineering's table, A100 SXM); no per-shape A100 table is published in the sources
     // used, so the H100's shape factors (the same table, relative to its best); attention: the A100 flash table.
-    d.peak_flops = 312e12, d.hbm_bandwidth = 2.039e12, d.memory_bytes = 80e9;
+    // nvidia-smi shows its memory as 81,920 MiB ("NVIDIA A100-SXM4-80GB ... 81920MiB").
+    d.peak_flops = 312e12, d.hbm_bandwidth = 2.039e12, d.memory_bytes = 81920 * kMiB;
     d.gemm_shapes = parse_gemm_table(h100_gemm_shapes());
     d.attention_shapes = parse_attention_table(a100_attention_shapes());
     EfficiencyTable& e = d.efficiency;
@@ -183,6 +204,14 @@ DeviceSpec device_preset(const std::string& name) {
     // and 529.6B; docs/hardware-model.md §5): the fraction for which the geometric mean of trainsim's predictions
     // over their published TFLOP/s is 1. The other five runs and torchtitan's six A100 runs are held out.
     e.sustained = 0.861;
+    d.fitted_to = "narayanan2021-table1";
+  } else if (name == "b200") {
+    // NVIDIA DGX B200 datasheet, per GPU (eight in a system): FP8 training 72 PFLOPS for the system with sparsity,
+    // so 4.5 PFLOPS dense FP8 and 2.25 dense BF16 per GPU; 1,440 GB of HBM3e at 64 TB/s, 180 GB at 8 TB/s per
+    // GPU, which nvidia-smi shows as 183,359 MiB. No GEMM or attention table of its own in the sources used: the
+    // H100's shape factors, at the H100's fractions of the peak (ml-engineering's MAMF table has no B200 row).
+    d.peak_flops = 2250e12, d.hbm_bandwidth = 8e12, d.memory_bytes = 183359 * kMiB, d.fp8_peak_flops = 4500e12;
+    hopper(d, 794.5e12 / 989.4e12 * d.peak_flops, 1402.6e12 / 1978.9e12 * d.fp8_peak_flops);
   } else if (name == "cpu") {
     // The executor's CPU backend on the development machine (an Intel Xeon @ 2.50 GHz with AVX-512, 2 cores,
     // idle, fp32 GEMMs on oneDNN, one thread per rank; other CPUs differ: bench/README.md, issue 23's sixth
@@ -197,11 +226,13 @@ DeviceSpec device_preset(const std::string& name) {
     d.efficiency.forward = 0.640, d.efficiency.backward_input = 0.579, d.efficiency.backward_weight = 0.579;
     d.efficiency.attention = 0.640, d.efficiency.memory = 1.0, d.efficiency.op_overhead_s = 5.70e-4;
     d.efficiency.dispatch_s = 1.47e-3;
+    d.fitted_to = "calibrate-small-xeon-avx512";
   } else if (name != "custom") {
     std::string list;
     for (const auto& n : device_preset_names()) list += (list.empty() ? "" : ", ") + n;
     throw SpecError(fmt::format("unknown device '{}' (the presets are: {}; or a JSON file)", name, list));
   }
+  if (name != "cpu" && name != "custom") d.memory_reserve_bytes = gpu_reserve(d.memory_bytes);
   d.preset = name;
   return d;
 }

@@ -49,7 +49,13 @@ struct DeviceSpec {
   std::string preset = "custom";
   double peak_flops = 0;       ///< peak dense FLOP/s at the model's compute precision (BF16)
   double hbm_bandwidth = 0;    ///< memory bandwidth, bytes/s
-  double memory_bytes = 0;     ///< memory capacity, bytes (out-of-memory above it)
+  /// Memory capacity, bytes, as the tools show it (nvidia-smi's total, torch.cuda.mem_get_info): the datasheet's
+  /// memory less what the driver keeps.
+  double memory_bytes = 0;
+  /// Of memory_bytes, what a training framework cannot use, bytes: the CUDA context and cuBLAS workspaces,
+  /// NCCL's buffers, the caching allocator's fragmentation (docs/hardware-model.md §3, "The memory reserve"). A
+  /// step whose peak is above memory_bytes - memory_reserve_bytes runs out of memory.
+  double memory_reserve_bytes = 0;
   double fp8_peak_flops = 0;   ///< peak dense FP8 FLOP/s; 0: the device has no FP8 tensor cores
   /// GEMM throughput by shape (field `gemm_shapes`, "MxNxK:fraction,..."); empty: every shape alike.
   GemmShapeTable gemm_shapes;
@@ -57,14 +63,20 @@ struct DeviceSpec {
   /// attention core's FLOPs at `attention` alone.
   AttentionTable attention_shapes;
   EfficiencyTable efficiency;
+  /// What its efficiencies were fitted to, one word (field `fitted_to`): the published runs of docs/hardware-model.md
+  /// §5 ("narayanan2021-table1"), or "calibrate" for `trainsim calibrate`'s fit to measured traces; "" (written
+  /// "none") when fitted to nothing, and reports then say its predictions are the kernel tables' and likely fast.
+  std::string fitted_to;
 
+  /// The memory a step may use: memory_bytes - memory_reserve_bytes.
+  double usable_memory_bytes() const { return memory_bytes - memory_reserve_bytes; }
   /// Throws SpecError naming `where` and the field.
   void validate(const std::string& where) const;
   friend bool operator==(const DeviceSpec&, const DeviceSpec&) = default;
 };
 
 const std::vector<Field<DeviceSpec>>& device_fields();
-/// h100-sxm, h100-gt500, h200, a100-80g, cpu, custom.
+/// h100-sxm, h100-gt500, h200, b200, a100-80g, cpu, custom.
 const std::vector<std::string>& device_preset_names();
 /// Throws SpecError listing the presets.
 DeviceSpec device_preset(const std::string& name);

@@ -8,7 +8,7 @@ double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recomp
                                   Attention attention) {
   const double h = m.hidden, f = m.ffn, a = m.heads, kv = static_cast<double>(m.kv_width()), e = m.activation_bytes;
   const double sbh = s * b * h, t = tp;
-  if (r == Recompute::Full) return e * sbh;
+  if (r == Recompute::Full) return e * sbh / (sp ? t : 1);  // the block's input, a sequence shard with SP
   const double statistics = 4 * a * s * b;  // flash attention's fp32 log-sum-exp per head and token
   if (r == Recompute::Op) {
     const double kept = m.gated_ffn ? e * s * b * (h + kv + f) : e * s * b * (h + 2 * kv + f);  // odd mms' outputs

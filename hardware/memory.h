@@ -20,7 +20,8 @@ namespace trainsim::hw {
 /// With e = 2 (bf16), kv = h, f = 4h and dropout this is sbh(34 + 5as/h). Tensor parallelism over t ranks
 /// divides the Q, K, V, softmax, projection-input and MLP-inner terms by t; sequence parallelism divides the
 /// rest too. Selective recomputation drops the as²b terms; full recomputation keeps only the block's input,
-/// e·sbh (2sbh in bf16), whatever t. That is eager attention (the paper's). Flash attention keeps no s x s
+/// e·sbh (2sbh in bf16) whatever t, or its sequence shard e·sbh/t with sequence parallelism (Megatron-LM
+/// checkpoints the sequence-parallel input of each block). That is eager attention (the paper's). Flash attention keeps no s x s
 /// terms but the softmax statistics, one fp32 log-sum-exp per head and token (4·asb; Dao 2023), dropped too by
 /// selective recomputation. Selective op checkpointing (Recompute::Op, torchtitan) keeps the block's input, the
 /// outputs of its odd-numbered matrix multiplies (gated: wq h, wv kv, w1 f, w2 h; GeLU: QKV h + 2kv, fc f) and

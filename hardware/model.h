@@ -4,8 +4,8 @@
 // A model is a decoder-only transformer: token embedding (plus learned positions for GPT-2), `blocks`
 // pre-norm blocks (attention with `heads` query heads and `kv_heads` key/value heads; an MLP of width `ffn`,
 // gated SwiGLU with three matrices or GeLU with two), a final norm and an LM head (tied to the embedding or
-// not). Precision is a byte count per element of each kind of state (mixed precision: bf16 weights, grads
-// and activations, fp32 master weights and AdamW moments).
+// not). Precision is a byte count per element of each kind of state (mixed precision: bf16 weights and
+// activations, fp32 grads, master weights and AdamW moments).
 #pragma once
 
 #include <string>
@@ -34,7 +34,10 @@ struct ModelSpec {
   bool learned_positions = false; ///< a learned position embedding of seq x hidden (GPT-2)
   bool dropout = false;           ///< dropout masks are kept for the backward (1 byte per element)
   int weight_bytes = 2;           ///< bytes per weight element used in compute (bf16)
-  int grad_bytes = 2;             ///< bytes per weight-grad element (bf16)
+  /// bytes per weight-grad element: fp32, as both frameworks keep and reduce them under bf16 mixed precision
+  /// (Megatron-LM's main_grad buffers, accumulate_allreduce_grads_in_fp32 on with --bf16; torchtitan's FSDP2
+  /// reduce_dtype float32 into fp32 sharded grads)
+  int grad_bytes = 4;
   int master_bytes = 4;           ///< bytes per fp32 master weight (0: the weights are their own master)
   int optimizer_bytes = 8;        ///< bytes of AdamW moments per parameter (fp32 m and v)
   int activation_bytes = 2;       ///< bytes per activation element (bf16)

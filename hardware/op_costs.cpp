@@ -292,33 +292,19 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
   }
 }
 
-TpCollectives tp_collectives_inside(const LayerContent& layer, OpKind kind, Recompute r, bool sequence_parallel) {
-  const int k2 = 2 * layer.num_blocks;
-  // `reduce`: the sums of partial sums (all-reduces; with SP reduce-scatters), `gather`: with SP the
-  // all-gathers of sequence shards. The forward's are the backward's conjugates with the embedding's and the
-  // head's roles swapped; the schedule's explicit ops take one of each at the layer's boundary.
-  int reduce = 0, gather = 0, recomputed = 0;
-  switch (kind) {
-    case OpKind::Forward:
-      reduce = k2 + (layer.embedding ? 1 : 0) - (layer.head ? 0 : 1);
-      gather = k2 + (layer.head ? 1 : 0) - (layer.embedding ? 0 : 1);
+double linear_seconds(const HardwareSetting& s, const Linear& l, double tokens, OpKind pass, bool bf16) {
+  const LinearPasses p = linear_passes(s, l, tokens, s.fp8 && !bf16);
+  Work w;
+  switch (pass) {
+    case OpKind::Forward: w.forward_weighted = p.fwd, w.fp8_weighted = p.fp8_fwd, w.bytes = p.cast_fwd; break;
+    case OpKind::BackwardInput: w.backward_input_weighted = p.input, w.fp8_weighted = p.fp8_input, w.bytes = p.cast_input; break;
+    case OpKind::BackwardWeight:
+      w.backward_weight_weighted = p.weight, w.fp8_weighted = p.fp8_weight, w.bytes = p.cast_weight;
       break;
-    case OpKind::Backward:
-    case OpKind::BackwardInput:
-      reduce = k2 + (layer.head ? 1 : 0) - (layer.embedding ? 0 : 1);
-      gather = k2 + (layer.embedding ? 1 : 0) - (layer.head ? 0 : 1);
-      if (r == Recompute::Full) recomputed = k2;
-      break;
-    default: return {};
+    default: return 0;
   }
-  TpCollectives c;
-  if (sequence_parallel) {
-    c.reduce_scatters = reduce + recomputed;
-    c.all_gathers = gather + recomputed;
-  } else {
-    c.all_reduces = reduce + recomputed;
-  }
-  return c;
+  w.forward_flops = p.flops;  // (any: only whether there is work counts below)
+  return work_seconds(s.device, w) - s.device.efficiency.op_overhead_s;
 }
 
 double work_seconds(const DeviceSpec& d, const Work& w) {

@@ -61,24 +61,9 @@
 // writes the whole output (masked, then all-reduced: Megatron's VocabParallelEmbedding); its grad reads the
 // whole output grad and scatter-adds into 1/t of the rows. The loss on a vocabulary slice: 1/t of its bytes.
 //
-// The TP reductions inside a compute op (the design's rule: the reduction of the partial sum a layer ends
-// with is an explicit op of the schedule, the others run inside the layer's compute op). Per layer of k
-// blocks and microbatch, Megatron's f/g operators are one all-reduce of b·s·h activations after attention and
-// one after the MLP in the forward, the conjugate two in the backward (Shoeybi et al. 2019, fig. 3), one after
-// the vocabulary-parallel embedding, and one for the LM head's input grad (its column-parallel input's g):
-// - forward: 2k (+1 in layer 0, the embedding's) minus the explicit one at the layer's end (none for the
-//   last layer: its head's output is a vocabulary slice);
-// - input grad (backward-input or a whole backward): 2k (+1 in the last layer, the head's input grad) minus
-//   the explicit one of the layer's input grad (none for layer 0: its input is the token ids); with full
-//   recomputation plus the 2k of the recomputed blocks' forward (Megatron recomputes them with their
-//   communication); the weight-grad pass none;
-// - loss: the vocabulary-parallel cross-entropy's three all-reduces of b·s fp32 values (the max, the target
-//   logit and the sum of exponentials: Megatron's _VocabParallelCrossEntropy).
-// Each all-reduce is a ring all-reduce of b·s·h·e bytes over the rank's TP group (hardware/comm.h); with
-// sequence parallelism the forward's reductions become an all-gather before and a reduce-scatter after each
-// sublayer (the embedding a reduce-scatter, the head an all-gather; the backward the conjugates) of the same
-// volume (Korthikanti et al. 2022, §4.2.2). They run synchronously, as in Megatron-LM without its TP-comm
-// overlap: the op's time is its compute plus this communication (HardwareCostModel::tp_comm_seconds).
+// The TP collectives inside a compute op, which ones overlap which GEMMs, and the schedule's explicit ones:
+// hardware/tp_comm.h. The vocabulary-parallel cross-entropy's three all-reduces of b·s fp32 values (the max, the
+// target logit and the sum of exponentials: Megatron's _VocabParallelCrossEntropy) are the loss op's.
 #pragma once
 
 #include <vector>
@@ -98,16 +83,6 @@ std::vector<LayerContent> partition_layers(const ModelSpec& model, int layers, c
 struct TpSplit {
   int degree = 1;                  ///< t: the TP degree of the op's slice; 1 without tensor parallelism
   bool sequence_parallel = false;  ///< norms and residual adds run on s/t tokens (Korthikanti et al. 2022)
-};
-
-/// The TP collectives a compute op runs inside itself, per microbatch (see the header comment): all-reduces
-/// of b·s·h activations without sequence parallelism, all-gathers and reduce-scatters of that volume with it.
-struct TpCollectives {
-  int all_reduces = 0;
-  int all_gathers = 0;
-  int reduce_scatters = 0;
-  /// Equal when every count is.
-  friend bool operator==(const TpCollectives&, const TpCollectives&) = default;
 };
 
 /// Work of one op: FLOPs by efficiency class, the FLOPs that take its time, and bytes of memory traffic.
@@ -160,10 +135,11 @@ Work block_forward(const HardwareSetting& s, double tokens, TpSplit tp = {});
 /// setting's device.
 Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, double params = 0,
                   TpSplit tp = {});
-/// The TP collectives inside a forward, backward, backward-input or backward-weight of `layer` (per microbatch,
-/// at a TP degree above 1; see the header comment), with recomputation `r`. The loss's small all-reduces and
-/// other kinds: none.
-TpCollectives tp_collectives_inside(const LayerContent& layer, OpKind kind, Recompute r, bool sequence_parallel);
+/// Seconds of one linear's GEMM over `tokens` tokens in pass `pass` (Forward: its forward GEMM; BackwardInput: the
+/// input-grad GEMM; BackwardWeight: the weight-grad GEMM) on the setting's device, FP8 when the setting has it
+/// unless `bf16` (the LM head), without the per-op overhead (hardware/tp_comm.h times the GEMMs a TP collective
+/// runs under with it).
+double linear_seconds(const HardwareSetting& s, const Linear& l, double tokens, OpKind pass, bool bf16 = false);
 /// Seconds of the attention core of one block over `tokens` tokens on a TP rank of `tp`, forward and backward
 /// (its share of block_forward and of the input-grad pass).
 struct AttentionSeconds {

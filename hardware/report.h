@@ -31,15 +31,30 @@ struct OutOfMemory {
 struct RankReport {
   int rank = 0;
   double compute_s = 0;         ///< time its compute ops (stream 0 work: forward, backward, loss, update) ran
-  double bubble_fraction = 0;   ///< 1 - compute_s / step time
+  /// time its passes ran: compute_s and its explicit TP collectives (part of the passes, on the compute stream)
+  double busy_s = 0;
+  double bubble_fraction = 0;   ///< 1 - busy_s / step time: pipeline bubble, waiting for other stages
   double comm_s = 0;            ///< time during which at least one of its communication ops ran
-  double exposed_comm_s = 0;    ///< ... and none of its compute ops (sim/exposed_comm.h)
-  /// Tensor parallelism: the TP collectives inside its compute ops (HardwareCostModel::tp_comm_seconds), part
-  /// of compute_s, all exposed (they run synchronously, as in Megatron-LM)
+  /// the time during which a communication op ran and no compute op did (sim/exposed_comm.h), plus the TP
+  /// communication inside compute ops (tp_comm_inside_s), which runs synchronously and is never hidden
+  double exposed_comm_s = 0;
+  /// Tensor parallelism: the TP communication its compute ops leave exposed inside them
+  /// (HardwareCostModel::tp_comm_seconds: what the setting's TP overlap does not hide), part of compute_s
   double tp_comm_inside_s = 0;
   /// ... plus the time its explicit TP collectives (over its TP group) ran while none of its compute ops did
   double tp_comm_exposed_s = 0;
   double peak_memory_bytes = 0;
+  /// The split of that peak by kind (what is resident as the first op at it starts, and that op's workspace)
+  MemoryByKind peak_breakdown;
+};
+
+/// One pipeline stage's heaviest rank (the ranks from one stage's first rank in the schedule's stage map to the
+/// next's; the whole world without a stage map).
+struct StageMemory {
+  int stage = 0;
+  int first_rank = 0, last_rank = 0;  ///< its ranks
+  int peak_rank = 0;                  ///< the first of them at the stage's highest peak
+  MemoryByKind peak;                  ///< that rank's peak, by kind
 };
 
 /// A simulated training step.
@@ -52,8 +67,8 @@ struct StepReport {
   /// (data, pipeline and tensor parallelism: the t ranks of a TP group share one microbatch's FLOPs)
   double model_flops_per_step = 0;
   double mfu = 0;                ///< model FLOPs / (step time x ranks x peak FLOP/s), every rank counted
-  double bubble_fraction = 0;    ///< 1 - sum of compute time / (ranks x step time)
-  double exposed_comm_s = 0;     ///< mean over ranks of the communication time not hidden under compute
+  double bubble_fraction = 0;    ///< 1 - sum of busy time (RankReport::busy_s) / (ranks x step time)
+  double exposed_comm_s = 0;     ///< mean over ranks of RankReport::exposed_comm_s (TP communication included)
   double exposed_comm_share = 0; ///< exposed_comm_s / step_time_s
   bool tensor_parallel = false;  ///< some rank has a TP group (the TP lines below are printed)
   double tp_comm_inside_s = 0;   ///< mean over ranks of RankReport::tp_comm_inside_s
@@ -62,10 +77,16 @@ struct StepReport {
   double peak_memory_bytes = 0;  ///< highest sample over ranks
   int peak_memory_rank = 0;
   double peak_memory_time_s = 0;
-  double memory_capacity_bytes = 0;
-  double headroom_bytes = 0;     ///< capacity - peak (negative: out of memory)
+  /// What the device's efficiencies were fitted to (DeviceSpec::fitted_to); "" when nothing: its times are the
+  /// kernel tables' and likely too short
+  std::string device_fitted_to;
+  double memory_capacity_bytes = 0;  ///< the device's memory as the tools show it (DeviceSpec::memory_bytes)
+  double memory_reserve_bytes = 0;   ///< of it, what a framework cannot use (DeviceSpec::memory_reserve_bytes)
+  double headroom_bytes = 0;     ///< capacity - reserve - peak (negative: out of memory)
   std::optional<OutOfMemory> oom;
   std::vector<RankReport> ranks;
+  /// Per pipeline stage, its heaviest rank's peak by kind (empty for a report made from a trace)
+  std::vector<StageMemory> stages;
 };
 
 /// The per-rank figures of a StepReport, built while the simulator runs the schedule (sim/run_observer.h:
@@ -80,11 +101,13 @@ class ReportBuilder final : public RunObserver {
   void begin(int world_size, const HardwareCostModel* cost);
   void issued(int rank, const Op& op) override;
   void ran(int rank, std::span<const RanOp> ops) override;
+  void peak(int rank, const MemoryByKind& at_peak) override;
   /// The report of the run seen, with its `summary` (makespan, peak memory: SimResult::summary) on `setting`,
   /// `microbatches` microbatches. `oom_message`: the simulator's memory-limit message when the run went over
-  /// the device's capacity (SimResult::over_capacity), parsed into StepReport::oom.
+  /// the device's capacity (SimResult::over_capacity), parsed into StepReport::oom. `stage_map`: the schedule
+  /// header's (the rank of each layer's stage), whose distinct ranks begin the stages of StepReport::stages.
   StepReport report(const RunSummary& summary, const HardwareSetting& setting, int microbatches,
-                    const std::string& oom_message = "") const;
+                    const std::string& oom_message = "", const std::vector<int>& stage_map = {}) const;
 
  private:
   const HardwareCostModel* cost_ = nullptr;
@@ -102,9 +125,12 @@ StepReport make_report(const Trace& trace, const HardwareSetting& setting, int m
                        const std::string& oom_message = "", const HardwareCostModel* cost = nullptr);
 
 /// The JSON form: step_time_s, tokens_per_s, tokens_per_s_per_gpu, mfu, bubble_fraction, exposed_comm_s,
-/// exposed_comm_share, tp_comm_inside_s, tp_comm_exposed_s, tp_comm_exposed_share, peak_memory_bytes, peak_memory_rank, peak_memory_time_s, memory_capacity_bytes,
+/// exposed_comm_share, tp_comm_inside_s, tp_comm_exposed_s, tp_comm_exposed_share, peak_memory_bytes, peak_memory_rank,
+/// peak_memory_time_s, device_fitted_to (null when fitted to nothing), memory_capacity_bytes, memory_reserve_bytes,
 /// headroom_bytes, oom (null, or {rank, time_s, op, bytes, resident, message}), model_flops_per_step,
-/// tokens_per_step, and ranks (one object per rank).
+/// tokens_per_step, peak_breakdown (the peak rank's: weights_bytes, grads_bytes, optimizer_bytes,
+/// activations_bytes, workspace_bytes), stages (per stage: stage, first_rank, last_rank, peak_rank,
+/// peak_memory_bytes and its split as peak_breakdown's), and ranks (one object per rank, with its peak_breakdown).
 nlohmann::ordered_json to_json(const StepReport& r);
 /// Human-readable lines (per-rank lines for at most `rank_lines` ranks; the TP communication line when
 /// StepReport::tensor_parallel).

@@ -42,6 +42,22 @@ Elementwise elementwise_from_name(const std::string& name, const std::string& wh
   throw SpecError(fmt::format("{}: expected fused or eager, got '{}'", where, name));
 }
 
+const char* tp_overlap_name(TpOverlap o) {
+  switch (o) {
+    case TpOverlap::None: return "none";
+    case TpOverlap::Backward: return "backward";
+    case TpOverlap::Full: return "full";
+  }
+  return "backward";
+}
+
+TpOverlap tp_overlap_from_name(const std::string& name, const std::string& where) {
+  if (name == "none") return TpOverlap::None;
+  if (name == "backward") return TpOverlap::Backward;
+  if (name == "full") return TpOverlap::Full;
+  throw SpecError(fmt::format("{}: expected none, backward or full (the TP overlap), got '{}'", where, name));
+}
+
 void HardwareSetting::validate(const std::string& where) const {
   if (context_parallel < 1)
     throw SpecError(fmt::format("{}: the context-parallel degree must be at least 1, got {}", where, context_parallel));

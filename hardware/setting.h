@@ -39,6 +39,17 @@ Elementwise elementwise_from_name(const std::string& name, const std::string& wh
 /// "flash" or "eager"; throws SpecError naming `where`.
 Attention attention_from_name(const std::string& name, const std::string& where);
 
+/// How the framework overlaps tensor parallelism's collectives with the GEMMs around them (hardware/tp_comm.h):
+/// none (every TP collective synchronous: torchtitan's TP without async TP), backward (the input-grad pass's
+/// reductions under the weight-grad GEMMs and, with SP, its re-gathers under the input-grad GEMMs: Megatron-LM's
+/// default), full (with SP every TP collective under the GEMM that consumes or produces it: Megatron-LM's
+/// --tp-comm-overlap, torchtitan's async TP).
+enum class TpOverlap { None, Backward, Full };
+/// "none", "backward", "full".
+const char* tp_overlap_name(TpOverlap o);
+/// TP overlap by name: "none", "backward", "full"; throws SpecError naming `where`.
+TpOverlap tp_overlap_from_name(const std::string& name, const std::string& where);
+
 /// Everything the hardware cost model needs besides the schedule.
 struct HardwareSetting {
   ModelSpec model;
@@ -58,6 +69,8 @@ struct HardwareSetting {
   /// Context parallelism: each sequence split over this many ranks (a CP group, header groups named cp...),
   /// which run ring attention over it (hardware/op_costs.h). 1: none.
   int context_parallel = 1;
+  /// How TP collectives overlap the GEMMs (hardware/tp_comm.h); Megatron-LM's default.
+  TpOverlap tp_overlap = TpOverlap::Backward;
 
   /// The sequence length in use: seq, or the model's when 0.
   int seq_len() const { return seq > 0 ? seq : model.seq; }

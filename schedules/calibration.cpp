@@ -227,6 +227,7 @@ Calibration calibrate(const std::vector<std::string>& files, const hw::HardwareS
   c.network = base.network;
   c.traces = files;
   c.compute_ops = static_cast<int>(samples.size());
+  c.device.fitted_to = "calibrate";
   hw::EfficiencyTable& e = c.device.efficiency;
   fold_sustained(e);
   const double peak = c.device.peak_flops, bw = c.device.hbm_bandwidth;
@@ -296,6 +297,7 @@ Calibration calibrate(const std::vector<std::string>& files, const hw::HardwareS
 
 hw::DeviceSpec fit_device(const std::vector<MeasuredWork>& work, const hw::DeviceSpec& base, double* floor_s) {
   hw::DeviceSpec d = base;
+  d.fitted_to = "calibrate";
   hw::EfficiencyTable& e = d.efficiency;
   fold_sustained(e);
   using C = MeasuredWork::Class;

@@ -37,7 +37,14 @@ struct GenOptions {
   /// 3d: context parallelism, ranks splitting each sequence (CP groups cp0, cp1, ... next to the TP groups in the
   /// rank order; grads reduced over dp x cp)
   int cp = 1;
-  std::string schedule = "1f1b";  ///< 3d: the pipeline order: 1f1b, interleaved-1f1b (with chunks) or zb-h1
+  /// 3d: the pipeline order: 1f1b, interleaved-1f1b or interleaved-zb (with chunks), zb-h1, zbv or dualpipev (two
+  /// chunks per stage in V placement)
+  std::string schedule = "1f1b";
+  /// 3d: the transformer blocks of each stage chunk, in layer order (pp x chunks of them; 2 x pp for zbv and
+  /// dualpipev): the schedule then has one layer per block (a chunk of no blocks, the embedding's or the LM head's
+  /// alone, one layer), and the header's layout line says so. Empty: `layers` layers, split evenly over the chunks.
+  /// The physical default (docs/hardware-model.md §5: a schedule layer is a modelling unit).
+  std::vector<int> chunk_blocks;
   /// A stage layout (hardware/stage_layout.h, Megatron-LM's --pipeline-model-parallel-layout, e.g.
   /// "Et*3|t*4|t*4|t*3L"): one stage per schedule layer, written to the header's `layout` line. "": none (the
   /// even split). For the kinds with --layers (data parallel, tp, 3d) its stages are the layers when `layers` is 0.
@@ -56,6 +63,22 @@ struct GenOptions {
 /// split into them).
 const std::vector<std::string>& generator_kinds();
 
+/// The options with one schedule layer per transformer block of a model of `blocks` blocks, the physical default
+/// (a schedule layer is a modelling unit; one block is the unit of FSDP in torchtitan and Megatron-LM and of their
+/// gradient accumulation, docs/hardware-model.md §5), where `options` leave the layers to it (no --layers): for 3d,
+/// chunk_blocks from `layout` (its stages being the stage chunks, pp x chunks of them) or the blocks split evenly
+/// over the chunks (StageLayout::even: the embedding with the first chunk, the LM head with the last); for tp and
+/// the data-parallel kinds (ddp, zero1, zero2, fsdp, zero3-owner) without a layout, `blocks` layers. The pipeline
+/// kinds keep one layer per stage chunk (a pipeline study, the unit cost model's own unit). Throws
+/// std::invalid_argument naming the position for a layout that cannot be read.
+GenOptions per_block_layers(const std::string& kind, GenOptions options, int blocks);
+/// The microbatches `options.microbatches` means for a step of `global_batch` sequences in microbatches of
+/// `microbatch_size` sequences: the data-parallel kinds (ddp, zero1, zero2, fsdp, zero3-owner) run dp x microbatches
+/// x microbatch_size sequences a step, pp-fsdp and 3d dp x microbatches x microbatch_size (context-parallel ranks
+/// share their sequences), the pipeline kinds and tp microbatches x microbatch_size. Throws std::invalid_argument
+/// naming `kind` and the divisor when the global batch does not divide into whole microbatches per replica.
+int microbatches_for_global_batch(const std::string& kind, const GenOptions& options, long long global_batch,
+                                  int microbatch_size);
 /// Generates a schedule of `kind`. Throws std::invalid_argument for an unknown kind or bad options
 /// (naming the option and the allowed range), also when the options ask for more ranks, layers or
 /// microbatches than schedules/limits.h allows, or more than kMaxGeneratedWork layer-microbatch pairs, and for

@@ -28,12 +28,12 @@ HardwareRun simulate_hardware(const RankSource& source, bool record_trace,
   SimOptions options;
   options.cost = run.cost.get();
   options.record_trace = record_trace;
-  options.memory_capacity = h.hardware->device.memory_bytes;
+  options.memory_capacity = h.hardware->device.usable_memory_bytes();
   options.observer = &builder;
   options.progress = std::move(progress);
   run.result = simulate_streams(source, options);
   if (!run.result.ok) return run;
-  run.report = builder.report(run.result.summary, *h.hardware, h.microbatches, run.result.over_capacity);
+  run.report = builder.report(run.result.summary, *h.hardware, h.microbatches, run.result.over_capacity, h.stage_map);
   return run;
 }
 

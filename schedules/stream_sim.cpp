@@ -69,6 +69,7 @@ struct SameTensor {
 struct RankTensors {
   std::vector<const Tensor*> tensor;  // while the rank is issued
   std::vector<double> bytes;
+  std::vector<TensorKind> kind;       // per tensor id (the peak's breakdown by kind)
   std::vector<int> memory_ids;    // per op: the ids it allocates (writes) or releases (a free's reads)
   std::vector<int> memory_begin;  // op i's ids are memory_ids[memory_begin[i], memory_begin[i + 1])
   // (op index, bytes) of the timed ops with a workspace (CostModel::workspace), in program order: few ops
@@ -117,6 +118,7 @@ struct Issuing {
     if (fresh) {
       ts.tensor.push_back(&t);
       ts.bytes.push_back(cost.memory(t, rank));
+      ts.kind.push_back(t.kind);
       live.emplace_back();
     }
     return it->second;
@@ -356,7 +358,7 @@ class StreamSim {
     // so that the table is not rehashed as it grows.
     const std::size_t expect = ops.size() / 2 + 16;
     is.ids.reserve(expect), is.live.reserve(expect), is.user_pool.reserve(2 * ops.size());
-    ts.tensor.reserve(expect), ts.bytes.reserve(expect), ts.memory_ids.reserve(ops.size());
+    ts.tensor.reserve(expect), ts.bytes.reserve(expect), ts.kind.reserve(expect), ts.memory_ids.reserve(ops.size());
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
       const int id = id_of(rank, i);
@@ -1134,12 +1136,26 @@ class StreamSim {
     bool check = o_.memory_limit || o_.memory_capacity;
     const double bound = o_.memory_limit ? *o_.memory_limit : o_.memory_capacity ? *o_.memory_capacity : 0.0;
     double total = 0;
+    // For the observer: what is resident by kind, and its split at the rank's highest sample (the first op at it).
+    std::array<double, 5> by_kind{};
+    MemoryByKind peak;
+    double peak_total = -1;
     for (std::size_t k = 0; k < ran; ++k) {
       const int i = reordered ? order[k] : static_cast<int>(k);
       if (!reordered && !node[i].done()) continue;
       if (is_timed(kind[i])) {
-        const double at = total + (ts.workspace.empty() ? 0.0 : ts.workspace_of(i));  // with what it holds inside
+        const double workspace = ts.workspace.empty() ? 0.0 : ts.workspace_of(i);
+        const double at = total + workspace;  // with what it holds inside
         sample[i] = at;
+        if (o_.observer && at > peak_total) {
+          peak_total = at;
+          peak = MemoryByKind{by_kind[static_cast<int>(TensorKind::Weight)],
+                              by_kind[static_cast<int>(TensorKind::WeightGrad)],
+                              by_kind[static_cast<int>(TensorKind::OptState)],
+                              by_kind[static_cast<int>(TensorKind::Activation)] +
+                                  by_kind[static_cast<int>(TensorKind::ActivationGrad)],
+                              workspace, node[i].start};
+        }
         if (check && at > bound) {
           over_.push_back({node[i].start, r, k, i, at});
           if (o_.memory_limit) break;
@@ -1147,8 +1163,13 @@ class StreamSim {
         }
       }
       const double sign = kind[i] == OpKind::Free ? -1.0 : 1.0;
-      for (int e = ts.memory_begin[i]; e < ts.memory_begin[i + 1]; ++e) total += sign * ts.bytes[ts.memory_ids[e]];
+      for (int e = ts.memory_begin[i]; e < ts.memory_begin[i + 1]; ++e) {
+        const int id = ts.memory_ids[e];
+        total += sign * ts.bytes[id];
+        by_kind[static_cast<int>(ts.kind[id])] += sign * ts.bytes[id];
+      }
     }
+    if (o_.observer && peak_total >= 0) o_.observer->peak(r, peak);
     // The ops themselves only for the records.
     const std::vector<Op>* ops = o_.record_trace ? &src_.ops(r) : nullptr;
     std::vector<OpRun>& runs = trace_.ranks[r];

@@ -20,6 +20,17 @@ struct RanOp {
   double memory = 0;
 };
 
+/// What is resident on a rank at one instant, by kind (cost model unit): the split of its highest memory sample.
+struct MemoryByKind {
+  double weights = 0;      ///< W: weights (whole, shards, TP slices; gathered copies too)
+  double grads = 0;        ///< dW: weight grads
+  double optimizer = 0;    ///< O: optimizer state (master weights and moments)
+  double activations = 0;  ///< A and dA: activations (with the saved activations they hold) and their grads
+  double workspace = 0;    ///< what the op starting then holds inside itself (CostModel::workspace)
+  Time time = 0;           ///< when (the first op at the rank's peak starts)
+  double total() const { return weights + grads + optimizer + activations + workspace; }
+};
+
 /// What a caller sees of a run (SimOptions::observer; the stream engine calls it, the puzzle engine does not).
 /// The calls come in this order: begin; issued for every op of rank 0 in program order, then of rank 1, ...; once
 /// the run is timed, ran for rank 0, 1, ... A run the engine starts again (schedules/stream_sim.h) calls begin
@@ -33,6 +44,8 @@ class RunObserver {
   virtual void issued(int rank, const Op& op) = 0;
   /// Rank `rank`'s timed ops that ran, in program order (only those of a run that was timed).
   virtual void ran(int rank, std::span<const RanOp> ops) = 0;
+  /// The split of rank `rank`'s highest memory sample (the first op at it), just before ran() for the rank.
+  virtual void peak(int rank, const MemoryByKind& at_peak) { (void)rank, (void)at_peak; }
 };
 
 }  // namespace trainsim

@@ -5,6 +5,7 @@
 // out; bad options are refused with the option named.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -190,7 +191,21 @@ TEST_CASE("gen tp: memory stays bounded as the microbatches grow; TP slices hold
   CHECK(peak(2, 2, false) < peak(1, 2, false));
 }
 
-TEST_CASE("gen 3d with --tp 1 is the pipeline generator's schedule, op for op") {
+// A schedule without its optimizer steps (the updates and the frees of what they used), in text.
+std::string without_steps(Schedule s) {
+  for (auto& ops : s.ranks)
+    std::erase_if(ops, [](const Op& op) {
+      if (op.kind == OpKind::Update) return true;
+      return op.kind == OpKind::Free && std::any_of(op.reads.begin(), op.reads.end(), [](const Tensor& t) {
+               return t.kind == TensorKind::Weight || t.kind == TensorKind::OptState || t.kind == TensorKind::WeightGrad;
+             });
+    });
+  return print_schedule(s);
+}
+
+TEST_CASE("gen 3d with --tp 1 is the pipeline generator's schedule, op for op, but for when the optimizer steps") {
+  // gen 3d steps every layer after the rank's last pass (Megatron-LM's optimizer step follows the whole backward);
+  // the pipeline kinds step a layer right after its last grad. With one layer per rank the two are the same.
   for (int m : {1, 3, 4, 8}) {
     CAPTURE(m);
     GenOptions pipe;
@@ -201,7 +216,20 @@ TEST_CASE("gen 3d with --tp 1 is the pipeline generator's schedule, op for op") 
     CHECK(print_schedule(generate("3d", o)) == print_schedule(generate("zb-h1", pipe)));
     if (m % 2 == 0) {
       o.schedule = "interleaved-1f1b", o.chunks = 2, pipe.chunks = 2;
-      CHECK(print_schedule(generate("3d", o)) == print_schedule(generate("interleaved-1f1b", pipe)));
+      const Schedule three = generate("3d", o), looped = generate("interleaved-1f1b", pipe);
+      CHECK(without_steps(three) == without_steps(looped));
+      CHECK(print_schedule(three) != print_schedule(looped));
+      // Each rank's updates are its last ops but the frees, in layer order.
+      for (const auto& ops : three.ranks) {
+        std::vector<int> updated;
+        bool past = false;
+        for (const Op& op : ops) {
+          if (op.kind == OpKind::Update) updated.push_back(op.layer), past = true;
+          else if (past) CHECK(op.kind == OpKind::Free);
+        }
+        CHECK(std::is_sorted(updated.begin(), updated.end()));
+        CHECK(updated.size() == 2);
+      }
     }
   }
 }
@@ -248,7 +276,7 @@ TEST_CASE("gen tp and 3d refuse bad options, naming them") {
   o.layers = 3;
   CHECK(has(rejection("3d", o), "--layers 3 does not split evenly into 2 stage chunks"));
   o.layers = 0, o.schedule = "gpipe";
-  CHECK(has(rejection("3d", o), "--schedule must be 1f1b, interleaved-1f1b or zb-h1 (got 'gpipe')"));
+  CHECK(has(rejection("3d", o), "--schedule must be 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev or interleaved-zb (got 'gpipe')"));
   o.schedule = "1f1b", o.chunks = 2;
   CHECK(has(rejection("3d", o), "--chunks 2 goes with --schedule interleaved-1f1b"));
   o.chunks = 1, o.zero = 2;

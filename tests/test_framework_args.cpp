@@ -62,7 +62,8 @@ TEST_CASE("framework args: a Megatron-LM argument line becomes gen 3d and a mode
   CHECK(p.options.chunks == 1);
   CHECK(p.options.schedule == "1f1b");
   CHECK(p.options.microbatches == 128);  // 1536 / (1 x 12)
-  CHECK(p.options.layers == 8);          // one schedule layer per stage
+  CHECK(p.options.chunk_blocks == std::vector<int>(8, 12));  // one schedule layer per block, 12 per stage
+  CHECK(p.options.layers == 0);
   CHECK(p.options.sequence_parallel);
   CHECK(p.options.zero == 1);
   CHECK(p.options.layout.empty());       // 96 layers split evenly
@@ -97,7 +98,7 @@ TEST_CASE("framework args: a Megatron-LM argument line becomes gen 3d and a mode
       in);
   CHECK(q.model.preset == "llama3-8b");
   CHECK(q.model.gated_ffn);  // the base model's, untouched by flags not given
-  CHECK(q.options.layout == "Et*7|t*9|t*9|t*7L");
+  CHECK(q.options.chunk_blocks == std::vector<int>{7, 9, 9, 7});
   CHECK(q.options.microbatches == 16);
   CHECK(q.recompute == hw::Recompute::Full);
   CHECK(q.seq == 4096);
@@ -108,8 +109,8 @@ TEST_CASE("framework args: a Megatron-LM argument line becomes gen 3d and a mode
       in);
   CHECK(l.options.chunks == 2);
   CHECK(l.options.schedule == "interleaved-1f1b");
-  CHECK(l.options.layers == 4);
-  CHECK(l.options.layout == "Et*7|t*8|t*8|t*9L");
+  CHECK(l.options.chunk_blocks == std::vector<int>{7, 8, 8, 9});
+  CHECK(l.options.layout.empty());
   // --account-for-embedding/loss-in-pipeline-split: each counts as a layer.
   FrameworkInputs in30 = dp(1);
   in30.model = hw::model_preset("llama3-8b");
@@ -118,13 +119,13 @@ TEST_CASE("framework args: a Megatron-LM argument line becomes gen 3d and a mode
       "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
       "--micro-batch-size 1 --global-batch-size 8 --fp16",
       in30);
-  CHECK(a.options.layout == "Et*7|t*8|t*8|t*7L");
+  CHECK(a.options.chunk_blocks == std::vector<int>{7, 8, 8, 7});
   CHECK(has_note(a, "count as a layer each"));
   // --num-layers-per-virtual-pipeline-stage: v = layers per stage / it.
   const FrameworkPlan v = from_megatron(
       "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 --micro-batch-size 1 --bf16", in);
   CHECK(v.options.chunks == 4);
-  CHECK(v.options.layers == 16);
+  CHECK(v.options.chunk_blocks == std::vector<int>(16, 2));
 }
 
 TEST_CASE("framework args: Megatron-LM flags outside the subset, or configurations it refuses, are refused by name") {
@@ -197,18 +198,27 @@ TEST_CASE("framework args: a torchtitan command line becomes gen 3d, fsdp or a p
   CHECK(p.kind == "3d");
   CHECK(p.options.schedule == "interleaved-1f1b");
   CHECK(p.options.chunks == 2);
-  CHECK(p.options.layers == 8);
   CHECK(p.options.microbatches == 8);
-  CHECK(p.options.layout == "Et*4|t*5|t*4|t*4|t*4|t*4|t*4|t*3L");  // generate_llm_fqn_per_model_part(8, 32, 1, 1)
-  // Pipelining alone: the pipeline kind itself (here ZBV, two stages per rank in V placement).
+  // generate_llm_fqn_per_model_part(8, 32, 1, 1), one schedule layer per block
+  CHECK(p.options.chunk_blocks == std::vector<int>{4, 5, 4, 4, 4, 4, 4, 3});
+  // Pipelining alone: gen 3d too (here ZBV, two stages per rank in V placement), so that the same configuration is
+  // one schedule whichever way it is asked for.
   const FrameworkPlan z = from_torchtitan(
       "--model.flavor 8B --parallelism.pipeline_parallel_degree 4 --parallelism.pipeline_parallel_schedule ZBVZeroBubble "
       "--parallelism.data_parallel_shard_degree 1 --training.local_batch_size 8 --activation_checkpoint.mode full "
       "--parallelism.pipeline_parallel_first_stage_less_layers 0 --parallelism.pipeline_parallel_last_stage_less_layers 2",
       dp(1));
-  CHECK(z.kind == "zbv");
-  CHECK(z.options.stages == 4);
-  CHECK(z.options.layout == "Et*5|t*5|t*4|t*4|t*4|t*4|t*4|t*2L");  // generate_llm_fqn_per_model_part(8, 32, 0, 2)
+  CHECK(z.kind == "3d");
+  CHECK(z.options.schedule == "zbv");
+  CHECK(z.options.pp == 4);
+  CHECK(z.options.chunk_blocks == std::vector<int>{5, 5, 4, 4, 4, 4, 4, 2});  // generate_llm_fqn_per_model_part(8, 32, 0, 2)
+  // GPipe and LoopedBFS, which gen 3d does not run, stay pipeline kinds with torchtitan's split as their layout.
+  const FrameworkPlan g = from_torchtitan(
+      "--model.flavor 8B --parallelism.pipeline_parallel_degree 4 --parallelism.pipeline_parallel_schedule GPipe "
+      "--parallelism.data_parallel_shard_degree 1 --training.local_batch_size 8 --activation_checkpoint.mode full",
+      dp(1));
+  CHECK(g.kind == "gpipe");
+  CHECK(g.options.layout == "Et*8|t*9|t*8|t*7L");
 }
 
 TEST_CASE("framework args: torchtitan flags outside the subset are refused by name") {
@@ -226,8 +236,8 @@ TEST_CASE("framework args: torchtitan flags outside the subset are refused by na
   CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.context_parallel_degree 2")
             .find("context parallelism is not generated yet") != std::string::npos);
   CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.pipeline_parallel_degree 2 "
-           "--parallelism.pipeline_parallel_schedule ZBVZeroBubble --parallelism.tensor_parallel_degree 2")
-            .find("ZBVZeroBubble with tensor or data parallelism is not generated") != std::string::npos);
+           "--parallelism.pipeline_parallel_schedule GPipe --parallelism.tensor_parallel_degree 2")
+            .find("GPipe with tensor or data parallelism is not generated") != std::string::npos);
   // tyro's spellings: dashes in field names and --SECTION.no-FIELD for a false flag.
   const FrameworkPlan p = from_torchtitan(
       "--model.flavor 8B --activation-checkpoint.mode=full --training.local-batch-size 4 --compile.no-enable", dp(8));
@@ -254,11 +264,14 @@ TEST_CASE("trainsim gen --from-megatron and --from-torchtitan end to end") {
                    "--training.local_batch_size 4 --activation_checkpoint.mode full\" -o -",
                    true);
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("trainsim gen: from torchtitan: gen 1f1b --stages 4 --microbatches 4 --layout 'Et*8|t*9|t*8|t*7L'") !=
-        std::string::npos);
+  CHECK(r.out.find("trainsim gen: from torchtitan: gen 3d --tp 1 --pp 4 --dp 1 --microbatches 4 --layout "
+                   "'Et*8|t*9|t*8|t*7L'") != std::string::npos);
   CHECK(r.out.find("note: device h100-sxm (no --device given)") != std::string::npos);
   CHECK(r.out.find("note: data-parallel degree 1") != std::string::npos);
-  CHECK(r.out.find("layout Et*8|t*9|t*8|t*7L\n") != std::string::npos);
+  // One schedule layer per block: the header's layout gives each of the 32 layers one block.
+  std::string per_block = "Et";
+  for (int i = 1; i < 32; ++i) per_block += "|t";
+  CHECK(r.out.find("layout " + per_block + "L\n") != std::string::npos);
   // Options that the configuration sets are refused beside it, and so is a kind.
   r = run_trainsim("gen --from-megatron \"--micro-batch-size 1 --bf16\" --model llama3-8b --tp 2", true);
   CHECK(r.exit_code == 2);

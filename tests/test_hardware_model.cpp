@@ -34,8 +34,10 @@ ModelSpec gpt(int blocks, int hidden, int heads, int vocab) {
 TEST_CASE("ZeRO memory per GPU matches Rajbhandari et al. 2020, Figure 1") {
   // Figure 1: 7.5 B parameters, K = 12 (fp32 master weight, momentum, variance), N_d = 64 GPUs, fp16 weights
   // and grads: baseline 120 GB, P_os 31.4 GB, P_os+g 16.6 GB, P_os+g+p 1.9 GB per GPU (model states only).
-  ModelSpec m;  // defaults: bf16 weights and grads (2 + 2 bytes), fp32 master + AdamW moments (4 + 8 = K)
+  ModelSpec m;  // defaults: bf16 weights, fp32 grads, fp32 master + AdamW moments (4 + 8 = K)
   CHECK(m.master_bytes + m.optimizer_bytes == 12);
+  CHECK(m.grad_bytes == 4);  // fp32, as Megatron-LM and torchtitan keep them under bf16 mixed precision
+  m.grad_bytes = 2;          // the paper's fp16 grads
   const double psi = 7.5e9;
   CHECK(model_state_bytes(m, psi, 0, 64).total() == doctest::Approx(120e9));
   CHECK(round_to(model_state_bytes(m, psi, 1, 64).total(), 0.1e9) == doctest::Approx(31.4e9));
@@ -53,7 +55,7 @@ TEST_CASE("the cost model's tensor bytes shard as ZeRO's stages say") {
   const double p = sizes.layer_parameters(1);
   CHECK(sizes.wire_bytes(weight_tensor(1)) == doctest::Approx(2 * p));
   CHECK(sizes.wire_bytes(opt_state_tensor(1, IdSet{3}, 8)) == doctest::Approx(12 * p / 8));
-  CHECK(sizes.wire_bytes(weight_grad_tensor(1, IdSet{0}, IdSet::range(0, 4), 8)) == doctest::Approx(2 * p / 2));
+  CHECK(sizes.wire_bytes(weight_grad_tensor(1, IdSet{0}, IdSet::range(0, 4), 8)) == doctest::Approx(4 * p / 2));  // fp32
   double total = 0;
   for (int l = 0; l < 4; ++l) total += sizes.layer_parameters(l);
   CHECK(total == doctest::Approx(s.model.parameters()));

@@ -37,6 +37,8 @@ NetworkSpec ring_network() {
   return n;
 }
 
+// Every TP collective synchronous (TpOverlap::None), so that these tests count them; what the overlap modes
+// hide is the last test's.
 HardwareSetting setting(ModelSpec m, int microbatch_size, Recompute r = Recompute::None) {
   HardwareSetting s;
   s.model = std::move(m);
@@ -44,6 +46,7 @@ HardwareSetting setting(ModelSpec m, int microbatch_size, Recompute r = Recomput
   s.network = ring_network();
   s.microbatch_size = microbatch_size;
   s.recompute = r;
+  s.tp_overlap = TpOverlap::None;
   return s;
 }
 
@@ -140,8 +143,13 @@ TEST_CASE("TP: Megatron's 4 all-reduces of b·s·h per block and microbatch, for
   // all-reduces in the forward and two in the backward, each of the b·s·h activations; the vocabulary-parallel
   // embedding adds one all-reduce after its lookup, the column-parallel LM head one for its input grad, and the
   // vocabulary-parallel cross-entropy three of b·s fp32 values (max, target logit, sum of exponentials). With
-  // sequence parallelism each all-reduce is an all-gather plus a reduce-scatter of the same volume: the same
-  // time under the ring formulas. A ring all-reduce of S bytes over n ranks: 2(n-1)·alpha + 2((n-1)/n)·S/B.
+  // sequence parallelism each all-reduce is an all-gather plus a reduce-scatter of the same volume (each half an
+  // all-reduce's time under the ring formulas), and the backward all-gathers the input of each column-parallel
+  // linear again for its weight grad (Megatron-LM keeps only its sequence shard): two per block and the head's,
+  // less the inputs this schedule keeps gathered from the forward (layers 1 and 2's: it all-gathers each sequence
+  // shard once, right after its reduce-scatter, and keeps the whole). Per microbatch: all-gathers 2·blocks + 1
+  // forward and 4·blocks + 2 - 2 backward, reduce-scatters 2·blocks + 1 each way. A ring all-reduce of S bytes
+  // over n ranks: 2(n-1)·alpha + 2((n-1)/n)·S/B.
   const NetworkSpec net = ring_network();
   const double alpha = net.intra_latency_s, bw = net.intra_bandwidth;  // the TP group sits in one node
   auto all_reduce = [&](int n, double S) { return 2 * (n - 1) * alpha + 2 * (n - 1.0) / n * S / bw; };
@@ -158,7 +166,8 @@ TEST_CASE("TP: Megatron's 4 all-reduces of b·s·h per block and microbatch, for
         REQUIRE(simulate(s).ok);
         auto cost = cost_of(s);
         const double bsh = b * 1024.0 * 4096 * 2;  // bytes of one microbatch's activations (bf16)
-        const double megatron = mb * ((4.0 * blocks + 2) * all_reduce(t, bsh) + 3 * all_reduce(t, b * 1024.0 * 4));
+        const double halves = sp ? (2.0 * blocks + 1) + (4.0 * blocks) + 2 * (2.0 * blocks + 1) : 2 * (4.0 * blocks + 2);
+        const double megatron = mb * (halves / 2 * all_reduce(t, bsh) + 3 * all_reduce(t, b * 1024.0 * 4));
         for (int rank = 0; rank < t; ++rank) CHECK(tp_comm_of_rank(s, hw_cost(cost), rank) == doctest::Approx(megatron));
       }
     }
@@ -228,9 +237,12 @@ TEST_CASE("TP: a TP rank's saved activations follow Korthikanti et al. 2022, Tab
       }
     }
   }
-  // Full recomputation keeps each block's input, 2sbh, whatever t (Table 2's last row).
-  Schedule full = tp_schedule(8, 3, 1, true, setting(gpt(3, 12288, 96, 51200), 1, Recompute::Full));
+  // Full recomputation keeps each block's input, 2sbh, whatever t (Table 2's last row); with sequence parallelism
+  // that input is the rank's sequence shard, 2sbh/t.
+  Schedule full = tp_schedule(8, 3, 1, false, setting(gpt(3, 12288, 96, 51200), 1, Recompute::Full));
   CHECK(cost_of(full)->memory(activation_tensor(1, {0}), 0) == doctest::Approx(2 * sbh));
+  Schedule full_sp = tp_schedule(8, 3, 1, true, setting(gpt(3, 12288, 96, 51200), 1, Recompute::Full));
+  CHECK(cost_of(full_sp)->memory(shard(activation_tensor(1, {0}), 0, 8), 0) == doctest::Approx(2 * sbh / 8));
 }
 
 TEST_CASE("TP: a slice holds 1/t of the parameters, grads and optimizer state; collectives move whole activations") {
@@ -238,10 +250,10 @@ TEST_CASE("TP: a slice holds 1/t of the parameters, grads and optimizer state; c
   hs.seq = 8192;
   TensorSizes sizes(hs, 4);
   const double p = sizes.layer_parameters(1);
-  // ZeRO's mixed-precision bytes per parameter (2 + 2 + 12), on 1/t of the layer, then FSDP-sharded.
+  // Mixed-precision bytes per parameter (2 + 4 + 12: fp32 grads), on 1/t of the layer, then FSDP-sharded.
   CHECK(sizes.wire_bytes(tp_slice(weight_tensor(1), 3, 4)) == doctest::Approx(2 * p / 4));
   CHECK(sizes.wire_bytes(tp_slice(opt_state_tensor(1), 3, 4)) == doctest::Approx(12 * p / 4));
-  CHECK(sizes.wire_bytes(tp_slice(weight_grad_tensor(1, {0}), 0, 8)) == doctest::Approx(2 * p / 8));
+  CHECK(sizes.wire_bytes(tp_slice(weight_grad_tensor(1, {0}), 0, 8)) == doctest::Approx(4 * p / 8));  // fp32 grads
   CHECK(sizes.wire_bytes(tp_slice(weight_tensor(1, {1}, 8), 1, 4)) == doctest::Approx(2 * p / 4 / 8));
   const ModelStates whole = model_state_bytes(hs.model, 8e9, 1, 8), sliced = model_state_bytes(hs.model, 8e9, 1, 8, 4);
   CHECK(sliced.total() == doctest::Approx(whole.total() / 4));
@@ -358,4 +370,67 @@ TEST_CASE("TP: a schedule without TP has no TP figures; a TP op on a rank withou
   CHECK(!run.report->tensor_parallel);
   CHECK(run.report->tp_comm_exposed_s == 0);
   CHECK(format_report(*run.report, hs).find("TP communication") == std::string::npos);
+}
+
+TEST_CASE("TP overlap: the backward's reductions run under the weight-grad GEMMs, and with full overlap every SP collective under its GEMM") {
+  // A device without kernel tables (a GEMM takes 2MNK / peak exactly) on the ring network, GPT blocks (GeLU MLP,
+  // fused QKV): per block and microbatch of T tokens on TP rank of t, the input groups' weight-grad GEMMs are
+  // QKV 2·T·h·3h/t and fc 2·T·h·4h/t FLOPs, their forward and input-grad GEMMs the same; the output linears' (proj
+  // of the attention, the MLP's second) 2·T·h·h/t and 2·T·4h·h/t. Each TP collective moves b·s·h bf16 activations.
+  const int t = 4, b = 2, layers = 2, blocks = 4;
+  const double h = 4096, T = b * 2048.0;
+  HardwareSetting hs = setting(gpt(blocks, 4096, 32, 51200), b);
+  hs.seq = 2048;
+  DeviceSpec d;
+  d.preset = "custom", d.peak_flops = 100e12, d.hbm_bandwidth = 1e18, d.memory_bytes = 1e15;
+  hs.device = d;
+  const NetworkSpec net = ring_network();
+  const double S = T * h * 2;
+  auto ring = [&](int steps, double share) { return steps * net.intra_latency_s + share * S / net.intra_bandwidth; };
+  const double all_reduce = ring(2 * (t - 1), 2 * (t - 1.0) / t), half = ring(t - 1, (t - 1.0) / t);
+  auto gemm = [&](double out_width) { return 2 * T * h * out_width / t / d.peak_flops; };  // h -> out over t
+  const double qkv = gemm(3 * h), fc = gemm(4 * h), proj = gemm(h), fc2 = gemm(4 * h);
+  auto exposed = [](double c, double g) { return std::max(0.0, c - g); };
+  for (bool sp : {false, true})
+    for (TpOverlap mode : {TpOverlap::None, TpOverlap::Backward, TpOverlap::Full}) {
+      CAPTURE(sp);
+      CAPTURE(tp_overlap_name(mode));
+      hs.tp_overlap = mode;
+      Schedule s = tp_schedule(t, layers, 1, sp, hs);
+      auto cost = cost_of(s);
+      // Per block: forward and backward, each collective exposed whole or less its GEMM (hardware/tp_comm.h).
+      const bool full = mode == TpOverlap::Full && sp, backward = mode != TpOverlap::None;
+      double per_block = 0;
+      if (!sp) {
+        per_block = 2 * all_reduce;  // forward: after proj and after fc2, under nothing
+        per_block += backward ? exposed(all_reduce, qkv) + exposed(all_reduce, fc) : 2 * all_reduce;
+      } else {
+        // forward: gathers before QKV and fc, reduce-scatters after proj and fc2
+        per_block += full ? exposed(half, qkv) + exposed(half, fc) + exposed(half, proj) + exposed(half, fc2) : 4 * half;
+        // backward: the output grads' gathers (under proj's and fc2's input-grad GEMMs with full overlap), the
+        // inputs' re-gathers under QKV's and fc's input-grad GEMMs, the input grads' reduce-scatters under their
+        // weight-grad GEMMs
+        per_block += full ? exposed(half, proj) + exposed(half, fc2) : 2 * half;
+        per_block += backward ? exposed(half, qkv) + exposed(half, fc) : 2 * half;
+        per_block += backward ? exposed(half, qkv) + exposed(half, fc) : 2 * half;
+      }
+      // The whole step of the rank, blocks and the embedding's and head's own (which this schedule's embedding
+      // and head keep: the embedding's reduction and, with SP, its grad's gather under nothing; the head's as an
+      // input group of V/t columns), is the blocks' plus those: compare the blocks' share through the difference of
+      // two models that differ only in their blocks.
+      HardwareSetting more = hs;
+      more.model.blocks = 2 * blocks;
+      Schedule s2 = tp_schedule(t, layers, 1, sp, more);
+      auto cost2 = cost_of(s2);
+      CHECK(tp_comm_of_rank(s2, hw_cost(cost2), 1) - tp_comm_of_rank(s, hw_cost(cost), 1) ==
+            doctest::Approx(blocks * per_block).epsilon(1e-9));
+      // Overlap never costs time, and full hides more than backward, which hides more than none.
+      if (mode != TpOverlap::None) {
+        HardwareSetting none = hs;
+        none.tp_overlap = TpOverlap::None;
+        Schedule s0 = tp_schedule(t, layers, 1, sp, none);
+        auto cost0 = cost_of(s0);
+        CHECK(tp_comm_of_rank(s, hw_cost(cost), 1) < tp_comm_of_rank(s0, hw_cost(cost0), 1));
+      }
+    }
 }

@@ -211,11 +211,12 @@ TEST_CASE("trainsim calibrate on a PyTorch profiler trace") {
   CHECK(d["efficiency"]["forward"].get<double>() == doctest::Approx(kForward).epsilon(1e-5));
   CHECK(d["calibration"]["source"] == "pytorch-profiler");
   CHECK(json::parse(slurp(net))["inter_bandwidth"].get<double>() == doctest::Approx(kInterBandwidth).epsilon(1e-5));
-  // The fitted device drives the hardware model (full recomputation: without it two stages of Llama 3 8B do not
+  // The fitted device drives the hardware model (four stages and full recomputation: with fewer, Llama 3 8B does not
   // fit in the H100's memory, which gen --sim reports as a failure).
-  CHECK(run_trainsim("gen 1f1b --stages 2 --microbatches 4 --model llama3-8b --recompute full --device " + out +
-                     " --network " + net + " --sim --json")
-            .exit_code == 0);
+  const CommandResult sim = run_trainsim("gen 1f1b --stages 4 --microbatches 4 --model llama3-8b --recompute full --device " +
+                                         out + " --network " + net + " --sim --json");
+  CHECK(sim.exit_code == 0);
+  CHECK(json::parse(sim.out)["device_fitted_to"] == "calibrate");
   // Without --device: which GPU ran it is needed.
   r = run_trainsim("calibrate " + t + " -o " + out, true);
   CHECK(r.exit_code == 2);

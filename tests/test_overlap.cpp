@@ -158,7 +158,8 @@ TEST_CASE("overlap: DDP all-reduces buckets of consecutive layers once their las
 TEST_CASE("overlap: gen ddp turns --bucket-mb into layers with the model's grad bytes") {
   // A GPT-2 124M block holds 12·768² + 13·768 = 7,087,872 parameters, 14.2 MB of bf16 grads; DDP closes a bucket
   // once it holds at least the cap, so 25 MiB (26,214,400 bytes) takes ceil(26.2 / 14.2) = 2 blocks and 100 MiB
-  // ceil(104.9 / 14.2) = 8. One block per layer (--layers 12).
+  // ceil(104.9 / 14.2) = 8. One block per layer (--layers 12). With the default fp32 grads (28.4 MB a block) a
+  // block fills a 25 MiB bucket alone, and 100 MiB take ceil(104.9 / 28.4) = 4.
   auto buckets = [](const std::string& extra) {
     CommandResult r = run_trainsim("gen ddp --dp 2 --layers 12 --microbatches 1 --model gpt2-124m --device h100-sxm "
                                    "--network nvlink8-ib400 -o - " + extra);
@@ -176,8 +177,10 @@ TEST_CASE("overlap: gen ddp turns --bucket-mb into layers with the model's grad 
     }
     return sizes;
   };
-  CHECK(buckets("") == std::vector<int>{2, 2, 2, 2, 2, 2});
-  CHECK(buckets("--bucket-mb 100") == std::vector<int>{8, 4});
+  CHECK(buckets("--set model.grad_bytes=2") == std::vector<int>{2, 2, 2, 2, 2, 2});
+  CHECK(buckets("--set model.grad_bytes=2 --bucket-mb 100") == std::vector<int>{8, 4});
+  CHECK(buckets("") == std::vector<int>(12, 1));
+  CHECK(buckets("--bucket-mb 100") == std::vector<int>{4, 4, 4});
   CHECK(buckets("--bucket-layers 5") == std::vector<int>{5, 5, 2});
   CommandResult both = run_trainsim("gen ddp --bucket-mb 25 --bucket-layers 2 -o -", true);
   CHECK(both.exit_code == 2);

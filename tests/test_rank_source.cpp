@@ -159,7 +159,7 @@ TEST_CASE("rank sources: the hardware report of a source made rank by rank equal
     REQUIRE(held.report->oom);
     CHECK(streamed.report->oom->message == held.report->oom->message);
     SimOptions limited;
-    limited.memory_limit = whole.header.hardware->device.memory_bytes;
+    limited.memory_limit = whole.header.hardware->device.usable_memory_bytes();
     CHECK(simulate(whole, limited).error == held.report->oom->message);
     CHECK(simulate(*src, limited).error == held.report->oom->message);
   }

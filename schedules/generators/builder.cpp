@@ -68,6 +68,35 @@ PipelinePlan v_shaped_plan(int p, int m) {
   return plan;
 }
 
+PipelinePlan refine_layers(const PipelinePlan& order, const std::vector<int>& layers_per_chunk) {
+  if (static_cast<int>(layers_per_chunk.size()) != order.layers)
+    throw std::logic_error(fmt::format("generator: refine_layers needs {} counts, one per layer, not {}", order.layers,
+                                       layers_per_chunk.size()));
+  std::vector<int> first(order.layers + 1, 0);  // the first refined layer of each chunk
+  for (int c = 0; c < order.layers; ++c) {
+    if (layers_per_chunk[c] < 1) throw std::logic_error("generator: refine_layers needs at least one layer per chunk");
+    first[c + 1] = first[c] + layers_per_chunk[c];
+  }
+  PipelinePlan plan = order;
+  plan.layers = first[order.layers];
+  plan.stage_map.clear();
+  for (int c = 0; c < order.layers; ++c)
+    for (int i = 0; i < layers_per_chunk[c]; ++i) plan.stage_map.push_back(order.stage_map.at(c));
+  for (std::size_t r = 0; r < order.steps.size(); ++r) {
+    auto& out = plan.steps[r];
+    out.clear();
+    std::size_t n = 0;
+    for (const Step& st : order.steps[r]) n += layers_per_chunk.at(st.layer);
+    out.reserve(n);
+    for (const Step& st : order.steps[r]) {
+      const int k = layers_per_chunk[st.layer];
+      for (int i = 0; i < k; ++i)  // forwards run the chunk's layers up, backwards and their halves down
+        out.push_back({st.pass, first[st.layer] + (st.pass == Pass::F ? i : k - 1 - i), st.mb});
+    }
+  }
+  return plan;
+}
+
 ScheduleHeader make_header(int world_size, int layers, int microbatches) {
   ScheduleHeader h;
   h.world_size = world_size;

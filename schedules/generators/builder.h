@@ -119,6 +119,10 @@ struct PipelinePlan {
   /// FSDP and DDP run them: docs/design.md, "Overlap as the frameworks do it").
   int dp = 1;
   DpMode dp_mode = DpMode::Fsdp;
+  /// Without data parallelism: every layer's optimizer step after the rank's last pass, in layer order (Megatron-LM
+  /// and PyTorch's pipelining step the optimizer once the whole schedule has run); false: each layer right after
+  /// its last grad (the pipeline kinds, as the puzzles' pipelines do). With dp > 1 the step always waits.
+  bool step_at_end = false;
   int dp_stream = 0;
   std::vector<int> shard_index;  ///< per schedule rank
   std::vector<int> group_of;     ///< per schedule rank
@@ -144,8 +148,8 @@ PipelinePlan looped_plan(int p, int v, int m);
 /// the message is ready, so no wait is added) when the sender would otherwise find the pair's one slot
 /// still full at its next send on that channel; receives keep the channel's order. Layer 0's rank loads
 /// the inputs; the rank of the last layer computes the loss right after its forward; grads are summed as
-/// they come; a layer is updated right after its last grad, or with dp > 1 its grads are reduced then (on
-/// dp_stream) and the optimizer steps after the rank's last pass, in layer order. Timing uses unit costs (the generators'
+/// they come; a layer is updated right after its last grad (with step_at_end after the rank's last pass), or with
+/// dp > 1 its grads are reduced then (on dp_stream) and the optimizer steps after the rank's last pass, in layer order. Timing uses unit costs (the generators'
 /// cost model). Throws std::logic_error for an inconsistent plan.
 std::unique_ptr<RankSource> build_pipeline(PipelinePlan plan);
 
@@ -155,6 +159,20 @@ std::unique_ptr<RankSource> build_pipeline(PipelinePlan plan);
 PipelinePlan plan_1f1b(int p, int m);
 PipelinePlan plan_interleaved_1f1b(const std::string& kind, int p, int v, int m);
 PipelinePlan plan_zb_h1(int p, int m);
+/// ZBV's order (gen_zbv), V placement: 2p layers.
+PipelinePlan plan_zbv(int p, int m);
+/// DualPipeV's order (gen_dualpipev), V placement: 2p layers. Throws std::invalid_argument, naming `kind` and the
+/// option that gives p (`stages_option`), when m < 2p.
+PipelinePlan plan_dualpipev(const std::string& kind, const std::string& stages_option, int p, int m);
+/// Interleaved zero bubble's order (gen_interleaved_zb), looped placement: p·v layers. `kind` names the generator
+/// in microbatches_per_round's errors.
+PipelinePlan plan_interleaved_zb(const std::string& kind, int p, int v, int m);
+
+/// `order` with each of its layers (stage chunks) c split into `layers_per_chunk[c]` consecutive schedule layers
+/// (at least 1 each) on the same rank: each forward runs the chunk's layers upward, each backward (and each of its
+/// halves) downward, so that a chunk of k layers does, pass for pass, what it did as one. The stage map follows.
+/// Throws std::logic_error when `layers_per_chunk` does not have one count of at least 1 per layer of `order`.
+PipelinePlan refine_layers(const PipelinePlan& order, const std::vector<int>& layers_per_chunk);
 
 /// The 1F1B order of one stage running `layer` on microbatches first..first+m-1: min(warmup, m) forwards,
 /// then one forward one backward, then the remaining backwards.

@@ -453,7 +453,6 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   if (v > 1 && p == 1) refuse(meg("num-virtual-stages-per-pipeline-rank") + ": virtual pipeline stages need --pipeline-model-parallel-size 2 or more");
   if (p == 1 && (f.has("decoder-first-pipeline-num-layers") || f.has("decoder-last-pipeline-num-layers")))
     refuse(meg("decoder-first-pipeline-num-layers") + " needs --pipeline-model-parallel-size 2 or more");
-  const bool uneven = !blocks.empty() && std::adjacent_find(blocks.begin(), blocks.end(), std::not_equal_to<>()) != blocks.end();
   if (granularity == "full" && text(f, "recompute-method", "") == "block") {
     const long long n = integer(f, fw, "recompute-num-layers", 1, 0);
     const int most = blocks.empty() ? m.blocks : *std::max_element(blocks.begin(), blocks.end());
@@ -471,8 +470,9 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   o.microbatches = microbatches;
   o.sequence_parallel = flag(f, "sequence-parallel") && t > 1;
   o.zero = flag(f, "use-distributed-optimizer") ? 1 : 0;
-  o.layers = p > 1 ? p * v : m.blocks;  // a schedule layer per stage chunk; per block without pipelining
-  if (uneven || f.has("pipeline-model-parallel-layout")) o.layout = layout_text(blocks);
+  // One schedule layer per block: the stage chunks' blocks (Megatron-LM's split or the layout's).
+  if (p > 1) o.chunk_blocks = blocks;
+  else o.layers = m.blocks;
   if (flag(f, "use-distributed-optimizer"))
     plan.notes.push_back("--use-distributed-optimizer as gen 3d --zero 1: optimizer state sharded over the data-parallel "
                          "group, the whole grad buffer kept; trainsim all-reduces the grads where Megatron-LM "
@@ -726,18 +726,21 @@ FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& i
                          local, pmb));
     plan.microbatch_size = static_cast<int>(pmb);
     o.microbatches = static_cast<int>(local / pmb);
-    o.layout = layout_text(torchtitan_split(p * per_rank, m.blocks, in_w, out_w));
-    if (t == 1 && d == 1) {
-      plan.kind = sched->kind;
-      o.stages = p, o.chunks = per_rank;
-    } else {
-      if (std::string(sched->kind) != "1f1b" && std::string(sched->kind) != "interleaved-1f1b")
-        refuse(fmt::format("--from-torchtitan: {} with tensor or data parallelism is not generated (gen 3d runs 1F1B and "
-                           "Interleaved1F1B)",
+    const std::vector<int> split = torchtitan_split(p * per_rank, m.blocks, in_w, out_w);
+    const std::string kind = sched->kind;
+    if (kind == "gpipe" || kind == "looped-bfs") {  // pipelines gen 3d does not run
+      if (t > 1 || d > 1)
+        refuse(fmt::format("--from-torchtitan: {} with tensor or data parallelism is not generated (gen 3d runs 1F1B, "
+                           "Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble and DualPipeV)",
                            sname));
+      plan.kind = kind;
+      o.stages = p, o.chunks = per_rank;
+      o.layout = layout_text(split);
+    } else {  // one schedule layer per block, as gen 3d makes them
       plan.kind = "3d";
-      o.tp = t, o.pp = p, o.dp = d, o.chunks = per_rank, o.schedule = sched->kind;
-      o.layers = p * per_rank;
+      o.tp = t, o.pp = p, o.dp = d, o.schedule = kind;
+      o.chunks = kind == "zbv" || kind == "dualpipev" ? 1 : per_rank;
+      o.chunk_blocks = split;
       o.zero = shard > 1 ? 3 : 0;
       o.sequence_parallel = t > 1;
     }

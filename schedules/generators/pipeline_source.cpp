@@ -318,13 +318,18 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
       prog.free({w1});
     }
   };
+  std::vector<Tensor> deferred;  // without data parallelism, with PipelinePlan::step_at_end: grads kept for the step
+  auto update_whole = [&](int l, const Tensor& g) {
+    const Tensor w = slice(weight_shard(l, 0, 1)), o = slice(opt_shard(l, 0, 1));
+    prog.compute(OpKind::Update, l, {}, {g, w, o});
+    prog.free({w, o, g});
+  };
   auto finish_layer = [&](int l) {
     Tensor g = prog.take_grad(l);
     if (dp == 1) {
-      const Tensor w = slice(weight_shard(l, 0, 1)), o = slice(opt_shard(l, 0, 1));
       if (g != slice(weight_grad_tensor(l, all))) bad_plan(fmt::format("layer {}'s grads on rank {} miss batches", l, rank));
-      prog.compute(OpKind::Update, l, {}, {g, w, o});
-      prog.free({w, o, g});
+      if (plan.step_at_end) deferred.push_back(g);
+      else update_whole(l, g);
       return;
     }
     if (plan.dp_mode == DpMode::Fsdp) {
@@ -339,6 +344,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   auto grad_done = [&](int l) {
     if (++grads_done[l] == grad_passes_[r * L + l]) finish_layer(l);
   };
+
 
   std::size_t next_recv = 0;
   for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
@@ -389,6 +395,10 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         writes.push_back(g_partial);
         prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {in, grad, w}, std::move(writes));
         if (full) drop.push_back(a), drop.push_back(g_out);
+        // The weight grad joins the running sum at once, as the frameworks accumulate inside the backward
+        // (Megatron-LM's main_grad buffers, PyTorch's .grad): the microbatch's grad and the sum are never both
+        // held past the pass. (The layer's update or DP reduction waits for the end of the step: grad_done.)
+        if (full) prog.add_grad(slice(weight_grad_tensor(l, b)));
         // Nothing reads the model input's grad: layer 0's partial sum is dropped, not reduced.
         Tensor g_in = l > 0 ? tp_reduce(g_partial, activation_grad_tensor(l, b), l) : g_partial;
         if (g_in != g_partial) drop.push_back(g_partial);
@@ -402,18 +412,18 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         if (in != a) drop.push_back(in);
         if (grad != g_out) drop.push_back(grad);
         prog.compute(OpKind::BackwardWeight, l, b, {in, grad}, {slice(weight_grad_tensor(l, b))});
+        prog.add_grad(slice(weight_grad_tensor(l, b)));
         drop.push_back(a), drop.push_back(g_out);
         break;
       }
     }
     prog.free(std::move(drop));
-    if (s.pass == Pass::B || s.pass == Pass::W) {
-      prog.add_grad(slice(weight_grad_tensor(l, b)));
-      grad_done(l);
-    }
+    if (s.pass == Pass::B || s.pass == Pass::W) grad_done(l);
   }
   std::sort(reduced.begin(), reduced.end());
   for (int l : reduced) step_layer(l);
+  std::sort(deferred.begin(), deferred.end(), [](const Tensor& a, const Tensor& b) { return a.layer < b.layer; });
+  for (const Tensor& g : deferred) update_whole(g.layer, g);
   out = std::move(prog.ops());
 }
 

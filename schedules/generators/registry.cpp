@@ -41,9 +41,13 @@ long long check_size(const std::string& kind, const GenOptions& o) {
     const bool three_d = kind == "3d";
     // Context parallelism (3d --cp) multiplies the data-parallel replicas: each CP rank runs its own microbatches.
     const long long pp = three_d ? pos(o.pp) : 1, dp = three_d ? mul(pos(o.dp), pos(o.cp)) : 1;
-    const long long chunks = three_d ? pos(o.chunks) : 1;
+    const long long chunks = !three_d ? 1 : o.schedule == "zbv" || o.schedule == "dualpipev" ? 2 : pos(o.chunks);
     world = mul(mul(pos(o.tp), pp), dp);
     layers = o.layers != 0 ? pos(o.layers) : mul(pp, chunks) == 1 ? 4 : mul(pp, chunks);
+    if (three_d && !o.chunk_blocks.empty()) {  // one layer per block
+      layers = 0;
+      for (int b : o.chunk_blocks) layers = std::min<long long>(layers + std::max(b, 1), std::numeric_limits<int>::max());
+    }
     microbatches = mul(pos(o.microbatches), dp);
     work_per_pair = pos(o.tp);
   }
@@ -106,6 +110,8 @@ std::unique_ptr<RankSource> generate_kind(const std::string& kind, const GenOpti
 
 std::unique_ptr<RankSource> generate_ranks(const std::string& kind, const GenOptions& given) {
   GenOptions options = given;
+  if (!options.chunk_blocks.empty() && (kind != "3d" || !options.layout.empty()))
+    throw std::invalid_argument(fmt::format("{}: the blocks of each stage chunk go with 3d and no --layout", kind));
   const std::optional<hw::StageLayout> layout = read_layout(kind, options);
   const long long layers = check_size(kind, options);
   if (layout && layout->layers() != layers)
@@ -122,5 +128,49 @@ std::unique_ptr<RankSource> generate_ranks(const std::string& kind, const GenOpt
 }
 
 Schedule generate(const std::string& kind, const GenOptions& options) { return generate_ranks(kind, options)->take(); }
+
+int microbatches_for_global_batch(const std::string& kind, const GenOptions& o, long long global_batch,
+                                  int microbatch_size) {
+  const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner";
+  const long long replicas = data_parallel || kind == "pp-fsdp" || kind == "3d" ? std::max(o.dp, 1) : 1;
+  const long long per_microbatch = replicas * std::max(microbatch_size, 1);
+  if (global_batch < 1)
+    throw std::invalid_argument(fmt::format("{}: --global-batch must be at least 1 (got {})", kind, global_batch));
+  if (global_batch % per_microbatch != 0)
+    throw std::invalid_argument(fmt::format(
+        "{}: --global-batch {} does not split into whole microbatches: it must be a multiple of {} ({} x microbatch "
+        "size {} sequences)",
+        kind, global_batch, per_microbatch, replicas > 1 ? fmt::format("{} data-parallel replicas", replicas) : "1 replica",
+        std::max(microbatch_size, 1)));
+  const long long m = global_batch / per_microbatch;
+  if (m > std::numeric_limits<int>::max())
+    throw std::invalid_argument(fmt::format("{}: --global-batch {} asks for {} microbatches per replica, above the "
+                                            "limit of {}",
+                                            kind, global_batch, m, std::numeric_limits<int>::max()));
+  return static_cast<int>(m);
+}
+
+GenOptions per_block_layers(const std::string& kind, GenOptions o, int blocks) {
+  if (o.layers != 0 || !o.chunk_blocks.empty() || blocks < 1) return o;
+  if (kind == "3d") {
+    if (!o.layout.empty()) {
+      try {
+        o.chunk_blocks = hw::StageLayout::parse(o.layout).blocks_per_layer();
+      } catch (const hw::LayoutError& e) {
+        throw std::invalid_argument(fmt::format("{}: --layout '{}': {}", kind, o.layout, e.what()));
+      }
+      o.layout.clear();
+      return o;
+    }
+    const long long chunks =
+        static_cast<long long>(std::max(o.pp, 1)) *
+        (o.schedule == "zbv" || o.schedule == "dualpipev" ? 2 : std::max(o.chunks, 1));
+    if (chunks > hw::kMaxLayoutCount) return o;  // (the generator refuses the options with the limit they meet)
+    o.chunk_blocks = hw::StageLayout::even(blocks, static_cast<int>(chunks)).blocks_per_layer();
+    return o;
+  }
+  if (o.layout.empty() && (takes_layers(kind) && kind != "3d")) o.layers = blocks;
+  return o;
+}
 
 }  // namespace trainsim

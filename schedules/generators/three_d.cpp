@@ -5,8 +5,10 @@
 // gen 3d: T x P x D ranks, rank = tp + T * (dp + D * pp): TP fastest, so a TP group is T consecutive ranks
 // (inside a node), then data parallel, then pipeline stages: Megatron-LM's order (its RankGenerator's
 // "tp-dp-pp" default) and torchtitan's device mesh ["pp", "dp", "tp"]. Each pipeline (a dp index and a tp
-// index) runs the stage order of gen 1f1b, interleaved-1f1b or zb-h1 on its replica's M microbatches (replica
-// d: batches d*M .. d*M+M-1), each stage chunk holding L / (P x V) consecutive layers; activations and their
+// index) runs the stage order of gen 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev or interleaved-zb on its
+// replica's M microbatches (replica d: batches d*M .. d*M+M-1), each stage chunk holding L / (P x V) consecutive
+// layers, or with GenOptions::chunk_blocks one layer per transformer block of the chunk (refine_layers: a chunk's
+// forward runs its layers up, its backward down, as Megatron-LM runs a chunk's blocks); activations and their
 // grads go between the ranks of neighbouring stages with the same tp and dp index. The TP groups (header
 // groups tp0, tp1, ...: tp<k> holds ranks T*k .. T*k+T-1) reduce on the compute stream; the data-parallel
 // groups (dp<k>, k = tp + T * pp, in dp order) on communication stream 1, where DDP and FSDP overlap them
@@ -24,8 +26,10 @@
 // as both frameworks do.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
+#include "hardware/stage_layout.h"
 #include "schedules/generators/builder.h"
 
 namespace trainsim::gen {
@@ -33,8 +37,11 @@ namespace trainsim::gen {
 namespace {
 
 struct Shape {
-  int tp, pp, dp, chunks, layers, microbatches, cp;
+  int tp, pp, dp, chunks, microbatches, cp;
+  std::vector<int> layers_per_chunk;  // schedule layers of each stage chunk, in layer order
 };
+
+bool v_shaped(const std::string& schedule) { return schedule == "zbv" || schedule == "dualpipev"; }
 
 // Checks the options of `kind` (tp or 3d) and returns the shape they ask for.
 Shape check_options(const std::string& kind, const GenOptions& o, int pp, int dp) {
@@ -45,35 +52,63 @@ Shape check_options(const std::string& kind, const GenOptions& o, int pp, int dp
   require_at_least(kind, "microbatches", o.microbatches, 1);
   require_at_least(kind, "chunks", o.chunks, 1);
   require_at_least(kind, "layers", o.layers, 0);
-  if (o.schedule != "1f1b" && o.schedule != "interleaved-1f1b" && o.schedule != "zb-h1")
-    throw std::invalid_argument(
-        fmt::format("{}: --schedule must be 1f1b, interleaved-1f1b or zb-h1 (got '{}')", kind, o.schedule));
-  if (o.chunks > 1 && o.schedule != "interleaved-1f1b")
+  static const char* const kSchedules[] = {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"};
+  if (std::find(std::begin(kSchedules), std::end(kSchedules), o.schedule) == std::end(kSchedules))
     throw std::invalid_argument(fmt::format(
-        "{}: --chunks {} goes with --schedule interleaved-1f1b (the {} order has one chunk per stage)", kind, o.chunks,
+        "{}: --schedule must be 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev or interleaved-zb (got '{}')", kind,
         o.schedule));
   if (o.zero != 0 && o.zero != 1 && o.zero != 3)
     throw std::invalid_argument(fmt::format(
         "{}: --zero must be 1 (ZeRO-1: optimizer state sharded) or 3 (FSDP of each TP slice); without it, plain "
         "data parallelism (got {})",
         kind, o.zero));
-  const int chunks_total = pp * o.chunks;  // both at most the limits: no overflow (checked in the registry)
-  const int layers = o.layers != 0 ? o.layers : chunks_total == 1 ? 4 : chunks_total;
-  if (layers % chunks_total != 0)
+  const bool looped_chunks = o.schedule == "interleaved-1f1b" || o.schedule == "interleaved-zb";
+  if (o.chunks > 1 && !looped_chunks && !(v_shaped(o.schedule) && o.chunks == 2))
     throw std::invalid_argument(fmt::format(
-        "{}: --layers {} does not split evenly into {} stage chunks (--pp {} x --chunks {}); choose a multiple of {}",
-        kind, layers, chunks_total, pp, o.chunks, chunks_total));
-  return Shape{o.tp, pp, dp, o.chunks, layers, o.microbatches, o.cp};
+        "{}: --chunks {} goes with --schedule interleaved-1f1b or interleaved-zb (the {} order has {} per stage)", kind,
+        o.chunks, o.schedule, v_shaped(o.schedule) ? "two chunks, in V placement," : "one chunk"));
+  const int chunks = v_shaped(o.schedule) ? 2 : o.chunks;
+  const int chunks_total = pp * chunks;  // both at most the limits: no overflow (checked in the registry)
+  std::vector<int> per_chunk;
+  if (!o.chunk_blocks.empty()) {
+    if (o.layers != 0)
+      throw std::invalid_argument(fmt::format("{}: give --layers or the blocks of each stage chunk, not both", kind));
+    if (static_cast<int>(o.chunk_blocks.size()) != chunks_total)
+      throw std::invalid_argument(fmt::format(
+          "{}: the stage layout has {} stage chunks but the schedule has {} (--pp {} x {} chunks per stage)", kind,
+          o.chunk_blocks.size(), chunks_total, pp, chunks));
+    for (int b : o.chunk_blocks) {
+      if (b < 0) throw std::invalid_argument(fmt::format("{}: a stage chunk cannot hold {} blocks", kind, b));
+      per_chunk.push_back(std::max(b, 1));  // a chunk of the embedding or the head alone is one layer
+    }
+  } else {
+    const int layers = o.layers != 0 ? o.layers : chunks_total == 1 ? 4 : chunks_total;
+    if (layers % chunks_total != 0)
+      throw std::invalid_argument(fmt::format(
+          "{}: --layers {} does not split evenly into {} stage chunks (--pp {} x {} chunks per stage); choose a "
+          "multiple of {}",
+          kind, layers, chunks_total, pp, chunks, chunks_total));
+    per_chunk.assign(chunks_total, layers / chunks_total);
+  }
+  return Shape{o.tp, pp, dp, chunks, o.microbatches, o.cp, std::move(per_chunk)};
+}
+
+// The order of one pipeline, one layer per stage chunk, on microbatches 0..M-1.
+PipelinePlan pipeline_order(const std::string& kind, const std::string& schedule, int P, int V, int M) {
+  if (schedule == "zb-h1") return plan_zb_h1(P, M);
+  if (schedule == "interleaved-1f1b") return plan_interleaved_1f1b(kind, P, V, M);
+  if (schedule == "interleaved-zb") return plan_interleaved_zb(kind, P, V, M);
+  if (schedule == "zbv") return plan_zbv(P, M);
+  if (schedule == "dualpipev") return plan_dualpipev(kind, "--pp", P, M);
+  return plan_1f1b(P, M);
 }
 
 std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
   // D counts every data-parallel replica: dp x cp (a CP rank is a replica with its own microbatch ids).
-  const int T = sh.tp, P = sh.pp, C = sh.cp, D = sh.dp * sh.cp, V = sh.chunks, L = sh.layers, M = sh.microbatches;
-  const int per_chunk = L / (P * V);
-  // The order of one pipeline, one layer per stage chunk, on microbatches 0..M-1.
-  const PipelinePlan order = o.schedule == "zb-h1"              ? plan_zb_h1(P, M)
-                             : o.schedule == "interleaved-1f1b" ? plan_interleaved_1f1b("3d", P, V, M)
-                                                                : plan_1f1b(P, M);
+  const int T = sh.tp, P = sh.pp, C = sh.cp, D = sh.dp * sh.cp, M = sh.microbatches;
+  // One pipeline's order, its stage chunks split into their schedule layers.
+  const PipelinePlan order = refine_layers(pipeline_order("3d", o.schedule, P, sh.chunks, M), sh.layers_per_chunk);
+  const int L = order.layers;
   PipelinePlan plan;
   plan.world_size = P * D;  // plan rank d + D * s: the TP group of stage s, replica d
   plan.layers = L;
@@ -83,18 +118,14 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
   plan.dp = D;
   plan.dp_mode = o.zero == 3 ? DpMode::Fsdp : o.zero == 1 ? DpMode::Zero1 : DpMode::Replicate;
   plan.dp_stream = 1;
+  plan.step_at_end = true;  // Megatron-LM's optimizer step follows the whole pipeline's backward
   plan.steps.resize(P * D);
-  for (int l = 0; l < L; ++l) plan.stage_map.push_back(T * D * order.stage_map[l / per_chunk]);
+  for (int l = 0; l < L; ++l) plan.stage_map.push_back(T * D * order.stage_map[l]);
   for (int s = 0; s < P; ++s)
     for (int d = 0; d < D; ++d) {
       auto& out = plan.steps[d + D * s];
-      out.reserve(order.steps[s].size() * per_chunk);
-      for (const Step& st : order.steps[s])
-        for (int i = 0; i < per_chunk; ++i) {
-          // Forwards run the chunk's layers up, the backward passes down.
-          const int layer = st.layer * per_chunk + (st.pass == Pass::F ? i : per_chunk - 1 - i);
-          out.push_back({st.pass, layer, st.mb + d * M});
-        }
+      out.reserve(order.steps[s].size());
+      for (const Step& st : order.steps[s]) out.push_back({st.pass, st.layer, st.mb + d * M});
     }
   // Header groups: the TP groups, the CP groups, then the data-parallel groups.
   if (T > 1)
@@ -129,7 +160,15 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
         plan.group_names.push_back(fmt::format("dp{}", j + T * s));
       }
   }
-  return build_pipeline(plan);
+  auto source = build_pipeline(plan);
+  if (!o.chunk_blocks.empty()) {  // one layer per block: the header's layout says which layer holds which
+    std::vector<int> blocks_per_layer;
+    for (int b : o.chunk_blocks)
+      if (b == 0) blocks_per_layer.push_back(0);
+      else blocks_per_layer.insert(blocks_per_layer.end(), b, 1);
+    source->header().layout = hw::StageLayout(std::move(blocks_per_layer));
+  }
+  return source;
 }
 
 }  // namespace
@@ -139,6 +178,7 @@ std::unique_ptr<RankSource> gen_tp(const GenOptions& o) {
   one.chunks = 1;
   one.cp = 1;
   one.schedule = "1f1b";
+  one.chunk_blocks.clear();
   return build(check_options("tp", one, 1, 1), one);
 }
 

@@ -68,7 +68,11 @@ PipelinePlan plan_zb_h1(int p, int m) {
 std::unique_ptr<RankSource> gen_zbv(const GenOptions& o) {
   require_at_least("zbv", "stages", o.stages, 1);
   require_at_least("zbv", "microbatches", o.microbatches, 1);
-  const int p = o.stages, m = o.microbatches, layers = 2 * p;
+  return build_pipeline(plan_zbv(o.stages, o.microbatches));
+}
+
+PipelinePlan plan_zbv(int p, int m) {
+  const int layers = 2 * p;
   PipelinePlan plan = v_shaped_plan(p, m);
   const int n = std::max(2 * p - 1, m);  // microbatches the order is made for
   for (int r = 0; r < p; ++r) {
@@ -110,15 +114,18 @@ std::unique_ptr<RankSource> gen_zbv(const GenOptions& o) {
       throw std::logic_error(fmt::format("zbv: rank {} ran {}/{}/{} and {}/{}/{} passes of {} microbatches", r, f0, b0,
                                          w0, f1, b1, w1, n));
   }
-  return build_pipeline(plan);
+  return plan;
 }
 
 std::unique_ptr<RankSource> gen_interleaved_zb(const GenOptions& o) {
   require_at_least("interleaved-zb", "stages", o.stages, 1);
   require_at_least("interleaved-zb", "microbatches", o.microbatches, 1);
   require_at_least("interleaved-zb", "chunks", o.chunks, 1);
-  const int p = o.stages, m = o.microbatches, v = o.chunks;
-  const int per_round = microbatches_per_round("interleaved-zb", p, m), total = m * v;
+  return build_pipeline(plan_interleaved_zb("interleaved-zb", o.stages, o.chunks, o.microbatches));
+}
+
+PipelinePlan plan_interleaved_zb(const std::string& kind, int p, int v, int m) {
+  const int per_round = microbatches_per_round(kind, p, m), total = m * v;
   PipelinePlan plan = looped_plan(p, v, m);
   for (int r = 0; r < p; ++r) {
     const int warmup = std::min((v - 1) * per_round + (p - 1 - r), total);
@@ -147,17 +154,21 @@ std::unique_ptr<RankSource> gen_interleaved_zb(const GenOptions& o) {
     for (int k = total; k < total + warmup; ++k) input(k);
     while (weights < inputs.size()) weight();
   }
-  return build_pipeline(plan);
+  return plan;
 }
 
 std::unique_ptr<RankSource> gen_dualpipev(const GenOptions& o) {
   require_at_least("dualpipev", "stages", o.stages, 1);
   require_at_least("dualpipev", "microbatches", o.microbatches, 1);
-  const int p = o.stages, m = o.microbatches, layers = 2 * p;
+  return build_pipeline(plan_dualpipev("dualpipev", "--stages", o.stages, o.microbatches));
+}
+
+PipelinePlan plan_dualpipev(const std::string& kind, const std::string& stages_option, int p, int m) {
+  const int layers = 2 * p;
   if (m < layers)
-    throw std::invalid_argument(fmt::format("dualpipev: --microbatches must be at least the number of stages, 2 x "
-                                            "--stages = {} (got {}), as PyTorch's ScheduleDualPipeV requires",
-                                            layers, m));
+    throw std::invalid_argument(fmt::format("{}: --microbatches must be at least the number of stages, 2 x "
+                                            "{} = {} (got {}), as PyTorch's ScheduleDualPipeV requires",
+                                            kind, stages_option, layers, m));
   PipelinePlan plan = v_shaped_plan(p, m);
   for (int r = 0; r < p; ++r) {
     const int s0 = r, s1 = layers - 1 - r;
@@ -211,7 +222,7 @@ std::unique_ptr<RankSource> gen_dualpipev(const GenOptions& o) {
         throw std::logic_error(fmt::format("dualpipev: rank {} chunk {} ran {}/{}/{} passes of {} microbatches", r, c,
                                            f[c], b[c], w[c], m));
   }
-  return build_pipeline(plan);
+  return plan;
 }
 
 }  // namespace trainsim::gen
