@@ -24,7 +24,8 @@
 #include "apps/stage_line.h"
 #include "apps/text_file.h"
 #include "hardware/memory.h"
-#include "schedules/framework_args.h"
+#include "interop/framework_args.h"
+#include "interop/hf_config.h"
 #include "schedules/generators.h"
 #include "schedules/hardware_sim.h"
 #include "schedules/pytorch_csv.h"
@@ -43,7 +44,7 @@ struct GenArgs {
   HardwareOptions hardware;
   bool sim = false;
   bool json = false;
-  std::string from_megatron, from_torchtitan;  // a framework's configuration (schedules/framework_args.h)
+  std::string from_megatron, from_torchtitan;  // a framework's configuration (interop/framework_args.h)
   std::set<std::string> given;                 // the options given on the command line (by long name)
   bool allow_oom = false;  // --allow-oom: a step over the device's memory passes (a what-if)
   long long global_batch = 0;  // --global-batch (0: not given)
@@ -52,15 +53,16 @@ struct GenArgs {
 };
 
 // The options a framework's configuration sets, which may not be given beside it.
-const char* const kFrameworkSets[] = {"--stages", "--microbatches", "--global-batch", "--chunks", "--layers", "--tp", "--pp", "--sp",
-                                      "--zero", "--schedule", "--layout", "--prefetch", "--no-reshard-after-forward",
-                                      "--microbatch-size", "--seq", "--recompute"};
+const char* const kFrameworkSets[] = {"--stages", "--microbatches", "--global-batch", "--chunks", "--layers", "--tp",
+                                      "--pp", "--cp", "--sp", "--zero", "--schedule", "--layout", "--prefetch",
+                                      "--no-reshard-after-forward", "--microbatch-size", "--seq", "--recompute",
+                                      "--tp-overlap", "--fp8", "--fp8-all-gather", "--attention", "--elementwise"};
 
 // The gen command that writes what a plan asks for (printed so the user can see and rerun it).
 std::string plan_command(const FrameworkPlan& p) {
   const GenOptions& o = p.options;
   std::string s = "gen " + p.kind;
-  if (p.kind == "3d") s += fmt::format(" --tp {} --pp {} --dp {}", o.tp, o.pp, o.dp);
+  if (p.kind == "3d") s += fmt::format(" --tp {} --pp {} --dp {}{}", o.tp, o.pp, o.dp, o.cp > 1 ? fmt::format(" --cp {}", o.cp) : "");
   else if (p.kind == "fsdp" || p.kind == "ddp") s += fmt::format(" --dp {}", o.dp);
   else s += fmt::format(" --stages {}", o.stages);
   if (o.chunks > 1) s += fmt::format(" --chunks {}", o.chunks);
@@ -77,7 +79,12 @@ std::string plan_command(const FrameworkPlan& p) {
     s += " --layout '" + hw::StageLayout(o.chunk_blocks).str() + "'";
   s += fmt::format(" --microbatch-size {}", p.microbatch_size);
   if (p.seq > 0) s += fmt::format(" --seq {}", p.seq);
-  return s + fmt::format(" --recompute {}", hw::recompute_name(p.recompute));
+  s += fmt::format(" --recompute {}", hw::recompute_name(p.recompute));
+  if (p.tp_overlap != hw::TpOverlap::Backward && o.tp > 1) s += std::string(" --tp-overlap ") + hw::tp_overlap_name(p.tp_overlap);
+  if (p.fp8) s += p.fp8_all_gather ? " --fp8-all-gather" : " --fp8";
+  if (p.attention != hw::Attention::Flash) s += " --attention eager";
+  if (p.elementwise != hw::Elementwise::Fused) s += " --elementwise eager";
+  return s;
 }
 
 // Replaces the kind, the generator options and the hardware shape with what a framework's configuration asks
@@ -104,7 +111,7 @@ int apply_framework(GenArgs& a) {
   in.dp_given = a.given.count("--dp") > 0;
   FrameworkPlan plan;
   try {
-    if (!a.hardware.model.empty()) in.model = hw::load_model(a.hardware.model);
+    if (!a.hardware.model.empty()) in.model = interop::load_model(a.hardware.model);
     plan = megatron ? from_megatron(a.from_megatron, in) : from_torchtitan(a.from_torchtitan, in);
   } catch (const std::invalid_argument& e) {  // hw::SpecError too
     fmt::print(stderr, "trainsim gen: {}\n", e.what());
@@ -118,6 +125,11 @@ int apply_framework(GenArgs& a) {
   a.hardware.microbatch_size = plan.microbatch_size;
   a.hardware.seq = plan.seq;
   a.hardware.recompute = hw::recompute_name(plan.recompute);
+  a.hardware.tp_overlap = hw::tp_overlap_name(plan.tp_overlap);
+  a.hardware.fp8 = plan.fp8;
+  a.hardware.fp8_all_gather = plan.fp8_all_gather;
+  a.hardware.attention = hw::attention_name(plan.attention);
+  a.hardware.elementwise = hw::elementwise_name(plan.elementwise);
   for (const std::string& n : hardware_defaults(a.hardware, false)) plan.notes.push_back(n);
   fmt::print(stderr, "trainsim gen: from {}: {}\n  model {}\n", framework, plan_command(plan), hw::spec_text(plan.model));
   for (const std::string& n : plan.notes) fmt::print(stderr, "  note: {}\n", n);

@@ -6,6 +6,7 @@
 
 #include "apps/number_check.h"
 #include "hardware/op_costs.h"
+#include "interop/hf_config.h"
 
 namespace trainsim::apps {
 
@@ -68,7 +69,7 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
     }
   };
   if (o.model_spec) s.model = *o.model_spec;
-  else if (!o.model.empty()) wrap("--model", [&] { s.model = hw::load_model(o.model); });
+  else if (!o.model.empty()) wrap("--model", [&] { s.model = interop::load_model(o.model); });
   // Without a base, the defaults every path shares (hardware_defaults).
   const std::string device = !o.device.empty() || base ? o.device : kDefaultDevice;
   const std::string network = !o.network.empty() || base ? o.network : kDefaultNetwork;

@@ -164,6 +164,11 @@ DeviceSpec device_preset(const std::string& name) {
     // 3.35 TB/s, which nvidia-smi shows as 81,559 MiB ("NVIDIA H100 80GB HBM3 ... 81559MiB").
     d.peak_flops = 989.4e12, d.hbm_bandwidth = 3.35e12, d.memory_bytes = 81559 * kMiB, d.fp8_peak_flops = 1978.9e12;
     hopper(d, 794.5e12, 1402.6e12);
+    // Sustained: fitted to two published runs, NVIDIA's dgxc-benchmarking BF16 Llama 3.1 8B on 8 GPUs and GPT-3 175B
+    // on 128 (NeMo 24.09; docs/hardware-model.md §5): the geometric mean of predicted over published tokens/s is 1.
+    // The tables' other rows (70B, Nemotron-4, FP8, NeMo 24.07's) are held out.
+    d.efficiency.sustained = 0.855;
+    d.fitted_to = "dgxc-nemo2409-bf16-8b-175b";
   } else if (name == "h100-gt500") {
     // The H100 of Meta's Grand Teton hosts that torchtitan's benchmarks ran on (benchmarks/
     // llama3_h100_202412_torchtitan.md: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W
@@ -187,6 +192,10 @@ DeviceSpec device_preset(const std::string& name) {
     // for FP8 (ibid.).
     d.peak_flops = 989.4e12, d.hbm_bandwidth = 4.8e12, d.memory_bytes = 143771 * kMiB, d.fp8_peak_flops = 1978.9e12;
     hopper(d, 794.5e12, 1453.4e12);
+    // Sustained: fitted to one published run, torchtitan's Llama 3.1 8B FP8 FSDP on 32 H200s
+    // (benchmarks/llama3_8b_h200_2025-06_torchtitan.md; docs/hardware-model.md §5); the 64-GPU run is held out.
+    d.efficiency.sustained = 0.722;
+    d.fitted_to = "torchtitan-h200-llama3.1-8b-fsdp32";
   } else if (name == "a100-80g") {
     // NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 Tensor Core 312 TFLOPS (624 with sparsity);
     // 80 GB HBM2e at 2,039 GB/s; no FP8. GEMMs at the best shape at the maximum achievable matmul FLOP/s, 271.2
@@ -212,6 +221,10 @@ DeviceSpec device_preset(const std::string& name) {
     // H100's shape factors, at the H100's fractions of the peak (ml-engineering's MAMF table has no B200 row).
     d.peak_flops = 2250e12, d.hbm_bandwidth = 8e12, d.memory_bytes = 183359 * kMiB, d.fp8_peak_flops = 4500e12;
     hopper(d, 794.5e12 / 989.4e12 * d.peak_flops, 1402.6e12 / 1978.9e12 * d.fp8_peak_flops);
+    // Sustained: fitted to one published run, NeMo 25.02's FP8 Llama 3 8B on 8 B200s (docs/hardware-model.md §5);
+    // its 70B and 405B runs are held out.
+    d.efficiency.sustained = 0.726;
+    d.fitted_to = "nemo2502-b200-llama3-8b";
   } else if (name == "cpu") {
     // The executor's CPU backend on the development machine (an Intel Xeon @ 2.50 GHz with AVX-512, 2 cores,
     // idle, fp32 GEMMs on oneDNN, one thread per rank; other CPUs differ: bench/README.md, issue 23's sixth

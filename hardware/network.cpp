@@ -55,7 +55,7 @@ const std::vector<Field<NetworkSpec>>& network_fields() {
 }
 
 const std::vector<std::string>& network_preset_names() {
-  static const std::vector<std::string> names{"nvlink8-ib400", "nvlink8-ib200", "cpu", "custom"};
+  static const std::vector<std::string> names{"nvlink8-ib400", "nvlink5-ib400", "nvlink8-ib200", "cpu", "custom"};
   return names;
 }
 
@@ -91,6 +91,17 @@ NetworkSpec network_preset(const std::string& name) {
     n.inter_bandwidth = 50e9, n.nics_per_node = 8;
     n.nvls_bandwidth = 480e9;
     nccl_latencies(n);
+  } else if (name == "nvlink5-ib400") {
+    // A DGX B200-class cluster: 8 B200 per node on fifth-generation NVLink, 18 links per GPU (DGX B200
+    // datasheet: "14.4TB/s aggregate NVLink bandwidth", 1.8 TB/s per GPU both ways), each worth 40.1 GB/s of bus
+    // bandwidth in NCCL's model (src/graph/topo.h, SM100_NVLINK_BW): 721.8 GB/s; between nodes 8 ConnectX-7 of
+    // 400 Gb/s, one per GPU (ibid.). NVLink SHARP is not modelled here (no published all-reduce figure in the
+    // sources used): all-reduces go by ring or tree. Latencies: NCCL's model (nccl_latencies).
+    n.gpus_per_node = 8;
+    n.intra_bandwidth = 18 * 40.1e9;
+    n.inter_bandwidth = 50e9, n.nics_per_node = 8;
+    nccl_latencies(n);
+    n.nvls_latency_s = 0;
   } else if (name == "nvlink8-ib200") {
     // A DGX A100-class cluster such as NVIDIA's Selene (Narayanan et al. 2021, §5: "Each cluster node has 8
     // NVIDIA 80-GB A100 GPUs connected to each other by NVLink and NVSwitch. Each node has eight NVIDIA

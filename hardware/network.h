@@ -56,7 +56,7 @@ struct NetworkSpec {
 };
 
 const std::vector<Field<NetworkSpec>>& network_fields();
-/// nvlink8-ib400, nvlink8-ib200, cpu, custom.
+/// nvlink8-ib400, nvlink5-ib400, nvlink8-ib200, cpu, custom.
 const std::vector<std::string>& network_preset_names();
 /// Throws SpecError listing the presets.
 NetworkSpec network_preset(const std::string& name);

@@ -87,6 +87,9 @@ LinearPasses linear_passes(const HardwareSetting& s, const Linear& l, double T, 
   p.fp8_fwd = gemm_weighted(d, T, l.out, l.in, e.fp8, d.fp8_peak_flops, 1, act);
   p.fp8_input = gemm_weighted(d, T, l.in, l.out, e.fp8, d.fp8_peak_flops, 1, act);
   p.fp8_weight = gemm_weighted(d, l.in, l.out, T, e.fp8, d.fp8_peak_flops, 1, act);
+  // Fused elementwise kernels (torch.compile, TransformerEngine's) do each operand's amax and cast inside the kernel
+  // that makes the operand; eager PyTorch runs them as kernels of their own.
+  if (s.elementwise == Elementwise::Fused) return p;
   const double cast = 2 * act + 1;  // read for the amax, read again and write one byte
   p.cast_fwd = cast * (T * l.in + l.in * l.out);
   p.cast_input = cast * (T * l.out + l.in * l.out);

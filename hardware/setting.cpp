@@ -100,12 +100,14 @@ T from_words(const std::vector<std::string>& words, const std::string& where, co
   return v;
 }
 
+}  // namespace
+
 bool is_json_path(const std::string& value) {
   return (value.size() > 5 && value.ends_with(".json")) || value.find('/') != std::string::npos ||
          std::filesystem::is_regular_file(value);
 }
 
-nlohmann::json read_json(const std::string& path) {
+nlohmann::json read_json_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw SpecError(fmt::format("{}: cannot open the file", path));
   std::stringstream ss;
@@ -116,8 +118,6 @@ nlohmann::json read_json(const std::string& path) {
     throw SpecError(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
 }
-
-}  // namespace
 
 ModelSpec model_from_words(const std::vector<std::string>& words, const std::string& where) {
   return from_words(words, where, model_fields(), model_preset, "model");
@@ -130,17 +130,17 @@ NetworkSpec network_from_words(const std::vector<std::string>& words, const std:
 }
 
 ModelSpec load_model(const std::string& value) {
-  if (is_json_path(value)) return model_from_json(read_json(value), value);
+  if (is_json_path(value)) return model_from_json(read_json_file(value), value);
   ModelSpec m = model_preset(value);
   if (value != "custom") m.validate(value);
   return m;
 }
 DeviceSpec load_device(const std::string& value) {
-  if (is_json_path(value)) return device_from_json(read_json(value), value);
+  if (is_json_path(value)) return device_from_json(read_json_file(value), value);
   return device_preset(value);
 }
 NetworkSpec load_network(const std::string& value) {
-  if (is_json_path(value)) return network_from_json(read_json(value), value);
+  if (is_json_path(value)) return network_from_json(read_json_file(value), value);
   return network_preset(value);
 }
 

@@ -99,6 +99,12 @@ ModelSpec model_from_words(const std::vector<std::string>& words, const std::str
 DeviceSpec device_from_words(const std::vector<std::string>& words, const std::string& where);
 NetworkSpec network_from_words(const std::vector<std::string>& words, const std::string& where);
 
+/// True when a command-line value names a JSON file rather than a preset: it ends in ".json", holds a '/', or
+/// names an existing file.
+bool is_json_path(const std::string& value);
+/// The JSON of the file at `path`. Throws SpecError naming the file when it cannot be opened or is not JSON.
+nlohmann::json read_json_file(const std::string& path);
+
 /// A model, device or network from a command-line value: a preset name, or a path to a JSON file (a value
 /// ending in ".json" or naming an existing file). Throws SpecError naming the file and field.
 ModelSpec load_model(const std::string& value);

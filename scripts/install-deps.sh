@@ -10,6 +10,7 @@ PACKAGES=(
   doctest-dev           # tests
   libcli11-dev          # command line
   nlohmann-json3-dev    # --json output, traces
+  libtomlplusplus-dev   # torchtitan's TOML job configurations (gen --from-torchtitan --job.config_file)
   libgraphviz-dev       # dependency graphs (libgvc / cgraph)
   librsvg2-bin          # rsvg-convert, to look at the SVG timelines as PNG (optional)
   libopenblas-dev       # the executor's CPU backend: fp64 GEMMs (gradient check; fp32 under TRAINSIM_GEMM=openblas)

@@ -1,14 +1,15 @@
-// The configurations users already have (schedules/framework_args.h, docs/frameworks.md): Megatron-LM argument
+// The configurations users already have (interop/framework_args.h, docs/frameworks.md): Megatron-LM argument
 // lines and torchtitan command lines become a generator kind, its options (a stage layout among them) and a
 // model and training shape; what trainsim does not read is refused by name; `gen --from-...` runs end to end.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <functional>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_helpers.h"
-#include "schedules/framework_args.h"
+#include "interop/framework_args.h"
 
 using namespace trainsim;
 using namespace trainsim::testing;
@@ -133,13 +134,11 @@ TEST_CASE("framework args: Megatron-LM flags outside the subset, or configuratio
   in.model = hw::model_preset("llama3-8b");
   CHECK(refusal([&] { from_megatron("--micro-batch-size 1 --bf16 --moe-router-topk 2", in); }) ==
         "--from-megatron: --moe-router-topk is not in the subset trainsim reads (docs/frameworks.md, Megatron-LM lists it, "
-        "flag by flag)");
+        "flag by flag: the flags that change a step and are modelled, and those accepted because they do not change it)");
   CHECK(refusal([&] { from_megatron("--bf16", in); }).find("--micro-batch-size is required") != std::string::npos);
   CHECK(refusal([&] { from_megatron("--micro-batch-size 1", in); }).find("give --bf16 or --fp16") != std::string::npos);
   CHECK(refusal([&] { from_megatron("--micro-batch-size 3 --global-batch-size 10 --bf16", in); })
             .find("--global-batch-size 10 is not a multiple of --micro-batch-size 3") != std::string::npos);
-  CHECK(refusal([&] { from_megatron("--micro-batch-size 1 --bf16 --context-parallel-size 2", in); })
-            .find("--context-parallel-size above 1") != std::string::npos);
   CHECK(refusal([&] { from_megatron("--pipeline-model-parallel-size 5 --micro-batch-size 1 --bf16", in); })
             .find("--num-layers 32 does not divide into 5 stage chunks") != std::string::npos);
   CHECK(refusal([&] {
@@ -173,7 +172,8 @@ TEST_CASE("framework args: a torchtitan command line becomes gen 3d, fsdp or a p
   CHECK(f.seq == 8192);
   CHECK(f.recompute == hw::Recompute::Selective);
   CHECK(f.model.preset == "llama3-8b");
-  CHECK(has_note(f, "--compile.enable: not modelled"));
+  CHECK(f.elementwise == hw::Elementwise::Fused);  // --compile.enable: torch.compile's fused kernels
+  CHECK(f.tp_overlap == hw::TpOverlap::None);       // DTensor's collectives, waited for
   CHECK(has_note(f, "--training.steps, --metrics.log_freq"));
   // 2D: TP x FSDP; sequence parallelism with TP, as torchtitan's TP plan runs the norms.
   const FrameworkPlan t = from_torchtitan(
@@ -186,7 +186,7 @@ TEST_CASE("framework args: a torchtitan command line becomes gen 3d, fsdp or a p
   CHECK(t.options.zero == 3);
   CHECK(t.options.sequence_parallel);
   CHECK(t.options.microbatches == 2);  // gradient accumulation: 16 / (2 x 4)
-  CHECK(t.options.layers == 80);
+  CHECK(t.options.chunk_blocks == std::vector<int>{80});  // one schedule layer per block
   CHECK(t.microbatch_size == 2);
   CHECK(t.recompute == hw::Recompute::Full);
   // 3D with pipelining: torchtitan's stage split (first and last stages one layer less) as a stage layout.
@@ -225,16 +225,15 @@ TEST_CASE("framework args: torchtitan flags outside the subset are refused by na
   auto tt = [](const std::string& flags) { return refusal([&] { from_torchtitan(flags, dp(8)); }); };
   CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.foo 3") ==
         "--from-torchtitan: --parallelism.foo is not in the subset trainsim reads (docs/frameworks.md, torchtitan lists "
-        "it, flag by flag)");
+        "it, flag by flag: the flags that change a step and are modelled, and those accepted because they do not change "
+        "it)");
   CHECK(tt("--model.flavor debugmodel").find("--model.flavor 'debugmodel'") != std::string::npos);
   CHECK(tt("--model.flavor 8B").find("selective_ac_option '2'") != std::string::npos);  // torchtitan's default AC
-  CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --model.converters float8")
-            .find("--model.converters 'float8': model converters (Float8, MX) are not modelled yet") != std::string::npos);
+  CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --model.converters mx")
+            .find("--model.converters 'mx': only float8 is modelled") != std::string::npos);
   CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.data_parallel_replicate_degree 2 "
            "--parallelism.data_parallel_shard_degree 4")
             .find("(HSDP) is not generated") != std::string::npos);
-  CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.context_parallel_degree 2")
-            .find("context parallelism is not generated yet") != std::string::npos);
   CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.pipeline_parallel_degree 2 "
            "--parallelism.pipeline_parallel_schedule GPipe --parallelism.tensor_parallel_degree 2")
             .find("GPipe with tensor or data parallelism is not generated") != std::string::npos);
@@ -242,7 +241,101 @@ TEST_CASE("framework args: torchtitan flags outside the subset are refused by na
   const FrameworkPlan p = from_torchtitan(
       "--model.flavor 8B --activation-checkpoint.mode=full --training.local-batch-size 4 --compile.no-enable", dp(8));
   CHECK(p.microbatch_size == 4);
-  CHECK_FALSE(has_note(p, "--compile.enable"));
+  CHECK(p.elementwise == hw::Elementwise::Eager);  // no torch.compile: every elementwise op its own kernel
+}
+
+TEST_CASE("framework args: a realistic Megatron-LM line is read, benign flags listed once, the others refused together") {
+  // The flags of a Llama 3 70B pretraining line as users write them (timeouts, fusions, the attention backend, TP
+  // communication overlap, FP8, context parallelism).
+  const std::string line =
+      "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --context-parallel-size 2 "
+      "--num-layers-per-virtual-pipeline-stage 5 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce "
+      "--overlap-param-gather --tp-comm-overlap --micro-batch-size 1 --global-batch-size 128 --seq-length 8192 "
+      "--bf16 --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max --attention-backend flash "
+      "--cross-entropy-loss-fusion --distributed-timeout-minutes 60 --log-interval 10 --manual-gc "
+      "--tokenizer-type HuggingFaceTokenizer --save /ckpt --load /ckpt --seed 1234";
+  FrameworkInputs in = dp(2);
+  in.model = hw::model_preset("llama3-70b");
+  const FrameworkPlan p = from_megatron(line, in);
+  CHECK(p.kind == "3d");
+  CHECK(p.options.cp == 2);
+  CHECK(p.options.chunks == 4);  // 80 blocks / (4 stages x 5 blocks)
+  CHECK(p.options.chunk_blocks == std::vector<int>(16, 5));
+  CHECK(p.options.microbatches == 64);
+  CHECK(p.tp_overlap == hw::TpOverlap::Full);
+  CHECK(p.fp8);
+  CHECK(p.attention == hw::Attention::Flash);
+  CHECK(has_note(p, "--cross-entropy-loss-fusion"));
+  CHECK(has_note(p, "--distributed-timeout-minutes"));
+  // Flags that change the step and are not modelled are refused, every one in one message.
+  const std::string e = refusal([&] { from_megatron(line + " --moe-router-topk 2 --num-experts 8 --use-torch-fsdp2", in); });
+  CHECK(e.find("--moe-router-topk, --num-experts, --use-torch-fsdp2 are not in the subset") != std::string::npos);
+  // Megatron-LM's own rules: TP overlap needs sequence parallelism; the asynchronous all-reduce can be turned off.
+  CHECK(refusal([&] { from_megatron("--tensor-model-parallel-size 2 --micro-batch-size 1 --bf16 --tp-comm-overlap", in); })
+            .find("--tp-comm-overlap needs --sequence-parallel") != std::string::npos);
+  CHECK(from_megatron("--tensor-model-parallel-size 2 --micro-batch-size 1 --bf16 "
+                      "--no-async-tensor-model-parallel-allreduce",
+                      in)
+            .tp_overlap == hw::TpOverlap::None);
+  CHECK(from_megatron("--micro-batch-size 1 --bf16 --attention-backend unfused", in).attention == hw::Attention::Eager);
+}
+
+TEST_CASE("framework args: torchtitan's TOML job configuration, the command line's flags over it") {
+  auto dir = fresh_dir("torchtitan-toml");
+  const std::string toml = (dir / "llama3_70b.toml").string();
+  std::ofstream(toml) << R"(# torchtitan Config.toml
+[job]
+dump_folder = "./outputs"
+description = "Llama 3 70B training"
+
+[model]
+name = "llama3"
+flavor = "70B"
+converters = ["float8"]
+
+[optimizer]
+name = "AdamW"
+lr = 1.5e-4
+
+[training]
+local_batch_size = 8
+seq_len = 8192
+steps = 1000
+
+[compile]
+enable = true
+
+[parallelism]
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 8
+context_parallel_degree = 2
+enable_async_tensor_parallel = true
+
+[activation_checkpoint]
+mode = "full"
+
+[float8]
+enable_fsdp_float8_all_gather = true
+filter_fqns = ["output"]
+)";
+  const FrameworkPlan p = from_torchtitan("--job.config_file " + toml + " --training.local_batch_size 4", dp(4));
+  CHECK(p.kind == "3d");
+  CHECK(p.model.preset == "llama3-70b");
+  CHECK(p.options.tp == 8);
+  CHECK(p.options.cp == 2);
+  CHECK(p.options.dp == 4);
+  CHECK(p.options.zero == 3);
+  CHECK(p.microbatch_size == 4);  // the command line's flag wins over the file's 8
+  CHECK(p.seq == 8192);
+  CHECK(p.recompute == hw::Recompute::Full);
+  CHECK(p.fp8);
+  CHECK(p.fp8_all_gather);
+  CHECK(p.tp_overlap == hw::TpOverlap::Full);
+  CHECK(p.elementwise == hw::Elementwise::Fused);
+  // A file that is not TOML is refused with its line.
+  const std::string bad = (dir / "bad.toml").string();
+  std::ofstream(bad) << "[model]\nflavor = \n";
+  CHECK(refusal([&] { from_torchtitan("--job.config_file " + bad, dp(4)); }).find("bad.toml': line 2") != std::string::npos);
 }
 
 TEST_CASE("trainsim gen --from-megatron and --from-torchtitan end to end") {
@@ -265,7 +358,8 @@ TEST_CASE("trainsim gen --from-megatron and --from-torchtitan end to end") {
                    true);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("trainsim gen: from torchtitan: gen 3d --tp 1 --pp 4 --dp 1 --microbatches 4 --layout "
-                   "'Et*8|t*9|t*8|t*7L'") != std::string::npos);
+                   "'Et*8|t*9|t*8|t*7L' --microbatch-size 1 --seq 2048 --recompute full --elementwise eager") !=
+        std::string::npos);
   CHECK(r.out.find("note: device h100-sxm (no --device given)") != std::string::npos);
   CHECK(r.out.find("note: data-parallel degree 1") != std::string::npos);
   // One schedule layer per block: the header's layout gives each of the 32 layers one block.

@@ -1,5 +1,5 @@
-// gen --from-megatron and --from-torchtitan (schedules/framework_args.h; docs/frameworks.md).
-#include "schedules/framework_args.h"
+// gen --from-megatron and --from-torchtitan (interop/framework_args.h; docs/frameworks.md).
+#include "interop/framework_args.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,6 +12,8 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+// toml++ (Debian's libtomlplusplus-dev): torchtitan's TOML job configurations.
+#include <toml++/toml.h>
 
 #include "hardware/stage_layout.h"
 
@@ -70,8 +72,14 @@ struct Flags {
 
 [[noreturn]] void refuse(const std::string& what) { throw std::invalid_argument(what); }
 
+Flags read_words(const std::vector<std::string>& words, const std::string& framework,
+                 const std::map<std::string, Arg>& known, const std::set<std::string>& ignored,
+                 const std::set<std::string>& ignored_sections, std::string (*normalize)(const std::string&),
+                 const std::string& doc);
+
 // --name VALUE, --name=VALUE, or --name alone for a flag. `normalize` maps a written name to its table key
-// (torchtitan accepts '-' for '_' in field names; both frameworks' tables use the spelling of their source).
+// (torchtitan accepts '-' for '_' in field names; both frameworks' tables use the spelling of their source). Every
+// flag outside `known` and `ignored` is refused, all of them in one message.
 Flags read_flags(const std::string& text, const std::string& framework, const std::map<std::string, Arg>& known,
                  const std::set<std::string>& ignored, const std::set<std::string>& ignored_sections,
                  std::string (*normalize)(const std::string&), const std::string& doc) {
@@ -82,6 +90,15 @@ Flags read_flags(const std::string& text, const std::string& framework, const st
   } catch (const std::invalid_argument& e) {
     refuse(fmt::format("--from-{}: {}", framework, e.what()));
   }
+  return read_words(words, framework, known, ignored, ignored_sections, normalize, doc);
+}
+
+Flags read_words(const std::vector<std::string>& words, const std::string& framework,
+                 const std::map<std::string, Arg>& known, const std::set<std::string>& ignored,
+                 const std::set<std::string>& ignored_sections, std::string (*normalize)(const std::string&),
+                 const std::string& doc) {
+  Flags f;
+  std::vector<std::string> unknown;  // flags outside the subset, refused together
   for (std::size_t i = 0; i < words.size(); ++i) {
     const std::string& w = words[i];
     if (w.size() < 3 || w.compare(0, 2, "--") != 0)
@@ -106,9 +123,12 @@ Flags read_flags(const std::string& text, const std::string& framework, const st
         if (p != known.end() && p->second == Arg::Flag) it = p, negated = true, name = positive;
       }
     }
-    if (it == known.end())
-      refuse(fmt::format("--from-{}: --{} is not in the subset trainsim reads ({} lists it, flag by flag)", framework,
-                         name, doc));
+    if (it == known.end()) {  // skipped with its values, refused below with every other such flag
+      if (std::find(unknown.begin(), unknown.end(), "--" + name) == unknown.end()) unknown.push_back("--" + name);
+      if (!has_value)
+        while (i + 1 < words.size() && words[i + 1].compare(0, 2, "--") != 0) ++i;
+      continue;
+    }
     if (it->second == Arg::Flag) {
       if (has_value) {
         if (value != "true" && value != "false" && value != "True" && value != "False")
@@ -127,6 +147,13 @@ Flags read_flags(const std::string& text, const std::string& framework, const st
       value = words[++i];
     }
     f.values[name] = value;
+  }
+  if (!unknown.empty()) {
+    std::string names;
+    for (const auto& n : unknown) names += (names.empty() ? "" : ", ") + n;
+    refuse(fmt::format("--from-{}: {} {} not in the subset trainsim reads ({} lists it, flag by flag: the flags that "
+                       "change a step and are modelled, and those accepted because they do not change it)",
+                       framework, names, unknown.size() == 1 ? "is" : "are", doc));
   }
   return f;
 }
@@ -236,6 +263,10 @@ const std::map<std::string, Arg>& megatron_flags() {
       {"overlap-grad-reduce", Arg::Flag},
       {"overlap-param-gather", Arg::Flag},
       {"use-flash-attn", Arg::Flag},
+      {"attention-backend", Arg::Value},
+      {"tp-comm-overlap", Arg::Flag},
+      {"no-async-tensor-model-parallel-allreduce", Arg::Flag},
+      {"fp8-format", Arg::Value},
   };
   return m;
 }
@@ -252,7 +283,26 @@ const std::set<std::string>& megatron_ignored() {
       "no-save-optim", "wandb-project", "wandb-exp-name", "rotary-base", "norm-epsilon", "attention-softmax-in-fp32",
       "no-masked-softmax-fusion", "no-bias-swiglu-fusion", "no-bias-dropout-fusion", "no-gradient-accumulation-fusion",
       "log-timers-to-tensorboard", "log-memory-to-tensorboard", "log-validation-ppl-to-tensorboard", "timing-log-level",
-      "ckpt-format", "dataloader-type", "data-cache-path", "no-create-attention-mask-in-dataloader"};
+      "ckpt-format", "dataloader-type", "data-cache-path", "no-create-attention-mask-in-dataloader",
+      // timeouts, logging, checkpointing, data, kernels' numerics and fusions that leave a step's work as modelled
+      "distributed-timeout-minutes", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl", "log-params-norm",
+      "log-num-zeros-in-grad", "log-world-size-to-tensorboard", "logging-level", "timing-log-option", "manual-gc",
+      "manual-gc-interval", "manual-gc-eval", "check-for-nan-in-loss-and-grad", "no-check-for-nan-in-loss-and-grad",
+      "eod-mask-loss", "reset-position-ids", "reset-attention-mask", "deterministic-mode", "exit-duration-in-mins",
+      "exit-signal-handler", "async-save", "use-dist-ckpt", "dist-ckpt-format", "auto-detect-ckpt-format",
+      "use-checkpoint-args", "finetune", "pretrained-checkpoint", "no-initialization", "use-cpu-initialization",
+      "profile", "profile-step-start", "profile-step-end", "profile-ranks", "nccl-communicator-config-path",
+      "rerun-mode", "wandb-save-dir", "tensorboard-log-interval", "tensorboard-queue-size", "valid-data-path",
+      "train-data-path", "test-data-path", "data-args-path", "per-split-data-args-path", "object-storage-cache-path",
+      "tokenizer-model", "null-tokenizer-vocab-size", "bias-gelu-fusion", "no-bias-gelu-fusion", "masked-softmax-fusion",
+      "bias-dropout-fusion", "apply-query-key-layer-scaling", "no-persist-layer-norm", "persist-layer-norm",
+      "apply-layernorm-1p", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp8-margin", "fp8-interval",
+      "fp8-recipe", "no-fp8-wgrad", "cp-comm-type", "tp-comm-overlap-cfg", "tp-comm-bulk-dgrad", "tp-comm-bulk-wgrad",
+      "no-tp-comm-bulk-dgrad", "no-tp-comm-bulk-wgrad", "tp-comm-overlap-ag", "tp-comm-overlap-rs",
+      "tp-comm-split-ag", "tp-comm-split-rs", "overlap-p2p-communication", "align-grad-reduce", "align-param-gather",
+      "ddp-bucket-size", "ddp-average-in-collective", "accumulate-allreduce-grads-in-fp32", "gradient-accumulation-fusion",
+      "calculate-per-token-loss", "defer-embedding-wgrad-compute", "wgrad-deferral-limit", "empty-unused-memory-level",
+      "no-rope-fusion", "rope-scaling-factor", "use-rope-scaling"};
   return s;
 }
 
@@ -312,8 +362,7 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   const std::string fw = "megatron";
   const int t = static_cast<int>(integer(f, fw, "tensor-model-parallel-size", 1));
   const int p = static_cast<int>(integer(f, fw, "pipeline-model-parallel-size", 1));
-  if (integer(f, fw, "context-parallel-size", 1) != 1)
-    refuse(meg("context-parallel-size") + " above 1: context parallelism is not generated yet");
+  const int c = static_cast<int>(integer(f, fw, "context-parallel-size", 1));
   if (integer(f, fw, "expert-model-parallel-size", 1) != 1)
     refuse(meg("expert-model-parallel-size") + " above 1: trainsim's models have no experts");
   if (!f.has("micro-batch-size")) refuse(meg("micro-batch-size") + " is required (Megatron-LM requires it too)");
@@ -462,10 +511,10 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
                          n, n, most, most));
   }
 
-  // gen 3d: TP x PP x DP in Megatron-LM's rank order.
+  // gen 3d: TP x CP x DP x PP in Megatron-LM's rank order.
   plan.kind = "3d";
   GenOptions& o = plan.options;
-  o.tp = t, o.pp = p, o.dp = d, o.chunks = v;
+  o.tp = t, o.pp = p, o.dp = d, o.chunks = v, o.cp = c;
   o.schedule = v > 1 ? "interleaved-1f1b" : "1f1b";
   o.microbatches = microbatches;
   o.sequence_parallel = flag(f, "sequence-parallel") && t > 1;
@@ -483,6 +532,30 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
                                        "backward where the schedule allows",
                                        n));
   if (flag(f, "use-flash-attn")) plan.notes.push_back("--use-flash-attn: accepted; attention memory as the hardware model counts it");
+  // The attention kernels: flash (and cuDNN's fused attention, auto's choice) or the unfused softmax.
+  const std::string backend = text(f, "attention-backend", "auto");
+  if (backend == "unfused" || backend == "local") plan.attention = hw::Attention::Eager;
+  else if (backend != "auto" && backend != "flash" && backend != "fused")
+    refuse(meg("attention-backend") + " is auto, flash, fused, unfused or local, not '" + backend + "'");
+  // TP communication: asynchronous in the backward (Megatron-LM's default), every collective under its GEMM with
+  // --tp-comm-overlap (TransformerEngine's userbuffers, which need --sequence-parallel), synchronous without the
+  // asynchronous all-reduce.
+  plan.tp_overlap = hw::TpOverlap::Backward;
+  if (flag(f, "tp-comm-overlap")) {
+    if (!o.sequence_parallel && t > 1)
+      refuse(meg("tp-comm-overlap") + " needs --sequence-parallel (Megatron-LM refuses it without)");
+    plan.tp_overlap = hw::TpOverlap::Full;
+  }
+  if (flag(f, "no-async-tensor-model-parallel-allreduce")) plan.tp_overlap = hw::TpOverlap::None;
+  // FP8 (TransformerEngine's, per-tensor scaling): trainsim's FP8 linear layers.
+  if (f.has("fp8-format")) {
+    const std::string fmt8 = text(f, "fp8-format", "");
+    if (fmt8 != "hybrid" && fmt8 != "e4m3")
+      refuse(meg("fp8-format") + " is hybrid or e4m3, not '" + fmt8 + "'");
+    plan.fp8 = true;
+    plan.notes.push_back("--fp8-format " + fmt8 + ": FP8 linear layers (TransformerEngine's casts fused into the "
+                         "kernels that make the operands), the LM head in BF16");
+  }
   note_ignored(f, plan);
   return plan;
 }
@@ -490,6 +563,45 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
 // ---- torchtitan -------------------------------------------------------------------------------------------
 
 namespace {
+
+// The flags a torchtitan TOML job configuration sets, in its order: `--SECTION.KEY=VALUE` for every key of every
+// table (torchtitan's JobConfig reads the file the same way: a table per section), arrays joined with commas. The
+// command line's flags follow and win. Throws std::invalid_argument naming the file and its line.
+std::vector<std::string> toml_flags(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    refuse(fmt::format("--from-torchtitan: --job.config_file '{}': line {}: {}", path, e.source().begin.line,
+                       e.description()));
+  }
+  std::vector<std::string> out;
+  auto scalar = [](const toml::node& v) -> std::string {
+    if (v.is_string()) return *v.value<std::string>();
+    if (v.is_boolean()) return *v.value<bool>() ? "true" : "false";
+    if (v.is_integer()) return std::to_string(*v.value<long long>());
+    if (v.is_floating_point()) return fmt::format("{}", *v.value<double>());
+    return "";
+  };
+  std::function<void(const toml::table&, const std::string&, int)> walk = [&](const toml::table& t, const std::string& prefix,
+                                                                              int depth) {
+    if (depth > 8) refuse(fmt::format("--from-torchtitan: --job.config_file '{}': tables nested deeper than 8", path));
+    for (auto&& [key, v] : t) {
+      const std::string name = prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
+      if (const toml::table* sub = v.as_table()) {
+        walk(*sub, name, depth + 1);
+      } else if (const toml::array* a = v.as_array()) {
+        std::string joined;
+        for (const toml::node& e : *a) joined += (joined.empty() ? "" : ",") + scalar(e);
+        out.push_back("--" + name + "=" + joined);
+      } else {
+        out.push_back("--" + name + "=" + scalar(v));
+      }
+    }
+  };
+  walk(root, "", 0);
+  return out;
+}
 
 const std::map<std::string, Arg>& torchtitan_flags() {
   static const std::map<std::string, Arg> m = {
@@ -520,6 +632,10 @@ const std::map<std::string, Arg>& torchtitan_flags() {
       {"activation_checkpoint.selective_ac_option", Arg::Value},
       {"compile.enable", Arg::Flag},
       {"optimizer.name", Arg::Value},
+      {"float8.enable_fsdp_float8_all_gather", Arg::Flag},
+      // The names of torchtitan's TOML files of 2024 (training.batch_size, training.compile), read as today's.
+      {"training.batch_size", Arg::Value},
+      {"training.compile", Arg::Flag},
   };
   return m;
 }
@@ -530,13 +646,17 @@ const std::set<std::string>& torchtitan_ignored() {
       "training.gc_debug", "training.dtype", "model.hf_assets_path", "model.tokenizer_path",
       "model.print_after_conversion", "optimizer.lr", "optimizer.eps", "optimizer.weight_decay",
       "optimizer.implementation", "optimizer.early_step_in_backward", "compile.components", "compile.backend",
-      "activation_checkpoint.preserve_rng_state", "activation_checkpoint.early_stop"};
+      "activation_checkpoint.preserve_rng_state", "activation_checkpoint.early_stop", "training.warmup_steps",
+      "training.data_parallel_degree", "training.deterministic", "training.seed", "training.mixed_precision_param_dtype",
+      "model.norm_type", "model.tokenizer", "optimizer.fused", "float8.precompute_float8_dynamic_scale_for_fsdp",
+      "float8.force_recompute_fp8_weight_in_bwd", "float8.filter_fqns", "float8.recipe_name", "float8.emulate",
+      "compile.model", "compile.loss"};
   return s;
 }
 
 const std::set<std::string>& torchtitan_ignored_sections() {
   static const std::set<std::string> s = {"job", "metrics", "profiling", "checkpoint", "lr_scheduler", "comm", "debug",
-                                          "validation", "memory_estimation"};
+                                          "validation", "memory_estimation", "fault_tolerance", "experimental"};
   return s;
 }
 
@@ -601,7 +721,29 @@ const TtSchedule* tt_schedule(const std::string& name) {
 }  // namespace
 
 FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& in) {
-  const Flags f = read_flags(flags, "torchtitan", torchtitan_flags(), torchtitan_ignored(), torchtitan_ignored_sections(),
+  // A TOML job configuration (--job.config_file) first, the command line's flags over it, as torchtitan reads them.
+  std::vector<std::string> words;
+  try {
+    words = split_words(flags);
+  } catch (const std::invalid_argument& e) {
+    refuse(fmt::format("--from-torchtitan: {}", e.what()));
+  }
+  std::vector<std::string> all, given;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    const std::string name = w.size() > 2 && w.compare(0, 2, "--") == 0 ? underscores(w.substr(2, w.find('=') - 2)) : "";
+    if (name != "job.config_file") {
+      given.push_back(words[i]);
+      continue;
+    }
+    std::string path;
+    if (words[i].find('=') != std::string::npos) path = words[i].substr(words[i].find('=') + 1);
+    else if (i + 1 < words.size()) path = words[++i];
+    if (path.empty()) refuse("--from-torchtitan: --job.config_file needs a value");
+    all = toml_flags(path);
+  }
+  all.insert(all.end(), given.begin(), given.end());
+  const Flags f = read_words(all, "torchtitan", torchtitan_flags(), torchtitan_ignored(), torchtitan_ignored_sections(),
                              underscores, kTorchtitanDoc);
   FrameworkPlan plan;
   const std::string fw = "torchtitan";
@@ -614,9 +756,15 @@ FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& i
   else if (flavor == "70B") preset = "llama3-70b";
   else if (flavor == "405B") preset = "llama3-405b";
   else refuse(tt("model.flavor") + " '" + flavor + "': trainsim has llama3's 8B, 70B and 405B (give one)");
-  if (!text(f, "model.converters", "").empty())
-    refuse(tt("model.converters") + " '" + text(f, "model.converters", "") +
-           "': model converters (Float8, MX) are not modelled yet");
+  // torchao's float8 training (dynamic per-tensor scaling, the LM head filtered out by torchtitan's default
+  // filter_fqns) is trainsim's FP8 model; MX formats are not.
+  const std::string converters = text(f, "model.converters", "");
+  if (converters == "float8") {
+    plan.fp8 = true;
+    plan.fp8_all_gather = flag(f, "float8.enable_fsdp_float8_all_gather");
+  } else if (!converters.empty()) {
+    refuse(tt("model.converters") + " '" + converters + "': only float8 is modelled (MX formats are not)");
+  }
   if (text(f, "optimizer.name", "AdamW") != "AdamW") refuse(tt("optimizer.name") + ": trainsim models AdamW");
   if (text(f, "training.mixed_precision_param", "bfloat16") != "bfloat16")
     refuse(tt("training.mixed_precision_param") + ": trainsim models bfloat16 parameters in compute");
@@ -625,8 +773,7 @@ FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& i
   if (flag(f, "training.enable_cpu_offload")) refuse(tt("training.enable_cpu_offload") + ": CPU offload is not modelled");
   if (flag(f, "parallelism.disable_loss_parallel") && integer(f, fw, "parallelism.tensor_parallel_degree", 1) > 1)
     refuse(tt("parallelism.disable_loss_parallel") + ": trainsim's TP computes the loss vocabulary-parallel");
-  if (integer(f, fw, "parallelism.context_parallel_degree", 1) != 1)
-    refuse(tt("parallelism.context_parallel_degree") + " above 1: context parallelism is not generated yet");
+  const int c = static_cast<int>(integer(f, fw, "parallelism.context_parallel_degree", 1));
   if (integer(f, fw, "parallelism.expert_parallel_degree", 1) != 1)
     refuse(tt("parallelism.expert_parallel_degree") + " above 1: trainsim's models have no experts");
   hw::ModelSpec m = hw::model_preset(preset);
@@ -650,7 +797,7 @@ FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& i
     refuse("--from-torchtitan: --parallelism.data_parallel_replicate_degree and data_parallel_shard_degree both above 1 "
            "(HSDP) is not generated");
   const int d = replicate * static_cast<int>(shard);
-  const long long local = integer(f, fw, "training.local_batch_size", 8);
+  const long long local = integer(f, fw, "training.local_batch_size", integer(f, fw, "training.batch_size", 8));
   const long long global = integer(f, fw, "training.global_batch_size", -1, -1);
   long long accumulation = 1;
   if (global > 0) {
@@ -738,36 +885,43 @@ FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& i
       o.layout = layout_text(split);
     } else {  // one schedule layer per block, as gen 3d makes them
       plan.kind = "3d";
-      o.tp = t, o.pp = p, o.dp = d, o.schedule = kind;
+      o.tp = t, o.pp = p, o.dp = d, o.cp = c, o.schedule = kind;
       o.chunks = kind == "zbv" || kind == "dualpipev" ? 1 : per_rank;
       o.chunk_blocks = split;
-      o.zero = shard > 1 ? 3 : 0;
+      o.zero = shard > 1 || c > 1 ? 3 : 0;  // torchtitan shards over data parallelism x CP
       o.sequence_parallel = t > 1;
     }
   } else {
     plan.microbatch_size = static_cast<int>(local);
     o.microbatches = static_cast<int>(accumulation);
     o.layers = m.blocks;  // torchtitan wraps each block in its own FSDP unit
-    if (t == 1 && shard > 1) {
+    if (t == 1 && c == 1 && shard > 1) {
       plan.kind = "fsdp";
       o.dp = static_cast<int>(shard);
       const std::string reshard = text(f, "parallelism.fsdp_reshard_after_forward", "default");
       if (reshard != "default" && reshard != "always" && reshard != "never")
         refuse(tt("parallelism.fsdp_reshard_after_forward") + " is default, always or never, not '" + reshard + "'");
       o.reshard_after_forward = reshard != "never";
-    } else if (t == 1 && replicate > 1) {
+    } else if (t == 1 && c == 1 && replicate > 1) {
       plan.kind = "ddp";
       o.dp = replicate;
     } else {
       plan.kind = "3d";
-      o.tp = t, o.pp = 1, o.dp = d;
-      o.zero = shard > 1 ? 3 : 0;
+      o.tp = t, o.pp = 1, o.dp = d, o.cp = c;
+      o.layers = 0;
+      o.chunk_blocks = {m.blocks};
+      o.zero = shard > 1 || c > 1 ? 3 : 0;  // torchtitan shards over data parallelism x CP
       o.sequence_parallel = t > 1;  // torchtitan's TP plan runs the norms sequence-parallel
     }
   }
-  if (flag(f, "parallelism.enable_async_tensor_parallel"))
-    plan.notes.push_back("--parallelism.enable_async_tensor_parallel: not modelled (the TP collectives run synchronously)");
-  if (flag(f, "compile.enable")) plan.notes.push_back("--compile.enable: not modelled (the device's efficiency table stands)");
+  // torchtitan's TP collectives are DTensor's, waited for before the next op, unless async TP (which needs
+  // torch.compile) runs them under the matrix multiplies.
+  plan.tp_overlap = flag(f, "parallelism.enable_async_tensor_parallel") ? hw::TpOverlap::Full : hw::TpOverlap::None;
+  // Without torch.compile every elementwise operation of the model's code is a kernel of its own.
+  const bool compiled = flag(f, "compile.enable") || flag(f, "training.compile");
+  plan.elementwise = compiled ? hw::Elementwise::Fused : hw::Elementwise::Eager;
+  if (flag(f, "parallelism.enable_async_tensor_parallel") && !compiled)
+    refuse(tt("parallelism.enable_async_tensor_parallel") + " needs --compile.enable (torchtitan refuses it without)");
   plan.model = m;
   note_ignored(f, plan);
   return plan;

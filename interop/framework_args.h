@@ -35,6 +35,11 @@ struct FrameworkPlan {
   int microbatch_size = 1;
   int seq = 0;            ///< tokens per sequence (0: the model's)
   hw::Recompute recompute = hw::Recompute::None;
+  hw::TpOverlap tp_overlap = hw::TpOverlap::Backward;  ///< the framework's TP communication overlap
+  bool fp8 = false;                                      ///< FP8 linear layers
+  bool fp8_all_gather = false;                           ///< and FSDP all-gathers in FP8
+  hw::Attention attention = hw::Attention::Flash;
+  hw::Elementwise elementwise = hw::Elementwise::Fused;  ///< eager: PyTorch without torch.compile
   /// What trainsim assumed, approximated or left aside, one sentence each (gen prints them).
   std::vector<std::string> notes;
 };

@@ -1,0 +1,110 @@
+// A Hugging Face config.json as --model (interop/hf_config.h): Llama 3.1 8B's own file describes trainsim's
+// llama3-8b, so that the same model asked for by its preset or by the file users have gets one prediction; the
+// families' variants (Qwen2's biases, tied embeddings) and what is not modelled (experts, a head size of its own).
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_helpers.h"
+#include "hardware/model.h"
+#include "interop/hf_config.h"
+
+using namespace trainsim;
+using namespace trainsim::testing;
+
+namespace {
+
+// meta-llama/Llama-3.1-8B's config.json (transformers 4.43), as published.
+const char* kLlama31_8b = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": 128001,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+std::string refusal(const nlohmann::json& j) {
+  try {
+    interop::model_from_hf_config(j, "config.json");
+  } catch (const hw::SpecError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("hf config: Llama 3.1 8B's config.json is trainsim's llama3-8b") {
+  const nlohmann::json j = nlohmann::json::parse(kLlama31_8b);
+  CHECK(interop::is_hf_config(j));
+  hw::ModelSpec m = interop::model_from_hf_config(j, "config.json");
+  const hw::ModelSpec preset = hw::model_preset("llama3-8b");
+  CHECK(m.seq == 8192);  // rope_scaling's original length, not the extended 131,072
+  m.preset = preset.preset;
+  CHECK(m == preset);
+  CHECK_FALSE(interop::is_hf_config(hw::to_json(preset)));
+}
+
+TEST_CASE("hf config: the families' variants and what is not modelled are said") {
+  nlohmann::json qwen = nlohmann::json::parse(kLlama31_8b);
+  qwen["model_type"] = "qwen2", qwen["tie_word_embeddings"] = true, qwen.erase("rope_scaling");
+  qwen["max_position_embeddings"] = 32768;
+  std::vector<std::string> notes;
+  const hw::ModelSpec q = interop::model_from_hf_config(qwen, "config.json", &notes);
+  CHECK(q.tied_embeddings);
+  CHECK(q.seq == 32768);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].find("biases are left out") != std::string::npos);
+  nlohmann::json moe = nlohmann::json::parse(kLlama31_8b);
+  moe["model_type"] = "mistral", moe["num_local_experts"] = 8;
+  CHECK(refusal(moe) == "config.json: field 'num_local_experts': a mixture of experts is not modelled yet");
+  nlohmann::json head = nlohmann::json::parse(kLlama31_8b);
+  head["head_dim"] = 256;
+  CHECK(refusal(head).find("field 'head_dim': 256 differs from hidden_size / num_attention_heads = 128") != std::string::npos);
+  nlohmann::json other = nlohmann::json::parse(kLlama31_8b);
+  other["model_type"] = "gpt_neox";
+  CHECK(refusal(other).find("field 'model_type': 'gpt_neox' is not a family trainsim reads") != std::string::npos);
+  nlohmann::json missing = nlohmann::json::parse(kLlama31_8b);
+  missing.erase("hidden_size");
+  CHECK(refusal(missing) == "config.json: field 'hidden_size': needed for the model, and missing");
+  nlohmann::json bad = nlohmann::json::parse(kLlama31_8b);
+  bad["num_hidden_layers"] = "32";
+  CHECK(refusal(bad) == "config.json: field 'num_hidden_layers': expected an integer, got \"32\"");
+}
+
+TEST_CASE("hf config: gen --model config.json predicts what --model llama3-8b does") {
+  auto dir = fresh_dir("hf-config");
+  const std::string file = (dir / "config.json").string();
+  std::ofstream(file) << kLlama31_8b;
+  const std::string rest = " --tp 2 --pp 2 --dp 2 --sp --microbatches 4 --seq 8192 --sim --json";
+  CommandResult by_file = run_trainsim("gen 3d --model " + file + rest);
+  CommandResult by_preset = run_trainsim("gen 3d --model llama3-8b" + rest);
+  REQUIRE(by_file.exit_code == 0);
+  REQUIRE(by_preset.exit_code == 0);
+  const auto a = nlohmann::json::parse(by_file.out), b = nlohmann::json::parse(by_preset.out);
+  CHECK(a["step_time_s"] == b["step_time_s"]);
+  CHECK(a["peak_memory_bytes"] == b["peak_memory_bytes"]);
+}
