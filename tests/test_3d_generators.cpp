@@ -117,6 +117,44 @@ TEST_CASE("gen 3d: every schedule of a grid of sizes is valid and round-trips (T
   CHECK(generated == 432);
 }
 
+TEST_CASE("gen 3d: ZBV, DualPipeV and interleaved zero bubble compose with TP, SP, DP (ZeRO-1, FSDP) and CP") {
+  // The zero-bubble family was pipelines alone; in gen 3d each runs its own order on every replica and TP group,
+  // with one schedule layer per block when the blocks of each chunk are given (two per chunk here).
+  int generated = 0;
+  for (const char* order : {"zbv", "dualpipev", "interleaved-zb"})
+    for (int tp : {1, 2})
+      for (int dp : {1, 2})
+        for (int cp : {1, 2})
+          for (int zero : {0, 1, 3}) {
+            if (dp * cp == 1 && zero != 0) continue;
+            GenOptions o = three_d(tp, 2, dp, 4);
+            o.schedule = order, o.cp = cp, o.zero = zero, o.sequence_parallel = tp > 1;
+            o.chunks = std::string(order) == "interleaved-zb" ? 2 : 1;
+            o.chunk_blocks.assign(4, 2);  // 2 stages x 2 chunks (V placement or looped), two blocks each
+            CAPTURE(order);
+            CAPTURE(tp);
+            CAPTURE(dp);
+            CAPTURE(cp);
+            CAPTURE(zero);
+            Schedule s = generate("3d", o);
+            ++generated;
+            REQUIRE(s.header.world_size == tp * 2 * dp * cp);
+            CHECK(s.header.layers == 8);
+            REQUIRE(s.header.layout);
+            CHECK(s.header.layout->blocks_per_layer() == std::vector<int>(8, 1));
+            check_valid_and_round_trips(s);
+          }
+  CHECK(generated == 3 * 2 * (3 * 4 - 2));
+  // The V placement: stage 0 holds the first and the last chunk (layers 0-1 and 6-7), stage 1 the middle two.
+  GenOptions v = three_d(1, 2, 1, 4);
+  v.schedule = "zbv", v.chunk_blocks.assign(4, 2);
+  CHECK(generate("3d", v).header.stage_map == std::vector<int>{0, 0, 1, 1, 1, 1, 0, 0});
+  // DualPipeV needs 2 x pp microbatches, as PyTorch's ScheduleDualPipeV does, said with gen 3d's option.
+  GenOptions few = three_d(1, 4, 1, 4);
+  few.schedule = "dualpipev";
+  CHECK(has(rejection("3d", few), "3d: --microbatches must be at least the number of stages, 2 x --pp = 8 (got 4)"));
+}
+
 TEST_CASE("gen 3d: Megatron-LM's rank order, rank = tp + T * (dp + D * pp), groups named in the header") {
   GenOptions o = three_d(2, 2, 3, 2);
   Schedule s = generate("3d", o);

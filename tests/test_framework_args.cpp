@@ -380,3 +380,23 @@ TEST_CASE("trainsim gen --from-megatron and --from-torchtitan end to end") {
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("KIND is required") != std::string::npos);
 }
+
+TEST_CASE("framework args: a Megatron-LM line and the gen 3d command it prints give the same prediction") {
+  // One configuration, one prediction (issue 33): the same 3D run asked for as Megatron-LM's flags and as gen 3d.
+  const std::string megatron =
+      "gen --from-megatron \"--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+      "--num-layers-per-virtual-pipeline-stage 8 --sequence-parallel --use-distributed-optimizer --micro-batch-size 1 "
+      "--global-batch-size 16 --seq-length 4096 --bf16 --recompute-activations\" --dp 2 --model llama3-8b --sim --json";
+  const std::string gen =
+      "gen 3d --tp 2 --pp 2 --dp 2 --sp --zero 1 --schedule interleaved-1f1b --chunks 2 --global-batch 16 "
+      "--model llama3-8b --seq 4096 --recompute selective --sim --json";
+  CommandResult a = run_trainsim(megatron), b = run_trainsim(gen);
+  INFO(a.out);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  CHECK(ja["step_time_s"] == jb["step_time_s"]);
+  CHECK(ja["peak_memory_bytes"] == jb["peak_memory_bytes"]);
+  CHECK(ja["layers"] == 32);  // one schedule layer per block on both paths
+  CHECK(jb["layers"] == 32);
+}

@@ -10,9 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "hardware/setting.h"
-#include "schedules/generators.h"
-#include "schedules/hardware_sim.h"
+#include "hardware_run_helpers.h"
 
 using namespace trainsim;
 using namespace trainsim::hw;
@@ -29,23 +27,15 @@ Figures run(int tp, int pp, int dp, int m, bool sp, int layers, const std::strin
   GenOptions o;
   o.tp = tp, o.pp = pp, o.dp = dp, o.microbatches = m, o.sequence_parallel = sp, o.schedule = schedule;
   o.chunks = chunks, o.layers = layers;
-  HardwareSetting hs;
-  hs.model = model_preset("llama3-8b");
-  hs.model.blocks = 16;
-  hs.device = device_preset("h100-sxm");
-  hs.network = network_preset("nvlink8-ib400");
-  hs.seq = 4096;
+  ModelSpec model = model_preset("llama3-8b");
+  model.blocks = 16;
+  HardwareSetting hs = testing::h100_setting(model, 4096);
   hs.recompute = r;
   hs.tp_overlap = overlap;
   if (layers == 0) o = per_block_layers("3d", o, hs.model.blocks);
-  auto source = generate_ranks("3d", o);
-  source->header().cost_model = "hardware";
-  source->header().hardware = hs;
-  HardwareRun h = simulate_hardware(*source, false);
-  REQUIRE(h.result.ok);
-  REQUIRE(h.report);
-  Figures f{h.report->step_time_s, h.report->bubble_fraction, h.report->exposed_comm_s, h.report->tp_comm_exposed_s, {}};
-  for (const StageMemory& s : h.report->stages) f.stage_peak.push_back(s.peak.total());
+  const StepReport report = testing::simulate_generated("3d", o, hs);
+  Figures f{report.step_time_s, report.bubble_fraction, report.exposed_comm_s, report.tp_comm_exposed_s, {}};
+  for (const StageMemory& s : report.stages) f.stage_peak.push_back(s.peak.total());
   return f;
 }
 

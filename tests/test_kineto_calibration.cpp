@@ -194,7 +194,11 @@ TEST_CASE("kineto: the fit reads records, whatever made them") {
   work.push_back(g);
   const hw::DeviceSpec d = fit_device(work, h100());
   CHECK(d.efficiency.forward == doctest::Approx(0.7).epsilon(1e-12));
-  CHECK(d.efficiency.backward_input == h100().efficiency.backward_input);  // no record: the base's
+  // No record: the base's, with its sustained fraction folded in (a measured efficiency is what a run sustained).
+  CHECK(d.efficiency.backward_input ==
+        doctest::Approx(h100().efficiency.backward_input * h100().efficiency.sustained).epsilon(1e-12));
+  CHECK(d.efficiency.sustained == 1);
+  CHECK(d.fitted_to == "calibrate");
   CHECK(d.efficiency.memory == h100().efficiency.memory);
 }
 

@@ -12,9 +12,8 @@
 #include <algorithm>
 #include <string>
 
-#include "hardware/setting.h"
-#include "schedules/generators.h"
-#include "schedules/hardware_sim.h"
+#include "hardware/memory.h"
+#include "hardware_run_helpers.h"
 
 using namespace trainsim;
 using namespace trainsim::hw;
@@ -42,19 +41,12 @@ struct Stages {
 Stages simulate(int tp, int pp, int m, int layers, bool sp, Recompute r) {
   GenOptions o;
   o.tp = tp, o.pp = pp, o.dp = 1, o.microbatches = m, o.layers = layers, o.sequence_parallel = sp;
-  auto source = generate_ranks("3d", o);
-  HardwareSetting hs;
-  hs.model = gpt();
-  hs.device = device_preset("h100-sxm");
-  hs.network = network_preset("nvlink8-ib400");
+  HardwareSetting hs = testing::h100_setting(gpt(), static_cast<int>(kS));
   hs.attention = Attention::Eager;  // the paper's attention keeps its s x s scores
   hs.recompute = r;
-  source->header().cost_model = "hardware";
-  source->header().hardware = hs;
-  HardwareRun run = simulate_hardware(*source, false);
-  REQUIRE(run.report);
+  const StepReport report = testing::simulate_generated("3d", o, hs);
   Stages out;
-  for (int s = 0; s < pp; ++s) out.peak.push_back(run.report->ranks.at(s * tp).peak_memory_bytes);
+  for (int s = 0; s < pp; ++s) out.peak.push_back(report.ranks.at(s * tp).peak_memory_bytes);
   return out;
 }
 
@@ -101,4 +93,37 @@ TEST_CASE("memory: each 1F1B stage's peak is its model states plus its in-flight
         }
       }
     }
+}
+
+TEST_CASE("memory: ZB-H1 holds p microbatches on every stage, and its last stage the LM head's logits grads for them") {
+  // Qi et al. 2024 design ZB-H1 to keep 1F1B's peak: stage s has p - s microbatches between forward and backward-input
+  // and defers s weight passes, so every stage holds the inputs of p microbatches, as 1F1B's first stage does. The last
+  // stage also holds, for each microbatch whose weight pass waits, the grad of the logits its head's weight grad reads
+  // (V bf16 values per token: 2 GB a microbatch for Llama 3's vocabulary at 8,192 tokens), on top of the loss's fp32
+  // workspace; that is the model of a ZB-H1 that defers the head's weight grad with the rest (docs/hardware-model.md
+  // §3d says so with the figures).
+  const int p = 4, m = 8;
+  ModelSpec model = model_preset("llama3-8b");
+  model.blocks = 8;
+  const HardwareSetting hs = testing::h100_setting(model, 8192);
+  auto stages = [&](const std::string& kind) {
+    GenOptions o;
+    o.stages = p, o.microbatches = m;
+    return testing::simulate_generated(kind, o, hs).stages;
+  };
+  const auto one_f_one_b = stages("1f1b"), zb = stages("zb-h1");
+  REQUIRE(zb.size() == static_cast<std::size_t>(p));
+  // The saved activations of one microbatch on a middle stage (its two blocks, flash attention, no recomputation).
+  const double per_microbatch = 2 * activation_bytes_per_block(hs.model, hs.seq, 1, Recompute::None, 1, false, Attention::Flash);
+  for (int s = 1; s + 1 < p; ++s) {
+    CAPTURE(s);
+    // p microbatches' activations, as 1F1B's first stage holds them; 1F1B's stage s holds p - s.
+    CHECK(zb[s].peak.activations >= p * per_microbatch);
+    CHECK(zb[s].peak.activations <= p * per_microbatch * 1.05);
+    CHECK(one_f_one_b[s].peak.activations <= (p - s) * per_microbatch * 1.05);
+  }
+  // The last stage: the same p microbatches' inputs, and their logits grads.
+  const double logits_grad = 8192.0 * hs.model.vocab * hs.model.activation_bytes;
+  CHECK(zb[p - 1].peak.activations >= p * per_microbatch + (p - 1) * logits_grad);
+  CHECK(zb[p - 1].peak.total() > 1.2 * one_f_one_b[0].peak.total());
 }
