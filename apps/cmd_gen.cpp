@@ -25,8 +25,10 @@
 #include "apps/text_file.h"
 #include "hardware/memory.h"
 #include "interop/framework_args.h"
+#include "interop/framework_emit.h"
 #include "interop/hf_config.h"
 #include "schedules/generators.h"
+#include "schedules/symmetry.h"
 #include "schedules/hardware_sim.h"
 #include "schedules/pytorch_csv.h"
 #include "schedules/replay.h"
@@ -47,6 +49,7 @@ struct GenArgs {
   std::string from_megatron, from_torchtitan;  // a framework's configuration (interop/framework_args.h)
   std::set<std::string> given;                 // the options given on the command line (by long name)
   bool allow_oom = false;  // --allow-oom: a step over the device's memory passes (a what-if)
+  bool full = false;       // --full: simulate every rank, not one representative of each symmetric class
   long long global_batch = 0;  // --global-batch (0: not given)
   int bucket_layers = 0;   // --bucket-layers (0: not given)
   double bucket_mb = 0;    // --bucket-mb (0: not given: DDP's 25)
@@ -57,35 +60,6 @@ const char* const kFrameworkSets[] = {"--stages", "--microbatches", "--global-ba
                                       "--pp", "--cp", "--sp", "--zero", "--schedule", "--layout", "--prefetch",
                                       "--no-reshard-after-forward", "--microbatch-size", "--seq", "--recompute",
                                       "--tp-overlap", "--fp8", "--fp8-all-gather", "--attention", "--elementwise"};
-
-// The gen command that writes what a plan asks for (printed so the user can see and rerun it).
-std::string plan_command(const FrameworkPlan& p) {
-  const GenOptions& o = p.options;
-  std::string s = "gen " + p.kind;
-  if (p.kind == "3d") s += fmt::format(" --tp {} --pp {} --dp {}{}", o.tp, o.pp, o.dp, o.cp > 1 ? fmt::format(" --cp {}", o.cp) : "");
-  else if (p.kind == "fsdp" || p.kind == "ddp") s += fmt::format(" --dp {}", o.dp);
-  else s += fmt::format(" --stages {}", o.stages);
-  if (o.chunks > 1) s += fmt::format(" --chunks {}", o.chunks);
-  if (p.kind == "3d" && o.schedule != "1f1b") s += " --schedule " + o.schedule;
-  if (p.kind == "3d" && o.zero != 0) s += fmt::format(" --zero {}", o.zero);
-  if (o.sequence_parallel) s += " --sp";
-  if (p.kind == "fsdp" && !o.reshard_after_forward) s += " --no-reshard-after-forward";
-  s += fmt::format(" --microbatches {}", o.microbatches);
-  if (o.layers > 0) s += fmt::format(" --layers {}", o.layers);
-  if (!o.layout.empty()) s += " --layout '" + o.layout + "'";
-  // One layer per block (the default with a model): the stage chunks' blocks, written when they are not even.
-  if (!o.chunk_blocks.empty() &&
-      o.chunk_blocks != hw::StageLayout::even(p.model.blocks, static_cast<int>(o.chunk_blocks.size())).blocks_per_layer())
-    s += " --layout '" + hw::StageLayout(o.chunk_blocks).str() + "'";
-  s += fmt::format(" --microbatch-size {}", p.microbatch_size);
-  if (p.seq > 0) s += fmt::format(" --seq {}", p.seq);
-  s += fmt::format(" --recompute {}", hw::recompute_name(p.recompute));
-  if (p.tp_overlap != hw::TpOverlap::Backward && o.tp > 1) s += std::string(" --tp-overlap ") + hw::tp_overlap_name(p.tp_overlap);
-  if (p.fp8) s += p.fp8_all_gather ? " --fp8-all-gather" : " --fp8";
-  if (p.attention != hw::Attention::Flash) s += " --attention eager";
-  if (p.elementwise != hw::Elementwise::Fused) s += " --elementwise eager";
-  return s;
-}
 
 // Replaces the kind, the generator options and the hardware shape with what a framework's configuration asks
 // for, printing what was assumed. Returns 0, or 2 after printing why not.
@@ -131,7 +105,7 @@ int apply_framework(GenArgs& a) {
   a.hardware.attention = hw::attention_name(plan.attention);
   a.hardware.elementwise = hw::elementwise_name(plan.elementwise);
   for (const std::string& n : hardware_defaults(a.hardware, false)) plan.notes.push_back(n);
-  fmt::print(stderr, "trainsim gen: from {}: {}\n  model {}\n", framework, plan_command(plan), hw::spec_text(plan.model));
+  fmt::print(stderr, "trainsim gen: from {}: {}\n  model {}\n", framework, gen_command(plan), hw::spec_text(plan.model));
   for (const std::string& n : plan.notes) fmt::print(stderr, "  note: {}\n", n);
   return 0;
 }
@@ -202,8 +176,19 @@ nlohmann::ordered_json run_json(const GenArgs& a, const ScheduleHeader& h, const
 // `gen --sim`: simulate the generated schedule in memory and print what `trainsim sim` would. A source that makes
 // each rank's ops when asked (the pipeline kinds) is simulated one rank at a time: its ops are made while it is
 // simulated, and generate_seconds is the work done for all ranks at once.
-int simulate_generated(const GenArgs& a, const RankSource& src, double generate_seconds, StageLine& stage) {
+int simulate_generated(const GenArgs& a, const GenOptions& opts, const RankSource& src, double generate_seconds,
+                       StageLine& stage) {
   const ScheduleHeader& h = src.header();
+  // A symmetric schedule (3d, tp) on the hardware model: one representative rank of each stage, exactly the full
+  // simulation's figures (schedules/symmetry.h), unless --full.
+  std::vector<int> mirror;
+  if (h.cost_model == "hardware" && !a.full)
+    if (const auto grid = rank_grid(a.kind, opts)) mirror = symmetric_mirror(h, *grid);
+  int simulated = h.world_size;
+  if (!mirror.empty()) {
+    simulated = 0;
+    for (int r = 0; r < h.world_size; ++r) simulated += mirror[r] == r;
+  }
   std::function<void(int, int)> progress;
   if (src.holds_all()) {
     stage.show(fmt::format("simulating {} ops on {} ranks", src.op_estimate(), h.world_size));
@@ -215,17 +200,21 @@ int simulate_generated(const GenArgs& a, const RankSource& src, double generate_
   }
   if (h.cost_model == "hardware") {
     const auto started = std::chrono::steady_clock::now();
-    HardwareRun run = simulate_hardware(src, false, progress);
+    HardwareRun run = simulate_hardware(src, false, progress, mirror);
     stage.clear();
     // Out of device memory fails the step (unless --allow-oom), its figures still reported.
     const std::string failure = step_failure(run, a.allow_oom);
     if (a.json) {
       nlohmann::ordered_json j = run_json(a, h, run.result, failure, generate_seconds, seconds_since(started));
+      j["simulated_ranks"] = simulated;
       if (run.report) j.update(hw::to_json(*run.report));
       std::cout << j.dump(2) << "\n";
     } else if (run.report) {
-      fmt::print("{}: {} ops on {} ranks, {} layers, {} microbatches (hardware cost model)\n{}", a.kind,
-                 run.result.op_count, h.world_size, h.layers, h.microbatches, hw::format_report(*run.report, *h.hardware));
+      const std::string symmetric =
+          mirror.empty() ? "" : fmt::format("; {} representative ranks simulated, --full for all", simulated);
+      fmt::print("{}: {} ops on {} ranks, {} layers, {} microbatches (hardware cost model{})\n{}", a.kind,
+                 run.result.op_count, h.world_size, h.layers, h.microbatches, symmetric,
+                 hw::format_report(*run.report, *h.hardware));
       if (!failure.empty()) fmt::print(stderr, "trainsim gen: {}\n", failure);
     } else {
       fmt::print(stderr, "trainsim gen: the generated schedule is invalid: {}\n", run.result.error);
@@ -398,7 +387,7 @@ int run(GenArgs& a) {
       return 2;
     }
   }
-  const int code = a.sim ? simulate_generated(a, *src, generate_seconds, stage) : 0;
+  const int code = a.sim ? simulate_generated(a, opts, *src, generate_seconds, stage) : 0;
   if (!write) return code;
   if (!csv) {
     stage.show(fmt::format("writing {} ops", s.op_count()));
@@ -534,6 +523,10 @@ void add_gen_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--allow-oom", args->allow_oom,
                 "With --sim on the hardware model: a step that runs out of device memory passes (exit 0, ok, the oom "
                 "object still reported), for a what-if");
+  cmd->add_flag("--full", args->full,
+                "With --sim on the hardware model: simulate every rank. By default a 3d or tp schedule whose ranks of a "
+                "stage sit alike on the network is simulated on one representative rank per stage, which gives the "
+                "same figures to the last bit (docs/planning.md, \"Symmetry\")");
   cmd->callback([args, exit_code, cmd] {
     for (const CLI::Option* o : cmd->get_options())
       if (o->count() > 0 && !o->get_lnames().empty()) args->given.insert("--" + o->get_lnames().front());

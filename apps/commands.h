@@ -13,6 +13,8 @@ void add_puzzles_command(CLI::App& app, int* exit_code);
 void add_sim_commands(CLI::App& app, int* exit_code);
 /// `trainsim gen KIND ... -o FILE`: write a generated schedule.
 void add_gen_command(CLI::App& app, int* exit_code);
+/// `trainsim plan --model M --gpus N --global-batch B ...`: search the configurations of a training run.
+void add_plan_command(CLI::App& app, int* exit_code);
 /// `trainsim convert IN OUT`: between .sched and PyTorch pipelining CSV.
 void add_convert_command(CLI::App& app, int* exit_code);
 

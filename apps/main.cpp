@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   trainsim::apps::add_puzzles_command(app, &exit_code);
   trainsim::apps::add_sim_commands(app, &exit_code);
   trainsim::apps::add_gen_command(app, &exit_code);
+  trainsim::apps::add_plan_command(app, &exit_code);
   trainsim::apps::add_convert_command(app, &exit_code);
   trainsim::apps::add_replay_command(app, &exit_code);
   trainsim::apps::add_launch_command(app, &exit_code);

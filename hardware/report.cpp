@@ -85,6 +85,13 @@ void ReportBuilder::peak(int rank, const MemoryByKind& at_peak) {
   if (rank >= 0 && rank < static_cast<int>(ranks_.size())) ranks_[rank].peak_breakdown = at_peak;
 }
 
+void ReportBuilder::mirrored(int rank, int representative) {
+  const int world = static_cast<int>(ranks_.size());
+  if (rank < 0 || rank >= world || representative < 0 || representative >= world) return;
+  ranks_[rank] = ranks_[representative];
+  ranks_[rank].rank = rank;
+}
+
 StepReport ReportBuilder::report(const RunSummary& summary, const HardwareSetting& s, int microbatches,
                                  const std::string& oom_message, const std::vector<int>& stage_map) const {
   StepReport r;

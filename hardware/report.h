@@ -102,6 +102,8 @@ class ReportBuilder final : public RunObserver {
   void issued(int rank, const Op& op) override;
   void ran(int rank, std::span<const RanOp> ops) override;
   void peak(int rank, const MemoryByKind& at_peak) override;
+  /// Rank `rank` ran as rank `representative` (symmetric simulation): its figures are copied.
+  void mirrored(int rank, int representative) override;
   /// The report of the run seen, with its `summary` (makespan, peak memory: SimResult::summary) on `setting`,
   /// `microbatches` microbatches. `oom_message`: the simulator's memory-limit message when the run went over
   /// the device's capacity (SimResult::over_capacity), parsed into StepReport::oom. `stage_map`: the schedule

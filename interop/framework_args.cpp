@@ -567,10 +567,10 @@ namespace {
 // The flags a torchtitan TOML job configuration sets, in its order: `--SECTION.KEY=VALUE` for every key of every
 // table (torchtitan's JobConfig reads the file the same way: a table per section), arrays joined with commas. The
 // command line's flags follow and win. Throws std::invalid_argument naming the file and its line.
-std::vector<std::string> toml_flags(const std::string& path) {
+std::vector<std::string> toml_flags(const std::string& path, const std::string* text = nullptr) {
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    root = text ? toml::parse(*text, path) : toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     refuse(fmt::format("--from-torchtitan: --job.config_file '{}': line {}: {}", path, e.source().begin.line,
                        e.description()));
@@ -720,6 +720,15 @@ const TtSchedule* tt_schedule(const std::string& name) {
 
 }  // namespace
 
+namespace {
+FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const FrameworkInputs& in);
+}  // namespace
+
+FrameworkPlan from_torchtitan_toml(const std::string& toml_text, const FrameworkInputs& in) {
+  const std::string name = "(TOML text)";
+  return from_torchtitan_words(toml_flags(name, &toml_text), in);
+}
+
 FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& in) {
   // A TOML job configuration (--job.config_file) first, the command line's flags over it, as torchtitan reads them.
   std::vector<std::string> words;
@@ -743,6 +752,12 @@ FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& i
     all = toml_flags(path);
   }
   all.insert(all.end(), given.begin(), given.end());
+  return from_torchtitan_words(all, in);
+}
+
+namespace {
+
+FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const FrameworkInputs& in) {
   const Flags f = read_words(all, "torchtitan", torchtitan_flags(), torchtitan_ignored(), torchtitan_ignored_sections(),
                              underscores, kTorchtitanDoc);
   FrameworkPlan plan;
@@ -926,5 +941,7 @@ FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& i
   note_ignored(f, plan);
   return plan;
 }
+
+}  // namespace
 
 }  // namespace trainsim

@@ -69,5 +69,8 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in);
 /// pipeline kinds without TP and data parallelism, `fsdp` or `ddp` without TP and PP; torchtitan's stage split
 /// (first and last stages less layers) as a stage layout. Throws std::invalid_argument naming the flag.
 FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& in);
+/// The same for a torchtitan TOML job configuration given as text (what --job.config_file would read), with no
+/// command-line flags over it. Throws std::invalid_argument naming the line for TOML that cannot be read.
+FrameworkPlan from_torchtitan_toml(const std::string& toml_text, const FrameworkInputs& in);
 
 }  // namespace trainsim

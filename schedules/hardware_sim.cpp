@@ -18,7 +18,7 @@ void check_header(const ScheduleHeader& h) {
 }  // namespace
 
 HardwareRun simulate_hardware(const RankSource& source, bool record_trace,
-                              std::function<void(int issued, int ranks)> progress) {
+                              std::function<void(int issued, int ranks)> progress, std::vector<int> mirror) {
   const ScheduleHeader& h = source.header();
   check_header(h);
   HardwareRun run;
@@ -31,6 +31,7 @@ HardwareRun simulate_hardware(const RankSource& source, bool record_trace,
   options.memory_capacity = h.hardware->device.usable_memory_bytes();
   options.observer = &builder;
   options.progress = std::move(progress);
+  options.mirror = std::move(mirror);
   run.result = simulate_streams(source, options);
   if (!run.result.ok) return run;
   run.report = builder.report(run.result.summary, *h.hardware, h.microbatches, run.result.over_capacity, h.stage_map);

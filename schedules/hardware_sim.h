@@ -27,10 +27,11 @@ struct HardwareRun {
 /// still reported; step_failure() says whether the step fails (out of memory does, unless allowed). The report's
 /// figures are gathered while the engine runs (hw::ReportBuilder), so a source that makes each rank's ops when
 /// asked is simulated one rank at a time (schedules/stream_sim.h); `record_trace`: also keep every op's record
-/// in the result's trace (for drawing); `progress`: as SimOptions::progress. Throws std::invalid_argument when the
-/// header is not `cost_model hardware`.
+/// in the result's trace (for drawing); `progress`: as SimOptions::progress; `mirror`: as SimOptions::mirror (a
+/// symmetric simulation, schedules/symmetry.h; empty: every rank). Throws std::invalid_argument when the header is
+/// not `cost_model hardware`.
 HardwareRun simulate_hardware(const RankSource& source, bool record_trace,
-                              std::function<void(int issued, int ranks)> progress = {});
+                              std::function<void(int issued, int ranks)> progress = {}, std::vector<int> mirror = {});
 /// The same for a whole schedule, keeping the trace.
 HardwareRun simulate_hardware(const Schedule& schedule);
 

@@ -13,9 +13,11 @@ inline constexpr int kMaxWorldSize = 1 << 17;
 /// Largest number of layers (stages), microbatches and shards of one tensor (1,048,576); the ids in batch
 /// and shard sets are below it.
 inline constexpr int kMaxCount = 1 << 20;
-/// Largest step `trainsim gen` makes, in layers x microbatches (each pair one or more ops): 4,194,304, four
-/// times the 16,384-rank pp-fsdp goal schedule (16 x 65,536 pairs).
-inline constexpr long long kMaxGeneratedWork = 1LL << 22;
+/// Largest step `trainsim gen` makes, in layers x microbatches (each pair one or more ops; x TP ranks for tp and
+/// 3d): 16,777,216, twice Llama 3 405B on 16,384 GPUs with one schedule layer per block (128 layers x 8,192
+/// microbatches x TP 8), which a symmetric simulation makes 16 ranks of (schedules/symmetry.h); simulated in full
+/// or written, that is about 50 million ops.
+inline constexpr long long kMaxGeneratedWork = 1LL << 24;
 /// Largest other integer in a .sched file (format version, step, stream, group id): nine digits.
 inline constexpr int kMaxNumber = 999'999'999;
 /// Longest piece of input quoted in an error message before it is cut (see shown()).

@@ -39,6 +39,16 @@ struct SimOptions {
   /// every 1/64 of them and after the last (what a long run shows on the terminal). Issuing is most of a run of a
   /// source that makes each rank's ops when asked.
   std::function<void(int issued, int ranks)> progress;
+  /// Symmetric simulation (the stream engine; schedules/symmetry.h makes the map and says when it is exact): empty,
+  /// or one entry per rank, the rank whose program and times it shares (itself for a rank that is simulated; a
+  /// lower rank otherwise). Only the simulated ranks' ops are asked for and timed; a collective starts when its
+  /// simulated members are ready and is timed for its whole group, and each other rank is given its
+  /// representative's figures (times, memory samples, peak, the observer's calls: RunObserver::mirrored). The
+  /// calls of a group with ranks not simulated are not combined (their results are not checked), and the updates
+  /// are not checked for covering every layer (UpdateCheck). A send or receive with a rank not simulated is an
+  /// error. Throws std::invalid_argument for a map of the wrong size or whose representatives are not simulated
+  /// or not lower ranks.
+  std::vector<int> mirror;
 };
 
 /// Outcome of a schedule simulation.

@@ -210,11 +210,25 @@ class StreamSim {
       if (limit && !(std::isfinite(*limit) && *limit >= 0))
         throw std::invalid_argument(fmt::format("the {} must be a finite number of at least 0, got {}", name, *limit));
     const int world = h_.world_size;
+    if (!o.mirror.empty()) {
+      if (static_cast<int>(o.mirror.size()) != world)
+        throw std::invalid_argument(fmt::format("the symmetric simulation's map has {} ranks, the schedule {}",
+                                                o.mirror.size(), world));
+      for (int r = 0; r < world; ++r)
+        if (const int q = o.mirror[r]; q < 0 || q > r || o.mirror[q] != q)
+          throw std::invalid_argument(fmt::format(
+              "the symmetric simulation's map gives rank {} the representative {}, which is not a simulated rank "
+              "at or below it", r, q));
+      for (int r = 0; r < world; ++r) simulated_ += o.mirror[r] == r;
+    } else {
+      simulated_ = world;
+    }
     offset_.reserve(world + 1);
     offset_.push_back(0);
     // Every node's arrays, reserved to the source's estimate (pages reserved and never written cost no memory)
     // and filled as the ranks are issued.
-    const std::size_t estimate = src.op_estimate();
+    const std::size_t estimate =
+        world > 0 ? static_cast<std::size_t>(static_cast<double>(src.op_estimate()) * simulated_ / world) : 0;
     nodes_.reserve(estimate), matched_send_.reserve(estimate), kind_.reserve(estimate);
     duration_.reserve(estimate), paired_.reserve(estimate), stream_.reserve(estimate);
     groups_.push_back({});
@@ -234,14 +248,16 @@ class StreamSim {
     if (o_.observer) o_.observer->begin(h_.world_size, *cost_);
     // About three dependencies per op (stream order, a writer or two, the users a free waits for): reserved
     // so that the list is not copied as it grows.
-    deps_.reserve(4 * src_.op_estimate());
-    dep_begin_.reserve(src_.op_estimate() + 1);
+    deps_.reserve(4 * nodes_.capacity());
+    dep_begin_.reserve(nodes_.capacity() + 1);
     dep_begin_.push_back(0);
     for (int r = 0; r < h_.world_size; ++r) {
-      const std::vector<Op>& ops = src_.ops(r);
-      // The model learns each rank before pricing it (make_schedule_cost_model did so for held ranks).
-      if (streaming_) cost_->prepare_rank(r, ops);
-      issue(r, ops);
+      if (simulated(r)) {  // (symmetric simulation: the others get their representative's figures, fill_trace)
+        const std::vector<Op>& ops = src_.ops(r);
+        // The model learns each rank before pricing it (make_schedule_cost_model did so for held ranks).
+        if (streaming_) cost_->prepare_rank(r, ops);
+        issue(r, ops);
+      }
       offset_.push_back(static_cast<int>(nodes_.size()));
       if (o_.progress && ((r + 1) % std::max(1, h_.world_size / 64) == 0 || r + 1 == h_.world_size))
         o_.progress(r + 1, h_.world_size);
@@ -268,7 +284,9 @@ class StreamSim {
   void fill_trace() {
     if (filled_) return;
     filled_ = true;
-    for (int r = 0; r < h_.world_size; ++r) sample_memory(r);
+    for (int r = 0; r < h_.world_size; ++r)
+      if (simulated(r)) sample_memory(r);
+      else copy_rank(r, o_.mirror[r]);
     const double span = static_cast<double>(summary_.makespan) * h_.world_size;
     summary_.bubble_fraction = span > 0 ? 1.0 - busy_ / span : 0.0;
   }
@@ -282,10 +300,25 @@ class StreamSim {
   /// The updates issued, counted (UpdateCheck::finish throws their first problem).
   const UpdateCheck& updates() const { return updates_; }
   const RunSummary& summary() const { return summary_; }
-  /// The ops issued, over every rank.
-  std::size_t op_count() const { return nodes_.size(); }
+  /// The ops issued, over every rank (with a symmetric simulation, each rank not simulated counting its
+  /// representative's).
+  std::size_t op_count() const {
+    std::size_t n = nodes_.size();
+    if (!o_.mirror.empty())
+      for (int r = 0; r < h_.world_size; ++r)
+        if (!simulated(r)) n += ops_of_rank(o_.mirror[r]);
+    return n;
+  }
+  /// Throws the updates' first problem (UpdateCheck::finish); a symmetric simulation sees the updates of the
+  /// simulated ranks only, which do not cover every shard, and checks nothing.
+  void check_updates() const {
+    if (o_.mirror.empty()) updates_.finish();
+  }
 
  private:
+  // True for a rank whose ops are simulated (every rank, but with SimOptions::mirror).
+  bool simulated(int rank) const { return o_.mirror.empty() || o_.mirror[rank] == rank; }
+
   // The rank of node `id` (a rank without ops has no node: its offset equals the next rank's).
   int rank_of(int id) const {
     return static_cast<int>(std::upper_bound(offset_.begin(), offset_.end(), id) - offset_.begin()) - 1;
@@ -378,6 +411,10 @@ class StreamSim {
           throw op_error(op, fmt::format("rank {} does not exist (world size {})", op.peer, h.world_size));
         if (op.peer == rank) throw op_error(op, "it sends to its own rank");
       }
+      if ((op.kind == OpKind::Send || op.kind == OpKind::Recv) && op.peer >= 0 && !simulated(op.peer))
+        throw op_error(op, fmt::format("the symmetric simulation does not simulate rank {} (it runs as rank {}): a "
+                                       "schedule whose ranks exchange messages with them needs every rank simulated",
+                                       op.peer, o_.mirror[op.peer]));
       if (op.kind == OpKind::Recv && op.peer >= h.world_size)
         throw op_error(op, fmt::format("rank {} does not exist (world size {})", op.peer, h.world_size));
       Membership* membership = nullptr;  // collectives: this rank's place in the op's group
@@ -823,7 +860,8 @@ class StreamSim {
       if (f.member + 1 >= static_cast<int>(c.nodes.size())) return false;
       const int node = c.nodes[++f.member];
       if (node < 0) {
-        f.blocked = true;  // a member that never makes the call
+        // A member that never makes the call; one that is not simulated runs as its representative.
+        if (simulated(groups_[c.group][f.member])) f.blocked = true;
         continue;
       }
       f.at = dep_begin_[node], f.stop = dep_begin_[node + 1];
@@ -883,8 +921,10 @@ class StreamSim {
       return;
     }
     Time latest = 0;
-    for (int member : c.nodes) latest = std::max(latest, nodes_[member].start);
-    for (int member : c.nodes) finish(member, latest, duration_[member]);
+    for (int member : c.nodes)
+      if (member >= 0) latest = std::max(latest, nodes_[member].start);
+    for (int member : c.nodes)
+      if (member >= 0) finish(member, latest, duration_[member]);
     c.state = latest;
   }
 
@@ -928,7 +968,7 @@ class StreamSim {
       std::vector<int> missing;
       const auto& members = groups_[c.group];
       for (std::size_t m = 0; m < members.size(); ++m)
-        if (c.nodes[m] < 0 || !arrived(c.nodes[m])) missing.push_back(members[m]);
+        if (c.nodes[m] < 0 ? simulated(members[m]) : !arrived(c.nodes[m])) missing.push_back(members[m]);
       return {missing, fmt::format("collective #{} of group {}, waiting for rank{} {}", c.seq, c.group,
                                    missing.size() == 1 ? "" : "s", rank_list(missing))};
     }
@@ -1170,6 +1210,7 @@ class StreamSim {
       }
     }
     if (o_.observer && peak_total >= 0) o_.observer->peak(r, peak);
+    RankFigures* fig = o_.mirror.empty() ? nullptr : &figures_[r];
     // The ops themselves only for the records.
     const std::vector<Op>* ops = o_.record_trace ? &src_.ops(r) : nullptr;
     std::vector<OpRun>& runs = trace_.ranks[r];
@@ -1202,6 +1243,36 @@ class StreamSim {
     }
     busy_ += static_cast<double>(busy);
     if (o_.observer) o_.observer->ran(r, ran_);
+    if (fig) {
+      fig->busy = static_cast<double>(busy);
+      fig->timed = 0;
+      for (int i = 0; i < n_ops; ++i) fig->timed += is_timed(kind[i]) && node[i].done();
+      fig->peak = MemoryPeak{-1, r, 0};
+      for (int i = 0; i < n_ops; ++i)
+        if (is_timed(kind[i]) && node[i].done() && sample[i] > fig->peak.memory) fig->peak = MemoryPeak{sample[i], r, node[i].start};
+      fig->over = -1;
+      for (std::size_t k = 0; k < over_.size(); ++k)
+        if (over_[k].rank == r) fig->over = static_cast<int>(k);
+    }
+  }
+
+  // Symmetric simulation: rank `r` runs as its representative `q` (a lower rank, sampled already): the summary
+  // takes its figures as sample_memory would (the same values in the same rank order), the observer is told, and
+  // an op over the memory limit or capacity is noted for it too.
+  void copy_rank(int r, int q) {
+    const RankFigures& fig = figures_.at(q);
+    if (fig.timed > 0) {
+      // (timesteps and makespan are maxima over the ops: the representative's counted them)
+      if (fig.peak.memory > summary_.peak.memory) summary_.peak = MemoryPeak{fig.peak.memory, r, fig.peak.time};
+      summary_.timed_ops += fig.timed;
+    }
+    busy_ += fig.busy;
+    if (fig.over >= 0) {
+      Over o = over_[fig.over];
+      o.rank = r;
+      over_.push_back(o);
+    }
+    if (o_.observer) o_.observer->mirrored(r, q);
   }
 
   // Rank r's tensors as issue() numbered them, from its ops (first mention, each op's reads before its writes):
@@ -1299,6 +1370,15 @@ class StreamSim {
   std::vector<Call> calls_;
   std::vector<Forming> forming_;  // by group
   std::vector<Over> over_;  // per rank, the first op over the memory limit or capacity
+  // Symmetric simulation: what a simulated rank gives the ranks that run as it (copy_rank).
+  struct RankFigures {
+    double busy = 0;           // its compute time
+    std::size_t timed = 0;     // its timed ops that ran
+    MemoryPeak peak;           // its highest sample (memory -1: none)
+    int over = -1;             // its entry of over_, or -1
+  };
+  std::map<int, RankFigures> figures_;  // by simulated rank
+  int simulated_ = 0;                   // ranks simulated
   std::vector<RanOp> ran_;  // scratch of sample_memory: a rank's timed ops as they ran, for the observer
   bool p2p_failed_ = false;  // a payload matched at issue was not what its recv expects (match_at_issue)
   std::vector<RankTensors> tensors_;  // per rank
@@ -1336,7 +1416,7 @@ SimResult simulate_streams(const RankSource& source, const SimOptions& options) 
     sim.run();
     sim.fill_trace();
     sim.throw_memory_limit();
-    sim.updates().finish();
+    sim.check_updates();
     result.ok = true;
     result.over_capacity = sim.over_capacity();
   } catch (const NeedsHeldSchedule&) {

@@ -33,7 +33,7 @@ struct MemoryByKind {
 
 /// What a caller sees of a run (SimOptions::observer; the stream engine calls it, the puzzle engine does not).
 /// The calls come in this order: begin; issued for every op of rank 0 in program order, then of rank 1, ...; once
-/// the run is timed, ran for rank 0, 1, ... A run the engine starts again (schedules/stream_sim.h) calls begin
+/// the run is timed, ran (or mirrored) for rank 0, 1, ... A run the engine starts again (schedules/stream_sim.h) calls begin
 /// again.
 class RunObserver {
  public:
@@ -46,6 +46,10 @@ class RunObserver {
   virtual void ran(int rank, std::span<const RanOp> ops) = 0;
   /// The split of rank `rank`'s highest memory sample (the first op at it), just before ran() for the rank.
   virtual void peak(int rank, const MemoryByKind& at_peak) { (void)rank, (void)at_peak; }
+  /// Symmetric simulation (SimOptions::mirror): rank `rank` was not simulated and runs as rank `representative`
+  /// (a lower rank, already seen by ran()): its figures are the representative's. Called in rank order, in
+  /// place of issued, peak and ran for the rank.
+  virtual void mirrored(int rank, int representative) = 0;
 };
 
 }  // namespace trainsim

@@ -151,8 +151,8 @@ TEST_CASE("trainsim gen refuses options beyond the limits at once (they aborted 
   r = run_bounded("gen interleaved-1f1b --stages 4 --chunks 1000000000 -o /dev/null", 120);
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("the options ask for 4000000000 layers, above the limit of 1048576") != std::string::npos);
-  r = run_bounded("gen gpipe --stages 2048 --microbatches 4096 -o /dev/null", 120);
+  r = run_bounded("gen gpipe --stages 2048 --microbatches 16384 -o /dev/null", 120);
   CHECK(r.exit_code == 2);
-  CHECK(r.out.find("8388608 layer-microbatch pairs (the work of one step), above the limit of 4194304") !=
+  CHECK(r.out.find("33554432 layer-microbatch pairs (the work of one step), above the limit of 16777216") !=
         std::string::npos);
 }

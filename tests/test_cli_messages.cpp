@@ -79,9 +79,9 @@ TEST_CASE("trainsim gen refuses sizes it cannot hold, with the limit, for every 
   CommandResult r = run_trainsim("gen pp-fsdp --stages 100000 --dp 100000 -o /dev/null", true);  // 10^10 ranks
   CHECK(r.exit_code == 2);
   CHECK(has(r.out, "pp-fsdp: the options ask for 10000000000 ranks, above the limit of 131072"));
-  r = run_trainsim("gen fsdp --dp 4096 --layers 64 --microbatches 64 -o /dev/null", true);
+  r = run_trainsim("gen fsdp --dp 4096 --layers 128 --microbatches 64 -o /dev/null", true);
   CHECK(r.exit_code == 2);
-  CHECK(has(r.out, "layer-microbatch pairs (the work of one step), above the limit of 4194304"));
+  CHECK(has(r.out, "layer-microbatch pairs (the work of one step), above the limit of 16777216"));
   r = run_trainsim("gen zb-h1 --stages 4 --microbatches 3000000 -o /dev/null", true);
   CHECK(r.exit_code == 2);
   CHECK(has(r.out, "zb-h1: the options ask for 3000000 microbatches, above the limit of 1048576"));

@@ -358,7 +358,7 @@ TEST_CASE("trainsim gen --from-megatron and --from-torchtitan end to end") {
                    true);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("trainsim gen: from torchtitan: gen 3d --tp 1 --pp 4 --dp 1 --microbatches 4 --layout "
-                   "'Et*8|t*9|t*8|t*7L' --microbatch-size 1 --seq 2048 --recompute full --elementwise eager") !=
+                   "'Et*8|t*9|t*8|t*7L' --model llama3-8b --microbatch-size 1 --seq 2048 --recompute full --elementwise eager") !=
         std::string::npos);
   CHECK(r.out.find("note: device h100-sxm (no --device given)") != std::string::npos);
   CHECK(r.out.find("note: data-parallel degree 1") != std::string::npos);

@@ -130,7 +130,18 @@ struct PipelinePlan {
   bool sequence_parallel = false;
   std::vector<int> tp_group;     ///< per plan rank: the header group of its TP group (tp > 1)
   std::vector<std::string> group_names;  ///< header group names (format version 2 when not empty)
+  /// Identical replicas of one pipeline (3d's data-parallel and CP replicas). When > 1, `steps` holds one
+  /// replica's lists (world_size / replicas of them, microbatch ids below microbatches / replicas), and replica d
+  /// runs list i as plan rank d + replicas·i on microbatch ids shifted by d·(microbatches / replicas); no message
+  /// crosses replicas. The plan-wide work (checks, messages, where receives go) is then done once, for one
+  /// replica, not for every one (issue 34: a 16,384-rank step's generation), and the ops are the ones the
+  /// expanded plan (expand_replicas) gives.
+  int replicas = 1;
 };
+
+/// `plan` with every replica's step lists written out (replicas 1): what build_pipeline makes of a plan with
+/// replicas, for tests. Throws std::logic_error when the lists or microbatches do not split into the replicas.
+PipelinePlan expand_replicas(PipelinePlan plan);
 
 /// A plan of p ranks holding 2p layers in V placement (layer l on rank l for l < p, then 2p-1-l): the
 /// placement of ZBV and DualPipeV, without steps yet.

@@ -23,7 +23,8 @@ struct Where {
 
 struct Message {
   int src = 0, dst = 0;
-  Tensor tensor;
+  bool grad = false;  // an activation grad (of `layer`'s input), else an activation (`layer`'s input)
+  int layer = 0, mb = 0;
   int send_step = 0;  // index of the producing step on src
   int consumer = 0;   // index of the consuming step on dst
   int pos = 0;        // the receive goes right before this step on dst
@@ -53,16 +54,18 @@ class PipelineSource final : public RankSource {
   // At most: a receive, a load, the pass, a loss or a send, two frees and an accumulation per step, and
   // per layer a load, an all-gather and the finish (free, reduce-scatter, free, update, free); with TP
   // also the TP collectives (two all-gathers and a reduce-scatter or all-reduce) and their frees.
-  std::size_t ops_bound(int plan_rank) const {
-    return (plan_.tp > 1 ? 12 : 8) * plan_.steps[plan_rank].size() + 8 * static_cast<std::size_t>(plan_.layers) + 8;
+  std::size_t ops_bound(int base) const {
+    return (plan_.tp > 1 ? 12 : 8) * plan_.steps[base].size() + 8 * static_cast<std::size_t>(plan_.layers) + 8;
   }
   void build_rank(int rank, std::vector<Op>& out) const;
 
   PipelinePlan plan_;
-  std::vector<int> grad_passes_;               // plan rank * layers + layer -> its backward (or weight) passes
+  // Indexed by a step list of one replica (PipelinePlan::replicas; the plan rank itself without replicas), with
+  // messages between step lists and microbatch ids of replica 0.
+  std::vector<int> grad_passes_;               // list * layers + layer -> its backward (or weight) passes
   std::vector<Message> msgs_;
-  std::vector<std::vector<int>> send_after_;   // plan rank -> step index -> the message it sends, or -1
-  std::vector<std::vector<int>> recv_before_;  // plan rank -> its messages, by the step they go before
+  std::vector<std::vector<int>> send_after_;   // list -> step index -> the message it sends, or -1
+  std::vector<std::vector<int>> recv_before_;  // list -> its messages, by the step they go before
   std::size_t estimate_ = 0;
   // The rank whose ops buffer_ holds (-1: none yet): the list ops() returned last, kept until the next call.
   mutable int built_ = -1;
@@ -71,12 +74,17 @@ class PipelineSource final : public RankSource {
 
 PipelineSource::PipelineSource(PipelinePlan plan) : RankSource(ScheduleHeader{}), plan_(std::move(plan)) {
   const PipelinePlan& p = plan_;
-  const int P = p.world_size, L = p.layers, M = p.microbatches, dp = p.dp, T = p.tp;
-  if (static_cast<int>(p.steps.size()) != P) bad_plan("one step list per rank");
+  // The plan-wide work runs on one replica: P step lists, M microbatches (all of them without replicas).
+  const int R = p.replicas, L = p.layers, dp = p.dp, T = p.tp;
+  if (R < 1 || p.world_size % R != 0 || p.microbatches % R != 0)
+    bad_plan("the plan ranks and microbatches split into the replicas");
+  const int P = p.world_size / R, M = p.microbatches / R;
+  if (static_cast<int>(p.steps.size()) != P) bad_plan("one step list per rank of a replica");
   if (T < 1 || T > Tensor::kMaxTpSize) bad_plan("a TP degree from 1 to 64");
-  if (dp > 1 && (static_cast<int>(p.shard_index.size()) != P * T || static_cast<int>(p.group_of.size()) != P * T))
+  if (dp > 1 && (static_cast<int>(p.shard_index.size()) != p.world_size * T ||
+                 static_cast<int>(p.group_of.size()) != p.world_size * T))
     bad_plan("shard_index and group_of need one entry per rank");
-  if (T > 1 && static_cast<int>(p.tp_group.size()) != P) bad_plan("tp_group needs one entry per plan rank");
+  if (T > 1 && static_cast<int>(p.tp_group.size()) != p.world_size) bad_plan("tp_group needs one entry per plan rank");
 
   // Where each pass runs.
   std::vector<Where> fwd(L * M), bwd(L * M), wgt(L * M);
@@ -115,19 +123,20 @@ PipelineSource::PipelineSource(PipelinePlan plan) : RankSource(ScheduleHeader{})
     for (int i = 0; i < static_cast<int>(p.steps[r].size()); ++i) {
       const Step& s = p.steps[r][i];
       Where c;
-      Tensor t;
+      bool grad = false;
+      int layer = 0;
       if (s.pass == Pass::F && s.layer + 1 < L) {
         c = fwd[(s.layer + 1) * M + s.mb];
-        t = activation_tensor(s.layer + 1, one(s.mb));
+        layer = s.layer + 1;
       } else if ((s.pass == Pass::B || s.pass == Pass::I) && s.layer > 0) {
         c = bwd[(s.layer - 1) * M + s.mb];
-        t = activation_grad_tensor(s.layer, one(s.mb));
+        grad = true, layer = s.layer;
       } else {
         continue;
       }
       if (c.rank == r) continue;
       int id = static_cast<int>(msgs_.size());
-      msgs_.push_back(Message{r, c.rank, t, i, c.index, c.index});
+      msgs_.push_back(Message{r, c.rank, grad, layer, s.mb, i, c.index, c.index});
       channels[{r, c.rank}].push_back(id);
       send_after_[r][i] = id;
     }
@@ -203,11 +212,11 @@ PipelineSource::PipelineSource(PipelinePlan plan) : RankSource(ScheduleHeader{})
              std::tie(msgs_[b].pos, msgs_[b].send_step, msgs_[b].src);
     });
 
-  header_ = make_header(P * T, L, M);
+  header_ = make_header(p.world_size * T, L, p.microbatches);
   header_.stage_map = p.stage_map;
   header_.groups = p.groups;
   if (!p.group_names.empty()) header_.version = 2, header_.group_names = p.group_names;
-  for (int r = 0; r < P; ++r) estimate_ += T * ops_bound(r);
+  for (int r = 0; r < P; ++r) estimate_ += static_cast<std::size_t>(T) * R * ops_bound(r);
 }
 
 const std::vector<Op>& PipelineSource::ops(int rank) const {
@@ -231,8 +240,12 @@ Schedule PipelineSource::take() {
 
 void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   const PipelinePlan& plan = plan_;
-  const int L = plan.layers, M = plan.microbatches, dp = plan.dp, T = plan.tp;
-  const int r = rank / T, j = rank % T;  // the plan rank (the TP group) and the TP slice
+  const int L = plan.layers, M = plan.microbatches, dp = plan.dp, T = plan.tp, R = plan.replicas;
+  const int pr = rank / T, j = rank % T;  // the plan rank (the TP group) and the TP slice
+  // Its replica and step list (PipelinePlan::replicas): replica `rep` runs list r on microbatch ids + shift, its
+  // peers being plan ranks rep + R * list.
+  const int r = pr / R, rep = pr % R, shift = rep * (M / R);
+  auto plan_rank = [&](int list) { return rep + R * list; };
   const IdSet all = IdSet::range(0, M);
   const bool sp = plan.sequence_parallel && T > 1;
   // How a data-parallel group shards the weight and the optimizer state (1: whole).
@@ -243,7 +256,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   RankProgram prog(rank, L, M, std::move(out));
   prog.reserve(ops_bound(r));
   const int d = dp > 1 ? plan.shard_index[rank] : 0;
-  const int dp_group = dp > 1 ? plan.group_of[rank] : 0, tp_group = T > 1 ? plan.tp_group[r] : 0;
+  const int dp_group = dp > 1 ? plan.group_of[rank] : 0, tp_group = T > 1 ? plan.tp_group[pr] : 0;
   // This rank's TP slice of a weight, optimizer state, weight grad or of the logits (sim/tensor.h); the
   // tensor itself without TP.
   auto slice = [&](Tensor t) { return tp_slice(std::move(t), j, T); };
@@ -350,11 +363,13 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
     for (; next_recv < recv_before_[r].size() && msgs_[recv_before_[r][next_recv]].pos == i; ++next_recv) {
       const Message& msg = msgs_[recv_before_[r][next_recv]];
-      prog.recv(j + T * msg.src, kept(msg.tensor));
+      const IdSet mb = one(msg.mb + shift);
+      prog.recv(j + T * plan_rank(msg.src),
+                kept(msg.grad ? activation_grad_tensor(msg.layer, mb) : activation_tensor(msg.layer, mb)));
     }
     const Step& s = plan.steps[r][i];
     const int l = s.layer;
-    const IdSet b = one(s.mb);
+    const IdSet b = one(s.mb + shift);
     const Tensor a = input_kept(l, b), w = slice(weight_full(l, weight_shards));
     const Tensor g_out = output_grad_kept(l, b);
     const Message* sent = nullptr;
@@ -376,7 +391,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
           Tensor next = tp_reduce(out, activation_tensor(l + 1, b), l);
           if (next != out) drop.push_back(out);
           if (sent) {
-            prog.send(j + T * sent->dst, next);
+            prog.send(j + T * plan_rank(sent->dst), next);
             drop.push_back(next);
           }
         }
@@ -402,7 +417,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         // Nothing reads the model input's grad: layer 0's partial sum is dropped, not reduced.
         Tensor g_in = l > 0 ? tp_reduce(g_partial, activation_grad_tensor(l, b), l) : g_partial;
         if (g_in != g_partial) drop.push_back(g_partial);
-        if (sent) prog.send(j + T * sent->dst, g_in);
+        if (sent) prog.send(j + T * plan_rank(sent->dst), g_in);
         if (sent || l == 0) drop.push_back(g_in);
         break;
       }
@@ -428,6 +443,22 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
 }
 
 }  // namespace
+
+PipelinePlan expand_replicas(PipelinePlan plan) {
+  const int R = plan.replicas;
+  if (R == 1) return plan;
+  if (R < 1 || plan.world_size % R != 0 || plan.microbatches % R != 0 ||
+      static_cast<int>(plan.steps.size()) * R != plan.world_size)
+    bad_plan("the plan ranks and microbatches split into the replicas");
+  const int M = plan.microbatches / R;
+  std::vector<std::vector<Step>> steps(plan.world_size);
+  for (int list = 0; list < static_cast<int>(plan.steps.size()); ++list)
+    for (int d = 0; d < R; ++d)
+      for (const Step& st : plan.steps[list]) steps[d + R * list].push_back({st.pass, st.layer, st.mb + d * M});
+  plan.steps = std::move(steps);
+  plan.replicas = 1;
+  return plan;
+}
 
 std::unique_ptr<RankSource> build_pipeline(PipelinePlan plan) {
   return std::make_unique<PipelineSource>(std::move(plan));

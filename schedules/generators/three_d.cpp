@@ -119,14 +119,11 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
   plan.dp_mode = o.zero == 3 ? DpMode::Fsdp : o.zero == 1 ? DpMode::Zero1 : DpMode::Replicate;
   plan.dp_stream = 1;
   plan.step_at_end = true;  // Megatron-LM's optimizer step follows the whole pipeline's backward
-  plan.steps.resize(P * D);
+  // Every replica runs the one pipeline's order on its own microbatches (replica d: d*M .. d*M+M-1) as plan
+  // rank d + D * s: PipelinePlan::replicas, so that the plan-wide work is done for one replica.
+  plan.replicas = D;
+  plan.steps = order.steps;
   for (int l = 0; l < L; ++l) plan.stage_map.push_back(T * D * order.stage_map[l]);
-  for (int s = 0; s < P; ++s)
-    for (int d = 0; d < D; ++d) {
-      auto& out = plan.steps[d + D * s];
-      out.reserve(order.steps[s].size());
-      for (const Step& st : order.steps[s]) out.push_back({st.pass, st.layer, st.mb + d * M});
-    }
   // Header groups: the TP groups, the CP groups, then the data-parallel groups.
   if (T > 1)
     for (int k = 0; k < P * D; ++k) {

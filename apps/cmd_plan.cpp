@@ -1,0 +1,376 @@
+// `trainsim plan`: which configuration for a training run (issue 34; docs/planning.md). Parses the question,
+// calls the planner (plan/planner.h), prints the ranking and writes its JSON, CSV and SVG, and the winner's launch
+// configurations (interop/framework_emit.h).
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/commands.h"
+#include "apps/hardware_options.h"
+#include "apps/number_check.h"
+#include "apps/stage_line.h"
+#include "apps/text_file.h"
+#include "interop/framework_emit.h"
+#include "interop/hf_config.h"
+#include "plan/planner.h"
+#include "visualize/plan_plot.h"
+
+namespace trainsim::apps {
+
+namespace {
+
+struct PlanArgs {
+  std::string model, device = kDefaultDevice, network = kDefaultNetwork, framework = "any", tp_overlap;
+  int gpus = 0, seq = 0, top = 10, emit = 1;
+  unsigned threads = 0;
+  long long global_batch = 0;
+  double reserve_gib = -1;
+  std::string tp, cp, pp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout;
+  bool json = false;
+  std::string csv, svg;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<int> int_list(const std::string& s, const char* flag) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(s)) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0 || (v == 0 && std::string(flag) != "--zero"))
+      throw hw::SpecError(fmt::format("{}: '{}' is not a count (give N or N,M,...)", flag, item));
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<bool> switch_list(const std::string& s, const char* flag) {
+  std::vector<bool> out;
+  for (const std::string& item : split_list(s)) {
+    if (item == "on" || item == "yes") out.push_back(true);
+    else if (item == "off" || item == "no") out.push_back(false);
+    else throw hw::SpecError(fmt::format("{}: '{}' is on or off (or on,off for both)", flag, item));
+  }
+  return out;
+}
+
+plan::PlanRequest request_of(const PlanArgs& a) {
+  plan::PlanRequest r;
+  try {
+    r.model = interop::load_model(a.model);
+  } catch (const hw::SpecError& e) {
+    throw hw::SpecError(fmt::format("--model: {}", e.what()));
+  }
+  try {
+    r.device = hw::load_device(a.device);
+  } catch (const hw::SpecError& e) {
+    throw hw::SpecError(fmt::format("--device: {}", e.what()));
+  }
+  try {
+    r.network = hw::load_network(a.network);
+  } catch (const hw::SpecError& e) {
+    throw hw::SpecError(fmt::format("--network: {}", e.what()));
+  }
+  if (a.reserve_gib >= 0) r.device.memory_reserve_bytes = a.reserve_gib * 1024.0 * 1024 * 1024;
+  r.gpus = a.gpus;
+  r.global_batch = a.global_batch;
+  r.seq = a.seq;
+  r.top = a.top;
+  r.framework = plan::framework_from_name(a.framework, "--framework");
+  if (!a.tp_overlap.empty()) r.tp_overlap = hw::tp_overlap_from_name(a.tp_overlap, "--tp-overlap");
+  plan::SearchSpace& s = r.space;
+  s.tp = int_list(a.tp, "--tp"), s.cp = int_list(a.cp, "--cp"), s.pp = int_list(a.pp, "--pp");
+  s.chunks = int_list(a.chunks, "--chunks"), s.microbatch_size = int_list(a.microbatch_size, "--microbatch-size");
+  s.zero = int_list(a.zero, "--zero");
+  for (int z : s.zero)
+    if (z != 0 && z != 1 && z != 3) throw hw::SpecError(fmt::format("--zero: {} is 0 (DDP), 1 (ZeRO-1) or 3 (FSDP)", z));
+  static const std::vector<std::string> kSchedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"};
+  for (const std::string& name : split_list(a.schedules)) {
+    if (name == "all") {
+      s.schedules = kSchedules;
+      continue;
+    }
+    if (std::find(kSchedules.begin(), kSchedules.end(), name) == kSchedules.end())
+      throw hw::SpecError(fmt::format("--schedules: '{}' is not one of 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev, "
+                                      "interleaved-zb (or all)", name));
+    s.schedules.push_back(name);
+  }
+  for (const std::string& name : split_list(a.recompute)) {
+    if (name == "op") throw hw::SpecError("--recompute: the planner searches none, selective and full");
+    s.recompute.push_back(hw::recompute_from_name(name, "--recompute"));
+  }
+  s.sp = switch_list(a.sp, "--sp");
+  s.fp8 = switch_list(a.fp8, "--fp8");
+  for (const std::string& name : split_list(a.layout)) {
+    if (name != "even" && name != "balanced") throw hw::SpecError(fmt::format("--layout: '{}' is even or balanced", name));
+    s.layouts.push_back(name);
+  }
+  return r;
+}
+
+std::string gib(double bytes) { return fmt::format("{:.1f}", bytes / (1024.0 * 1024 * 1024)); }
+
+// The launch configurations of a row: gen command, Megatron-LM line, torchtitan TOML.
+struct Launch {
+  std::string gen;
+  FrameworkLaunch megatron, torchtitan;
+};
+
+Launch launch_of(const plan::PlanRow& row, const PlanArgs& a) {
+  Launch l;
+  l.gen = "trainsim " + gen_command(row.candidate.config);
+  if (l.gen.find(" --model ") == std::string::npos) l.gen += " --model " + a.model;
+  l.gen += fmt::format(" --device {} --network {} --sim", a.device, a.network);
+  l.megatron = to_megatron(row.candidate.config);
+  l.torchtitan = to_torchtitan_toml(row.candidate.config);
+  return l;
+}
+
+nlohmann::ordered_json breakdown_json(const MemoryByKind& m) {
+  nlohmann::ordered_json j;
+  j["weights_bytes"] = m.weights;
+  j["grads_bytes"] = m.grads;
+  j["optimizer_bytes"] = m.optimizer;
+  j["activations_bytes"] = m.activations;
+  j["workspace_bytes"] = m.workspace;
+  return j;
+}
+
+nlohmann::ordered_json row_json(const plan::PlanRow& row) {
+  const plan::Knobs& k = row.candidate.knobs;
+  const plan::Evaluation& e = row.eval;
+  nlohmann::ordered_json j;
+  j["tp"] = k.tp, j["cp"] = k.cp, j["pp"] = k.pp, j["chunks"] = k.chunks, j["dp"] = k.dp;
+  j["microbatch_size"] = k.microbatch_size, j["microbatches"] = k.microbatches;
+  j["schedule"] = k.schedule, j["zero"] = k.zero, j["recompute"] = hw::recompute_name(k.recompute);
+  j["sp"] = k.sp, j["fp8"] = k.fp8, j["layout"] = k.layout;
+  j["fits"] = row.fits();
+  j["step_time_s"] = e.step_time_s;
+  j["tokens_per_s_per_gpu"] = e.tokens_per_s_per_gpu;
+  j["mfu"] = e.mfu;
+  j["peak_memory_bytes"] = e.peak_memory_bytes;
+  j["peak_memory_rank"] = e.peak_memory_rank;
+  j["peak_breakdown"] = breakdown_json(e.peak_breakdown);
+  j["bubble_fraction"] = e.bubble_fraction;
+  j["exposed_comm_share"] = e.exposed_comm_share;
+  j["memory_bound_bytes"] = row.memory_bound_bytes;
+  j["time_bound_s"] = row.time_bound_s;
+  j["simulated_ranks"] = e.simulated_ranks;
+  j["ops"] = e.ops;
+  return j;
+}
+
+std::string csv_text(const plan::PlanResult& res) {
+  std::string s =
+      "rank,tp,cp,pp,chunks,dp,microbatch_size,microbatches,schedule,zero,recompute,sp,fp8,layout,fits,step_time_s,"
+      "tokens_per_s_per_gpu,mfu,peak_memory_bytes,weights_bytes,grads_bytes,optimizer_bytes,activations_bytes,"
+      "workspace_bytes,bubble_fraction,exposed_comm_share\n";
+  for (std::size_t i = 0; i < res.rows.size(); ++i) {
+    const plan::Knobs& k = res.rows[i].candidate.knobs;
+    const plan::Evaluation& e = res.rows[i].eval;
+    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},"
+                     "{:.17g},{:.17g},{:.17g},{:.17g}\n",
+                     i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, k.microbatch_size, k.microbatches, k.schedule, k.zero,
+                     hw::recompute_name(k.recompute), k.sp ? 1 : 0, k.fp8 ? 1 : 0, k.layout, res.rows[i].fits() ? 1 : 0,
+                     e.step_time_s, e.tokens_per_s_per_gpu, e.mfu, e.peak_memory_bytes, e.peak_breakdown.weights,
+                     e.peak_breakdown.grads, e.peak_breakdown.optimizer, e.peak_breakdown.activations,
+                     e.peak_breakdown.workspace, e.bubble_fraction, e.exposed_comm_share);
+  }
+  return s;
+}
+
+std::string rejected_text(const plan::PlanResult& res) {
+  std::string s;
+  for (const auto& [why, n] : res.rejected) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", why, n);
+  return s.empty() ? "none" : s;
+}
+
+int run(const PlanArgs& a) {
+  plan::PlanRequest r;
+  try {
+    r = request_of(a);
+  } catch (const std::invalid_argument& e) {  // hw::SpecError
+    fmt::print(stderr, "trainsim plan: {}\n", e.what());
+    return 2;
+  }
+  const unsigned threads = a.threads > 0 ? a.threads : std::max(1u, std::thread::hardware_concurrency());
+  StageLine stage("trainsim plan");
+  stage.show("enumerating configurations");
+  const auto started = std::chrono::steady_clock::now();
+  plan::PlanResult res;
+  try {
+    res = plan::run_plan(r, threads, [&](std::size_t done, std::size_t total) {
+      stage.show(fmt::format("simulated {} of {} candidates", done, total));
+    });
+  } catch (const std::invalid_argument& e) {
+    stage.clear();
+    fmt::print(stderr, "trainsim plan: {}\n", e.what());
+    return 2;
+  }
+  stage.clear();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const std::size_t shown = std::min<std::size_t>(res.rows.size(), static_cast<std::size_t>(std::max(a.top, 0)));
+  const std::size_t emitted = std::min<std::size_t>(res.rows.size(), static_cast<std::size_t>(std::max(a.emit, 0)));
+  std::vector<Launch> launches;
+  for (std::size_t i = 0; i < emitted; ++i)
+    if (res.rows[i].fits()) launches.push_back(launch_of(res.rows[i], a));
+  const std::string seq = fmt::format("{}", r.seq > 0 ? r.seq : r.model.seq);
+  const std::string title = fmt::format("{} on {} x {} ({}), global batch {} x {} tokens", r.model.preset, r.gpus,
+                                        r.device.preset, r.network.preset, r.global_batch, seq);
+  if (!a.csv.empty() && !write_output("trainsim plan", a.csv, csv_text(res))) return 2;
+  if (!a.svg.empty()) {
+    std::vector<visualize::PlanPoint> points;
+    for (std::size_t i = 0; i < res.rows.size(); ++i)
+      points.push_back({res.rows[i].eval.peak_memory_bytes, res.rows[i].eval.tokens_per_s_per_gpu, res.rows[i].fits(),
+                        i < shown && res.rows[i].fits() ? static_cast<int>(i + 1) : 0});
+    const std::string sub = fmt::format("{} candidates simulated ({} fit); not simulated or out of memory: {}",
+                                        res.simulated, res.rows.size() - res.rejected["out_of_memory"], rejected_text(res));
+    if (!write_output("trainsim plan", a.svg,
+                      visualize::plan_plot_svg(points, r.device.memory_bytes, r.device.usable_memory_bytes(), {title, sub})))
+      return 2;
+  }
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["model"] = r.model.preset, j["gpus"] = r.gpus, j["device"] = r.device.preset, j["network"] = r.network.preset;
+    j["global_batch"] = r.global_batch, j["seq"] = r.seq > 0 ? r.seq : r.model.seq, j["framework"] = a.framework;
+    j["device_fitted_to"] = r.device.fitted_to.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.device.fitted_to);
+    j["memory_capacity_bytes"] = r.device.memory_bytes, j["memory_reserve_bytes"] = r.device.memory_reserve_bytes;
+    j["combinations"] = res.combinations;
+    j["simulated"] = res.simulated;
+    j["rejected"] = res.rejected;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < res.rows.size(); ++i) {
+      nlohmann::ordered_json row = row_json(res.rows[i]);
+      if (i < launches.size()) {
+        row["gen_command"] = launches[i].gen;
+        auto put = [&](const char* key, const FrameworkLaunch& l) {
+          row[key] = l.text.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(l.text);
+          row[std::string(key) + "_exact"] = l.exact;
+          row[std::string(key) + "_note"] = l.note.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(l.note);
+        };
+        put("megatron_args", launches[i].megatron);
+        put("torchtitan_toml", launches[i].torchtitan);
+      }
+      rows.push_back(std::move(row));
+    }
+    j["candidates"] = std::move(rows);
+    std::cout << j.dump(2) << "\n";
+    return res.rows.empty() || !res.rows.front().fits() ? 1 : 0;
+  }
+  fmt::print("trainsim plan: {}\n", title);
+  fmt::print("  {} combinations; {} simulated in {:.1f} s on {} threads (framework {})\n", res.combinations,
+             res.simulated, seconds, threads, a.framework);
+  fmt::print("  not simulated or not ranked: {}\n", rejected_text(res));
+  if (r.device.fitted_to.empty())
+    fmt::print("  note: device {} is fitted to no published run: its times are the kernel tables' and likely fast\n",
+               r.device.preset);
+  fmt::print("\n{:>3} {:>2} {:>2} {:>3} {:>2} {:>4} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8} {:>9} {:>5} "
+             "{:>6} {:<23} {:>6} {:>7}\n",
+             "#", "TP", "CP", "PP", "VP", "DP", "mbs", "mb", "schedule", "ZeRO", "recompute", "SP", "FP8", "layout",
+             "step s", "tok/s/GPU", "MFU", "peak", "GiB: W/G/O/A", "bubble", "exposed");
+  for (std::size_t i = 0; i < shown; ++i) {
+    const plan::Knobs& k = res.rows[i].candidate.knobs;
+    const plan::Evaluation& e = res.rows[i].eval;
+    const MemoryByKind& m = e.peak_breakdown;
+    fmt::print("{:>3} {:>2} {:>2} {:>3} {:>2} {:>4} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8.3f} {:>9.0f} "
+               "{:>4.1f}% {:>6} {:<23} {:>5.1f}% {:>6.1f}%{}\n",
+               i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, k.microbatch_size, k.microbatches, k.schedule, k.zero,
+               hw::recompute_name(k.recompute), k.sp ? "y" : "n", k.fp8 ? "y" : "n", k.layout, e.step_time_s,
+               e.tokens_per_s_per_gpu, 100 * e.mfu, gib(e.peak_memory_bytes),
+               fmt::format("{}/{}/{}/{}", gib(m.weights), gib(m.grads), gib(m.optimizer), gib(m.activations)),
+               100 * e.bubble_fraction, 100 * e.exposed_comm_share, res.rows[i].fits() ? "" : "  out of memory");
+  }
+  if (res.rows.empty() || !res.rows.front().fits()) {
+    fmt::print(stderr, "trainsim plan: no candidate fits in {} GiB usable of {} (give more GPUs, a smaller batch, or "
+                       "widen the search)\n",
+               gib(r.device.usable_memory_bytes()), r.device.preset);
+    return 1;
+  }
+  for (std::size_t i = 0; i < launches.size(); ++i) {
+    fmt::print("\n#{}: {}\n", i + 1, launches[i].gen);
+    auto show = [](const char* name, const FrameworkLaunch& l) {
+      if (l.text.empty()) fmt::print("  {}: not written: {}\n", name, l.note);
+      else fmt::print("  {}{}:\n{}\n", name, l.exact ? " (read back to the same configuration)" : fmt::format(" ({})", l.note), l.text);
+    };
+    show("Megatron-LM", launches[i].megatron);
+    show("torchtitan TOML", launches[i].torchtitan);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "Which configuration for a training run: search TP, CP, PP, virtual stages, DP, microbatch size, pipeline "
+      "schedule, ZeRO-1 or FSDP, recomputation, SP, FP8 and the stage layout, simulate every candidate that can fit "
+      "as a real schedule (one representative rank per stage), rank them by tokens/s per GPU, and write the "
+      "winner's gen command, Megatron-LM arguments and torchtitan TOML (docs/planning.md). Knob options take a "
+      "value or a comma-separated list. Exit status: 0 a candidate fits; 1 none fits; 2 a bad option.");
+  const CLI::Validator count = integer_in(1, std::numeric_limits<int>::max(), "", "N>=1");
+  cmd->add_option("--model", a->model, "The model: a preset, a trainsim JSON file or a Hugging Face config.json")->required();
+  cmd->add_option("--gpus", a->gpus, "GPUs of the run (the world size)")->required()->check(count);
+  cmd->add_option("--global-batch", a->global_batch, "Sequences per step over every replica")
+      ->required()
+      ->check(integer_in(1, std::numeric_limits<int>::max(), "", "N>=1"));
+  cmd->add_option("--seq", a->seq, "Tokens per sequence (default: the model's)")->check(integer_in(1, 16777216, "", "N>=1"));
+  cmd->add_option("--device", a->device, "The device: a preset or a JSON file")->capture_default_str();
+  cmd->add_option("--network", a->network, "The network: a preset or a JSON file (its GPUs per node bound TP)")
+      ->capture_default_str();
+  cmd->add_option("--memory-reserve", a->reserve_gib,
+                  "GiB of each GPU a framework cannot use (default: the device's stated reserve)")
+      ->check(finite_number(0, false, "GiB", "GIB>=0"));
+  cmd->add_option("--framework", a->framework,
+                  "any (default: every schedule, ZeRO-1 and FSDP, Megatron-LM's TP overlap), megatron (1F1B and "
+                  "interleaved, distributed optimizer) or torchtitan (FSDP, its pipelining schedules, TP without "
+                  "overlap)")
+      ->capture_default_str();
+  cmd->add_option("--tp", a->tp, "Tensor-parallel degrees (default: powers of 2 up to a node dividing the heads)");
+  cmd->add_option("--cp", a->cp, "Context-parallel degrees (default 1; 1,2,4,8 from 32,768 tokens)");
+  cmd->add_option("--pp", a->pp, "Pipeline stages (default: every divisor of the GPUs left, up to the blocks)");
+  cmd->add_option("--chunks", a->chunks, "Virtual stages per rank of the interleaved schedules (default 2,4)");
+  cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch (default 1,2,4)");
+  cmd->add_option("--zero", a->zero, "0 (DDP), 1 (ZeRO-1), 3 (FSDP) (default: 1,3; megatron 1; torchtitan 3)");
+  cmd->add_option("--schedules", a->schedules,
+                  "Pipeline schedules: 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev, interleaved-zb, or all "
+                  "(default: the framework's); with the degrees fixed, a comparison of schedules");
+  cmd->add_option("--recompute", a->recompute, "none, selective, full (default: all three)");
+  cmd->add_option("--sp", a->sp, "Sequence parallelism with TP: on, off or on,off (default on)");
+  cmd->add_option("--fp8", a->fp8, "FP8 linear layers: off, on or off,on (default off)");
+  cmd->add_option("--layout", a->layout, "Stage layouts: even, balanced or both (default both)");
+  cmd->add_option("--tp-overlap", a->tp_overlap, "TP overlap: none, backward, full (default: the framework's)");
+  cmd->add_option("--top", a->top, "Rows of the table (and labels of the SVG)")->capture_default_str()->check(count);
+  cmd->add_option("--emit", a->emit, "Rows whose launch configurations are written (default 1: the winner)")
+      ->capture_default_str()
+      ->check(integer_in(0, 1000, "", "N>=0"));
+  cmd->add_option("--threads", a->threads, "Threads (default: every core); the answer does not depend on it")
+      ->check(integer_in(1, 4096, "", "N>=1"));
+  cmd->add_flag("--json", a->json, "Print the plan as JSON (every simulated candidate, best first)");
+  cmd->add_option("--csv", a->csv, "Write every simulated candidate to this CSV file");
+  cmd->add_option("--svg", a->svg, "Draw throughput against peak memory for every candidate to this SVG file");
+  cmd->callback([a, exit_code] { *exit_code = run(*a); });
+}
+
+}  // namespace trainsim::apps

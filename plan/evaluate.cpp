@@ -1,0 +1,113 @@
+#include "plan/evaluate.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "hardware/memory.h"
+#include "hardware/stage_layout.h"
+#include "schedules/generators.h"
+#include "schedules/generators/builder.h"
+#include "schedules/hardware_sim.h"
+#include "schedules/symmetry.h"
+
+namespace trainsim::plan {
+
+namespace {
+
+bool v_shaped(const std::string& s) { return s == "zbv" || s == "dualpipev"; }
+
+// The pipeline rank of stage chunk k of `chunks` (gen 3d's placement: looped, or V for zbv and dualpipev).
+int rank_of_chunk(const Knobs& k, int chunk) {
+  if (v_shaped(k.schedule)) return chunk < k.pp ? chunk : 2 * k.pp - 1 - chunk;
+  return chunk % k.pp;
+}
+
+}  // namespace
+
+Evaluation evaluate(const Candidate& c, const PlanRequest& r) {
+  Evaluation e;
+  std::unique_ptr<RankSource> source;
+  hw::HardwareSetting setting;
+  try {
+    setting = setting_of(c.config, r.device, r.network);
+    source = generate_ranks("3d", c.config.options);
+  } catch (const std::invalid_argument& err) {  // hw::SpecError too
+    e.outcome = "invalid";
+    e.error = err.what();
+    return e;
+  }
+  ScheduleHeader& h = source->header();
+  h.cost_model = "hardware";
+  h.hardware = setting;
+  const GenOptions& o = c.config.options;
+  const std::vector<int> mirror = symmetric_mirror(h, RankGrid{o.tp, o.cp, o.dp, o.pp});
+  e.simulated_ranks = h.world_size;
+  if (!mirror.empty()) {
+    e.simulated_ranks = 0;
+    for (int q = 0; q < h.world_size; ++q) e.simulated_ranks += mirror[q] == q;
+  }
+  const HardwareRun run = simulate_hardware(*source, false, {}, mirror);
+  if (!run.report) {
+    e.outcome = "invalid";
+    e.error = run.result.error;
+    return e;
+  }
+  const hw::StepReport& rep = *run.report;
+  e.outcome = rep.oom ? "out_of_memory" : "";
+  e.step_time_s = rep.step_time_s;
+  e.tokens_per_s_per_gpu = rep.tokens_per_s_per_gpu;
+  e.mfu = rep.mfu;
+  e.bubble_fraction = rep.bubble_fraction;
+  e.exposed_comm_share = rep.exposed_comm_share;
+  e.peak_memory_bytes = rep.peak_memory_bytes;
+  e.peak_memory_rank = rep.peak_memory_rank;
+  if (rep.peak_memory_rank >= 0 && rep.peak_memory_rank < static_cast<int>(rep.ranks.size()))
+    e.peak_breakdown = rep.ranks[rep.peak_memory_rank].peak_breakdown;
+  e.ops = static_cast<long long>(run.result.op_count);
+  return e;
+}
+
+double memory_lower_bound(const Candidate& c, const PlanRequest& r) {
+  const hw::HardwareSetting s = setting_of(c.config, r.device, r.network);
+  const Knobs& k = c.knobs;
+  const std::vector<int>& chunk_blocks = c.config.options.chunk_blocks;
+  // One schedule layer per block, a chunk without blocks one layer (gen 3d's refine_layers).
+  std::vector<int> per_layer;
+  std::vector<int> layer_rank;
+  for (int chunk = 0; chunk < static_cast<int>(chunk_blocks.size()); ++chunk) {
+    const int n = chunk_blocks[chunk];
+    for (int i = 0; i < std::max(n, 1); ++i) {
+      per_layer.push_back(n == 0 ? 0 : 1);
+      layer_rank.push_back(rank_of_chunk(k, chunk));
+    }
+  }
+  const hw::StageLayout layout(per_layer);
+  const int layers = static_cast<int>(per_layer.size());
+  const hw::TensorSizes sizes(s, layers, &layout);
+  const int replicas = k.dp * k.cp;  // gen 3d's data-parallel groups hold dp x cp ranks
+  const int weight_shards = k.zero == 3 && replicas > 1 ? replicas : 1;
+  const int opt_shards = k.zero != 0 && replicas > 1 ? replicas : 1;
+  const double act_per_block = hw::activation_bytes_per_block(s.model, static_cast<double>(s.seq_len()) / k.cp,
+                                                              s.microbatch_size, s.recompute, k.tp, k.sp, s.attention);
+  std::vector<double> bytes(k.pp, 0.0);
+  for (int l = 0; l < layers; ++l) {
+    const int q = layer_rank[l];
+    bytes[q] += sizes.wire_bytes(tp_slice(gen::weight_shard(l, 0, weight_shards), 0, k.tp));
+    bytes[q] += sizes.wire_bytes(tp_slice(gen::opt_shard(l, 0, opt_shards), 0, k.tp));
+    bytes[q] += per_layer[l] * act_per_block;
+  }
+  return *std::max_element(bytes.begin(), bytes.end());
+}
+
+double time_lower_bound(const Candidate& c, const PlanRequest& r) {
+  const hw::HardwareSetting s = setting_of(c.config, r.device, r.network);
+  const double tokens = static_cast<double>(r.global_batch) * s.seq_len();
+  double flops = tokens * s.model.flops_per_token(s.seq_len());
+  // Full recomputation runs every block's forward again: a third of the blocks' dense FLOPs (6·N per token).
+  if (s.recompute == hw::Recompute::Full) flops += tokens * 2 * s.model.blocks * s.model.block_parameters();
+  const double peak = s.fp8 && r.device.fp8_peak_flops > 0 ? std::max(r.device.fp8_peak_flops, r.device.peak_flops)
+                                                          : r.device.peak_flops;
+  return flops / (static_cast<double>(r.gpus) * peak);
+}
+
+}  // namespace trainsim::plan

@@ -1,0 +1,207 @@
+#include "plan/search.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "hardware/stage_layout.h"
+
+namespace trainsim::plan {
+
+Framework framework_from_name(const std::string& name, const std::string& where) {
+  if (name == "any") return Framework::Any;
+  if (name == "megatron") return Framework::Megatron;
+  if (name == "torchtitan") return Framework::Torchtitan;
+  throw hw::SpecError(fmt::format("{}: the framework is any, megatron or torchtitan, not '{}'", where, name));
+}
+
+const char* framework_name(Framework f) {
+  switch (f) {
+    case Framework::Megatron: return "megatron";
+    case Framework::Torchtitan: return "torchtitan";
+    default: return "any";
+  }
+}
+
+namespace {
+
+int seq_of(const PlanRequest& r) { return r.seq > 0 ? r.seq : r.model.seq; }
+bool v_shaped(const std::string& s) { return s == "zbv" || s == "dualpipev"; }
+bool looped(const std::string& s) { return s == "interleaved-1f1b" || s == "interleaved-zb"; }
+
+template <typename T>
+std::vector<T> sorted_unique(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+}  // namespace
+
+SearchSpace default_space(const PlanRequest& r) {
+  SearchSpace s;
+  const int kv = r.model.kv_heads > 0 ? r.model.kv_heads : r.model.heads;
+  for (int t = 1; t <= std::min(r.network.gpus_per_node, 64); t *= 2)
+    if (r.model.heads % t == 0 && kv % t == 0) s.tp.push_back(t);
+  s.cp = {1};
+  if (seq_of(r) >= 32768) s.cp = {1, 2, 4, 8};
+  for (int p = 1; p <= r.model.blocks && p <= r.gpus; ++p)
+    if (r.gpus % p == 0) s.pp.push_back(p);
+  s.chunks = {2, 4};
+  s.microbatch_size = {1, 2, 4};
+  switch (r.framework) {
+    case Framework::Megatron:
+      s.schedules = {"1f1b", "interleaved-1f1b"};
+      s.zero = {1};
+      break;
+    case Framework::Torchtitan:
+      s.schedules = {"1f1b", "interleaved-1f1b", "zbv", "dualpipev", "interleaved-zb"};
+      s.zero = {3};
+      break;
+    default:
+      s.schedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"};
+      s.zero = {1, 3};
+  }
+  s.recompute = {hw::Recompute::None, hw::Recompute::Selective, hw::Recompute::Full};
+  s.sp = {true};
+  s.fp8 = {false};
+  s.layouts = {"even", "balanced"};
+  return s;
+}
+
+std::vector<int> layout_blocks(const std::string& layout, int blocks, int chunks) {
+  if (chunks < 1) return {};
+  if (layout == "even") return hw::StageLayout::even(blocks, chunks).blocks_per_layer();
+  if (layout != "balanced") return {};
+  if (chunks == 1) return {blocks};
+  const int effective = blocks + 2, per = effective / chunks, extra = effective % chunks;
+  std::vector<int> out;
+  int used = 0;
+  for (int c = 0; c < chunks; ++c) {
+    int n = per + (c < extra ? 1 : 0) - (c == 0 || c == chunks - 1 ? 1 : 0);
+    n = std::min(n, blocks - used);
+    if (n < 0) return {};
+    out.push_back(n);
+    used += n;
+  }
+  return used == blocks ? out : std::vector<int>{};
+}
+
+hw::HardwareSetting setting_of(const FrameworkPlan& c, const hw::DeviceSpec& device, const hw::NetworkSpec& network) {
+  hw::HardwareSetting s;
+  s.model = c.model;
+  s.device = device;
+  s.network = network;
+  s.microbatch_size = c.microbatch_size;
+  s.seq = c.seq > 0 ? c.seq : c.model.seq;
+  s.recompute = c.recompute;
+  s.attention = c.attention;
+  s.elementwise = c.elementwise;
+  s.tp_overlap = c.tp_overlap;
+  s.fp8 = c.fp8 || c.fp8_all_gather;
+  s.fp8_all_gather = c.fp8_all_gather;
+  s.context_parallel = c.options.cp;
+  s.validate("plan");
+  return s;
+}
+
+Enumeration enumerate(const PlanRequest& r) {
+  if (r.gpus < 1) throw hw::SpecError("plan: --gpus must be at least 1");
+  if (r.global_batch < 1) throw hw::SpecError("plan: --global-batch must be at least 1");
+  SearchSpace d = default_space(r);
+  const SearchSpace& g = r.space;
+  auto pick = [](const auto& given, const auto& fallback) { return sorted_unique(given.empty() ? fallback : given); };
+  const std::vector<int> tps = pick(g.tp, d.tp), cps = pick(g.cp, d.cp), pps = pick(g.pp, d.pp),
+                         chunk_list = pick(g.chunks, d.chunks), mbss = pick(g.microbatch_size, d.microbatch_size),
+                         zeros = pick(g.zero, d.zero);
+  const std::vector<std::string> schedules = g.schedules.empty() ? d.schedules : g.schedules;  // the given order
+  const std::vector<hw::Recompute> recomputes = pick(g.recompute, d.recompute);
+  const std::vector<bool> sps = pick(g.sp, d.sp), fp8s = pick(g.fp8, d.fp8);
+  const std::vector<std::string> layouts = pick(g.layouts, d.layouts);
+  if (std::find(fp8s.begin(), fp8s.end(), true) != fp8s.end() && r.device.fp8_peak_flops <= 0)
+    throw hw::SpecError(fmt::format("plan: --fp8: the device '{}' has no FP8 tensor cores", r.device.preset));
+  const hw::TpOverlap overlap = r.tp_overlap ? *r.tp_overlap
+                                : r.framework == Framework::Torchtitan ? hw::TpOverlap::None
+                                                                        : hw::TpOverlap::Backward;
+  const int seq = seq_of(r), kv = r.model.kv_heads > 0 ? r.model.kv_heads : r.model.heads;
+  Enumeration out;
+  auto remove = [&](const char* why, long long n = 1) { out.removed[why] += n; };
+  // How many combinations of the knobs below the parallel degrees one (tp, cp, pp) stands for.
+  const long long per_shape = static_cast<long long>(mbss.size()) * zeros.size() * recomputes.size() * sps.size() *
+                              fp8s.size() * layouts.size();
+  for (int tp : tps)
+    for (int cp : cps)
+      for (int pp : pps)
+        for (const std::string& schedule : schedules) {
+          const bool pipelined = pp > 1;
+          std::vector<int> chunk_choices = looped(schedule) ? chunk_list : std::vector<int>{1};
+          for (int chunks : chunk_choices) {
+            // Without pipelining the schedule, its chunks and the layout mean nothing: one candidate (1f1b).
+            if (!pipelined && (schedule != schedules.front() || chunks != chunk_choices.front())) {
+              remove("redundant", per_shape);
+              continue;
+            }
+            const long long ranks = static_cast<long long>(tp) * cp * pp;
+            if (tp > r.network.gpus_per_node) { remove("tp_across_nodes", per_shape); continue; }
+            if (r.gpus % ranks != 0 || r.model.heads % tp != 0 || kv % tp != 0 || seq % cp != 0) {
+              remove("indivisible", per_shape);
+              continue;
+            }
+            const int v = v_shaped(schedule) ? 2 : chunks;
+            if (pipelined && looped(schedule) && chunks < 2) { remove("indivisible", per_shape); continue; }
+            if (static_cast<long long>(pp) * v > r.model.blocks) { remove("indivisible", per_shape); continue; }
+            const int dp = static_cast<int>(r.gpus / ranks);
+            for (int mbs : mbss)
+              for (int zero : zeros)
+                for (hw::Recompute rc : recomputes)
+                  for (bool sp : sps)
+                    for (bool fp8 : fp8s)
+                      for (const std::string& layout : layouts) {
+                        const long long per_replica = static_cast<long long>(dp) * mbs;
+                        if (r.global_batch % per_replica != 0) { remove("indivisible"); continue; }
+                        const long long m = r.global_batch / per_replica;
+                        if (m > INT32_MAX) { remove("indivisible"); continue; }
+                        // Knobs that mean nothing here are kept at one value: ZeRO without data parallelism, SP
+                        // without TP, a layout of one stage chunk.
+                        if ((dp * cp == 1 && zero != zeros.front()) || (tp == 1 && sp != sps.front()) ||
+                            (pp * v == 1 && layout != layouts.front())) {
+                          remove("redundant");
+                          continue;
+                        }
+                        std::vector<int> blocks = layout_blocks(layout, r.model.blocks, pp * v);
+                        if (blocks.empty()) { remove("indivisible"); continue; }
+                        if (layout != "even" && blocks == layout_blocks("even", r.model.blocks, pp * v)) {
+                          remove("redundant");
+                          continue;
+                        }
+                        Candidate c;
+                        Knobs& k = c.knobs;
+                        k.tp = tp, k.cp = cp, k.pp = pp, k.chunks = v, k.dp = dp, k.microbatch_size = mbs;
+                        k.microbatches = static_cast<int>(m), k.zero = dp * cp == 1 ? 0 : zero;
+                        k.schedule = pipelined ? schedule : "1f1b", k.layout = pp * v == 1 ? "even" : layout;
+                        k.recompute = rc, k.sp = tp > 1 && sp, k.fp8 = fp8;
+                        FrameworkPlan& f = c.config;
+                        f.kind = "3d";
+                        f.model = r.model;
+                        f.microbatch_size = mbs;
+                        f.seq = seq;
+                        f.recompute = rc;
+                        f.tp_overlap = overlap;
+                        f.fp8 = fp8;
+                        f.elementwise = hw::Elementwise::Fused;
+                        GenOptions& o = f.options;
+                        o.tp = tp, o.cp = cp, o.pp = pp, o.dp = dp, o.zero = k.zero;
+                        o.schedule = k.schedule;
+                        o.chunks = looped(k.schedule) ? chunks : 1;
+                        o.sequence_parallel = k.sp;
+                        o.microbatches = k.microbatches;
+                        o.chunk_blocks = std::move(blocks);
+                        out.candidates.push_back(std::move(c));
+                      }
+          }
+        }
+  return out;
+}
+
+}  // namespace trainsim::plan

@@ -1,0 +1,224 @@
+// trainsim plan (issue 34): the search space and its pruning counts, the closed-form bounds against the
+// simulation, determinism on any number of threads, the launch configurations read back by the importers to the
+// same schedule and prediction, and the command's JSON.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_helpers.h"
+#include "hardware/setting.h"
+#include "interop/framework_emit.h"
+#include "plan/planner.h"
+#include "schedules/generators.h"
+#include "schedules/hardware_sim.h"
+
+using namespace trainsim;
+using namespace trainsim::plan;
+
+namespace {
+
+// Llama 3 8B cut to 8 blocks on 16 H100s (8 per node), 4,096 tokens: small enough to simulate every candidate.
+PlanRequest small_request() {
+  PlanRequest r;
+  r.model = hw::model_preset("llama3-8b");
+  r.model.blocks = 8;
+  r.model.preset = "custom";
+  r.device = hw::load_device("h100-sxm");
+  r.network = hw::load_network("nvlink8-ib400");
+  r.gpus = 16;
+  r.global_batch = 32;
+  r.seq = 4096;
+  return r;
+}
+
+// The step of a FrameworkPlan as gen --from-megatron / --from-torchtitan simulates it.
+double simulated_step(const FrameworkPlan& p, const PlanRequest& r) {
+  auto source = generate_ranks(p.kind, per_block_layers(p.kind, p.options, p.model.blocks));
+  source->header().cost_model = "hardware";
+  source->header().hardware = setting_of(p, r.device, r.network);
+  const HardwareRun run = simulate_hardware(*source, false);
+  REQUIRE(run.report);
+  return run.report->step_time_s;
+}
+
+}  // namespace
+
+TEST_CASE("plan: every combination is enumerated once or counted under the rule that removed it") {
+  PlanRequest r = small_request();
+  const Enumeration en = enumerate(r);
+  const SearchSpace d = default_space(r);
+  CHECK(d.tp == std::vector<int>{1, 2, 4, 8});
+  long long removed = 0;
+  for (const auto& [why, n] : en.removed) removed += n;
+  CHECK(en.removed.count("indivisible"));
+  CHECK(en.removed.count("redundant"));
+  std::set<std::string> seen;
+  for (const Candidate& c : en.candidates) {
+    const Knobs& k = c.knobs;
+    CHECK(static_cast<long long>(k.tp) * k.cp * k.pp * k.dp == r.gpus);
+    CHECK(static_cast<long long>(k.dp) * k.microbatch_size * k.microbatches == r.global_batch);
+    CHECK(k.tp <= r.network.gpus_per_node);
+    int blocks = 0;
+    for (int b : c.config.options.chunk_blocks) blocks += b;
+    CHECK(blocks == r.model.blocks);
+    CHECK(seen.insert(gen_command(c.config)).second);  // no configuration twice
+  }
+  // A fixed knob narrows the search to it.
+  r.space.tp = {2};
+  r.space.pp = {2};
+  for (const Candidate& c : enumerate(r).candidates) CHECK((c.knobs.tp == 2 && c.knobs.pp == 2));
+  // TP wider than a node is counted, not searched.
+  r.space.tp = {16};
+  const Enumeration wide = enumerate(r);
+  CHECK(wide.candidates.empty());
+  CHECK(wide.removed.at("tp_across_nodes") > 0);
+}
+
+TEST_CASE("plan: the memory and time bounds are below what the simulation gives, on every candidate") {
+  PlanRequest r = small_request();
+  r.space.microbatch_size = {1, 2};
+  const Enumeration en = enumerate(r);
+  REQUIRE(en.candidates.size() > 100);
+  int checked = 0;
+  for (std::size_t i = 0; i < en.candidates.size(); i += 3) {  // a third of them, every kind of knob among them
+    const Candidate& c = en.candidates[i];
+    const Evaluation e = evaluate(c, r);
+    if (!e.simulated()) continue;
+    INFO(gen_command(c.config));
+    CHECK(memory_lower_bound(c, r) <= e.peak_memory_bytes);
+    CHECK(time_lower_bound(c, r) <= e.step_time_s);
+    CHECK(e.simulated_ranks == (c.knobs.pp == 1 && c.knobs.tp * c.knobs.cp * c.knobs.dp == 1 ? 1 : c.knobs.pp));
+    ++checked;
+  }
+  CHECK(checked > 50);
+}
+
+TEST_CASE("plan: the same answer on one thread and on four, byte for byte") {
+  PlanRequest r = small_request();
+  r.space.recompute = {hw::Recompute::None, hw::Recompute::Full};
+  r.top = 3;
+  const PlanResult one = run_plan(r, 1), four = run_plan(r, 4);
+  REQUIRE(one.rows.size() == four.rows.size());
+  CHECK(one.rejected == four.rejected);
+  CHECK(one.simulated == four.simulated);
+  REQUIRE(!one.rows.empty());
+  CHECK(one.rows.front().fits());
+  for (std::size_t i = 0; i < one.rows.size(); ++i) {
+    CHECK(gen_command(one.rows[i].candidate.config) == gen_command(four.rows[i].candidate.config));
+    CHECK(one.rows[i].eval.step_time_s == four.rows[i].eval.step_time_s);
+    CHECK(one.rows[i].eval.peak_memory_bytes == four.rows[i].eval.peak_memory_bytes);
+  }
+  // Best first: no fitting row is faster than one above it.
+  for (std::size_t i = 1; i < one.rows.size(); ++i)
+    if (one.rows[i].fits()) CHECK(one.rows[i - 1].eval.tokens_per_s_per_gpu >= one.rows[i].eval.tokens_per_s_per_gpu);
+}
+
+TEST_CASE("plan: the Megatron-LM line of a candidate reads back to the same schedule and prediction") {
+  PlanRequest r = small_request();
+  r.model = hw::model_preset("llama3-8b");  // a preset: gen --from-megatron --model llama3-8b
+  r.gpus = 32;
+  r.global_batch = 64;
+  r.framework = Framework::Megatron;
+  r.space.recompute = {hw::Recompute::Selective, hw::Recompute::Full};
+  r.space.microbatch_size = {1};
+  const Enumeration en = enumerate(r);
+  int exact = 0;
+  std::set<std::string> kinds;
+  for (std::size_t i = 0; i < en.candidates.size(); i += 5) {
+    const Candidate& c = en.candidates[i];
+    INFO(gen_command(c.config));
+    const FrameworkLaunch l = to_megatron(c.config);
+    INFO(l.text << " / " << l.note);
+    REQUIRE(l.exact);
+    FrameworkInputs in;
+    in.dp = c.knobs.dp, in.dp_given = true, in.model = r.model;
+    const FrameworkPlan back = from_megatron(l.text, in);
+    CHECK(same_configuration(c.config, back));
+    if (exact < 6) CHECK(simulated_step(back, r) == evaluate(c, r).step_time_s);
+    kinds.insert(c.knobs.schedule + "/" + c.knobs.layout);
+    ++exact;
+  }
+  CHECK(exact > 10);
+  CHECK(kinds.count("interleaved-1f1b/balanced"));
+  CHECK(kinds.count("1f1b/even"));
+  // What Megatron-LM does not run is said, not written.
+  Candidate zbv = en.candidates.front();
+  zbv.config.options.schedule = "zbv";
+  CHECK(to_megatron(zbv.config).text.empty());
+  CHECK(!to_megatron(zbv.config).note.empty());
+}
+
+TEST_CASE("plan: the torchtitan TOML of a candidate reads back to the same schedule and prediction") {
+  PlanRequest r = small_request();
+  r.model = hw::model_preset("llama3-8b");
+  r.gpus = 32;
+  r.global_batch = 64;
+  r.framework = Framework::Torchtitan;
+  r.space.microbatch_size = {1};
+  r.space.recompute = {hw::Recompute::None, hw::Recompute::Selective};
+  const Enumeration en = enumerate(r);
+  int exact = 0;
+  std::set<std::string> schedules;
+  for (std::size_t i = 0; i < en.candidates.size(); i += 3) {
+    const Candidate& c = en.candidates[i];
+    // torchtitan runs FSDP alone (no TP, PP or CP) as its own FSDP, gen fsdp: another schedule.
+    if (c.knobs.tp == 1 && c.knobs.pp == 1 && c.knobs.cp == 1) continue;
+    INFO(gen_command(c.config));
+    const FrameworkLaunch l = to_torchtitan_toml(c.config);
+    INFO(l.text << " / " << l.note);
+    if (c.knobs.pp > 1 && c.knobs.layout == "balanced" && c.knobs.chunks == 1) REQUIRE(l.exact);
+    if (!l.exact) continue;
+    FrameworkInputs in;
+    in.dp = c.knobs.dp, in.dp_given = true;
+    const FrameworkPlan back = from_torchtitan_toml(l.text, in);
+    CHECK(same_configuration(c.config, back));
+    if (exact < 6) CHECK(simulated_step(back, r) == evaluate(c, r).step_time_s);
+    schedules.insert(c.knobs.schedule);
+    ++exact;
+  }
+  CHECK(exact > 10);
+  CHECK(schedules.count("zbv"));
+  CHECK(schedules.count("dualpipev"));
+}
+
+TEST_CASE("trainsim plan --json: simulated, rejected, candidates best first with knobs and figures by flag name") {
+  const auto r = testing::run_trainsim(
+      "plan --model llama3-8b --gpus 16 --global-batch 32 --seq 2048 --tp 2,4 --pp 2 --recompute selective "
+      "--microbatch-size 1 --threads 2 --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["simulated"].get<long long>() > 0);
+  CHECK(j["rejected"].is_object());
+  REQUIRE(j["candidates"].size() > 1);
+  const auto& best = j["candidates"][0];
+  for (const char* k : {"tp", "cp", "pp", "chunks", "dp", "microbatch_size", "microbatches", "schedule", "zero",
+                        "recompute", "sp", "fp8", "layout", "step_time_s", "tokens_per_s_per_gpu", "mfu",
+                        "peak_memory_bytes", "bubble_fraction", "exposed_comm_share", "gen_command", "megatron_args",
+                        "torchtitan_toml"})
+    CHECK_MESSAGE(best.contains(k), k);
+  CHECK(j["candidates"][1].contains("gen_command") == false);  // only the winner is emitted by default
+  // The gen command reproduces the winner's step time.
+  std::string gen = best["gen_command"].get<std::string>();
+  REQUIRE(gen.rfind("trainsim ", 0) == 0);
+  const auto again = testing::run_trainsim(gen.substr(9) + " --json");
+  REQUIRE(again.exit_code == 0);
+  CHECK(nlohmann::json::parse(again.out)["step_time_s"].get<double>() == best["step_time_s"].get<double>());
+}
+
+TEST_CASE("trainsim plan: bad options are clear errors") {
+  auto r = testing::run_trainsim("plan --model llama3-8b --gpus 16 --global-batch 32 --schedules 1f1b,gpipe", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--schedules: 'gpipe'") != std::string::npos);
+  r = testing::run_trainsim("plan --model llama3-8b --gpus 16 --global-batch 32 --tp two", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--tp: 'two' is not a count") != std::string::npos);
+  r = testing::run_trainsim("plan --model llama3-8b --gpus 16 --global-batch 32 --fp8 on --device a100-80g", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("FP8") != std::string::npos);
+  r = testing::run_trainsim("plan --model nosuchmodel --gpus 16 --global-batch 32", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("--model") != std::string::npos);
+}
