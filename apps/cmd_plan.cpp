@@ -243,10 +243,11 @@ int run(const PlanArgs& a) {
     for (std::size_t i = 0; i < res.rows.size(); ++i)
       points.push_back({res.rows[i].eval.peak_memory_bytes, res.rows[i].eval.tokens_per_s_per_gpu, res.rows[i].fits(),
                         i < shown && res.rows[i].fits() ? static_cast<int>(i + 1) : 0});
-    const std::string sub = fmt::format("{} candidates simulated ({} fit); not simulated or out of memory: {}",
-                                        res.simulated, res.rows.size() - res.rejected["out_of_memory"], rejected_text(res));
+    const std::string sub = fmt::format("{} of {} combinations simulated, {} fit; the top {} labelled", res.simulated,
+                                        res.combinations, res.rows.size() - (res.rejected.count("out_of_memory") ? res.rejected.at("out_of_memory") : 0), shown);
+    const std::string note = "not simulated or not ranked: " + rejected_text(res);
     if (!write_output("trainsim plan", a.svg,
-                      visualize::plan_plot_svg(points, r.device.memory_bytes, r.device.usable_memory_bytes(), {title, sub})))
+                      visualize::plan_plot_svg(points, r.device.memory_bytes, r.device.usable_memory_bytes(), {title, sub, note})))
       return 2;
   }
   if (a.json) {

@@ -13,7 +13,7 @@ namespace trainsim::visualize {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
-constexpr double kWidth = 900, kHeight = 560, kLeft = 80, kRight = 30, kTop = 70, kBottom = 60;
+constexpr double kWidth = 900, kHeight = 580, kLeft = 80, kRight = 30, kTop = 86, kBottom = 60;
 
 // A "nice" step (1, 2 or 5 x 10^k) giving about `n` ticks over `span`.
 double tick_step(double span, int n) {
@@ -48,12 +48,19 @@ std::vector<std::size_t> pareto_front(const std::vector<PlanPoint>& points) {
 
 std::string plan_plot_svg(const std::vector<PlanPoint>& points, double capacity_bytes, double usable_bytes,
                           const PlanPlotText& text) {
-  double xmax = std::max(capacity_bytes, usable_bytes), ymax = 0;
+  // The memory axis reaches twice the device's capacity: candidates far beyond it are drawn at its edge.
+  const double device = std::max(capacity_bytes, usable_bytes);
+  double xmax = device, ymax = 0;
+  int beyond = 0;
   for (const PlanPoint& p : points) xmax = std::max(xmax, p.peak_memory_bytes), ymax = std::max(ymax, p.tokens_per_s_per_gpu);
+  if (device > 0 && xmax > 2 * device) {
+    xmax = 2 * device;
+    for (const PlanPoint& p : points) beyond += p.peak_memory_bytes > xmax;
+  }
   xmax = xmax > 0 ? xmax / kGiB * 1.05 : 1;
   ymax = ymax > 0 ? ymax * 1.08 : 1;
   const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
-  auto X = [&](double bytes) { return kLeft + bytes / kGiB / xmax * pw; };
+  auto X = [&](double bytes) { return kLeft + std::min(bytes / kGiB, xmax) / xmax * pw; };
   auto Y = [&](double tps) { return kTop + ph - tps / ymax * ph; };
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
@@ -61,6 +68,10 @@ std::string plan_plot_svg(const std::vector<PlanPoint>& points, double capacity_
       kWidth, kHeight, kWidth, kHeight);
   s += text_el(kLeft, 24, text.title, "start", 15, "font-weight=\"bold\"");
   s += text_el(kLeft, 44, text.subtitle, "start", 12, "fill=\"#444\"");
+  if (!text.note.empty()) s += text_el(kLeft, 62, text.note, "start", 12, "fill=\"#444\"");
+  if (beyond > 0)
+    s += text_el(kLeft + pw, kTop - 8, fmt::format("{} out-of-memory candidates beyond {:g} GiB drawn at the right edge", beyond, xmax),
+                 "end", 11, "fill=\"#777\"");
   // Axes, grid and ticks.
   const double xs = tick_step(xmax, 8), ys = tick_step(ymax, 6);
   for (double v = 0; v <= xmax + 1e-9; v += xs) {
@@ -81,12 +92,12 @@ std::string plan_plot_svg(const std::vector<PlanPoint>& points, double capacity_
   if (capacity_bytes > 0) {
     s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#c0392b\" stroke-width=\"1.5\"/>\n",
                      X(capacity_bytes), kTop, kTop + ph);
-    s += text_el(X(capacity_bytes) - 4, kTop + 14, "capacity", "end", 11, "fill=\"#c0392b\"");
+    s += text_el(X(capacity_bytes) + 4, kTop + 14, "capacity", "start", 11, "fill=\"#c0392b\"");
   }
   if (usable_bytes > 0 && usable_bytes != capacity_bytes) {
     s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#c0392b\" stroke-dasharray=\"5 4\"/>\n",
                      X(usable_bytes), kTop, kTop + ph);
-    s += text_el(X(usable_bytes) - 4, kTop + 28, "usable (less the reserve)", "end", 11, "fill=\"#c0392b\"");
+    s += text_el(X(usable_bytes) - 4, kTop + 14, "usable (capacity less the reserve)", "end", 11, "fill=\"#c0392b\"");
   }
   // Points: out of memory first (under), then those that fit.
   for (int pass = 0; pass < 2; ++pass)
@@ -110,20 +121,24 @@ std::string plan_plot_svg(const std::vector<PlanPoint>& points, double capacity_
       s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"#e67e22\"/>\n", X(points[i].peak_memory_bytes),
                        Y(points[i].tokens_per_s_per_gpu));
   }
-  // The top rows, labelled (the best last, on top).
+  // The top rows, labelled to the right of the capacity line in rank order, a leader line to each point.
   std::vector<std::size_t> labelled;
   for (std::size_t i = 0; i < points.size(); ++i)
     if (points[i].label > 0) labelled.push_back(i);
-  std::sort(labelled.begin(), labelled.end(), [&](std::size_t a, std::size_t b) { return points[a].label > points[b].label; });
+  std::sort(labelled.begin(), labelled.end(), [&](std::size_t a, std::size_t b) { return points[a].label < points[b].label; });
+  const double label_x = std::min(kLeft + pw - 40, std::max(X(device), X(0)) + 60);
+  double label_y = kTop + 52;
   for (std::size_t i : labelled) {
     const PlanPoint& p = points[i];
-    s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"none\" stroke=\"#111\" stroke-width=\"1.5\"/>\n",
-                     X(p.peak_memory_bytes), Y(p.tokens_per_s_per_gpu));
-    s += text_el(X(p.peak_memory_bytes) + 7, Y(p.tokens_per_s_per_gpu) - 5, fmt::format("#{}", p.label), "start", 11,
-                 "font-weight=\"bold\"");
+    const double px = X(p.peak_memory_bytes), py = Y(p.tokens_per_s_per_gpu);
+    s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"none\" stroke=\"#111\" stroke-width=\"1.2\"/>\n", px, py);
+    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#111\" stroke-width=\"0.6\"/>\n", px + 5,
+                     py, label_x - 3, label_y - 4);
+    s += text_el(label_x, label_y, fmt::format("#{}", p.label), "start", 11, "font-weight=\"bold\"");
+    label_y += 14;
   }
   // Legend.
-  const double lx = kLeft + 12, ly = kTop + 16;
+  const double lx = kLeft + pw - 150, ly = kTop + ph - 70;
   s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"#2e86c1\"/>\n", lx, ly);
   s += text_el(lx + 8, ly + 4, "fits", "start", 11);
   s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"none\" stroke=\"#999\"/>\n", lx, ly + 16);

@@ -20,7 +20,9 @@ struct PlanPoint {
 /// The plot's text.
 struct PlanPlotText {
   std::string title;     ///< first line (the model, GPUs, device, batch)
-  std::string subtitle;  ///< second line (how many candidates, what was rejected)
+  std::string subtitle;  ///< second line (how many candidates)
+  std::string note;      ///< third line (what was rejected), or ""
+
 };
 
 /// The SVG text of the scatter plot. `capacity_bytes` and `usable_bytes`: the device's memory and what a step may
