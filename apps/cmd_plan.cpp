@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "interop/hf_config.h"
 #include "plan/planner.h"
 #include "visualize/plan_plot.h"
+#include "visualize/timeline_stack.h"
 
 namespace trainsim::apps {
 
@@ -34,9 +36,9 @@ struct PlanArgs {
   unsigned threads = 0;
   long long global_batch = 0;
   double reserve_gib = -1;
-  std::string tp, cp, pp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout;
+  std::string tp, cp, pp, dp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout;
   bool json = false;
-  std::string csv, svg;
+  std::string csv, svg, timelines;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -100,6 +102,7 @@ plan::PlanRequest request_of(const PlanArgs& a) {
   if (!a.tp_overlap.empty()) r.tp_overlap = hw::tp_overlap_from_name(a.tp_overlap, "--tp-overlap");
   plan::SearchSpace& s = r.space;
   s.tp = int_list(a.tp, "--tp"), s.cp = int_list(a.cp, "--cp"), s.pp = int_list(a.pp, "--pp");
+  s.dp = int_list(a.dp, "--dp");
   s.chunks = int_list(a.chunks, "--chunks"), s.microbatch_size = int_list(a.microbatch_size, "--microbatch-size");
   s.zero = int_list(a.zero, "--zero");
   for (int z : s.zero)
@@ -173,6 +176,7 @@ nlohmann::ordered_json row_json(const plan::PlanRow& row) {
   j["peak_breakdown"] = breakdown_json(e.peak_breakdown);
   j["bubble_fraction"] = e.bubble_fraction;
   j["exposed_comm_share"] = e.exposed_comm_share;
+  j["stage_peak_memory_bytes"] = e.stage_peak_bytes;
   j["memory_bound_bytes"] = row.memory_bound_bytes;
   j["time_bound_s"] = row.time_bound_s;
   j["simulated_ranks"] = e.simulated_ranks;
@@ -197,6 +201,43 @@ std::string csv_text(const plan::PlanResult& res) {
                      e.peak_breakdown.workspace, e.bubble_fraction, e.exposed_comm_share);
   }
   return s;
+}
+
+std::string stage_peaks(const plan::Evaluation& e) {
+  std::string s;
+  for (double b : e.stage_peak_bytes) s += (s.empty() ? "" : "/") + gib(b);
+  return s;
+}
+
+// The best row that fits of each schedule, in ranking order (at most 6), as timelines of one pipeline replica on one
+// time axis. Returns false after printing why it could not be written.
+bool write_timelines(const plan::PlanResult& res, const plan::PlanRequest& r, const std::string& title, const std::string& path) {
+  std::vector<visualize::StackedTimeline> parts;
+  std::vector<std::unique_ptr<CostModel>> costs;
+  std::vector<std::string> seen;
+  for (std::size_t i = 0; i < res.rows.size() && parts.size() < 6; ++i) {
+    const plan::PlanRow& row = res.rows[i];
+    const plan::Knobs& k = row.candidate.knobs;
+    if (!row.fits() || std::find(seen.begin(), seen.end(), k.schedule) != seen.end()) continue;
+    seen.push_back(k.schedule);
+    plan::ReplicaTrace t = plan::replica_trace(row.candidate, r);
+    visualize::StackedTimeline part;
+    part.title = fmt::format("#{} {}: TP {} CP {} PP {} VP {} DP {}, {} x {} microbatches, ZeRO {}, recompute {}, {} "
+                             "layout; step {:.3f} s, bubble {:.1f} %, stage peaks {} GiB",
+                             i + 1, k.schedule, k.tp, k.cp, k.pp, k.chunks, k.dp, k.microbatches, k.microbatch_size,
+                             k.zero, hw::recompute_name(k.recompute), k.layout, row.eval.step_time_s,
+                             100 * row.eval.bubble_fraction, stage_peaks(row.eval));
+    part.trace = std::move(t.trace);
+    part.cost = t.cost.get();
+    parts.push_back(std::move(part));
+    costs.push_back(std::move(t.cost));  // alive until drawn
+  }
+  if (parts.empty()) {
+    fmt::print(stderr, "trainsim plan: --timelines: no candidate fits, {} not written\n", path);
+    return true;
+  }
+  return write_output("trainsim plan", path,
+                      visualize::timeline_stack_svg(parts, title + " - one pipeline replica (one rank per stage), TP collapsed"));
 }
 
 std::string rejected_text(const plan::PlanResult& res) {
@@ -250,6 +291,7 @@ int run(const PlanArgs& a) {
                       visualize::plan_plot_svg(points, r.device.memory_bytes, r.device.usable_memory_bytes(), {title, sub, note})))
       return 2;
   }
+  if (!a.timelines.empty() && !write_timelines(res, r, title, a.timelines)) return 2;
   if (a.json) {
     nlohmann::ordered_json j;
     j["model"] = r.model.preset, j["gpus"] = r.gpus, j["device"] = r.device.preset, j["network"] = r.network.preset;
@@ -285,21 +327,28 @@ int run(const PlanArgs& a) {
   if (r.device.fitted_to.empty())
     fmt::print("  note: device {} is fitted to no published run: its times are the kernel tables' and likely fast\n",
                r.device.preset);
+  // With the degrees fixed (a comparison of schedules), each stage's peak too.
+  bool one_shape = shown > 0;
+  for (std::size_t i = 1; i < shown; ++i) {
+    const plan::Knobs &k = res.rows[i].candidate.knobs, &k0 = res.rows[0].candidate.knobs;
+    one_shape = one_shape && k.tp == k0.tp && k.cp == k0.cp && k.pp == k0.pp && k.dp == k0.dp;
+  }
   fmt::print("\n{:>3} {:>2} {:>2} {:>3} {:>2} {:>4} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8} {:>9} {:>5} "
-             "{:>6} {:<23} {:>6} {:>7}\n",
+             "{:>6} {:<23} {:>6} {:>7}{}\n",
              "#", "TP", "CP", "PP", "VP", "DP", "mbs", "mb", "schedule", "ZeRO", "recompute", "SP", "FP8", "layout",
-             "step s", "tok/s/GPU", "MFU", "peak", "GiB: W/G/O/A", "bubble", "exposed");
+             "step s", "tok/s/GPU", "MFU", "peak", "GiB: W/G/O/A", "bubble", "exposed", one_shape ? "  stage peaks GiB" : "");
   for (std::size_t i = 0; i < shown; ++i) {
     const plan::Knobs& k = res.rows[i].candidate.knobs;
     const plan::Evaluation& e = res.rows[i].eval;
     const MemoryByKind& m = e.peak_breakdown;
     fmt::print("{:>3} {:>2} {:>2} {:>3} {:>2} {:>4} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8.3f} {:>9.0f} "
-               "{:>4.1f}% {:>6} {:<23} {:>5.1f}% {:>6.1f}%{}\n",
+               "{:>4.1f}% {:>6} {:<23} {:>5.1f}% {:>6.1f}%{}{}\n",
                i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, k.microbatch_size, k.microbatches, k.schedule, k.zero,
                hw::recompute_name(k.recompute), k.sp ? "y" : "n", k.fp8 ? "y" : "n", k.layout, e.step_time_s,
                e.tokens_per_s_per_gpu, 100 * e.mfu, gib(e.peak_memory_bytes),
                fmt::format("{}/{}/{}/{}", gib(m.weights), gib(m.grads), gib(m.optimizer), gib(m.activations)),
-               100 * e.bubble_fraction, 100 * e.exposed_comm_share, res.rows[i].fits() ? "" : "  out of memory");
+               100 * e.bubble_fraction, 100 * e.exposed_comm_share, one_shape ? "  " + stage_peaks(e) : "",
+               res.rows[i].fits() ? "" : "  out of memory");
   }
   if (res.rows.empty() || !res.rows.front().fits()) {
     fmt::print(stderr, "trainsim plan: no candidate fits in {} GiB usable of {} (give more GPUs, a smaller batch, or "
@@ -351,6 +400,7 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--tp", a->tp, "Tensor-parallel degrees (default: powers of 2 up to a node dividing the heads)");
   cmd->add_option("--cp", a->cp, "Context-parallel degrees (default 1; 1,2,4,8 from 32,768 tokens)");
   cmd->add_option("--pp", a->pp, "Pipeline stages (default: every divisor of the GPUs left, up to the blocks)");
+  cmd->add_option("--dp", a->dp, "Data-parallel degrees to keep (DP is the GPUs the others leave: a constraint)");
   cmd->add_option("--chunks", a->chunks, "Virtual stages per rank of the interleaved schedules (default 2,4)");
   cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch (default 1,2,4)");
   cmd->add_option("--zero", a->zero, "0 (DDP), 1 (ZeRO-1), 3 (FSDP) (default: 1,3; megatron 1; torchtitan 3)");
@@ -371,6 +421,10 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", a->json, "Print the plan as JSON (every simulated candidate, best first)");
   cmd->add_option("--csv", a->csv, "Write every simulated candidate to this CSV file");
   cmd->add_option("--svg", a->svg, "Draw throughput against peak memory for every candidate to this SVG file");
+  cmd->add_option("--timelines", a->timelines,
+                  "Draw the best candidate of each schedule (at most 6) as timelines of one pipeline replica, one "
+                  "above another on a shared time axis, to this SVG file (with the degrees fixed: a comparison of "
+                  "schedules)");
   cmd->callback([a, exit_code] { *exit_code = run(*a); });
 }
 

@@ -63,8 +63,28 @@ Evaluation evaluate(const Candidate& c, const PlanRequest& r) {
   e.peak_memory_rank = rep.peak_memory_rank;
   if (rep.peak_memory_rank >= 0 && rep.peak_memory_rank < static_cast<int>(rep.ranks.size()))
     e.peak_breakdown = rep.ranks[rep.peak_memory_rank].peak_breakdown;
+  for (const hw::StageMemory& st : rep.stages) e.stage_peak_bytes.push_back(st.peak.total());
   e.ops = static_cast<long long>(run.result.op_count);
   return e;
+}
+
+ReplicaTrace replica_trace(const Candidate& c, const PlanRequest& r) {
+  auto source = generate_ranks("3d", c.config.options);
+  ScheduleHeader& h = source->header();
+  h.cost_model = "hardware";
+  h.hardware = setting_of(c.config, r.device, r.network);
+  const GenOptions& o = c.config.options;
+  HardwareRun run = simulate_hardware(*source, true, {}, symmetric_mirror(h, RankGrid{o.tp, o.cp, o.dp, o.pp}));
+  if (!run.report) throw std::invalid_argument(run.result.error);
+  ReplicaTrace out;
+  Trace& all = run.result.trace;
+  out.trace.layers = all.layers, out.trace.batches = all.batches;
+  out.trace.cost_model = all.cost_model, out.trace.memory_unit = all.memory_unit;
+  const int stride = o.tp * o.cp * o.dp;  // ranks per stage
+  for (int s = 0; s < o.pp; ++s) out.trace.ranks.push_back(std::move(all.ranks.at(static_cast<std::size_t>(s) * stride)));
+  out.trace.world_size = o.pp;
+  out.cost = std::move(run.cost);
+  return out;
 }
 
 double memory_lower_bound(const Candidate& c, const PlanRequest& r) {

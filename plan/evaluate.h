@@ -5,10 +5,14 @@
 // "Pruning"; tests/test_plan.cpp checks them against simulated candidates).
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "plan/search.h"
+#include "sim/cost_model.h"
 #include "sim/run_observer.h"
+#include "sim/trace.h"
 
 namespace trainsim::plan {
 
@@ -22,6 +26,7 @@ struct Evaluation {
   double peak_memory_bytes = 0;  ///< the heaviest rank's peak
   int peak_memory_rank = 0;
   MemoryByKind peak_breakdown;   ///< that rank's peak by kind
+  std::vector<double> stage_peak_bytes;  ///< each pipeline stage's heaviest rank's peak (StepReport::stages)
   int simulated_ranks = 0;       ///< ranks simulated (one per stage when symmetric)
   long long ops = 0;             ///< ops of the whole step
   bool simulated() const { return outcome != "invalid"; }
@@ -30,6 +35,15 @@ struct Evaluation {
 /// Generates and simulates `c` on `r`'s device and network. Never throws for a configuration the generator
 /// refuses (outcome "invalid").
 Evaluation evaluate(const Candidate& c, const PlanRequest& r);
+
+/// A candidate's step as a timeline draws it: one pipeline replica with TP collapsed, i.e. the first rank of each
+/// stage (the representatives of the symmetric simulation), row s being stage s; and the cost model that timed it.
+struct ReplicaTrace {
+  Trace trace;
+  std::unique_ptr<CostModel> cost;
+};
+/// Simulates `c` again keeping its trace (ReplicaTrace). Throws std::invalid_argument when the generator refuses it.
+ReplicaTrace replica_trace(const Candidate& c, const PlanRequest& r);
 
 /// A lower bound on the heaviest rank's peak memory, bytes, from closed forms: for each pipeline rank, its
 /// chunks' weights (sharded over DP with FSDP) and optimizer state (sharded with ZeRO-1 and FSDP) as the hardware

@@ -136,6 +136,11 @@ Enumeration enumerate(const PlanRequest& r) {
         for (const std::string& schedule : schedules) {
           const bool pipelined = pp > 1;
           std::vector<int> chunk_choices = looped(schedule) ? chunk_list : std::vector<int>{1};
+          // DP is what the others leave: a given --dp keeps the shapes that leave it (the others are not searched).
+          if (!g.dp.empty()) {
+            const long long shape = static_cast<long long>(tp) * cp * pp;
+            if (r.gpus % shape != 0 || std::find(g.dp.begin(), g.dp.end(), r.gpus / shape) == g.dp.end()) continue;
+          }
           for (int chunks : chunk_choices) {
             // Without pipelining the schedule, its chunks and the layout mean nothing: one candidate (1f1b).
             if (!pipelined && (schedule != schedules.front() || chunks != chunk_choices.front())) {

@@ -26,7 +26,7 @@ const char* framework_name(Framework f);
 /// The values each knob may take: empty lists take the defaults (default_space). Units: degrees in ranks,
 /// microbatch size in sequences.
 struct SearchSpace {
-  std::vector<int> tp, cp, pp, chunks, microbatch_size, zero;
+  std::vector<int> tp, cp, pp, dp, chunks, microbatch_size, zero;  ///< dp: a constraint (the rest of the GPUs)
   std::vector<std::string> schedules;  ///< 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev, interleaved-zb
   std::vector<hw::Recompute> recompute;
   std::vector<bool> sp, fp8;

@@ -3,6 +3,7 @@
 // same schedule and prediction, and the command's JSON.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -221,4 +222,29 @@ TEST_CASE("trainsim plan: bad options are clear errors") {
   r = testing::run_trainsim("plan --model nosuchmodel --gpus 16 --global-batch 32", true);
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("--model") != std::string::npos);
+}
+
+TEST_CASE("trainsim plan: schedules compared at fixed degrees, with their timelines on one time axis") {
+  const std::string svg = "plan_compare_test.svg";
+  std::remove(svg.c_str());
+  const auto r = testing::run_trainsim(
+      "plan --model llama3-8b --gpus 16 --global-batch 32 --seq 2048 --tp 2 --pp 4 --dp 2 --microbatch-size 1 "
+      "--recompute selective --layout even --zero 1 --chunks 2 --schedules all --timelines " + svg + " --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  std::set<std::string> schedules;
+  for (const auto& c : j["candidates"]) {
+    CHECK(c["tp"] == 2);
+    CHECK(c["pp"] == 4);
+    CHECK(c["dp"] == 2);
+    CHECK(c["stage_peak_memory_bytes"].size() == 4);
+    schedules.insert(c["schedule"].get<std::string>());
+  }
+  CHECK(schedules.size() == 6);
+  const std::string text = testing::slurp(svg);
+  // One timeline per schedule that fits, each titled with its schedule, under the model's heading.
+  CHECK(text.find("llama3-8b on 16 x h100-sxm") != std::string::npos);
+  for (const std::string& s : schedules)
+    if (j["candidates"][0]["fits"].get<bool>()) CHECK(text.find(" " + s + ": TP 2") != std::string::npos);
+  std::remove(svg.c_str());
 }
