@@ -34,9 +34,10 @@ class LayoutParser {
     throw LayoutError(fmt::format("position {}: {}", at + 1, what), static_cast<int>(at + 1));
   }
 
-  // Appends `b` to `a`: b's first stage continues a's last.
-  void join(Parts& a, const Parts& b, std::size_t at) const {
-    check_size(static_cast<long long>(a.size()) + static_cast<long long>(b.size()) - 1, sum(a) + sum(b), at);
+  // Appends `b` (of `b_blocks` blocks) to `a` (of `a_blocks`): b's first stage continues a's last. Checked against
+  // the limits first, so the work is linear in what is kept (issue 38: no quadratic re-summing).
+  void join(Parts& a, long long a_blocks, const Parts& b, long long b_blocks, std::size_t at) const {
+    check_size(static_cast<long long>(a.size()) + static_cast<long long>(b.size()) - 1, a_blocks + b_blocks, at);
     a.back() += b.front();
     a.insert(a.end(), b.begin() + 1, b.end());
   }
@@ -54,18 +55,27 @@ class LayoutParser {
       fail(at, fmt::format("the layout unrolls to more than {} blocks", kMaxLayoutCount));
   }
 
-  // `p` written n times.
+  // `p` written n times: checked once against the limits, then built in time linear in its size (one stage
+  // written n times is one stage: no loop over n).
   Parts repeat(const Parts& p, long long n, std::size_t at) const {
     if (n == 0) return Parts{0};
     check_size(n * (static_cast<long long>(p.size()) - 1) + 1, n * sum(p), at);
+    if (p.size() == 1) return Parts{p.front() * n};
     Parts out = p;
-    for (long long k = 1; k < n; ++k) join(out, p, at);
+    out.reserve(static_cast<std::size_t>(n) * (p.size() - 1) + 1);
+    for (long long k = 1; k < n; ++k) {
+      out.back() += p.front();
+      out.insert(out.end(), p.begin() + 1, p.end());
+    }
     return out;
   }
 
   // Items up to the end of the text (depth 0) or the ')' that closes the group opened at `open` (depth > 0).
   Parts sequence(int depth, std::size_t open) {
+    if (depth > kMaxDepth)
+      fail(open, fmt::format("groups are nested deeper than {} levels", kMaxDepth));  // no unbounded recursion
     Parts out{0};
+    long long out_blocks = 0;
     while (true) {
       if (i_ >= end_) {
         if (depth > 0) fail(open, "this '(' is not closed (a group is written '(...)*N')");
@@ -107,7 +117,9 @@ class LayoutParser {
                              shown_char(c)));
       }
       if (i_ < end_ && text_[i_] == '*') item = repeat(item, count(), at);
-      join(out, item, at);
+      const long long item_blocks = sum(item);
+      join(out, out_blocks, item, item_blocks, at);
+      out_blocks += item_blocks;
     }
   }
 
@@ -125,6 +137,7 @@ class LayoutParser {
     return n;
   }
 
+  static constexpr int kMaxDepth = 64;  // nested groups: far beyond any layout written by hand
   std::string_view text_;
   std::size_t i_, end_;
 };

@@ -55,7 +55,8 @@ class StageLayout {
 
   /// Reads a layout string (the grammar above). Throws LayoutError naming the position and what was expected:
   /// an unknown symbol, `E` not first or `L` not last, a repeat count missing or out of range, an unclosed or
-  /// unopened parenthesis, more than kMaxLayoutCount stages or blocks once unrolled. Spaces are refused.
+  /// unopened parenthesis, groups nested more than 64 deep, more than kMaxLayoutCount stages or blocks once unrolled
+  /// (checked before unrolling: the work is linear in the result). Spaces are refused.
   static StageLayout parse(std::string_view text);
   /// The even split trainsim uses without a layout: layer i of `layers` holds blocks [i·B/L, (i+1)·B/L) (the
   /// floor division spreads the remainder; every layer gets one when B >= L).

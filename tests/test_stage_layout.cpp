@@ -410,3 +410,24 @@ TEST_CASE("stage layout: trainsim replay --check on an uneven layout from the co
   CHECK(j["max_rel_diff_loss"].get<double>() <= 1e-5);
   CHECK(j["max_rel_diff_weights"].get<double>() <= 1e-5);
 }
+
+TEST_CASE("stage layout: hostile layouts end with a clear error at once, not a crash or minutes of work (issue 38)") {
+  // 50,000 nested groups: a depth error, not a stack overflow.
+  std::string deep = "E" + std::string(50000, '(') + "t";
+  for (int i = 0; i < 50000; ++i) deep += ")*1";
+  deep += "L";
+  try {
+    (void)trainsim::hw::StageLayout::parse(deep);
+    FAIL("a 50,000-deep layout was accepted");
+  } catch (const trainsim::hw::LayoutError& e) {
+    CHECK(std::string(e.what()).find("nested deeper than 64") != std::string::npos);
+  }
+  // Repeats of an empty group nest to 10^12 iterations unless one stage repeated is computed, not looped.
+  const auto empty = trainsim::hw::StageLayout::parse("E((t*0)*1000000)*1000000|tL");
+  CHECK(empty.layers() == 2);
+  CHECK(empty.blocks() == 1);
+  // A million stages of one block each: built in linear time (the limit is 1,048,576 stages).
+  const auto wide = trainsim::hw::StageLayout::parse("E(t|)*1000000tL");
+  CHECK(wide.layers() == 1000001);
+  CHECK_THROWS_AS(trainsim::hw::StageLayout::parse("E(t|)*1048576tL"), trainsim::hw::LayoutError);
+}

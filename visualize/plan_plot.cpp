@@ -70,7 +70,7 @@ std::string plan_plot_svg(const std::vector<PlanPoint>& points, double capacity_
   s += text_el(kLeft, 44, text.subtitle, "start", 12, "fill=\"#444\"");
   if (!text.note.empty()) s += text_el(kLeft, 62, text.note, "start", 12, "fill=\"#444\"");
   if (beyond > 0)
-    s += text_el(kLeft + pw, kTop - 8, fmt::format("{} out-of-memory candidates beyond {:g} GiB drawn at the right edge", beyond, xmax),
+    s += text_el(kLeft + pw, kTop - 8, fmt::format("{} candidates beyond {:.0f} GiB (twice the capacity) drawn at the right edge", beyond, 2 * device / kGiB),
                  "end", 11, "fill=\"#777\"");
   // Axes, grid and ticks.
   const double xs = tick_step(xmax, 8), ys = tick_step(ymax, 6);
