@@ -518,7 +518,8 @@ void finish(const ReplayContext& ctx, const ReplayOptions& o, CheckpointInfo inf
   }
   if (o.check) {
     compare(ctx, o, first, last, finals, res);
-    if (res.max_rel_diff_loss > o.tolerance || res.max_rel_diff_weights > o.tolerance)
+    // A NaN difference fails too (NaN > tolerance is false): a diverged run is never "within tolerance" (issue 38).
+    if (!(res.max_rel_diff_loss <= o.tolerance) || !(res.max_rel_diff_weights <= o.tolerance))
       res.error = fmt::format(
           "the replay differs from single-device training: largest relative difference {:.3g} in the losses, {:.3g} "
           "in the weights (the most in {}: {:.3g}); the tolerance is {:g}",

@@ -2,6 +2,8 @@
 // traces, checkpoints, and clear errors for bad options and inputs.
 #include <doctest/doctest.h>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "cli_helpers.h"
@@ -116,4 +118,16 @@ TEST_CASE("trainsim replay: bad options and inputs are clear errors") {
     CHECK(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))) != std::string::npos);
   }
   CHECK(run_trainsim("replay --help").out.find("--check") != std::string::npos);
+}
+
+TEST_CASE("trainsim replay --check fails when the weights are not numbers (issue 38: NaN > tolerance is false)") {
+  // A learning rate of 1e37 without clipping drives the weights to NaN in two steps; the losses of both steps are
+  // computed before the update takes them, so only the weights' difference is NaN.
+  const std::string sched = "replay_nan_test.sched";
+  REQUIRE(run_trainsim("gen tp --tp 2 -o " + sched).exit_code == 0);
+  CommandResult r = run_trainsim("replay " + sched + " --model tiny --blocks 4 --steps 2 --lr 1e37 --grad-clip 0 --check" + data(), true);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("the replay differs from single-device training") != std::string::npos);
+  CHECK(r.out.find("nan in the weights") != std::string::npos);
+  std::remove(sched.c_str());
 }
