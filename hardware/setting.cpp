@@ -1,5 +1,6 @@
 #include "hardware/setting.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -107,14 +108,44 @@ bool is_json_path(const std::string& value) {
          std::filesystem::is_regular_file(value);
 }
 
+namespace {
+
+// The deepest nesting of objects and arrays in JSON text (strings skipped), stopping once past `limit`: a
+// description nested deeper than any field is refused before it is parsed or walked (issue 38: 200,000 nested
+// objects overflowed the stack).
+int json_depth(const std::string& text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size() && deepest <= limit; ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw SpecError(fmt::format("{}: cannot open the file", path));
   std::stringstream ss;
   ss << f.rdbuf();
+  constexpr int kMaxDepth = 16;  // the descriptions nest 2 levels (efficiency.forward); a calibration block 3
+  if (json_depth(ss.str(), kMaxDepth) > kMaxDepth)
+    throw SpecError(fmt::format("{}: objects or arrays nested deeper than {} levels (a description nests at most 3)",
+                                path, kMaxDepth));
   try {
     return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers out of range (1e400)
     throw SpecError(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
 }

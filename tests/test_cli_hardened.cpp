@@ -156,3 +156,26 @@ TEST_CASE("trainsim gen refuses options beyond the limits at once (they aborted 
   CHECK(r.out.find("33554432 layer-microbatch pairs (the work of one step), above the limit of 16777216") !=
         std::string::npos);
 }
+
+TEST_CASE("a device, model or network JSON nested 200,000 deep, or with 1e400, is a clear error naming the file (issue 38)") {
+  const std::string deep = "hardened_deep_device.json", huge = "hardened_huge_device.json";
+  {
+    std::ofstream f(deep);
+    f << "{\"preset\":\"h100-sxm\",";
+    for (int i = 0; i < 200000; ++i) f << "\"a\":{";
+    f << "\"b\":1";
+    for (int i = 0; i < 200000; ++i) f << "}";
+    f << "}";
+    std::ofstream g(huge);
+    g << "{\"preset\":\"h100-sxm\",\"peak_flops\":1e400}";
+  }
+  CommandResult r = run_trainsim("gen 1f1b --stages 2 --model llama3-8b --device " + deep + " --sim", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find(deep + ": objects or arrays nested deeper than 16 levels") != std::string::npos);
+  r = run_trainsim("gen 1f1b --stages 2 --model llama3-8b --device " + huge + " --sim", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find(huge + ": not valid JSON") != std::string::npos);
+  CHECK(r.out.find("internal error") == std::string::npos);
+  std::remove(deep.c_str());
+  std::remove(huge.c_str());
+}
