@@ -199,10 +199,8 @@ FrameworkLaunch to_torchtitan_toml(const FrameworkPlan& p) {
   std::string t = "# torchtitan job configuration written by trainsim plan (torchtitan/config/job_config.py)\n";
   t += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n", flavor);
   if (p.fp8) t += "converters = [\"float8\"]\n";
-  const long long global = static_cast<long long>(b) * o.microbatches * o.dp * o.cp;
   // torchtitan's batch is per data-parallel rank; CP ranks share their sequences (the data-parallel degree is dp).
   const long long dp_global = static_cast<long long>(b) * o.microbatches * o.dp;
-  (void)global;
   const long long local = o.pp > 1 ? static_cast<long long>(b) * o.microbatches : b;
   t += fmt::format("\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\n", local, dp_global, s);
   t += fmt::format("\n[parallelism]\ndata_parallel_replicate_degree = 1\ndata_parallel_shard_degree = {}\n"
