@@ -479,7 +479,14 @@ void add_replay_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--tolerance", a->tolerance, "Largest relative difference --check accepts")
       ->check(finite_number(0, true, "", "TOL>0"))
       ->capture_default_str();
-  cmd->add_option("--data", a->data, "Training text (bytes are tokens); default: the fortunes package's files");
+  cmd->add_option("--data", a->data, "Training text (bytes are tokens); default: the fortunes package's files")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            // An empty path names no file: refused rather than read as "the default corpus" (issue 38).
+            return v.empty() ? std::string("an empty path names no file (leave --data out for the default corpus)")
+                             : std::string();
+          },
+          "FILE"));
   cmd->add_option("--save", a->save, "Write a checkpoint here at the end (each rank's state and a manifest)");
   cmd->add_option("--resume", a->resume, "Continue from this checkpoint (same schedule, model, settings and data)");
   cmd->add_option("--trace", a->trace,

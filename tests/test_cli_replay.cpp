@@ -131,3 +131,9 @@ TEST_CASE("trainsim replay --check fails when the weights are not numbers (issue
   CHECK(r.out.find("nan in the weights") != std::string::npos);
   std::remove(sched.c_str());
 }
+
+TEST_CASE("trainsim replay --data '' is refused, not read as the default corpus (issue 38)") {
+  CommandResult r = run_trainsim("replay ddp --model tiny --steps 1 --data ''", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("an empty path names no file") != std::string::npos);
+}
