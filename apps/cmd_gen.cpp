@@ -184,11 +184,7 @@ int simulate_generated(const GenArgs& a, const GenOptions& opts, const RankSourc
   std::vector<int> mirror;
   if (h.cost_model == "hardware" && !a.full)
     if (const auto grid = rank_grid(a.kind, opts)) mirror = symmetric_mirror(h, *grid);
-  int simulated = h.world_size;
-  if (!mirror.empty()) {
-    simulated = 0;
-    for (int r = 0; r < h.world_size; ++r) simulated += mirror[r] == r;
-  }
+  const int simulated = simulated_ranks(mirror, h.world_size);
   std::function<void(int, int)> progress;
   if (src.holds_all()) {
     stage.show(fmt::format("simulating {} ops on {} ranks", src.op_estimate(), h.world_size));

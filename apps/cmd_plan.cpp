@@ -20,6 +20,7 @@
 #include "apps/number_check.h"
 #include "apps/stage_line.h"
 #include "apps/text_file.h"
+#include "hardware/report.h"
 #include "interop/framework_emit.h"
 #include "interop/hf_config.h"
 #include "plan/planner.h"
@@ -149,16 +150,6 @@ Launch launch_of(const plan::PlanRow& row, const PlanArgs& a) {
   return l;
 }
 
-nlohmann::ordered_json breakdown_json(const MemoryByKind& m) {
-  nlohmann::ordered_json j;
-  j["weights_bytes"] = m.weights;
-  j["grads_bytes"] = m.grads;
-  j["optimizer_bytes"] = m.optimizer;
-  j["activations_bytes"] = m.activations;
-  j["workspace_bytes"] = m.workspace;
-  return j;
-}
-
 nlohmann::ordered_json row_json(const plan::PlanRow& row) {
   const plan::Knobs& k = row.candidate.knobs;
   const plan::Evaluation& e = row.eval;
@@ -173,7 +164,7 @@ nlohmann::ordered_json row_json(const plan::PlanRow& row) {
   j["mfu"] = e.mfu;
   j["peak_memory_bytes"] = e.peak_memory_bytes;
   j["peak_memory_rank"] = e.peak_memory_rank;
-  j["peak_breakdown"] = breakdown_json(e.peak_breakdown);
+  j["peak_breakdown"] = hw::breakdown_json(e.peak_breakdown);
   j["bubble_fraction"] = e.bubble_fraction;
   j["exposed_comm_share"] = e.exposed_comm_share;
   j["stage_peak_memory_bytes"] = e.stage_peak_bytes;

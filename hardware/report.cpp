@@ -13,14 +13,6 @@ namespace {
 
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
-nlohmann::ordered_json breakdown_json(const MemoryByKind& b) {
-  return {{"weights_bytes", b.weights},
-          {"grads_bytes", b.grads},
-          {"optimizer_bytes", b.optimizer},
-          {"activations_bytes", b.activations},
-          {"workspace_bytes", b.workspace}};
-}
-
 std::string breakdown_text(const MemoryByKind& b) {
   return fmt::format("weights {}, grads {}, optimizer {}, activations {}, inside the op {}", gib(b.weights), gib(b.grads),
                      gib(b.optimizer), gib(b.activations), gib(b.workspace));
@@ -181,6 +173,14 @@ StepReport make_report(const Trace& trace, const HardwareSetting& s, int microba
     b.ran(rank, ran);
   }
   return b.report(trace.summary(), s, microbatches, oom_message);
+}
+
+nlohmann::ordered_json breakdown_json(const MemoryByKind& b) {
+  return {{"weights_bytes", b.weights},
+          {"grads_bytes", b.grads},
+          {"optimizer_bytes", b.optimizer},
+          {"activations_bytes", b.activations},
+          {"workspace_bytes", b.workspace}};
 }
 
 nlohmann::ordered_json to_json(const StepReport& r) {

@@ -134,6 +134,9 @@ StepReport make_report(const Trace& trace, const HardwareSetting& setting, int m
 /// activations_bytes, workspace_bytes), stages (per stage: stage, first_rank, last_rank, peak_rank,
 /// peak_memory_bytes and its split as peak_breakdown's), and ranks (one object per rank, with its peak_breakdown).
 nlohmann::ordered_json to_json(const StepReport& r);
+/// A memory split as to_json writes it (peak_breakdown): weights_bytes, grads_bytes, optimizer_bytes,
+/// activations_bytes, workspace_bytes.
+nlohmann::ordered_json breakdown_json(const MemoryByKind& b);
 /// Human-readable lines (per-rank lines for at most `rank_lines` ranks; the TP communication line when
 /// StepReport::tensor_parallel).
 std::string format_report(const StepReport& r, const HardwareSetting& setting, std::size_t rank_lines = 16);

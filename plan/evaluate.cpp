@@ -22,31 +22,38 @@ int rank_of_chunk(const Knobs& k, int chunk) {
   return chunk % k.pp;
 }
 
+// The candidate's gen 3d source on the hardware model, and its symmetric map. Throws std::invalid_argument
+// (hw::SpecError too) when the setting or the generator refuses the configuration.
+struct Prepared {
+  std::unique_ptr<RankSource> source;
+  std::vector<int> mirror;
+};
+Prepared prepare(const Candidate& c, const PlanRequest& r) {
+  Prepared p;
+  hw::HardwareSetting setting = setting_of(c.config, r.device, r.network);
+  p.source = generate_ranks("3d", c.config.options);
+  ScheduleHeader& h = p.source->header();
+  h.cost_model = "hardware";
+  h.hardware = std::move(setting);
+  const GenOptions& o = c.config.options;
+  p.mirror = symmetric_mirror(h, RankGrid{o.tp, o.cp, o.dp, o.pp});
+  return p;
+}
+
 }  // namespace
 
 Evaluation evaluate(const Candidate& c, const PlanRequest& r) {
   Evaluation e;
-  std::unique_ptr<RankSource> source;
-  hw::HardwareSetting setting;
+  Prepared p;
   try {
-    setting = setting_of(c.config, r.device, r.network);
-    source = generate_ranks("3d", c.config.options);
+    p = prepare(c, r);
   } catch (const std::invalid_argument& err) {  // hw::SpecError too
     e.outcome = "invalid";
     e.error = err.what();
     return e;
   }
-  ScheduleHeader& h = source->header();
-  h.cost_model = "hardware";
-  h.hardware = setting;
-  const GenOptions& o = c.config.options;
-  const std::vector<int> mirror = symmetric_mirror(h, RankGrid{o.tp, o.cp, o.dp, o.pp});
-  e.simulated_ranks = h.world_size;
-  if (!mirror.empty()) {
-    e.simulated_ranks = 0;
-    for (int q = 0; q < h.world_size; ++q) e.simulated_ranks += mirror[q] == q;
-  }
-  const HardwareRun run = simulate_hardware(*source, false, {}, mirror);
+  e.simulated_ranks = simulated_ranks(p.mirror, p.source->world_size());
+  const HardwareRun run = simulate_hardware(*p.source, false, {}, p.mirror);
   if (!run.report) {
     e.outcome = "invalid";
     e.error = run.result.error;
@@ -69,12 +76,9 @@ Evaluation evaluate(const Candidate& c, const PlanRequest& r) {
 }
 
 ReplicaTrace replica_trace(const Candidate& c, const PlanRequest& r) {
-  auto source = generate_ranks("3d", c.config.options);
-  ScheduleHeader& h = source->header();
-  h.cost_model = "hardware";
-  h.hardware = setting_of(c.config, r.device, r.network);
+  Prepared p = prepare(c, r);
   const GenOptions& o = c.config.options;
-  HardwareRun run = simulate_hardware(*source, true, {}, symmetric_mirror(h, RankGrid{o.tp, o.cp, o.dp, o.pp}));
+  HardwareRun run = simulate_hardware(*p.source, true, {}, p.mirror);
   if (!run.report) throw std::invalid_argument(run.result.error);
   ReplicaTrace out;
   Trace& all = run.result.trace;

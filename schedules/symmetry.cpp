@@ -46,4 +46,11 @@ std::vector<int> symmetric_mirror(const ScheduleHeader& h, const RankGrid& grid)
   return mirror;
 }
 
+int simulated_ranks(const std::vector<int>& mirror, int world_size) {
+  if (mirror.empty()) return world_size;
+  int n = 0;
+  for (int r = 0; r < static_cast<int>(mirror.size()); ++r) n += mirror[r] == r;
+  return n;
+}
+
 }  // namespace trainsim

@@ -40,4 +40,8 @@ std::optional<RankGrid> rank_grid(const std::string& kind, const GenOptions& opt
 /// (or the other way round).
 std::vector<int> symmetric_mirror(const ScheduleHeader& h, const RankGrid& grid);
 
+/// The ranks a simulation with `mirror` runs among `world_size`: those that are their own representative, or every
+/// rank when the map is empty.
+int simulated_ranks(const std::vector<int>& mirror, int world_size);
+
 }  // namespace trainsim
