@@ -341,6 +341,10 @@ int run(const PlanArgs& a) {
                100 * e.bubble_fraction, 100 * e.exposed_comm_share, one_shape ? "  " + stage_peaks(e) : "",
                res.rows[i].fits() ? "" : "  out of memory");
   }
+  if (res.rows.empty() && !res.first_invalid.empty()) {
+    fmt::print(stderr, "trainsim plan: the generator refused every candidate, e.g.: {}\n", res.first_invalid);
+    return 1;
+  }
   if (res.rows.empty() || !res.rows.front().fits()) {
     fmt::print(stderr, "trainsim plan: no candidate fits in {} GiB usable of {} (give more GPUs, a smaller batch, or "
                        "widen the search)\n",
@@ -416,7 +420,15 @@ void add_plan_command(CLI::App& app, int* exit_code) {
                   "Draw the best candidate of each schedule (at most 6) as timelines of one pipeline replica, one "
                   "above another on a shared time axis, to this SVG file (with the degrees fixed: a comparison of "
                   "schedules)");
-  cmd->callback([a, exit_code] { *exit_code = run(*a); });
+  cmd->callback([a, exit_code] {
+    *exit_code = run(*a);
+    // Output that was lost (a full disk, a closed pipe) is a failure, not a plan (issue 38).
+    std::cout.flush();
+    if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      fmt::print(stderr, "trainsim plan: standard output could not be written\n");
+      *exit_code = 2;
+    }
+  });
 }
 
 }  // namespace trainsim::apps

@@ -81,6 +81,7 @@ PlanResult run_plan(const PlanRequest& r, unsigned threads, const std::function<
       ++out.simulated;
       if (!evals[i].simulated()) {
         ++out.rejected["invalid"];
+        if (out.first_invalid.empty()) out.first_invalid = evals[i].error;
         continue;
       }
       if (!evals[i].outcome.empty()) ++out.rejected["out_of_memory"];

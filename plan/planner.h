@@ -37,6 +37,7 @@ struct PlanResult {
   /// enumeration order), then those out of memory by peak memory.
   std::vector<PlanRow> rows;
   long long simulated = 0;  ///< rows.size() plus the invalid ones
+  std::string first_invalid;  ///< why the generator refused the first invalid candidate (in simulation order), or ""
 };
 
 /// Candidates per batch of the driver: the dominance threshold is updated between batches (a fixed number, so

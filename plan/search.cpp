@@ -176,7 +176,7 @@ Enumeration enumerate(const PlanRequest& r) {
                         }
                         std::vector<int> blocks = layout_blocks(layout, r.model.blocks, pp * v);
                         if (blocks.empty()) { remove("indivisible"); continue; }
-                        if (layout != "even" && blocks == layout_blocks("even", r.model.blocks, pp * v)) {
+                        if (layout != "even" && pp * v > 1 && blocks == layout_blocks("even", r.model.blocks, pp * v)) {
                           remove("redundant");
                           continue;
                         }

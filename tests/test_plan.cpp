@@ -248,3 +248,27 @@ TEST_CASE("trainsim plan: schedules compared at fixed degrees, with their timeli
     if (j["candidates"][0]["fits"].get<bool>()) CHECK(text.find(" " + s + ": TP 2") != std::string::npos);
   std::remove(svg.c_str());
 }
+
+TEST_CASE("trainsim plan: lost output fails, and a question the generator refuses everywhere says why") {
+  // Standard output on a full device: exit 2, not a plan nobody read (issue 38's class).
+  auto r = testing::run_shell(std::string(TRAINSIM_BINARY) +
+                              " plan --model llama3-8b --gpus 8 --global-batch 8 --seq 1024 --tp 8 --pp 1 "
+                              "--recompute none --microbatch-size 1 --json > /dev/full 2>&1");
+  CHECK(r.exit_code == 2);
+  // Two billion GPUs: every candidate is beyond what the generator makes; the reason is given, not "does not fit".
+  r = testing::run_trainsim("plan --model llama3-8b --gpus 2000000000 --global-batch 2000000000 --threads 1", true);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("the generator refused every candidate, e.g.: ") != std::string::npos);
+}
+
+TEST_CASE("plan: without pipelining one candidate stands for every layout, whatever the order of the list") {
+  PlanRequest r = small_request();
+  r.space.tp = {8};
+  r.space.pp = {1};
+  r.space.microbatch_size = {1};
+  r.space.recompute = {hw::Recompute::None};
+  r.space.zero = {1};
+  const Enumeration en = enumerate(r);
+  REQUIRE(en.candidates.size() == 1);
+  CHECK(en.candidates.front().knobs.layout == "even");
+}
