@@ -11,7 +11,7 @@
 #include "exec/cpu/tcp_comm.h"
 #include "exec/cpu/thread_comm.h"
 #if TRAINSIM_HAVE_CUDA
-#include "exec/cuda/cuda_backend.h"
+#include "exec/backend_module.h"
 #endif
 
 namespace trainsim::exec {
@@ -63,7 +63,8 @@ std::unique_ptr<LocalBackend> make_backend(const std::string& name) {
     return std::make_unique<CpuBackend>();
   }
 #if TRAINSIM_HAVE_CUDA
-  if (name == "cuda") return cuda::make_cuda_backend();  // throws when no GPU is visible
+  // The cuda backend is a module loaded on demand (exec/backend_module.h); it throws when no GPU is visible.
+  if (name == "cuda") return load_backend_module("cuda", TRAINSIM_CUDA_MODULE_PATH);
 #endif
   std::string list;
   for (const auto& n : backend_names()) list += (list.empty() ? "" : ", ") + n;
