@@ -12,7 +12,7 @@
 #include "apps/schedule_input.h"
 #include "apps/text_file.h"
 #include "schedules/calibration.h"
-#include "schedules/kineto_trace.h"
+#include "interop/kineto_trace.h"
 
 namespace trainsim::apps {
 
@@ -26,7 +26,7 @@ struct CalibrateArgs {
 };
 
 // PyTorch profiler (Kineto) traces of a user's GPU run: the device's table and the network from kernel times
-// (schedules/kineto_trace.h). --device names the GPU they ran on.
+// (interop/kineto_trace.h). --device names the GPU they ran on.
 int run_kineto(CalibrateArgs a) {
   if (a.hardware.device.empty()) {
     fmt::print(stderr, "trainsim calibrate: {} is a PyTorch profiler trace: give --device, the GPU it ran on (a preset: "

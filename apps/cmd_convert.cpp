@@ -14,7 +14,7 @@
 #include "apps/text_file.h"
 #include "schedules/input.h"
 #include "schedules/limits.h"
-#include "schedules/pytorch_csv.h"
+#include "interop/pytorch_csv.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 

@@ -30,7 +30,7 @@
 #include "schedules/generators.h"
 #include "schedules/symmetry.h"
 #include "schedules/hardware_sim.h"
-#include "schedules/pytorch_csv.h"
+#include "interop/pytorch_csv.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 

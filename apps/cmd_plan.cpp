@@ -220,6 +220,7 @@ bool write_timelines(const plan::PlanResult& res, const plan::PlanRequest& r, co
                              100 * row.eval.bubble_fraction, stage_peaks(row.eval));
     part.trace = std::move(t.trace);
     part.cost = t.cost.get();
+    part.row_name = "stage";  // row s is stage s's representative rank
     parts.push_back(std::move(part));
     costs.push_back(std::move(t.cost));  // alive until drawn
   }

@@ -1,4 +1,7 @@
 // trainsim: distributed LLM training schedules. Thin front end: parses, calls the libraries.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -60,6 +63,18 @@ int main(int argc, char** argv) {
     // Commands report their own errors; anything that still escapes one is named, not an abort.
     std::cerr << trainsim::apps::command_path(app, std::vector<std::string>(argv + 1, argv + argc))
               << ": internal error: " << e.what() << "\n";
+    return 2;
+  }
+  // Output that was lost is a failure (exit 2), whichever command wrote it (`trainsim sim --json > /dev/full`):
+  // stdout's error flag is sticky, so a write that failed earlier is seen here too.
+  errno = 0;
+  std::cout.flush();  // (through stdio: a failure here sets errno and stdout's error flag)
+  const bool flushed = std::fflush(stdout) == 0;
+  if (!flushed || std::ferror(stdout) || !std::cout.good()) {
+    const int err = errno;
+    std::cerr << trainsim::apps::command_path(app, std::vector<std::string>(argv + 1, argv + argc))
+              << ": standard output could not be written" << (err != 0 ? std::string(" (") + std::strerror(err) + ")" : "")
+              << "; what it printed is lost\n";
     return 2;
   }
   return exit_code;

@@ -17,8 +17,8 @@
 #include "puzzles/runner.h"
 #include "schedules/input.h"
 #include "schedules/limits.h"
-#include "schedules/pytorch_csv.h"
-#include "schedules/pytorch_csv_cells.h"
+#include "interop/pytorch_csv.h"
+#include "interop/pytorch_csv_cells.h"
 #include "schedules/text_format.h"
 
 namespace trainsim::apps {
@@ -37,7 +37,7 @@ std::vector<int> parse_stage_map(const std::string& spec, int world, int stages)
     for (int s = 0; s < stages; ++s) map.push_back(s % world);
     return map;
   }
-  if (lower == "v") {  // down the ranks and back up, as often as the stages need (schedules/pytorch_csv.h)
+  if (lower == "v") {  // down the ranks and back up, as often as the stages need (interop/pytorch_csv.h)
     for (int s = 0; s < stages; ++s) map.push_back(v_style_rank(s, world));
     return map;
   }

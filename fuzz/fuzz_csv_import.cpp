@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "fuzz/common.h"
-#include "schedules/pytorch_csv.h"
+#include "interop/pytorch_csv.h"
 #include "schedules/replay.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -184,6 +184,36 @@ StageLayout StageLayout::parse(std::string_view text) {
   return StageLayout(std::move(blocks));
 }
 
+std::vector<int> weighted_split(int blocks, int layers, int first_weight, int last_weight, std::string* why) {
+  auto refuse = [&](std::string text) {
+    if (why) *why = std::move(text);
+    return std::vector<int>{};
+  };
+  if (layers < 1) return refuse(fmt::format("a split needs at least one stage, got {}", layers));
+  if (layers == 1) return {blocks};
+  const long long effective = static_cast<long long>(blocks) + first_weight + last_weight;
+  if (layers > effective)
+    return refuse(fmt::format("{} stages are more than the {} effective layers", layers, effective));
+  const int per = static_cast<int>(effective / layers), extra = static_cast<int>(effective % layers);
+  if (first_weight > per || last_weight > per)
+    return refuse(fmt::format("the first and last stages' weights ({} and {}) exceed the {} layers per stage",
+                              first_weight, last_weight, per));
+  std::vector<int> out;
+  out.reserve(layers);
+  int used = 0;
+  for (int s = 0; s < layers; ++s) {
+    int n = per + (s < extra ? 1 : 0);
+    if (s == 0) n -= first_weight;
+    else if (s == layers - 1) n -= last_weight;
+    n = std::max(0, std::min(n, blocks - used));
+    out.push_back(n);
+    used += n;
+  }
+  if (used != blocks)
+    return refuse(fmt::format("the split places {} of the {} blocks over {} stages", used, blocks, layers));
+  return out;
+}
+
 StageLayout StageLayout::even(int blocks, int layers) {
   if (layers < 1) throw LayoutError(fmt::format("a layout needs at least one stage, got {}", layers), 0);
   std::vector<int> out;
@@ -195,13 +225,24 @@ StageLayout StageLayout::even(int blocks, int layers) {
 }
 
 std::string StageLayout::str() const {
+  auto stage = [&](std::size_t i) {
+    return blocks_[i] == 0 ? std::string() : blocks_[i] == 1 ? std::string("t") : fmt::format("t*{}", blocks_[i]);
+  };
+  // Every stage but the last is followed by '|'; a run of three or more equal non-empty ones among them is
+  // written as Megatron-LM's group, "(t*2|)*62", so a deep pipeline's layout stays one short line.
   std::string s = "E";
-  for (std::size_t i = 0; i < blocks_.size(); ++i) {
-    if (i > 0) s += '|';
-    if (blocks_[i] == 1) s += 't';
-    else if (blocks_[i] > 1) s += fmt::format("t*{}", blocks_[i]);
+  const std::size_t last = blocks_.size() - 1;
+  for (std::size_t i = 0; i < last;) {
+    std::size_t j = i;
+    while (j < last && blocks_[j] == blocks_[i]) ++j;
+    if (j - i >= 3 && blocks_[i] > 0) {
+      s += fmt::format("({}|)*{}", stage(i), j - i);
+    } else {
+      for (std::size_t k = i; k < j; ++k) s += stage(k) + "|";
+    }
+    i = j;
   }
-  return s + "L";
+  return s + stage(last) + "L";
 }
 
 std::vector<LayerContent> StageLayout::contents() const {

@@ -45,6 +45,17 @@ struct LayoutError : std::invalid_argument {
 /// schedules/limits.h).
 inline constexpr int kMaxLayoutCount = 1 << 20;
 
+/// The split that counts the embedding and the LM head as `first_weight` and `last_weight` blocks: the
+/// blocks plus the weights spread over `layers` as evenly as they go (the first layers one more), the first
+/// and last layers giving up the weights' worth of blocks. torchtitan's generate_llm_fqn_per_model_part
+/// (torchtitan/distributed/pipeline_parallel.py; its first/last_stage_less_layers are the weights) and
+/// trainsim plan's "balanced" layout (weights 1 and 1, as Megatron-LM's --account-for-embedding-in-pipeline-split
+/// and --account-for-loss-in-pipeline-split count them). 13 blocks over 4 layers with weights 1, 1 give
+/// {3, 4, 4, 2}. One layer holds every block. Returns the blocks per layer, or an empty vector with `why` (when
+/// given) saying why no such split exists, in the words torchtitan refuses it with: more layers than blocks
+/// plus weights, a weight above the blocks per layer, or a split that does not place every block.
+std::vector<int> weighted_split(int blocks, int layers, int first_weight, int last_weight, std::string* why = nullptr);
+
 /// A stage layout: the blocks of each schedule layer, layer 0 holding the embedding and the last the LM head.
 class StageLayout {
  public:
@@ -63,7 +74,8 @@ class StageLayout {
   static StageLayout even(int blocks, int layers);
 
   /// The canonical text: stages joined by `|`, `E` first and `L` last, a stage's blocks as `t` (one) or `t*k`
-  /// (k > 1), nothing for none: {3, 4, 4, 3} is "Et*3|t*4|t*4|t*3L". parse(str()) == *this.
+  /// (k > 1), nothing for none, three or more equal non-empty stages before the last as a group: {3, 4, 4, 3} is
+  /// "Et*3|t*4|t*4|t*3L", {1, 2 (62 times), 1} is "Et|(t*2|)*62tL". parse(str()) == *this.
   std::string str() const;
   /// Schedule layers (stages, or stage chunks) it describes.
   int layers() const { return static_cast<int>(blocks_.size()); }

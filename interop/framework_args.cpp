@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -402,8 +403,13 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   if (f.has("vocab-size") || f.has("make-vocab-size-divisible-by")) {
     // Megatron-LM pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP (vocab_utils.py).
     const long long v = f.has("vocab-size") ? integer(f, fw, "vocab-size", 1) : m.vocab;
-    const long long multiple = integer(f, fw, "make-vocab-size-divisible-by", 128) * t;
-    m.vocab = static_cast<int>((v + multiple - 1) / multiple * multiple);
+    const long long multiple = integer(f, fw, "make-vocab-size-divisible-by", 128) * t;  // (< 2^31 x 2^31: no overflow)
+    const long long padded = (v + multiple - 1) / multiple * multiple;
+    if (padded > std::numeric_limits<int>::max())
+      refuse(fmt::format("--from-megatron: the vocabulary {} padded to a multiple of {} (--make-vocab-size-divisible-by "
+                         "x TP {}) is {}, more than a model may have ({})",
+                         v, multiple, t, padded, std::numeric_limits<int>::max()));
+    m.vocab = static_cast<int>(padded);
     if (m.vocab != v) plan.notes.push_back(fmt::format("vocabulary {} padded to {} (a multiple of {}), as Megatron-LM pads it", v, m.vocab, multiple));
   }
   if (f.has("untie-embeddings-and-output-weights") || custom) m.tied_embeddings = !flag(f, "untie-embeddings-and-output-weights");
@@ -664,34 +670,15 @@ constexpr const char* kTorchtitanDoc = "docs/frameworks.md, torchtitan";
 
 std::string tt(const std::string& name) { return "--from-torchtitan: --" + name; }
 
-// torchtitan's generate_llm_fqn_per_model_part (torchtitan/distributed/pipeline_parallel.py): the embedding and
-// the output count as `input_weight` and `output_weight` layers, the effective layers are split as evenly as
-// they go (the first stages one more), and the first and last stages give up the weights' worth of blocks.
+// torchtitan's generate_llm_fqn_per_model_part split (hardware/stage_layout.h, weighted_split); refused as
+// torchtitan refuses it.
 std::vector<int> torchtitan_split(int stages, int layers, int input_weight, int output_weight) {
-  if (stages == 1) return {layers};
-  const int effective = layers + input_weight + output_weight;
-  if (stages > effective)
-    refuse(fmt::format("--from-torchtitan: {} pipeline stages are more than the {} effective layers (torchtitan refuses "
-                       "it too)",
-                       stages, effective));
-  const int per = effective / stages, extra = effective % stages;
-  if (input_weight > per || output_weight > per)
-    refuse(fmt::format("--from-torchtitan: --parallelism.pipeline_parallel_first/last_stage_less_layers ({} and {}) "
-                       "exceed the {} layers per stage (torchtitan refuses it too)",
-                       input_weight, output_weight, per));
-  std::vector<int> out;
-  int used = 0;
-  for (int s = 0; s < stages; ++s) {
-    int n = per + (s < extra ? 1 : 0);
-    if (s == 0) n -= input_weight;
-    else if (s == stages - 1) n -= output_weight;
-    n = std::max(0, std::min(n, layers - used));
-    out.push_back(n);
-    used += n;
-  }
-  if (used != layers)
-    refuse(fmt::format("--from-torchtitan: torchtitan's split places {} of the {} layers over {} stages", used, layers,
-                       stages));
+  std::string why;
+  std::vector<int> out = hw::weighted_split(layers, stages, input_weight, output_weight, &why);
+  if (out.empty())
+    refuse(fmt::format("--from-torchtitan: {} layers over {} pipeline stages with first/last_stage_less_layers {} and "
+                       "{}: {} (torchtitan refuses it too)",
+                       layers, stages, input_weight, output_weight, why));
   return out;
 }
 
@@ -874,7 +861,7 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
         refuse(fmt::format("--from-torchtitan: {} needs at least 2 stages per rank, the layers per stage give {}", sname,
                            per_rank));
     }
-    const bool v_shaped = std::string(sched->kind) == "zbv" || std::string(sched->kind) == "dualpipev";
+    const bool v_shaped = v_shaped_schedule(sched->kind);
     if (v_shaped && per_rank != 2)
       refuse(fmt::format("--from-torchtitan: {} runs 2 stages per rank (V placement), not {}", sname, per_rank));
     if (accumulation > 1)
@@ -901,7 +888,7 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
     } else {  // one schedule layer per block, as gen 3d makes them
       plan.kind = "3d";
       o.tp = t, o.pp = p, o.dp = d, o.cp = c, o.schedule = kind;
-      o.chunks = kind == "zbv" || kind == "dualpipev" ? 1 : per_rank;
+      o.chunks = v_shaped_schedule(kind) ? 1 : per_rank;
       o.chunk_blocks = split;
       o.zero = shard > 1 || c > 1 ? 3 : 0;  // torchtitan shards over data parallelism x CP
       o.sequence_parallel = t > 1;

@@ -26,30 +26,8 @@ int seq_of(const FrameworkPlan& p) { return p.seq > 0 ? p.seq : p.model.seq; }
 std::vector<int> chunk_blocks(const FrameworkPlan& p) {
   const GenOptions& o = p.options;
   if (!o.chunk_blocks.empty()) return o.chunk_blocks;
-  const int chunks = o.pp * ((o.schedule == "zbv" || o.schedule == "dualpipev") ? 2 : o.chunks);
+  const int chunks = o.pp * chunks_per_rank(o.schedule, o.chunks);
   return hw::StageLayout::even(p.model.blocks, chunks).blocks_per_layer();
-}
-
-// torchtitan's generate_llm_fqn_per_model_part split (framework_args.cpp reads it back the same way): the
-// embedding and the output count as `in` and `out` layers, the effective layers split as evenly as they go with
-// the first stages one more, the first and last stages giving up `in` and `out` blocks. Empty when it refuses.
-std::vector<int> torchtitan_split(int stages, int blocks, int in, int out) {
-  if (stages == 1) return {blocks};
-  const int effective = blocks + in + out;
-  if (stages > effective) return {};
-  const int per = effective / stages, extra = effective % stages;
-  if (in > per || out > per) return {};
-  std::vector<int> split;
-  int used = 0;
-  for (int s = 0; s < stages; ++s) {
-    int n = per + (s < extra ? 1 : 0);
-    if (s == 0) n -= in;
-    else if (s == stages - 1) n -= out;
-    n = std::max(0, std::min(n, blocks - used));
-    split.push_back(n);
-    used += n;
-  }
-  return used == blocks ? split : std::vector<int>{};
 }
 
 FrameworkLaunch refused(std::string note) { return FrameworkLaunch{"", false, std::move(note)}; }
@@ -119,7 +97,7 @@ bool same_configuration(const FrameworkPlan& a, const FrameworkPlan& b, std::str
       if (std::find(ob.begin(), ob.end(), o) == ob.end()) only_a += (only_a.empty() ? "" : " ") + o;
     for (const std::string& o : ob)
       if (std::find(oa.begin(), oa.end(), o) == oa.end()) only_b += (only_b.empty() ? "" : " ") + o;
-    return differ(only_a.empty() ? "(no option)" : only_a, only_b.empty() ? "(no option)" : only_b);
+    return differ(only_a.empty() ? "the defaults" : only_a, only_b.empty() ? "the defaults" : only_b);
   }
   if (x.prefetch != y.prefetch || x.bucket_layers != y.bucket_layers || x.stages != y.stages)
     return differ("other generator options", "these");
@@ -170,7 +148,7 @@ FrameworkLaunch to_megatron(const FrameworkPlan& p) {
     in.dp = o.dp, in.dp_given = true, in.model = m;
     std::string why;
     out.exact = same_configuration(p, from_megatron(s, in), &why);
-    if (!out.exact) out.note = "Megatron-LM's reading differs: " + why;
+    if (!out.exact) out.note = "Megatron-LM would run another configuration (this row, then Megatron-LM's reading): " + why;
   } catch (const std::invalid_argument& e) {
     out.note = std::string("the importer refuses it: ") + e.what();
   }
@@ -208,12 +186,12 @@ FrameworkLaunch to_torchtitan_toml(const FrameworkPlan& p) {
                    o.dp, o.tp, o.cp, o.pp);
   if (o.tp > 1 && p.tp_overlap == hw::TpOverlap::Full) t += "enable_async_tensor_parallel = true\n";
   if (o.pp > 1) {
-    const int per_rank = (o.schedule == "zbv" || o.schedule == "dualpipev") ? 2 : o.chunks;
+    const int per_rank = chunks_per_rank(o.schedule, o.chunks);
     const int stages = o.pp * per_rank;
     const std::vector<int> blocks = chunk_blocks(p);
     int in = -1, out = -1;
     for (int w : {1, 0})
-      if (in < 0 && torchtitan_split(stages, m.blocks, w, w) == blocks) in = out = w;
+      if (in < 0 && hw::weighted_split(m.blocks, stages, w, w) == blocks) in = out = w;
     if (in < 0) in = out = 1;  // torchtitan's default; the split will differ (said below)
     t += fmt::format("pipeline_parallel_schedule = \"{}\"\npipeline_parallel_microbatch_size = {}\n"
                      "pipeline_parallel_first_stage_less_layers = {}\npipeline_parallel_last_stage_less_layers = {}\n",
@@ -240,7 +218,7 @@ FrameworkLaunch to_torchtitan_toml(const FrameworkPlan& p) {
     in.dp = o.dp, in.dp_given = true;
     std::string why;
     result.exact = same_configuration(p, from_torchtitan_toml(t, in), &why);
-    if (!result.exact) result.note = "torchtitan's reading differs: " + why;
+    if (!result.exact) result.note = "torchtitan would run another configuration (this row, then torchtitan's reading): " + why;
   } catch (const std::invalid_argument& e) {
     result.note = std::string("the importer refuses it: ") + e.what();
   }

@@ -14,14 +14,6 @@ namespace trainsim::plan {
 
 namespace {
 
-bool v_shaped(const std::string& s) { return s == "zbv" || s == "dualpipev"; }
-
-// The pipeline rank of stage chunk k of `chunks` (gen 3d's placement: looped, or V for zbv and dualpipev).
-int rank_of_chunk(const Knobs& k, int chunk) {
-  if (v_shaped(k.schedule)) return chunk < k.pp ? chunk : 2 * k.pp - 1 - chunk;
-  return chunk % k.pp;
-}
-
 // The candidate's gen 3d source on the hardware model, and its symmetric map. Throws std::invalid_argument
 // (hw::SpecError too) when the setting or the generator refuses the configuration.
 struct Prepared {
@@ -102,7 +94,7 @@ double memory_lower_bound(const Candidate& c, const PlanRequest& r) {
     const int n = chunk_blocks[chunk];
     for (int i = 0; i < std::max(n, 1); ++i) {
       per_layer.push_back(n == 0 ? 0 : 1);
-      layer_rank.push_back(rank_of_chunk(k, chunk));
+      layer_rank.push_back(rank_of_chunk(k.schedule, k.pp, chunk));
     }
   }
   const hw::StageLayout layout(per_layer);

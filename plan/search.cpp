@@ -27,8 +27,6 @@ const char* framework_name(Framework f) {
 namespace {
 
 int seq_of(const PlanRequest& r) { return r.seq > 0 ? r.seq : r.model.seq; }
-bool v_shaped(const std::string& s) { return s == "zbv" || s == "dualpipev"; }
-bool looped(const std::string& s) { return s == "interleaved-1f1b" || s == "interleaved-zb"; }
 
 template <typename T>
 std::vector<T> sorted_unique(std::vector<T> v) {
@@ -74,18 +72,7 @@ std::vector<int> layout_blocks(const std::string& layout, int blocks, int chunks
   if (chunks < 1) return {};
   if (layout == "even") return hw::StageLayout::even(blocks, chunks).blocks_per_layer();
   if (layout != "balanced") return {};
-  if (chunks == 1) return {blocks};
-  const int effective = blocks + 2, per = effective / chunks, extra = effective % chunks;
-  std::vector<int> out;
-  int used = 0;
-  for (int c = 0; c < chunks; ++c) {
-    int n = per + (c < extra ? 1 : 0) - (c == 0 || c == chunks - 1 ? 1 : 0);
-    n = std::min(n, blocks - used);
-    if (n < 0) return {};
-    out.push_back(n);
-    used += n;
-  }
-  return used == blocks ? out : std::vector<int>{};
+  return hw::weighted_split(blocks, chunks, 1, 1);  // the embedding and the LM head count as a block each
 }
 
 hw::HardwareSetting setting_of(const FrameworkPlan& c, const hw::DeviceSpec& device, const hw::NetworkSpec& network) {
@@ -135,7 +122,7 @@ Enumeration enumerate(const PlanRequest& r) {
       for (int pp : pps)
         for (const std::string& schedule : schedules) {
           const bool pipelined = pp > 1;
-          std::vector<int> chunk_choices = looped(schedule) ? chunk_list : std::vector<int>{1};
+          std::vector<int> chunk_choices = interleaved_schedule(schedule) ? chunk_list : std::vector<int>{1};
           // DP is what the others leave: a given --dp keeps the shapes that leave it (the others are not searched).
           if (!g.dp.empty()) {
             const long long shape = static_cast<long long>(tp) * cp * pp;
@@ -153,8 +140,8 @@ Enumeration enumerate(const PlanRequest& r) {
               remove("indivisible", per_shape);
               continue;
             }
-            const int v = v_shaped(schedule) ? 2 : chunks;
-            if (pipelined && looped(schedule) && chunks < 2) { remove("indivisible", per_shape); continue; }
+            const int v = chunks_per_rank(schedule, chunks);
+            if (pipelined && interleaved_schedule(schedule) && chunks < 2) { remove("indivisible", per_shape); continue; }
             if (static_cast<long long>(pp) * v > r.model.blocks) { remove("indivisible", per_shape); continue; }
             const int dp = static_cast<int>(r.gpus / ranks);
             for (int mbs : mbss)
@@ -198,7 +185,7 @@ Enumeration enumerate(const PlanRequest& r) {
                         GenOptions& o = f.options;
                         o.tp = tp, o.cp = cp, o.pp = pp, o.dp = dp, o.zero = k.zero;
                         o.schedule = k.schedule;
-                        o.chunks = looped(k.schedule) ? chunks : 1;
+                        o.chunks = interleaved_schedule(k.schedule) ? chunks : 1;
                         o.sequence_parallel = k.sp;
                         o.microbatches = k.microbatches;
                         o.chunk_blocks = std::move(blocks);

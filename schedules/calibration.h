@@ -101,10 +101,4 @@ hw::DeviceSpec fit_device(const std::vector<MeasuredWork>& work, const hw::Devic
 /// base's). `fitted` (when given) says whether any link was.
 hw::NetworkSpec fit_network(const std::vector<MeasuredComm>& comm, const hw::NetworkSpec& base, bool* fitted = nullptr);
 
-/// Calibration from PyTorch profiler (Kineto) traces of a user's GPU run (schedules/kineto_trace.h): fit_device
-/// and fit_network on their records. `base`'s device is the GPU they ran on (its peak), its network says which
-/// ranks share a node. Throws std::invalid_argument naming the file, or when no GEMM, attention or
-/// memory-bound kernel could be used.
-Calibration calibrate_kineto(const std::vector<std::string>& trace_files, const hw::HardwareSetting& base);
-
 }  // namespace trainsim

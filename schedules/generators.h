@@ -51,6 +51,20 @@ struct GenOptions {
   std::string layout;
 };
 
+/// Whether a pipeline schedule places its stage chunks in a V: zbv and dualpipev (PyTorch's ScheduleZBVZeroBubble
+/// and ScheduleDualPipeV), two chunks per rank, chunk c on rank c for c < p and on rank 2p-1-c after. Every other
+/// pipeline schedule places them looped: chunk c on rank c mod p (Megatron-LM's virtual pipeline order).
+bool v_shaped_schedule(const std::string& schedule);
+/// Whether a schedule runs `chunks` looped stage chunks per rank: interleaved-1f1b and interleaved-zb (and, among the
+/// pipeline kinds alone, looped-bfs).
+bool interleaved_schedule(const std::string& schedule);
+/// The stage chunks each pipeline rank holds under `schedule`: 2 for the V-shaped ones, else `chunks` (1 for the
+/// one-chunk schedules, whose `chunks` is 1).
+int chunks_per_rank(const std::string& schedule, int chunks);
+/// The pipeline rank (0 .. p-1) of stage chunk `chunk` (0 .. p x chunks_per_rank - 1, in layer order) under
+/// `schedule`'s placement (v_shaped_schedule). The generators' stage_map is built from it.
+int rank_of_chunk(const std::string& schedule, int p, int chunk);
+
 /// The generator kinds: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zbv, dualpipev, interleaved-zb, ddp,
 /// zero1, zero2, fsdp, zero3-owner, pp-fsdp, tp, 3d. zero3-owner: ZeRO-3 sharded between tensors, `dp` ranks,
 /// layer l owned whole by rank l mod dp (broadcast before each use, grads reduced to the owner; .sched version

@@ -49,7 +49,7 @@ struct MeasuredTrace {
 /// trainsim trace (no traceEvents and otherData), no integer otherData.layers, a malformed field.
 MeasuredTrace read_measured_trace(const std::string& path);
 
-/// The JSON of a trace file (a replay's, or a PyTorch profiler's: schedules/kineto_trace.h). Throws
+/// The JSON of a trace file (a replay's, or a PyTorch profiler's: interop/kineto_trace.h). Throws
 /// std::invalid_argument naming the file: unreadable, larger than kMaxInputBytes, not JSON.
 nlohmann::json read_trace_json(const std::string& path);
 

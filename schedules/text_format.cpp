@@ -1,11 +1,13 @@
 #include "schedules/text_format.h"
 
+#include <algorithm>
 #include <span>
 #include <cctype>
 #include <charconv>
 #include <fstream>
 #include <map>
 #include <set>
+#include <unordered_set>
 #include <sstream>
 #include <string_view>
 
@@ -255,17 +257,21 @@ class Parser {
           return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
         });
         if (!ok) fail(toks[2], fmt::format("a group name is a letter then letters, digits, '_', '.' or '-' (at most 64), not '{}'", shown(n)));
-        if (std::find(h.group_names.begin(), h.group_names.end(), n) != h.group_names.end())
+        if (!group_names_seen_.insert(std::string(n)).second)
           fail(toks[2], fmt::format("group name '{}' is given twice", shown(n)));
         if (toks.size() < 4) fail(toks[0], "expected 'group ID NAME RANK...'");
         name = n;
         first = 3;
       }
-      for (std::size_t i = first; i < toks.size(); ++i) {
-        int r = rank_value(toks[i], h);
-        if (std::find(members.begin(), members.end(), r) != members.end())
-          fail(toks[i], fmt::format("rank {} is listed twice in group {}", r, id));
-        members.push_back(r);
+      for (std::size_t i = first; i < toks.size(); ++i) members.push_back(rank_value(toks[i], h));
+      // A rank listed twice, found by sorting (n log n: a group of 131,072 ranks is one line), reported at its
+      // second mention.
+      std::vector<int> sorted = members;
+      std::sort(sorted.begin(), sorted.end());
+      if (auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end()) {
+        const auto at = std::find(std::find(members.begin(), members.end(), *twice) + 1, members.end(), *twice);
+        fail(toks[first + static_cast<std::size_t>(at - members.begin())],
+             fmt::format("rank {} is listed twice in group {}", *twice, id));
       }
       h.groups.push_back(members);
       // Names are kept only once one group has one, so a file without names has an empty list (as a
@@ -430,6 +436,12 @@ class Parser {
     if (op.kind == OpKind::Loss) op.layer = h.layers;
     if (op.kind == OpKind::Recv) op.peer = -2;  // must be given
     enum { Args, Reads, Writes } part = Args;
+    // Each argument at most once: `broadcast L0 root 1 root 0` contradicts itself rather than letting the last win.
+    bool has_layer = false, has_batches = false, has_peer = false, has_group = false, has_stream = false;
+    auto once = [&](bool& given, const Token& t, const char* what) {
+      if (given) fail(t, fmt::format("{} is given twice in one {} op", what, op_name(op.kind)));
+      given = true;
+    };
     for (std::size_t i = 1; i < toks.size(); ++i) {
       const Token& t = toks[i];
       if (t.text == ":") {
@@ -447,11 +459,13 @@ class Parser {
         continue;
       }
       if (t.text.size() > 1 && t.text[0] == 'L' && all_digits(t.text.substr(1))) {
+        once(has_layer, t, "the layer");
         op.layer = number(t, std::string_view(t.text).substr(1), "a layer", kMaxCount);
         if (op.kind == OpKind::Loss ? op.layer != h.layers : op.layer >= h.layers)
           fail(t, op.kind == OpKind::Loss ? fmt::format("the loss is at layer {} (the last), not {}", h.layers, op.layer)
                                           : fmt::format("layer {} is out of range 0..{}", op.layer, h.layers - 1));
       } else if (t.text.front() == '{') {
+        once(has_batches, t, "the batch set");
         if (t.text.size() < 2 || t.text.back() != '}')
           fail(t, fmt::format("expected a batch set like {{0-3}}, got '{}'", shown(t.text)));
         try {
@@ -466,19 +480,24 @@ class Parser {
         const Token& v = toks[++i];
         if (t.text == "to") {
           if (op.kind != OpKind::Send) fail(t, "'to' belongs to send");
+          once(has_peer, t, "'to'");
           op.peer = rank_value(v, h);
         } else if (t.text == "from") {
           if (op.kind != OpKind::Recv) fail(t, "'from' belongs to recv");
+          once(has_peer, t, "'from'");
           op.peer = v.text == "any" ? -1 : rank_value(v, h);
         } else if (t.text == "group") {
           if (!is_collective(op.kind)) fail(t, "'group' belongs to collectives");
+          once(has_group, t, "'group'");
           op.group = integer(v, "a group id");
           if (op.group > static_cast<int>(h.groups.size()))
             fail(v, fmt::format("group {} is not defined in the header", op.group));
         } else if (t.text == "root") {
           if (!is_rooted(op.kind)) fail(t, "'root' belongs to broadcast and reduce");
+          once(has_peer, t, "'root'");
           op.peer = rank_value(v, h);
         } else {
+          once(has_stream, t, "'stream'");
           op.stream = integer(v, "a stream");
         }
       } else {
@@ -509,6 +528,7 @@ class Parser {
   std::string where_prefix_;  // "file.sched:", each op's `where` without its line number
   std::map<std::string, std::pair<std::vector<Token>, int>> hardware_lines_;  // key -> (tokens, line)
   std::vector<std::pair<int, Token>> group_name_at_;  // group id - 1 -> (line, the token after its id)
+  std::unordered_set<std::string> group_names_seen_;  // the names given so far (a name given twice is refused)
   std::vector<std::string_view> lines_;
   std::vector<Token> toks_;  // the current line's words
   int line_no_ = 0;

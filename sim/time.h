@@ -20,8 +20,16 @@ inline constexpr Time kMaxTime = std::numeric_limits<Time>::max();
 /// Nanoseconds in one simulated second (one puzzle step).
 inline constexpr Time kTicksPerSecond = 1'000'000'000;
 
-/// Converts seconds to Time, rounding to the nearest nanosecond.
-inline Time seconds(double s) { return static_cast<Time>(std::llround(s * static_cast<double>(kTicksPerSecond))); }
+/// Converts seconds to Time, rounding to the nearest nanosecond. Saturates: beyond kMaxTime (and +inf, NaN) gives
+/// kMaxTime, below -kMaxTime gives -kMaxTime, so a huge duration is reported as passing the limit rather than
+/// wrapping to a negative one (std::llround is undefined out of range).
+inline Time seconds(double s) {
+  const double ticks = s * static_cast<double>(kTicksPerSecond);
+  constexpr double kLimit = 9223372036854775808.0;  // 2^63
+  if (!(ticks < kLimit)) return kMaxTime;            // (NaN compares false)
+  if (ticks <= -kLimit) return -kMaxTime;
+  return static_cast<Time>(std::llround(ticks));
+}
 
 /// Converts Time to seconds.
 inline double to_seconds(Time t) { return static_cast<double>(t) / static_cast<double>(kTicksPerSecond); }

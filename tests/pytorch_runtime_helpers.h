@@ -4,7 +4,7 @@
 // - dualpipev_csv: ScheduleDualPipeV._calculate_single_rank_operations, the order with OVERLAP_F_B cells;
 // - lower_send_recv: _add_send_recv, the pass that adds SEND/RECV actions to a compute-only schedule;
 // - runtime_makespan: _PipelineScheduleRuntime._step_microbatches under unit costs, action by action.
-// It shares no code with schedules/pytorch_csv_*.cpp: its own cell parser, its own timing.
+// It shares no code with interop/pytorch_csv_*.cpp: its own cell parser, its own timing.
 #pragma once
 
 #include <algorithm>

@@ -14,7 +14,7 @@
 #include "exec_helpers.h"
 #include "hardware/comm.h"
 #include "schedules/generators.h"
-#include "schedules/pytorch_csv.h"
+#include "interop/pytorch_csv.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 #include "sim_helpers.h"
@@ -107,6 +107,37 @@ TEST_CASE("broadcast, reduce: version 1 refuses them; a root is required, and on
         "bc.sched:10:17: 'root' belongs to broadcast and reduce");
   CHECK(parse_error(head() + "\nrank 0\n  broadcast L0 root 2 : W0\nrank 1\n") ==
         "bc.sched:10:21: rank 2 is out of range: world_size is 2");
+}
+
+TEST_CASE("op arguments: each at most once, a contradiction is refused at its second mention") {
+  // Issue 38: the last one won. Columns point at the repeated word.
+  CHECK(parse_error(head() + "\nrank 0\n  broadcast L0 root 1 root 0 : W0\nrank 1\n") ==
+        "bc.sched:10:23: 'root' is given twice in one broadcast op");
+  CHECK(parse_error(head() + "\nrank 0\n  all-reduce L0 L0 : dW0{0}\nrank 1\n") ==
+        "bc.sched:10:17: the layer is given twice in one all-reduce op");
+  CHECK(parse_error(head() + "\nrank 0\n  all-reduce L0 stream 5 stream 0 : dW0{0}\nrank 1\n") ==
+        "bc.sched:10:26: 'stream' is given twice in one all-reduce op");
+  CHECK(parse_error(head() + "\nrank 0\n  all-reduce L0 group 1 group 1 : dW0{0}\nrank 1\n") ==
+        "bc.sched:10:25: 'group' is given twice in one all-reduce op");
+  CHECK(parse_error(head() + "\nrank 0\n  forward L0 {0} {1}\nrank 1\n") ==
+        "bc.sched:10:18: the batch set is given twice in one forward op");
+  CHECK(parse_error(head() + "\nrank 0\n  send L0 {0} to 1 to 1\nrank 1\n") ==
+        "bc.sched:10:20: 'to' is given twice in one send op");
+  // A word that belongs elsewhere is still named as such, not as a repeat.
+  CHECK(parse_error(head() + "\nrank 0\n  send L0 {0} to 1 root 0\nrank 1\n") ==
+        "bc.sched:10:20: 'root' belongs to broadcast and reduce");
+}
+
+TEST_CASE("group lines: a rank listed twice is found in n log n and named at its second mention") {
+  // Issue 38: the check was quadratic (a group of 131,072 ranks took seconds). Here the repeat is far apart.
+  const std::string h = head();
+  const std::size_t at = h.find("group 1 ");
+  REQUIRE(at != std::string::npos);
+  const std::size_t eol = h.find('\n', at);
+  std::string bad = h.substr(0, at) + "group 1 0 1 0" + h.substr(eol);
+  const std::string e = parse_error(bad + valid_body());
+  CHECK(e.find("rank 0 is listed twice in group 1") != std::string::npos);
+  CHECK(e.find(":13: ") != std::string::npos);  // the second 0: "group 1 0 1 0", column 13
 }
 
 TEST_CASE("broadcast, reduce: a valid exchange simulates under the puzzle and the stream engine") {

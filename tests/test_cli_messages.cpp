@@ -75,6 +75,23 @@ TEST_CASE("a missing input names the command and the path; an unwritable output 
   CHECK(has(r.out, "trainsim sim: cannot write '/dev/full': No space left on device"));
 }
 
+TEST_CASE("standard output that cannot be written is a failure, exit 2, for every command") {
+  // Issue 38: `sim --json`, `validate` and others exited 0 with their output lost. Standard output goes to a full
+  // device; standard error (the message) is what the test reads.
+  const auto dir = fresh_dir("cli-lost-stdout");
+  const std::string f = write(dir / "ddp.sched", kDdp);
+  for (const std::string& args : {"sim " + f + " --json", "sim " + f, "validate " + f, std::string("gen 1f1b -o -"),
+                                  "puzzles --only basic --json --out " + (dir / "svg").string()}) {
+    INFO(args);
+    const CommandResult r = run_shell(std::string(TRAINSIM_BINARY) + " " + args + " 2>&1 >/dev/full");
+    CHECK(r.exit_code == 2);
+    CHECK(has(r.out, "standard output could not be written"));  // (with the reason where errno still holds it)
+    CHECK(has(r.out, "what it printed is lost"));
+  }
+  // The same commands with somewhere to write succeed (the check above is about the output, not the commands).
+  CHECK(run_trainsim("validate " + f, true).exit_code == 0);
+}
+
 TEST_CASE("trainsim gen refuses sizes it cannot hold, with the limit, for every family of kinds") {
   CommandResult r = run_trainsim("gen pp-fsdp --stages 100000 --dp 100000 -o /dev/null", true);  // 10^10 ranks
   CHECK(r.exit_code == 2);

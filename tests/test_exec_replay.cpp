@@ -10,8 +10,8 @@
 #include "exec_helpers.h"
 #include "puzzles/runner.h"
 #include "schedules/generators.h"
-#include "schedules/pytorch_csv.h"
-#include "schedules/pytorch_csv_cells.h"
+#include "interop/pytorch_csv.h"
+#include "interop/pytorch_csv_cells.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 

@@ -127,6 +127,17 @@ TEST_CASE("simulated time past 2^63 ns is an error naming the op, not negative t
   CHECK(format_time(0) == "0");
 }
 
+TEST_CASE("seconds(): durations beyond 2^63 ns saturate instead of wrapping to negative times") {
+  // Issue 38: an op costed at 1e12 s printed "takes -9223372036.854775808 s" (std::llround out of range).
+  CHECK(seconds(1e12) == kMaxTime);
+  CHECK(seconds(9.3e9) == kMaxTime);
+  CHECK(seconds(std::numeric_limits<double>::infinity()) == kMaxTime);
+  CHECK(seconds(std::numeric_limits<double>::quiet_NaN()) == kMaxTime);
+  CHECK(seconds(-1e12) == -kMaxTime);
+  CHECK(seconds(9.2e9) == 9'200'000'000'000'000'000);  // below the limit: exact
+  CHECK(format_time(seconds(1e300)) == "9223372036.854775807");
+}
+
 TEST_CASE("ranks without ops, and a schedule without any, simulate to an error, not undefined behaviour") {
   // Found by fuzz_sched_sim (UBSan: a reference into an empty node list while sampling memory).
   for (const char* model : {"unit", "puzzle"}) {

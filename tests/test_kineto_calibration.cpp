@@ -12,7 +12,7 @@
 #include "cli_helpers.h"
 #include "hardware/comm.h"
 #include "schedules/calibration.h"
-#include "schedules/kineto_trace.h"
+#include "interop/kineto_trace.h"
 
 using namespace trainsim;
 using namespace trainsim::testing;

@@ -9,7 +9,7 @@
 #include "cli_helpers.h"
 #include "pytorch_runtime_helpers.h"
 #include "schedules/generators.h"
-#include "schedules/pytorch_csv.h"
+#include "interop/pytorch_csv.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 

@@ -82,6 +82,15 @@ TEST_CASE("stage layout: Megatron-LM's grammar unrolls to blocks per stage") {
     CHECK(hw::StageLayout::parse(l.str()) == l);
   }
   CHECK(hw::StageLayout::parse("E(t*2|)*2t*2L").str() == "Et*2|t*2|t*2L");
+  // Runs of three or more equal stages before the last are written as a group; the text reads back the same.
+  std::vector<int> deep(64, 2);
+  deep.front() = 1, deep.back() = 1;
+  CHECK(hw::StageLayout(deep).str() == "Et|(t*2|)*62tL");
+  CHECK(hw::StageLayout({2, 2, 2, 2}).str() == "E(t*2|)*3t*2L");
+  CHECK(hw::StageLayout({0, 0, 0, 3}).str() == "E|||t*3L");
+  for (const std::vector<int>& b : {deep, std::vector<int>{2, 2, 2, 2}, std::vector<int>{0, 0, 0, 3},
+                                    std::vector<int>{1, 1, 1, 2, 2, 2, 0, 3, 3, 3, 3}})
+    CHECK(hw::StageLayout::parse(hw::StageLayout(b).str()).blocks_per_layer() == b);
   const hw::StageLayout l = hw::StageLayout::parse("Et*3|t*4|t*4|t*3L");
   CHECK(l.layers() == 4);
   CHECK(l.blocks() == 14);

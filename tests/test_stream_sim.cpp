@@ -7,8 +7,8 @@
 #include <algorithm>
 
 #include "schedules/generators.h"
-#include "schedules/pytorch_csv.h"
-#include "schedules/pytorch_csv_cells.h"
+#include "interop/pytorch_csv.h"
+#include "interop/pytorch_csv_cells.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
 

@@ -179,48 +179,6 @@ TEST_CASE("symmetry: a message to a rank that is not simulated is an error namin
   CHECK(run.result.error.find("does not simulate rank 4") != std::string::npos);
 }
 
-namespace {
-
-// A plan of `D` replicas of one pipeline order (as gen 3d builds it: plan rank d + D * s, TP groups and DP
-// groups in the header), with its steps given once (PipelinePlan::replicas).
-gen::PipelinePlan replicated(gen::PipelinePlan order, int T, int D, gen::DpMode mode) {
-  const int P = order.world_size, M = order.microbatches;
-  gen::PipelinePlan plan;
-  plan.world_size = P * D;
-  plan.layers = order.layers;
-  plan.microbatches = M * D;
-  plan.tp = T;
-  plan.sequence_parallel = true;
-  plan.dp = D;
-  plan.dp_mode = mode;
-  plan.dp_stream = 1;
-  plan.step_at_end = true;
-  plan.replicas = D;
-  plan.steps = order.steps;
-  for (int s : order.stage_map) plan.stage_map.push_back(T * D * s);
-  for (int k = 0; k < P * D; ++k) {
-    std::vector<int> members;
-    for (int j = 0; j < T; ++j) members.push_back(j + T * k);
-    plan.groups.push_back(members);
-    plan.tp_group.push_back(static_cast<int>(plan.groups.size()));
-  }
-  plan.shard_index.resize(static_cast<std::size_t>(T) * P * D);
-  plan.group_of.resize(plan.shard_index.size());
-  for (int s = 0; s < P; ++s)
-    for (int j = 0; j < T; ++j) {
-      std::vector<int> members;
-      for (int d = 0; d < D; ++d) {
-        const int rank = j + T * (d + D * s);
-        members.push_back(rank);
-        plan.shard_index[rank] = d;
-        plan.group_of[rank] = static_cast<int>(plan.groups.size()) + 1;
-      }
-      plan.groups.push_back(members);
-    }
-  return plan;
-}
-
-}  // namespace
 
 TEST_CASE("symmetry: a pipeline's replicas made from one replica's steps are the replicas written out, op for op") {
   // The plan-wide work of gen 3d runs on one replica (PipelinePlan::replicas); every replica's ops must be what
@@ -233,7 +191,7 @@ TEST_CASE("symmetry: a pipeline's replicas made from one replica's steps are the
   for (const Case& c : cases)
     for (gen::DpMode mode : {gen::DpMode::Replicate, gen::DpMode::Zero1, gen::DpMode::Fsdp}) {
       INFO(c.name << " dp mode " << static_cast<int>(mode));
-      const gen::PipelinePlan plan = replicated(c.order, 2, 3, mode);
+      const gen::PipelinePlan plan = gen::replicate_pipeline(c.order, 2, 1, 3, true, mode);
       auto once = gen::build_pipeline(plan);
       auto written = gen::build_pipeline(gen::expand_replicas(plan));
       const Schedule a = once->take(), b = written->take();

@@ -31,6 +31,7 @@ std::string timeline_stack_svg(const std::vector<StackedTimeline>& parts, const 
     TimelineOptions o;
     o.title = p.title;
     o.cost = p.cost;
+    o.row_name = p.row_name;
     o.px_per_second = longest > 0 ? width / longest : 1;
     o.min_time_width = 1;
     o.max_time_width = width;

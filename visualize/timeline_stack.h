@@ -16,6 +16,7 @@ struct StackedTimeline {
   std::string title;  ///< its heading (the schedule's name and figures)
   Trace trace;        ///< what it draws (e.g. one pipeline replica, TP collapsed: one representative rank per stage)
   const CostModel* cost = nullptr;  ///< the model that timed it (TP bands), or null
+  std::string row_name = "rank";    ///< what a row is (TimelineOptions::row_name): "stage" for one rank per stage
 };
 
 /// The SVG of `parts` stacked in order under `title`, every time axis at the scale that fits the longest step in

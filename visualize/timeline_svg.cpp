@@ -399,14 +399,14 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   std::string line1;
   if (real) {
     // The puzzles' "Timesteps" (the start of the last op) means nothing in real time: the step takes its makespan.
-    line1 = fmt::format("step time {}  \u00b7  peak memory {} on rank {} at {}{}  \u00b7  {}{}",
-                        time_text(trace.makespan(), true), memory_text(peak.memory, unit), peak.rank,
+    line1 = fmt::format("step time {}  \u00b7  peak memory {} on {} {} at {}{}  \u00b7  {}{}",
+                        time_text(trace.makespan(), true), memory_text(peak.memory, unit), opt.row_name, peak.rank,
                         time_text(peak.time, true), measured ? " (as an op started)" : "",
                         measured ? "" : "cost model ", trace.cost_model);
   } else {
-    line1 = fmt::format("Timesteps {}  \u00b7  makespan {}  \u00b7  peak memory {} {} on rank {} at t={}",
+    line1 = fmt::format("Timesteps {}  \u00b7  makespan {}  \u00b7  peak memory {} {} on {} {} at t={}",
                         format_time(trace.timesteps()), format_time(trace.makespan()), format_memory(peak.memory), unit,
-                        peak.rank, format_time(peak.time));
+                        opt.row_name, peak.rank, format_time(peak.time));
     line1 += fmt::format("  \u00b7  cost model {}, memory in {}",
                          trace.cost_model.empty() ? std::string("(unnamed)") : trace.cost_model, unit);
   }
@@ -558,7 +558,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   svg.put("</g>\n");
   svg.put("<g font-size=\"{}\" text-anchor=\"end\">\n", row_font);
   for (int row = 0; row < nrows; ++row) {
-    std::string name = detailed ? fmt::format("rank {}", row) : bucket_name("rank", row_first(row), row_last(row));
+    std::string name = detailed ? fmt::format("{} {}", opt.row_name, row) : bucket_name(opt.row_name.c_str(), row_first(row), row_last(row));
     svg.text(x0 - 8, rows_top + row * row_h + row_h / 2 + row_font * 0.35, name, "class=\"row-label\"");
     std::string mem = detailed || row_first(row) == row_last(row)
                           ? fmt::format("mem {}", row_first(row))

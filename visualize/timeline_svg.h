@@ -87,6 +87,9 @@ struct TimelineOptions {
   /// tooltip, its totals in the heading, and summary rows count it as TP collective time
   /// (timeline_tp_inside.h). Null, or a model without TP: nothing of it is drawn.
   const CostModel* cost = nullptr;
+  /// What a row is: "rank" (row r is rank r), or "stage" where each row is one representative rank of a pipeline
+  /// stage (trainsim plan's timelines). Names the rows and the peak's row in the heading.
+  std::string row_name = "rank";
 };
 
 /// The SVG document (UTF-8 text). Deterministic: the same trace and options give the same bytes.

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "schedules/defaults.h"
+#include "schedules/generators.h"
 #include "sim/cost_model.h"
 
 namespace trainsim::gen {
@@ -54,7 +55,7 @@ PipelinePlan looped_plan(int p, int v, int m) {
   plan.layers = p * v;
   plan.microbatches = m;
   plan.steps.resize(p);
-  for (int l = 0; l < p * v; ++l) plan.stage_map.push_back(l % p);
+  for (int l = 0; l < p * v; ++l) plan.stage_map.push_back(rank_of_chunk("1f1b", p, l));
   return plan;
 }
 
@@ -64,7 +65,7 @@ PipelinePlan v_shaped_plan(int p, int m) {
   plan.layers = 2 * p;
   plan.microbatches = m;
   plan.steps.resize(p);
-  for (int l = 0; l < 2 * p; ++l) plan.stage_map.push_back(l < p ? l : 2 * p - 1 - l);
+  for (int l = 0; l < 2 * p; ++l) plan.stage_map.push_back(rank_of_chunk("zbv", p, l));
   return plan;
 }
 

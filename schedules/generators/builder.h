@@ -143,6 +143,13 @@ struct PipelinePlan {
 /// replicas, for tests. Throws std::logic_error when the lists or microbatches do not split into the replicas.
 PipelinePlan expand_replicas(PipelinePlan plan);
 
+/// gen 3d's plan (schedules/generators/three_d.cpp) of one pipeline's `order` run by `D` data-parallel replicas
+/// (D = data parallel x CP: a CP rank is a replica with its own microbatch ids), each stage a TP group of `T`
+/// ranks: plan rank d + D x s is replica d's stage s, schedule rank j + T x (d + D x s) its TP member j. The
+/// header groups are the TP groups ("tp<k>", when T > 1), the CP groups ("cp<k>", when C > 1, C dividing D), then
+/// the data-parallel groups over D ("dp<k>", when D > 1) with `mode`; steps given once (replicas = D).
+PipelinePlan replicate_pipeline(const PipelinePlan& order, int T, int C, int D, bool sequence_parallel, DpMode mode);
+
 /// A plan of p ranks holding 2p layers in V placement (layer l on rank l for l < p, then 2p-1-l): the
 /// placement of ZBV and DualPipeV, without steps yet.
 PipelinePlan v_shaped_plan(int p, int m);

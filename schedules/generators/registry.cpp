@@ -26,14 +26,14 @@ namespace {
 long long check_size(const std::string& kind, const GenOptions& o) {
   const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner";
   const bool pp_fsdp = kind == "pp-fsdp";
-  const bool chunked = kind == "interleaved-1f1b" || kind == "looped-bfs" || kind == "interleaved-zb";
+  const bool chunked = interleaved_schedule(kind);
   const bool tensor_parallel = kind == "tp" || kind == "3d";
   auto pos = [](int v) { return static_cast<long long>(std::max(v, 1)); };
   // Products of up to three options, each below 2^31: saturated rather than wrapped.
   auto mul = [](long long a, long long b) { return a > std::numeric_limits<long long>::max() / b ? std::numeric_limits<long long>::max() : a * b; };
   long long world = data_parallel ? pos(o.dp) : pp_fsdp ? pos(o.stages) * pos(o.dp) : pos(o.stages);
   long long layers = data_parallel ? (o.layers == 0 ? 4 : pos(o.layers))
-                                   : pos(o.stages) * (chunked ? pos(o.chunks) : kind == "zbv" || kind == "dualpipev" ? 2 : 1);
+                                   : pos(o.stages) * (chunked ? pos(o.chunks) : v_shaped_schedule(kind) ? 2 : 1);
   long long microbatches = pos(o.microbatches) * (data_parallel || pp_fsdp ? pos(o.dp) : 1);
   long long work_per_pair = 1;
   if (tensor_parallel) gen::require_tp_degree(kind, o.tp);  // before the ranks it multiplies
@@ -41,7 +41,7 @@ long long check_size(const std::string& kind, const GenOptions& o) {
     const bool three_d = kind == "3d";
     // Context parallelism (3d --cp) multiplies the data-parallel replicas: each CP rank runs its own microbatches.
     const long long pp = three_d ? pos(o.pp) : 1, dp = three_d ? mul(pos(o.dp), pos(o.cp)) : 1;
-    const long long chunks = !three_d ? 1 : o.schedule == "zbv" || o.schedule == "dualpipev" ? 2 : pos(o.chunks);
+    const long long chunks = !three_d ? 1 : chunks_per_rank(o.schedule, static_cast<int>(pos(o.chunks)));
     world = mul(mul(pos(o.tp), pp), dp);
     layers = o.layers != 0 ? pos(o.layers) : mul(pp, chunks) == 1 ? 4 : mul(pp, chunks);
     if (three_d && !o.chunk_blocks.empty()) {  // one layer per block
@@ -164,7 +164,7 @@ GenOptions per_block_layers(const std::string& kind, GenOptions o, int blocks) {
     }
     const long long chunks =
         static_cast<long long>(std::max(o.pp, 1)) *
-        (o.schedule == "zbv" || o.schedule == "dualpipev" ? 2 : std::max(o.chunks, 1));
+        chunks_per_rank(o.schedule, std::max(o.chunks, 1));
     if (chunks > hw::kMaxLayoutCount) return o;  // (the generator refuses the options with the limit they meet)
     o.chunk_blocks = hw::StageLayout::even(blocks, static_cast<int>(chunks)).blocks_per_layer();
     return o;

@@ -34,14 +34,65 @@
 
 namespace trainsim::gen {
 
+PipelinePlan replicate_pipeline(const PipelinePlan& order, int T, int C, int D, bool sequence_parallel, DpMode mode) {
+  const int P = order.world_size, M = order.microbatches;
+  PipelinePlan plan;
+  plan.world_size = P * D;  // plan rank d + D * s: the TP group of stage s, replica d
+  plan.layers = order.layers;
+  plan.microbatches = M * D;
+  plan.tp = T;
+  plan.sequence_parallel = sequence_parallel;
+  plan.dp = D;
+  plan.dp_mode = mode;
+  plan.dp_stream = 1;
+  plan.step_at_end = true;  // Megatron-LM's optimizer step follows the whole pipeline's backward
+  // Every replica runs the one pipeline's order on its own microbatches (replica d: d*M .. d*M+M-1) as plan
+  // rank d + D * s: PipelinePlan::replicas, so that the plan-wide work is done for one replica.
+  plan.replicas = D;
+  plan.steps = order.steps;
+  for (int s : order.stage_map) plan.stage_map.push_back(T * D * s);
+  // Header groups: the TP groups, the CP groups, then the data-parallel groups.
+  if (T > 1)
+    for (int k = 0; k < P * D; ++k) {
+      std::vector<int> members;
+      for (int j = 0; j < T; ++j) members.push_back(j + T * k);
+      plan.groups.push_back(std::move(members));
+      plan.group_names.push_back(fmt::format("tp{}", k));
+      plan.tp_group.push_back(static_cast<int>(plan.groups.size()));
+    }
+  if (C > 1)
+    for (int k = 0; k < P * D / C; ++k)
+      for (int j = 0; j < T; ++j) {
+        std::vector<int> members;
+        for (int c = 0; c < C; ++c) members.push_back(j + T * (c + C * k));
+        plan.groups.push_back(std::move(members));
+        plan.group_names.push_back(fmt::format("cp{}", j + T * k));
+      }
+  if (D > 1) {
+    plan.shard_index.resize(static_cast<std::size_t>(T) * P * D);
+    plan.group_of.resize(plan.shard_index.size());
+    for (int s = 0; s < P; ++s)
+      for (int j = 0; j < T; ++j) {
+        std::vector<int> members;
+        for (int d = 0; d < D; ++d) {
+          const int rank = j + T * (d + D * s);
+          members.push_back(rank);
+          plan.shard_index[rank] = d;
+          plan.group_of[rank] = static_cast<int>(plan.groups.size()) + 1;
+        }
+        plan.groups.push_back(std::move(members));
+        plan.group_names.push_back(fmt::format("dp{}", j + T * s));
+      }
+  }
+  return plan;
+}
+
 namespace {
 
 struct Shape {
   int tp, pp, dp, chunks, microbatches, cp;
   std::vector<int> layers_per_chunk;  // schedule layers of each stage chunk, in layer order
 };
-
-bool v_shaped(const std::string& schedule) { return schedule == "zbv" || schedule == "dualpipev"; }
 
 // Checks the options of `kind` (tp or 3d) and returns the shape they ask for.
 Shape check_options(const std::string& kind, const GenOptions& o, int pp, int dp) {
@@ -62,12 +113,12 @@ Shape check_options(const std::string& kind, const GenOptions& o, int pp, int dp
         "{}: --zero must be 1 (ZeRO-1: optimizer state sharded) or 3 (FSDP of each TP slice); without it, plain "
         "data parallelism (got {})",
         kind, o.zero));
-  const bool looped_chunks = o.schedule == "interleaved-1f1b" || o.schedule == "interleaved-zb";
-  if (o.chunks > 1 && !looped_chunks && !(v_shaped(o.schedule) && o.chunks == 2))
+  const bool looped_chunks = interleaved_schedule(o.schedule);  // (looped-bfs is refused above)
+  if (o.chunks > 1 && !looped_chunks && !(v_shaped_schedule(o.schedule) && o.chunks == 2))
     throw std::invalid_argument(fmt::format(
         "{}: --chunks {} goes with --schedule interleaved-1f1b or interleaved-zb (the {} order has {} per stage)", kind,
-        o.chunks, o.schedule, v_shaped(o.schedule) ? "two chunks, in V placement," : "one chunk"));
-  const int chunks = v_shaped(o.schedule) ? 2 : o.chunks;
+        o.chunks, o.schedule, v_shaped_schedule(o.schedule) ? "two chunks, in V placement," : "one chunk"));
+  const int chunks = v_shaped_schedule(o.schedule) ? 2 : o.chunks;
   const int chunks_total = pp * chunks;  // both at most the limits: no overflow (checked in the registry)
   std::vector<int> per_chunk;
   if (!o.chunk_blocks.empty()) {
@@ -108,55 +159,8 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
   const int T = sh.tp, P = sh.pp, C = sh.cp, D = sh.dp * sh.cp, M = sh.microbatches;
   // One pipeline's order, its stage chunks split into their schedule layers.
   const PipelinePlan order = refine_layers(pipeline_order("3d", o.schedule, P, sh.chunks, M), sh.layers_per_chunk);
-  const int L = order.layers;
-  PipelinePlan plan;
-  plan.world_size = P * D;  // plan rank d + D * s: the TP group of stage s, replica d
-  plan.layers = L;
-  plan.microbatches = M * D;
-  plan.tp = T;
-  plan.sequence_parallel = o.sequence_parallel;
-  plan.dp = D;
-  plan.dp_mode = o.zero == 3 ? DpMode::Fsdp : o.zero == 1 ? DpMode::Zero1 : DpMode::Replicate;
-  plan.dp_stream = 1;
-  plan.step_at_end = true;  // Megatron-LM's optimizer step follows the whole pipeline's backward
-  // Every replica runs the one pipeline's order on its own microbatches (replica d: d*M .. d*M+M-1) as plan
-  // rank d + D * s: PipelinePlan::replicas, so that the plan-wide work is done for one replica.
-  plan.replicas = D;
-  plan.steps = order.steps;
-  for (int l = 0; l < L; ++l) plan.stage_map.push_back(T * D * order.stage_map[l]);
-  // Header groups: the TP groups, the CP groups, then the data-parallel groups.
-  if (T > 1)
-    for (int k = 0; k < P * D; ++k) {
-      std::vector<int> members;
-      for (int j = 0; j < T; ++j) members.push_back(j + T * k);
-      plan.groups.push_back(std::move(members));
-      plan.group_names.push_back(fmt::format("tp{}", k));
-      plan.tp_group.push_back(static_cast<int>(plan.groups.size()));
-    }
-  if (C > 1)
-    for (int k = 0; k < P * D / C; ++k)
-      for (int j = 0; j < T; ++j) {
-        std::vector<int> members;
-        for (int c = 0; c < C; ++c) members.push_back(j + T * (c + C * k));
-        plan.groups.push_back(std::move(members));
-        plan.group_names.push_back(fmt::format("cp{}", j + T * k));
-      }
-  if (D > 1) {
-    plan.shard_index.resize(static_cast<std::size_t>(T) * P * D);
-    plan.group_of.resize(plan.shard_index.size());
-    for (int s = 0; s < P; ++s)
-      for (int j = 0; j < T; ++j) {
-        std::vector<int> members;
-        for (int d = 0; d < D; ++d) {
-          const int rank = j + T * (d + D * s);
-          members.push_back(rank);
-          plan.shard_index[rank] = d;
-          plan.group_of[rank] = static_cast<int>(plan.groups.size()) + 1;
-        }
-        plan.groups.push_back(std::move(members));
-        plan.group_names.push_back(fmt::format("dp{}", j + T * s));
-      }
-  }
+  const DpMode mode = o.zero == 3 ? DpMode::Fsdp : o.zero == 1 ? DpMode::Zero1 : DpMode::Replicate;
+  const PipelinePlan plan = replicate_pipeline(order, T, C, D, o.sequence_parallel, mode);
   auto source = build_pipeline(plan);
   if (!o.chunk_blocks.empty()) {  // one layer per block: the header's layout says which layer holds which
     std::vector<int> blocks_per_layer;

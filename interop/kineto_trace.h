@@ -57,4 +57,10 @@ bool looks_like_kineto_file(const std::string& path);
 /// std::invalid_argument naming the file and the event: unreadable, not a Kineto trace, a malformed field.
 KinetoRecords read_kineto_traces(const std::vector<std::string>& paths, int gpus_per_node);
 
+/// Calibration from PyTorch profiler (Kineto) traces of a user's GPU run (interop/kineto_trace.h): fit_device
+/// and fit_network on their records. `base`'s device is the GPU they ran on (its peak), its network says which
+/// ranks share a node. Throws std::invalid_argument naming the file, or when no GEMM, attention or
+/// memory-bound kernel could be used.
+Calibration calibrate_kineto(const std::vector<std::string>& trace_files, const hw::HardwareSetting& base);
+
 }  // namespace trainsim

@@ -1,5 +1,5 @@
 // PyTorch pipelining CSV cells: the action table and reading rows into cells.
-#include "schedules/pytorch_csv_cells.h"
+#include "interop/pytorch_csv_cells.h"
 
 #include <algorithm>
 #include <cctype>

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "schedules/defaults.h"
-#include "schedules/pytorch_csv.h"
-#include "schedules/pytorch_csv_cells.h"
+#include "interop/pytorch_csv.h"
+#include "interop/pytorch_csv_cells.h"
 
 namespace trainsim {
 

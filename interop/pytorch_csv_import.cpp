@@ -12,8 +12,8 @@
 
 #include "schedules/defaults.h"
 #include "schedules/limits.h"
-#include "schedules/pytorch_csv.h"
-#include "schedules/pytorch_csv_cells.h"
+#include "interop/pytorch_csv.h"
+#include "interop/pytorch_csv_cells.h"
 
 namespace trainsim {
 

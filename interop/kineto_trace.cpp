@@ -1,4 +1,4 @@
-#include "schedules/kineto_trace.h"
+#include "interop/kineto_trace.h"
 
 #include <algorithm>
 #include <cctype>
@@ -353,5 +353,24 @@ void read_one(const std::string& path, const nlohmann::json& j, int gpus_per_nod
 }
 
 }  // namespace
+
+Calibration calibrate_kineto(const std::vector<std::string>& files, const hw::HardwareSetting& base) {
+  if (files.empty()) throw std::invalid_argument("calibrate: no trace given");
+  const KinetoRecords r = read_kineto_traces(files, base.network.gpus_per_node);
+  if (r.work.empty())
+    throw std::invalid_argument(fmt::format("calibrate: no GEMM, attention or memory-bound kernel with its op's shapes in "
+                                            "{} (profile with record_shapes=True and CUDA activities)",
+                                            files.front()));
+  Calibration c;
+  c.traces = files;
+  c.device = fit_device(r.work, base.device, &c.kernel_floor_s);
+  c.network = fit_network(r.comm, base.network, &c.network_fitted);
+  c.compute_ops = static_cast<int>(r.work.size());
+  c.comm_ops = static_cast<int>(r.comm.size());
+  c.kernels = r.kernels;
+  c.left_out = r.left_out;
+  c.steps = 0;
+  return c;
+}
 
 }  // namespace trainsim
