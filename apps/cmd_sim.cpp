@@ -149,7 +149,12 @@ int run(const SimArgs& a, bool outputs) {
     report = std::move(run.report);
     cost = std::move(run.cost);
   } else {
-    r = simulate(s, opts);
+    try {
+      r = simulate(s, opts);
+    } catch (const std::invalid_argument& e) {  // a schedule the cost model cannot time (as simulate_hardware says)
+      r = SimResult{};
+      r.error = e.what();
+    }
     if (r.ok && s.header.cost_model == "hardware") {
       cost = make_schedule_cost_model(s);  // for the report's TP communication figures and the drawings
       report = hw::make_report(r.trace, *s.header.hardware, s.header.microbatches, "",

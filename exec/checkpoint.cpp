@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -223,6 +224,9 @@ void save_checkpoint(const std::string& dir, const CheckpointInfo& info, const s
   auto failed = [&](const std::string& why, const std::string& state) {
     return CheckpointError(fmt::format("cannot save the checkpoint in '{}': {}; {}", shown(dir, 4096), why, state));
   };
+  if (std::string where = first_non_finite(ranks); !where.empty())
+    throw failed(fmt::format("the state is not finite ({}): the run diverged", where),
+                 "the checkpoint that was there (if any) is kept");
   std::unique_ptr<DirectoryWriter> w;
   try {
     w = std::make_unique<DirectoryWriter>(dir);
@@ -357,6 +361,32 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
   return info;
 }
 
+namespace {
+
+// "" when every value of `state` is finite, else "W3: NaN (element 17)" for the first that is not.
+std::string non_finite_in(const HostState& state) {
+  for (const auto& [t, values] : state)
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (!std::isfinite(values[i]))
+        return fmt::format("{}: {} (element {})", t.str(), std::isnan(values[i]) ? "NaN" : "infinity", i);
+  return "";
+}
+
+// A state read back holds finite values only: a diverged run's checkpoint is refused by name.
+void check_finite(const HostState& state, const std::string& name) {
+  if (std::string where = non_finite_in(state); !where.empty())
+    throw CheckpointError(fmt::format("{}: a value is not finite ({}): the checkpoint comes from a run that diverged",
+                                      name, where));
+}
+
+}  // namespace
+
+std::string first_non_finite(const std::vector<HostState>& ranks) {
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    if (std::string where = non_finite_in(ranks[r]); !where.empty()) return fmt::format("rank {}'s {}", r, where);
+  return "";
+}
+
 std::vector<HostState> read_checkpoint_states(const std::string& dir, const CheckpointInfo& info,
                                               const std::vector<StateLayout>& layouts) {
   if (info.rank_files.size() != layouts.size())
@@ -382,6 +412,7 @@ std::vector<HostState> read_checkpoint_states(const std::string& dir, const Chec
     if (sha256_hex(bytes) != file.sha256)
       throw CheckpointError(fmt::format("{}: the file is corrupt (its SHA-256 differs from the manifest's)", name));
     out.push_back(deserialize(bytes, name, layouts[r]));
+    check_finite(out.back(), name);
   }
   return out;
 }
@@ -409,6 +440,7 @@ std::vector<HostState> read_checkpoint_tensors(const std::string& dir, const Che
         throw CheckpointError(fmt::format("{}: {} does not fit the checkpoint's model: {}", name, t.str(), e.what()));
       }
     }));
+    check_finite(out.back(), name);
   }
   return out;
 }

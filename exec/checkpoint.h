@@ -74,10 +74,14 @@ struct CheckpointInfo {
   std::vector<RankFile> rank_files;  ///< set by read_checkpoint_info(); save_checkpoint() ignores it
 };
 
+/// "" when every value of `ranks` is finite, else where the first NaN or infinity is: "rank 1's W3: NaN (element
+/// 17)". A diverged run's state is neither saved nor read back (issue 38).
+std::string first_non_finite(const std::vector<HostState>& ranks);
+
 /// Writes a checkpoint of `ranks` (one state per rank) into `dir`, created if needed, replacing the one
 /// there atomically (see the top of this file). Throws CheckpointError naming the file that could not be
-/// written (a full disk, a permission, another process saving there); the checkpoint that was in `dir`
-/// before is then intact.
+/// written (a full disk, a permission, another process saving there), or a state that is not finite
+/// (first_non_finite); the checkpoint that was in `dir` before is then intact.
 void save_checkpoint(const std::string& dir, const CheckpointInfo& info, const std::vector<HostState>& ranks);
 
 /// Reads and checks `dir/manifest.json`: a regular file of at most kMaxManifestBytes, format version 2,
@@ -89,15 +93,15 @@ CheckpointInfo read_checkpoint_info(const std::string& dir);
 /// Reads every rank's state of the checkpoint `info` (from read_checkpoint_info(dir)). `layouts[r]` is what
 /// rank r's state must hold in this run: each file is read only when the manifest's size for it is the
 /// size of that state, and never beyond it; regular files only; its SHA-256 must be the manifest's; it
-/// must hold each tensor of the layout once, of its size, and nothing else. Throws CheckpointError naming
-/// the file, and the tensor where one is wrong.
+/// must hold each tensor of the layout once, of its size, and nothing else, every value finite. Throws
+/// CheckpointError naming the file, and the tensor where one is wrong.
 std::vector<HostState> read_checkpoint_states(const std::string& dir, const CheckpointInfo& info,
                                               const std::vector<StateLayout>& layouts);
 
 /// Every rank's state of the checkpoint `info` (from read_checkpoint_info(dir)) without a plan: each file read
 /// (regular files only, at most the manifest's size for it), its SHA-256 checked against the manifest's, every
 /// tensor it holds kept, each of the size `bytes_of` gives for it (what a model of the checkpoint's shapes says).
-/// Throws CheckpointError naming the file, and the tensor whose size is wrong.
+/// Throws CheckpointError naming the file, and the tensor whose size is wrong or that holds a NaN or an infinity.
 std::vector<HostState> read_checkpoint_tensors(const std::string& dir, const CheckpointInfo& info,
                                                const std::function<std::size_t(const Tensor&)>& bytes_of);
 

@@ -1,9 +1,13 @@
 #include "exec/model_config.h"
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "schedules/input.h"  // shown(): long input quoted in errors at most 80 bytes
 
 namespace trainsim::exec {
 
@@ -46,7 +50,9 @@ void ModelConfig::validate() const {
   require(params <= kMaxParameters, fmt::format("the model is too large for the executor: {:.3g} parameters, more than "
                                                 "{:g}",
                                                 params, kMaxParameters));
-  require(norm_eps > 0 && rope_theta > 0 && init_std > 0, "norm_eps, rope_theta and init_std must be positive");
+  require(norm_eps > 0 && rope_theta > 0 && init_std > 0 && std::isfinite(norm_eps) && std::isfinite(rope_theta) &&
+              std::isfinite(init_std),
+          "norm_eps, rope_theta and init_std must be positive and finite");
 }
 
 long ModelConfig::parameters() const {
@@ -93,10 +99,10 @@ std::vector<LayerSpec> partition(const ModelConfig& model, int layers, const hw:
     if (layout->layers() != layers)
       throw std::invalid_argument(fmt::format("the layout '{}' has {} stages but the schedule has {} layers (one stage "
                                               "per layer)",
-                                              layout->str(), layout->layers(), layers));
+                                              shown(layout->str()), layout->layers(), layers));
     if (layout->blocks() != model.blocks)
       throw std::invalid_argument(fmt::format("the layout '{}' holds {} blocks but the model has {} (try --blocks {})",
-                                              layout->str(), layout->blocks(), model.blocks, layout->blocks()));
+                                              shown(layout->str()), layout->blocks(), model.blocks, layout->blocks()));
     std::vector<LayerSpec> specs;
     int i = 0;
     for (const hw::LayerContent& c : layout->contents()) {
@@ -104,7 +110,7 @@ std::vector<LayerSpec> partition(const ModelConfig& model, int layers, const hw:
         throw std::invalid_argument(fmt::format(
             "the layout '{}' leaves layer {} empty (no block, embedding or head): the executor needs every layer to "
             "compute something",
-            layout->str(), i));
+            shown(layout->str()), i));
       specs.push_back(LayerSpec{i++, c.first_block, c.num_blocks, c.embedding, c.head});
     }
     return specs;
@@ -132,20 +138,49 @@ nlohmann::json to_json(const ModelConfig& m) {
                         {"init_std", m.init_std}};
 }
 
+namespace {
+
+// A manifest's integer field: an integer that fits an int, else an error naming it (nlohmann's get<int>() narrows
+// 4294967312 to 16 without a word).
+int int_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer())
+    throw std::invalid_argument(fmt::format("model configuration: '{}' must be an integer, not {}", key, v.dump()));
+  const long long n = v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(
+                                                                                  std::numeric_limits<long long>::max())
+                          ? std::numeric_limits<long long>::max()
+                          : v.get<long long>();
+  if (n < std::numeric_limits<int>::min() || n > std::numeric_limits<int>::max())
+    throw std::invalid_argument(fmt::format("model configuration: '{}' is {}, beyond an int", key, v.dump()));
+  return static_cast<int>(n);
+}
+
+// A manifest's float field: a number a float holds finitely (1e39 would become inf and pass a "> 0" check).
+float float_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number()) throw std::invalid_argument(fmt::format("model configuration: '{}' must be a number, not {}", key, v.dump()));
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max())
+    throw std::invalid_argument(fmt::format("model configuration: '{}' is {}, beyond what a float holds", key, v.dump()));
+  return static_cast<float>(d);
+}
+
+}  // namespace
+
 ModelConfig model_from_json(const nlohmann::json& j) {
   ModelConfig m;
   try {
     m.preset = j.at("preset").get<std::string>();
-    m.vocab = j.at("vocab").get<int>();
-    m.dim = j.at("dim").get<int>();
-    m.heads = j.at("heads").get<int>();
-    m.blocks = j.at("blocks").get<int>();
-    m.ffn = j.at("ffn").get<int>();
-    m.seq = j.at("seq").get<int>();
-    m.microbatch_size = j.at("microbatch_size").get<int>();
-    m.rope_theta = j.at("rope_theta").get<float>();
-    m.norm_eps = j.at("norm_eps").get<float>();
-    m.init_std = j.at("init_std").get<float>();
+    m.vocab = int_field(j, "vocab");
+    m.dim = int_field(j, "dim");
+    m.heads = int_field(j, "heads");
+    m.blocks = int_field(j, "blocks");
+    m.ffn = int_field(j, "ffn");
+    m.seq = int_field(j, "seq");
+    m.microbatch_size = int_field(j, "microbatch_size");
+    m.rope_theta = float_field(j, "rope_theta");
+    m.norm_eps = float_field(j, "norm_eps");
+    m.init_std = float_field(j, "init_std");
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(fmt::format("model configuration: {}", e.what()));
   }

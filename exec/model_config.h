@@ -80,7 +80,8 @@ struct LayerSpec {
 std::vector<LayerSpec> partition(const ModelConfig& model, int layers, const hw::StageLayout* layout = nullptr);
 
 nlohmann::json to_json(const ModelConfig& m);
-/// Throws std::invalid_argument for a missing or mistyped field.
+/// Throws std::invalid_argument for a missing or mistyped field, an integer beyond an int or a number a float
+/// cannot hold (never narrowed).
 ModelConfig model_from_json(const nlohmann::json& j);
 
 }  // namespace trainsim::exec

@@ -370,6 +370,12 @@ struct Job {
       double norm_sq = 0;  // (in rank order, as the norm's all-reduce sums)
       for (int r = 0; r < world; ++r) norm_sq += row[r]->grad_norm_sq, rep.peak_bytes.push_back(row[r]->peak_bytes);
       rep.grad_norm = std::sqrt(norm_sq);
+      if (!std::isfinite(rep.grad_norm)) {  // (PyTorch's clip_grad_norm_(error_if_nonfinite=True), torchtitan's stop)
+        fail(fmt::format("the gradient norm is not finite ({}) in step {} of {}: the training diverged (a smaller --lr "
+                         "or --grad-clip may help)",
+                         std::isnan(rep.grad_norm) ? "NaN" : "inf", step + 1, o.steps));
+        break;
+      }
       if (ctx.plan->clip)  // (the coefficient the AdamW kernels apply: exec/kernels.h)
         rep.clip_coefficient = shortest(static_cast<float>(std::min(1.0, o.optimizer.grad_clip / (rep.grad_norm + 1e-6))));
       prev = now;
@@ -512,6 +518,14 @@ void finish(const ReplayContext& ctx, const ReplayOptions& o, CheckpointInfo inf
             ReplayResult& res) {
   if (!o.check && o.save_dir.empty()) return;
   std::vector<HostState> finals = job.host_states();
+  // Weights the last step's update made NaN or infinite (its loss and gradients were still finite): the run
+  // diverged; nothing is saved, so the last good checkpoint stays the latest (issue 38).
+  if (std::string where = first_non_finite(finals); !where.empty()) {
+    res.error = fmt::format("the state after step {} is not finite ({}): the training diverged (a smaller --lr or "
+                            "--grad-clip may help){}",
+                            last, where, o.save_dir.empty() ? "" : "; no checkpoint was written");
+    return;
+  }
   if (!o.save_dir.empty()) {
     info.step = last;
     save_checkpoint(o.save_dir, info, finals);

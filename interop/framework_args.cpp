@@ -17,6 +17,7 @@
 #include <toml++/toml.h>
 
 #include "hardware/stage_layout.h"
+#include "schedules/input.h"  // shown(): long input quoted in errors at most 80 bytes
 
 namespace trainsim {
 
@@ -480,15 +481,15 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
     try {
       layout = hw::StageLayout::parse(text_layout);
     } catch (const hw::LayoutError& e) {
-      refuse(fmt::format("--from-megatron: --pipeline-model-parallel-layout '{}': {}", text_layout, e.what()));
+      refuse(fmt::format("--from-megatron: --pipeline-model-parallel-layout '{}': {}", shown(text_layout), e.what()));
     }
     if (layout.layers() % p != 0)
       refuse(fmt::format("--from-megatron: --pipeline-model-parallel-layout '{}' has {} stages, not a multiple of "
                          "--pipeline-model-parallel-size {}",
-                         text_layout, layout.layers(), p));
+                         shown(text_layout), layout.layers(), p));
     if (layout.blocks() != m.blocks)
       refuse(fmt::format("--from-megatron: --pipeline-model-parallel-layout '{}' holds {} layers but the model has {}",
-                         text_layout, layout.blocks(), m.blocks));
+                         shown(text_layout), layout.blocks(), m.blocks));
     v = layout.layers() / p;
     blocks = layout.blocks_per_layer();
   } else {

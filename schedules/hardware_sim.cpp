@@ -22,8 +22,15 @@ HardwareRun simulate_hardware(const RankSource& source, bool record_trace,
   const ScheduleHeader& h = source.header();
   check_header(h);
   HardwareRun run;
-  // One cost model for the run, the report's TP figures and the drawings (HardwareRun::cost).
-  run.cost = make_schedule_cost_model(source);
+  // One cost model for the run, the report's TP figures and the drawings (HardwareRun::cost). A schedule the model
+  // cannot time (a TP slice on a rank without a TP group of its degree) is an invalid schedule: its error, naming
+  // the rank and the op, is the run's (exit 1), not an exception out of the command.
+  try {
+    run.cost = make_schedule_cost_model(source);
+  } catch (const std::invalid_argument& e) {
+    run.result.error = e.what();
+    return run;
+  }
   hw::ReportBuilder builder;  // (told the model as the run begins)
   SimOptions options;
   options.cost = run.cost.get();

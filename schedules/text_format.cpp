@@ -360,7 +360,7 @@ class Parser {
       if (h.layout && h.layout->blocks() != hs.model.blocks)
         fail(t[1], fmt::format("the model has {} blocks but the layout '{}' holds {} (set blocks={} or change the "
                                "layout)",
-                               hs.model.blocks, h.layout->str(), h.layout->blocks(), h.layout->blocks()));
+                               hs.model.blocks, shown(h.layout->str()), h.layout->blocks(), h.layout->blocks()));
       if (!h.layout && hs.model.blocks < h.layers)
         fail(t[1], fmt::format("the model has {} blocks but the schedule has {} layers (each layer needs a block)",
                                hs.model.blocks, h.layers));
@@ -606,6 +606,8 @@ Tensor parse_tensor(std::string_view text) {
     long long count = all_digits(n) ? bounded_number(n, Tensor::kMaxTpSize) : -1;
     if (count < 2)
       throw std::invalid_argument(fmt::format("expected a TP degree from 2 to {} after '/' in '{}'", Tensor::kMaxTpSize, shown(text)));
+    if (from == slash)
+      throw std::invalid_argument(fmt::format("expected TP slice numbers before '/' (<1/4>, <+0-3/4>) in '{}'", shown(text)));
     IdSet slices = parse_idset(text.substr(from, slash - from), Tensor::kMaxTpSize - 1, "TP slice");
     if (slices.empty() || slices.runs().back().second > count)
       throw std::invalid_argument(fmt::format("TP slices {} are out of range for a TP degree of {} in '{}'",

@@ -102,6 +102,14 @@ TEST_CASE("trainsim gen refuses sizes it cannot hold, with the limit, for every 
   r = run_trainsim("gen zb-h1 --stages 4 --microbatches 3000000 -o /dev/null", true);
   CHECK(r.exit_code == 2);
   CHECK(has(r.out, "zb-h1: the options ask for 3000000 microbatches, above the limit of 1048576"));
+  // Issue 38: within the rank, layer and microbatch limits, the ops still grew past the machine's memory.
+  r = run_trainsim("gen 3d --tp 2 --pp 2 --microbatches 1000000 -o /dev/null", true);
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.out, "3d: the options ask for about 12000000 ops on one rank (1 layers x 1000000 microbatches of a rank), "
+                   "above the limit of 4194304"));
+  r = run_trainsim("gen fsdp --dp 100000 --layers 32 --microbatches 1 -o /dev/null", true);
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.out, "fsdp: the options ask for about 32000000 ops over 100000 ranks, held at once, above the limit of 8388608"));
   r = run_trainsim("gen 1f1b --stages 99999999999 -o /dev/null", true);  // past int: CLI11 refuses it
   CHECK(r.exit_code == 2);
   CHECK(has(r.out, "trainsim gen: "));

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_helpers.h"
+#include "exec/checkpoint.h"
 
 using namespace trainsim::testing;
 
@@ -120,16 +121,24 @@ TEST_CASE("trainsim replay: bad options and inputs are clear errors") {
   CHECK(run_trainsim("replay --help").out.find("--check") != std::string::npos);
 }
 
-TEST_CASE("trainsim replay --check fails when the weights are not numbers (issue 38: NaN > tolerance is false)") {
-  // A learning rate of 1e37 without clipping drives the weights to NaN in two steps; the losses of both steps are
-  // computed before the update takes them, so only the weights' difference is NaN.
-  const std::string sched = "replay_nan_test.sched";
+TEST_CASE("trainsim replay: a diverged run stops with exit 1 naming the step, and saves nothing (issue 38)") {
+  // A learning rate of 1e37 without clipping drives the weights to NaN in two steps: step 2's gradient norm is
+  // not finite. Before, --check passed (NaN > tolerance is false) and --save wrote the NaN weights.
+  const auto dir = fresh_dir("replay-diverged");
+  const std::string sched = (dir / "tp2.sched").string(), ckpt = (dir / "ckpt").string();
   REQUIRE(run_trainsim("gen tp --tp 2 -o " + sched).exit_code == 0);
-  CommandResult r = run_trainsim("replay " + sched + " --model tiny --blocks 4 --steps 2 --lr 1e37 --grad-clip 0 --check" + data(), true);
-  CHECK(r.exit_code == 1);
-  CHECK(r.out.find("the replay differs from single-device training") != std::string::npos);
-  CHECK(r.out.find("nan in the weights") != std::string::npos);
-  std::remove(sched.c_str());
+  // A good checkpoint first: the diverged run must leave it the latest.
+  REQUIRE(run_trainsim("replay " + sched + " --model tiny --blocks 4 --steps 1 --save " + ckpt + data()).exit_code == 0);
+  for (const char* extra : {" --check", " --save "}) {
+    CAPTURE(extra);
+    const std::string args = std::string(extra) == " --save " ? std::string(extra) + ckpt : std::string(extra);
+    CommandResult r = run_trainsim("replay " + sched + " --model tiny --blocks 4 --steps 2 --lr 1e37 --grad-clip 0" + args +
+                                   data(), true);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.find("is not finite (NaN) in step 2 of 2: the training diverged") != std::string::npos);
+    CHECK(r.out.find("saved a checkpoint") == std::string::npos);
+  }
+  CHECK(trainsim::exec::read_checkpoint_info(ckpt).step == 1);
 }
 
 TEST_CASE("trainsim replay --data '' is refused, not read as the default corpus (issue 38)") {

@@ -1,5 +1,5 @@
 // `trainsim replay`'s options (issue 18): every numeric option is range-checked before any work, naming the
-// command and the option (exit 2); a diverging run stops with the step whose loss is not finite (exit 1); the
+// command and the option (exit 2); a diverging run stops with the step whose loss or gradient norm is not finite (exit 1); the
 // clipping note is a sentence; the tests' fault injection is not in the user's binary.
 #include <doctest/doctest.h>
 
@@ -119,21 +119,23 @@ TEST_CASE("trainsim replay: a seed out of range is refused, not wrapped") {
   CHECK(nlohmann::json::parse(top.out)["losses"] != nlohmann::json::parse(one.out)["losses"]);
 }
 
-TEST_CASE("trainsim replay: a diverging run stops at the first step whose loss is not finite") {
+TEST_CASE("trainsim replay: a diverging run stops at the first step whose loss or gradient norm is not finite") {
+  // With a learning rate of 1e30 step 2's loss is still finite but its gradients are not: the run stops there,
+  // before the step is printed or its update saved (PyTorch's clip_grad_norm_(error_if_nonfinite=True)).
   CommandResult r = run_trainsim("replay ddp --model tiny --steps 4 --lr 1e30" + data(), true);
   INFO(r.out);
   CHECK(r.exit_code == 1);
-  CHECK(r.out.find("trainsim replay: the loss is not finite (NaN) in step 3 of 4, microbatch 0 (rank 0's loss op): the "
-                   "training diverged (a smaller --lr or --grad-clip may help)") != std::string::npos);
-  CHECK(r.out.find("step     3/4") == std::string::npos);  // no loss printed for it, and no step after it
-  CHECK(r.out.find("step     4/4") == std::string::npos);
+  CHECK(r.out.find("trainsim replay: the gradient norm is not finite (NaN) in step 2 of 4: the training diverged (a "
+                   "smaller --lr or --grad-clip may help)") != std::string::npos);
+  CHECK(r.out.find("step     2/4") == std::string::npos);  // no loss printed for it, and no step after it
+  CHECK(r.out.find("step     3/4") == std::string::npos);
   CHECK(r.out.find("nan") == std::string::npos);
   r = run_trainsim("replay ddp --model tiny --steps 4 --lr 1e30 --json" + data());
   CHECK(r.exit_code == 1);
   nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["ok"] == false);
-  CHECK(j["error"].get<std::string>().find("the loss is not finite (NaN) in step 3 of 4") == 0);
-  CHECK(j["losses"].size() == 2);  // the steps before, all finite
+  CHECK(j["error"].get<std::string>().find("the gradient norm is not finite (NaN) in step 2 of 4") == 0);
+  CHECK(j["losses"].size() == 1);  // the steps before, all finite
   for (const auto& l : j["losses"]) CHECK(l.is_number());
 }
 

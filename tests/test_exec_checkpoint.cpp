@@ -5,6 +5,8 @@
 // refused naming the file and what is wrong, without hanging or reading without bound.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -462,6 +464,29 @@ TEST_CASE("exec checkpoint: a forged rank file with the right hashes is still ch
   refused(magic + "W\xff\xfe 16\n", "malformed tensor header");
   refused(magic + std::string(300, 'W'), "malformed tensor header at byte 17");
   refused("trainsim-state 9\n", "not a trainsim state file");
+  // A diverged run's state (issue 38: `sample` printed NUL bytes from it, `export` wrote it): refused by name.
+  std::string nan_floats = floats;
+  nan_floats.replace(4, 4, std::string("\x00\x00\xc0\x7f", 4));  // element 1: a quiet NaN
+  refused(magic + "W0 16\n" + floats + "W1 16\n" + nan_floats,
+          "a value is not finite (W1: NaN (element 1)): the checkpoint comes from a run that diverged");
+}
+
+TEST_CASE("exec checkpoint: a state that is not finite is not saved; the previous checkpoint stays the latest") {
+  ScopedDir dir("ckpt-diverged");
+  const auto first = small_states(1.0f);
+  exec::save_checkpoint(dir.path.string(), small_info(1), first);
+  const auto saved = files_in(dir.path);
+  auto diverged = small_states(2.0f);
+  diverged[1].begin()->second[2] = std::numeric_limits<float>::infinity();
+  CHECK(exec::first_non_finite(first).empty());
+  CHECK(exec::first_non_finite(diverged) == "rank 1's W0: infinity (element 2)");
+  CHECK_THROWS_WITH_AS(exec::save_checkpoint(dir.path.string(), small_info(2), diverged),
+                       contains("the state is not finite (rank 1's W0: infinity (element 2)): the run diverged; the "
+                                "checkpoint that was there (if any) is kept"),
+                       exec::CheckpointError);
+  CHECK(files_in(dir.path) == saved);
+  CHECK(read_back(dir.path, layouts_of(first)) == first);
+  CHECK(exec::read_checkpoint_info(dir.path.string()).step == 1);
 }
 
 TEST_CASE("exec checkpoint: resuming on a corpus whose content changed names the file and both SHA-256s") {

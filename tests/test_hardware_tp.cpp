@@ -4,8 +4,13 @@
 // activations a TP rank keeps; and the figures a TP schedule's report adds.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include <unistd.h>
+
+#include "cli_helpers.h"
 #include "hardware/comm.h"
 #include "hardware/cost_model.h"
 #include "hardware/memory.h"
@@ -349,6 +354,22 @@ TEST_CASE("TP: a schedule without TP has no TP figures; a TP op on a rank withou
     CHECK(m.find("tp.sched:10") != std::string::npos);
     CHECK(m.find("W0<0/2>") != std::string::npos);
     CHECK(m.find("no TP group holds the rank") != std::string::npos);
+  }
+  // Through simulate_hardware (sim, validate, gen --sim): the run's error, not an exception (the CLI said "internal
+  // error", exit 2, for this invalid schedule: issue 38).
+  const HardwareRun bad = simulate_hardware(s);
+  CHECK_FALSE(bad.result.ok);
+  CHECK(bad.result.error.find("no TP group holds the rank") != std::string::npos);
+  {
+    const auto dir = std::filesystem::temp_directory_path() / ("trainsim-tp-nogroup-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "tp.sched").string();
+    std::ofstream(path) << print_schedule(s);
+    const testing::CommandResult r = testing::run_trainsim("sim " + path, true);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.find("no TP group holds the rank") != std::string::npos);
+    CHECK(r.out.find("internal error") == std::string::npos);
+    std::filesystem::remove_all(dir);
   }
   // A TP group of another size than the slices' degree.
   Schedule three = tp_schedule(2, 2, 1, false, hs);

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "schedules/generators.h"
 #include "schedules/limits.h"
 #include "schedules/replay.h"
 #include "schedules/text_format.h"
@@ -242,4 +243,27 @@ TEST_CASE("error messages cut long tokens and escape control bytes") {
   std::string esc = parse_error(ddp("\x1b[31mred"));
   CHECK(esc.starts_with("t.sched:9:3: unknown op '\\x1b[31mred'"));
   CHECK(esc.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("data-parallel kinds: an op's batch sets stay a few runs however many ranks (memory linear in dp)") {
+  // Issue 38's class (unbounded memory): with rank r's microbatches numbered r*m .. r*m+m-1, a reduce-scatter summed
+  // microbatch i of every rank, a set of dp separate ids, and its accumulations grew with it: gen fsdp --dp 2000
+  // --layers 32 --sim went past 24 GB. Numbered i*dp + r, what the ranks run together is one run of ids.
+  for (const char* kind : {"ddp", "zero1", "zero2", "fsdp"}) {
+    CAPTURE(kind);
+    GenOptions o;
+    o.dp = 256;
+    o.layers = 2;
+    o.microbatches = 4;
+    const Schedule s = generate(kind, o);
+    std::size_t most = 0;
+    for (const auto& ops : s.ranks)
+      for (const Op& op : ops) {
+        most = std::max(most, op.batches.runs().size());
+        for (const auto* list : {&op.reads, &op.writes})
+          for (const Tensor& t : *list) most = std::max(most, t.batches.runs().size());
+      }
+    CHECK(most <= static_cast<std::size_t>(o.microbatches));  // a rank's own microbatches at most, not dp
+    CHECK(simulate(s).ok);
+  }
 }

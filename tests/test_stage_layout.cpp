@@ -440,3 +440,21 @@ TEST_CASE("stage layout: hostile layouts end with a clear error at once, not a c
   CHECK(wide.layers() == 1000001);
   CHECK_THROWS_AS(trainsim::hw::StageLayout::parse("E(t|)*1048576tL"), trainsim::hw::LayoutError);
 }
+
+TEST_CASE("a long layout in an error is quoted in at most 80 bytes; an empty TP slice list is named") {
+  // Issue 38: `gen --layout` echoed a 10 KB layout in full; "<+/4>" said "TP slices  are out of range".
+  std::string layout = "E";
+  for (int i = 0; i < 5000; ++i) layout += "t|";
+  layout += "xL";
+  const testing::CommandResult r = testing::run_trainsim("gen 1f1b --stages 4 --layout '" + layout + "' -o /dev/null", true);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find("bytes in all)") != std::string::npos);
+  CHECK(r.out.size() < 600);
+  std::string why;
+  try {
+    parse_tensor("A0{0}<+/4>");
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  CHECK(why == "expected TP slice numbers before '/' (<1/4>, <+0-3/4>) in 'A0{0}<+/4>'");
+}

@@ -1,5 +1,7 @@
-// Data-parallel schedules over dp ranks, each running all `layers` layers on its own m microbatches (rank r:
-// batches r*m .. r*m+m-1; the header's microbatches are dp*m):
+// Data-parallel schedules over dp ranks, each running all `layers` layers on its own m microbatches (rank r's
+// i-th: batch i*dp + r, so that the microbatches the ranks run at the same time, which a reduce-scatter sums, are
+// one run of ids, i*dp .. i*dp+dp-1, and an op's batch set stays a few runs however many ranks there are; the
+// header's microbatches are dp*m):
 //   ddp    full weight and optimizer state everywhere; grads summed locally, all-reduced during the last
 //          microbatch's backward in buckets of `bucket_layers` consecutive layers; every rank updates the full
 //          layer.
@@ -99,9 +101,8 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o) {
 
     std::vector<Tensor> reduced(L);  // ddp, zero1: the all-reduced grad of each layer
     for (int i = 0; i < m; ++i) {
-      const IdSet b = one(r * m + i);
-      IdSet cohort;  // the microbatches the ranks run at the same time, summed by a reduce-scatter
-      for (int q = 0; q < n; ++q) cohort.insert(q * m + i);
+      const IdSet b = one(i * n + r);
+      const IdSet cohort = IdSet::range(i * n, (i + 1) * n);  // the microbatches the ranks run at the same time
       prog.load({activation_tensor(0, b)});
       for (int p = 0; p <= std::min(ahead_forward, L - 1); ++p) gather(forward_layer(p));
       for (int p = 0; p < L; ++p) {

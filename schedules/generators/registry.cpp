@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "schedules/input.h"  // shown(): long input quoted in errors at most 80 bytes
 #include "schedules/generators.h"
 #include "schedules/generators/builder.h"
 #include "schedules/limits.h"
@@ -65,6 +66,21 @@ long long check_size(const std::string& kind, const GenOptions& o) {
   else
     over("layer-microbatch pairs times TP ranks (the work of one step)", mul(layers * microbatches, work_per_pair),
          kMaxGeneratedWork);
+  // What one rank does, in ops (an upper estimate: about 8 ops per layer and microbatch a rank runs, 12 with TP's
+  // collectives), and for the kinds that hold every rank's ops at once, all of them: the memory the generation
+  // takes is proportional to these, so a mistyped --microbatches or --dp is refused before it runs for minutes.
+  const long long stages = kind == "3d" ? pos(o.pp) : data_parallel || kind == "tp" ? 1 : pos(o.stages);
+  const long long rank_pairs = mul((layers + stages - 1) / stages, pos(o.microbatches));
+  const long long rank_ops = mul(rank_pairs, tensor_parallel ? 12 : data_parallel ? 10 : 8);
+  if (rank_ops > kMaxRankOps)
+    throw std::invalid_argument(fmt::format("{}: the options ask for about {} ops on one rank ({} layers x {} microbatches "
+                                            "of a rank), above the limit of {} (docs/schedule-format.md, Limits)",
+                                            kind, rank_ops, (layers + stages - 1) / stages, pos(o.microbatches),
+                                            kMaxRankOps));
+  if (data_parallel && mul(rank_ops, world) > kMaxHeldOps)
+    throw std::invalid_argument(fmt::format("{}: the options ask for about {} ops over {} ranks, held at once, above the "
+                                            "limit of {} (docs/schedule-format.md, Limits)",
+                                            kind, mul(rank_ops, world), world, kMaxHeldOps));
   return layers;
 }
 
@@ -82,7 +98,7 @@ std::optional<hw::StageLayout> read_layout(const std::string& kind, GenOptions& 
     if (o.layers == 0 && takes_layers(kind)) o.layers = layout.layers();
     return layout;
   } catch (const hw::LayoutError& e) {
-    throw std::invalid_argument(fmt::format("{}: --layout '{}': {}", kind, o.layout, e.what()));
+    throw std::invalid_argument(fmt::format("{}: --layout '{}': {}", kind, shown(o.layout), e.what()));
   }
 }
 
@@ -117,7 +133,7 @@ std::unique_ptr<RankSource> generate_ranks(const std::string& kind, const GenOpt
   if (layout && layout->layers() != layers)
     throw std::invalid_argument(fmt::format(
         "{}: --layout '{}' has {} stages but the schedule has {} layers: one stage per schedule layer ({})", kind,
-        options.layout, layout->layers(), layers,
+        shown(options.layout), layout->layers(), layers,
         takes_layers(kind) ? "--layers"
         : kind == "zbv" || kind == "dualpipev" ? "2 x --stages, in V placement"
         : kind == "interleaved-1f1b" || kind == "looped-bfs" || kind == "interleaved-zb" ? "--stages x --chunks"
@@ -157,7 +173,7 @@ GenOptions per_block_layers(const std::string& kind, GenOptions o, int blocks) {
       try {
         o.chunk_blocks = hw::StageLayout::parse(o.layout).blocks_per_layer();
       } catch (const hw::LayoutError& e) {
-        throw std::invalid_argument(fmt::format("{}: --layout '{}': {}", kind, o.layout, e.what()));
+        throw std::invalid_argument(fmt::format("{}: --layout '{}': {}", kind, shown(o.layout), e.what()));
       }
       o.layout.clear();
       return o;

@@ -1,7 +1,7 @@
 // ZeRO-3 sharded between tensors (the learning material's ZeRO-3 variant, the LLM Training Puzzles' weight-
 // sharded data parallelism with NCCL's rooted collectives): dp ranks each run every layer on their own m
-// microbatches (rank r: batches r*m .. r*m+m-1; the header's microbatches are dp*m), as the data-parallel
-// kinds do. Layer l's weight and optimizer state are owned whole by rank l mod dp, which alone loads and
+// microbatches (rank r: batches r*m .. r*m+m-1, one run, which its local grad sum covers before the reduce; the
+// header's microbatches are dp*m). Layer l's weight and optimizer state are owned whole by rank l mod dp, which alone loads and
 // updates them. Before each forward and each backward of layer l the owner broadcasts the weight over every
 // rank (root l mod dp) and the others free their copy right after the pass; each rank sums its grads of
 // layer l over its microbatches and, after its last backward of the layer, reduces the sum to the owner,

@@ -1,0 +1,52 @@
+// The executor's model configuration as a checkpoint manifest holds it (exec/model_config.h, model_from_json):
+// integers that do not fit an int and floats a float cannot hold are refused by name, never narrowed (issue 38:
+// "seq" 4294967312 became 16, "rope_theta" 1e39 became inf and passed the "> 0" check).
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "exec/model_config.h"
+
+using namespace trainsim;
+
+namespace {
+
+std::string refusal(const nlohmann::json& j) {
+  try {
+    exec::model_from_json(j).validate();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("model manifest: a configuration round-trips; out-of-range fields are refused by name") {
+  const exec::ModelConfig tiny = exec::preset("tiny");
+  const nlohmann::json good = exec::to_json(tiny);
+  CHECK(refusal(good) == "(accepted)");
+  CHECK(exec::to_json(exec::model_from_json(good)) == good);
+
+  nlohmann::json j = good;
+  j["seq"] = 4294967312LL;  // 2^32 + 16
+  CHECK(refusal(j) == "model configuration: 'seq' is 4294967312, beyond an int");
+  j = good;
+  j["dim"] = 18446744073709551615ULL;
+  CHECK(refusal(j).find("'dim' is 18446744073709551615, beyond an int") != std::string::npos);
+  j = good;
+  j["heads"] = 2.5;
+  CHECK(refusal(j) == "model configuration: 'heads' must be an integer, not 2.5");
+  j = good;
+  j["rope_theta"] = 1e39;
+  CHECK(refusal(j) == "model configuration: 'rope_theta' is 1e+39, beyond what a float holds");
+  j = good;
+  j["norm_eps"] = -1e39;
+  CHECK(refusal(j).find("'norm_eps' is -1e+39, beyond what a float holds") != std::string::npos);
+  j = good;
+  j["init_std"] = "0.02";
+  CHECK(refusal(j) == "model configuration: 'init_std' must be a number, not \"0.02\"");
+}
