@@ -22,6 +22,7 @@
 #include "apps/training_log.h"
 #include "apps/replay_prediction.h"
 #include "exec/backend.h"
+#include "exec/checkpoint.h"
 #include "exec/dist/env.h"
 #include "exec/dist/rendezvous.h"
 #include "exec/training.h"
@@ -280,7 +281,14 @@ int run(const ReplayArgs& a) {
   std::unique_ptr<TrainingLog> log;
   if (!a.log.empty() && reporter) {
     try {
-      log = std::make_unique<TrainingLog>(a.log, h.world_size);
+      // A resumed run continues its log from the checkpoint's step (a checkpoint that cannot be read: the replay
+      // says why, and the log starts afresh).
+      int resumed_after = 0;
+      if (!a.resume.empty()) try {
+          resumed_after = exec::read_checkpoint_info(a.resume).step;
+        } catch (const std::exception&) {
+        }
+      log = std::make_unique<TrainingLog>(a.log, h.world_size, resumed_after);
     } catch (const std::exception& e) {
       return usage(e.what());
     }
@@ -359,9 +367,17 @@ int run(const ReplayArgs& a) {
   }
   if (!a.plot.empty() && !r.losses.empty()) {
     visualize::TrainingCurves c;
-    c.title = fmt::format("{} - {} step{} on {} rank{}", a.file, r.losses.size(), r.losses.size() == 1 ? "" : "s",
-                          h.world_size, h.world_size == 1 ? "" : "s");
+    // A resumed run with --log draws the steps before it too (the log's kept rows), so the plot continues the run.
+    const std::vector<LoggedStep> before = log ? log->earlier() : std::vector<LoggedStep>{};
+    const std::size_t steps = before.size() + r.losses.size();
+    c.title = fmt::format("{} - {} step{} on {} rank{}", a.file, steps, steps == 1 ? "" : "s", h.world_size,
+                          h.world_size == 1 ? "" : "s");
     c.note = fmt::format("model {}; data {}", r.model_description, r.data_description);
+    for (const LoggedStep& e : before) {
+      c.train_loss.push_back({static_cast<double>(e.step), e.loss});
+      c.learning_rate.push_back({static_cast<double>(e.step), e.learning_rate});
+      if (e.evaluated) c.val_loss.push_back({static_cast<double>(e.step), e.validation_loss});
+    }
     for (std::size_t i = 0; i < r.losses.size(); ++i) {
       const double step = r.first_step + static_cast<double>(i) + 1;
       c.train_loss.push_back({step, r.losses[i]});
@@ -511,7 +527,7 @@ void add_replay_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--log", a->log,
                   "Write one row per step here as the run goes: loss, learning rate, gradient norm before clipping, clip "
                   "coefficient, step time, tokens/s, validation loss, peak memory per rank (NAME.csv, or NAME.jsonl "
-                  "for JSON lines)")
+                  "for JSON lines); a resumed run continues the log it finds there")
       ->check(output_named({".csv", ".jsonl"}, "a CSV or JSON-lines log", "NAME.csv|NAME.jsonl"));
   cmd->add_option("--recompute", a->recompute,
                   "Activation recomputation: none (every saved activation kept), selective (the attention "
@@ -521,7 +537,7 @@ void add_replay_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--plot", a->plot,
                   "Write the training curves here (NAME.svg): training and validation loss and the learning rate "
-                  "against steps")
+                  "against steps (a resumed run with --log draws the steps before it too, from the log)")
       ->check(output_named({".svg"}, "SVG", "NAME.svg"));
   cmd->add_option("--compare-svg", a->compare_svg,
                   "Write the last step's measured timeline above the hardware cost model's simulation of the same "

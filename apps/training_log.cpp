@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -24,14 +25,87 @@ std::string number(double v) {
 
 }  // namespace
 
-TrainingLog::TrainingLog(const std::string& path, int ranks) : path_(path), csv_(extension(path) == ".csv"), ranks_(ranks) {
+namespace {
+
+double csv_number(const std::string& cell) {
+  if (cell.empty()) return 0;
+  try {
+    return std::stod(cell);
+  } catch (const std::exception&) {
+    return std::nan("");
+  }
+}
+
+std::vector<std::string> csv_cells(const std::string& line) {
+  std::vector<std::string> out(1);
+  for (char c : line) {
+    if (c == ',') out.emplace_back();
+    else out.back() += c;
+  }
+  return out;
+}
+
+// The lines of the log at `path` to keep for a run resumed after step `last` (and the rows they hold): a CSV
+// with this run's header, or JSON lines, rows of steps 1 .. last in order. Empty when the file is missing, is
+// not such a log, or is over 64 MiB (replaced rather than read whole).
+std::vector<std::string> kept_lines(const std::string& path, bool csv, const std::string& head, int last,
+                                    std::vector<LoggedStep>& rows) {
+  std::vector<std::string> keep;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return keep;
+  in.seekg(0, std::ios::end);
+  if (!in || in.tellg() > (std::streamoff{64} << 20)) return keep;
+  in.seekg(0);
+  std::string line;
+  int expected = 1;
+  if (csv) {
+    if (!std::getline(in, line) || line != head) return keep;
+    keep.push_back(line);
+  }
+  while (std::getline(in, line) && expected <= last) {
+    LoggedStep row;
+    if (csv) {
+      const std::vector<std::string> cells = csv_cells(line);
+      if (cells.size() < 8) break;
+      try {
+        row.step = std::stoi(cells[0]);
+      } catch (const std::exception&) {
+        break;
+      }
+      row.loss = csv_number(cells[1]), row.learning_rate = csv_number(cells[2]);
+      row.evaluated = !cells[7].empty(), row.validation_loss = csv_number(cells[7]);
+    } else {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) break;  // (an error row ends it)
+      row.step = j["step"].get<int>();
+      row.loss = j.value("loss", std::nan("")), row.learning_rate = j.value("lr", std::nan(""));
+      row.evaluated = j.contains("val_loss"), row.validation_loss = j.value("val_loss", 0.0);
+    }
+    if (row.step != expected) break;  // steps in order from 1; anything else is not this run's log
+    keep.push_back(line);
+    rows.push_back(row);
+    ++expected;
+  }
+  if (csv && keep.size() == 1 && rows.empty()) keep.clear();
+  return keep;
+}
+
+}  // namespace
+
+TrainingLog::TrainingLog(const std::string& path, int ranks, int resumed_after)
+    : path_(path), csv_(extension(path) == ".csv"), ranks_(ranks) {
+  std::string head = "step,loss,lr,grad_norm,clip_coef,step_seconds,tokens_per_s,val_loss";
+  for (int r = 0; r < ranks; ++r) head += fmt::format(",peak_bytes_rank{}", r);
+  const std::vector<std::string> keep =
+      resumed_after > 0 ? kept_lines(path, csv_, head, resumed_after, earlier_) : std::vector<std::string>{};
   errno = 0;
   file_ = std::fopen(path.c_str(), "wb");
   if (!file_) throw std::runtime_error(fmt::format("cannot write '{}': {}", path, std::strerror(errno ? errno : EIO)));
-  if (csv_) {
-    std::string head = "step,loss,lr,grad_norm,clip_coef,step_seconds,tokens_per_s,val_loss";
-    for (int r = 0; r < ranks; ++r) head += fmt::format(",peak_bytes_rank{}", r);
-    put(head);
+  if (!keep.empty()) {
+    for (const std::string& line : keep) put(line);
+  } else {
+    earlier_.clear();
+    if (csv_) put(head);
   }
 }
 

@@ -9,21 +9,38 @@
 // in JSON lines otherwise), peak_bytes (per rank: the most bytes its device allocator had out in the step; CSV:
 // peak_bytes_rank0, peak_bytes_rank1, ...). A value that is not finite (the gradient norm of a step whose
 // update diverged) is "nan" or "inf" in CSV, null in JSON lines. A run that fails adds a last row in JSON lines,
-// {"error": "..."} (a diverged run: "the loss is not finite (NaN) in step 3 of 20, ...").
+// {"error": "..."} (a diverged run: "the gradient norm is not finite (NaN) in step 3 of 20, ...").
+//
+// A resumed run (--resume) continues its log, as TensorBoard and W&B resume do: the rows of the steps up to the
+// checkpoint's are kept (a later row, from steps the checkpoint does not hold, and a failed run's error row go),
+// and the resumed steps follow. A file that is not such a log (another format, another rank count) is replaced.
 #pragma once
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "exec/training.h"
 
 namespace trainsim::apps {
 
+/// A row kept from the log of the run a resumed run continues: what the loss plot draws of the steps before.
+struct LoggedStep {
+  int step = 0;  ///< 1-based
+  double loss = 0, learning_rate = 0;
+  bool evaluated = false;
+  double validation_loss = 0;
+};
+
 /// An open log. Not copyable; closes the file when it goes.
 class TrainingLog {
  public:
-  /// Creates (replaces) `path` for a run of `ranks` ranks. Throws std::runtime_error "cannot write 'PATH': WHY".
-  TrainingLog(const std::string& path, int ranks);
+  /// Creates (replaces) `path` for a run of `ranks` ranks; for a run resumed after step `resumed_after` (> 0), keeps
+  /// the rows of steps 1 .. resumed_after of the log already there (see the top of this file). Throws
+  /// std::runtime_error "cannot write 'PATH': WHY".
+  TrainingLog(const std::string& path, int ranks, int resumed_after = 0);
+  /// The rows kept from before the resumed run, in step order (empty for a fresh run).
+  const std::vector<LoggedStep>& earlier() const { return earlier_; }
   ~TrainingLog();
   TrainingLog(const TrainingLog&) = delete;
   TrainingLog& operator=(const TrainingLog&) = delete;
@@ -41,6 +58,7 @@ class TrainingLog {
   std::FILE* file_ = nullptr;
   bool csv_ = false;
   int ranks_ = 0;
+  std::vector<LoggedStep> earlier_;
 };
 
 }  // namespace trainsim::apps

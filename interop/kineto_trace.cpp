@@ -64,6 +64,7 @@ struct CpuOp {
   bool backward = false;
 };
 
+// Throws std::invalid_argument for a negative size (the caller names the event).
 std::vector<std::vector<long long>> input_dims(const nlohmann::json& args) {
   std::vector<std::vector<long long>> out;
   if (!args.contains("Input Dims") || !args["Input Dims"].is_array()) return out;
@@ -75,6 +76,8 @@ std::vector<std::vector<long long>> input_dims(const nlohmann::json& args) {
           shape.clear();
           break;
         }
+        if (d.get<long long>() < 0)
+          throw std::invalid_argument(fmt::format("'Input Dims' holds a negative size ({})", d.get<long long>()));
         shape.push_back(d.get<long long>());
       }
     out.push_back(std::move(shape));
@@ -228,7 +231,11 @@ void read_one(const std::string& path, const nlohmann::json& j, int gpus_per_nod
         if (ext < 0) continue;
         CpuOp op;
         op.name = name;
-        op.dims = input_dims(args);
+        try {
+          op.dims = input_dims(args);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(fmt::format("{}: {}", where, e.what()));
+        }
         if (args.contains("Input type") && args["Input type"].is_array())
           for (const auto& t : args["Input type"]) op.types.push_back(t.is_string() ? t.get<std::string>() : "");
         ops[static_cast<long long>(ext)] = std::move(op);

@@ -351,6 +351,18 @@ hw::NetworkSpec fit_network(const std::vector<MeasuredComm>& comm, const hw::Net
     if (t.empty()) continue;
     auto [latency, per_byte] = fit_two(u, v, t);
     if (per_byte <= 0) continue;
+    // A fit no link has (issue 38: tiny durations gave an infinite bandwidth that the file wrote as null, huge ones
+    // 5.5e-287 B/s): refused, naming the records, rather than written as a network gen then refuses.
+    const double bandwidth = 1.0 / per_byte;
+    if (!std::isfinite(bandwidth) || !std::isfinite(latency) || bandwidth < 1e6 || bandwidth > 1e14 || latency > 10) {
+      const auto slowest = std::max_element(t.begin(), t.end()), fastest = std::min_element(t.begin(), t.end());
+      throw std::invalid_argument(fmt::format(
+          "calibrate: the {} links' fit is not physical: {:.3g} B/s and a latency of {:.3g} s from {} collective{} "
+          "and send{} (their times from {:.3g} s to {:.3g} s); a link runs at 1e6 to 1e14 B/s: check the trace's "
+          "durations and sizes",
+          inter ? "inter-node" : "intra-node", bandwidth, latency, t.size(), t.size() == 1 ? "" : "s",
+          t.size() == 1 ? "" : "s", *fastest, *slowest));
+    }
     (inter ? n.inter_latency_s : n.intra_latency_s) = latency;
     (inter ? n.inter_bandwidth : n.intra_bandwidth) = 1.0 / per_byte;
     any = true;

@@ -84,7 +84,11 @@ MeasuredTrace read_measured_trace(const std::string& path) {
       op.peer = args.value("peer", -1);
       op.group = args.value("group", -1);
       op.start_s = e.value("ts", 0.0) * 1e-6;
-      op.end_s = op.start_s + e.value("dur", 0.0) * 1e-6;
+      const double dur = e.value("dur", 0.0);
+      if (!(dur >= 0) || !std::isfinite(dur) || !std::isfinite(op.start_s))
+        throw std::invalid_argument(fmt::format("the event '{}' (pid {}) has a negative or not finite 'ts' or 'dur' ({})",
+                                                shown(name), e.value("pid", 1), dur));
+      op.end_s = op.start_s + dur * 1e-6;
       const int rank = e.value("pid", 1) - 1;
       if (rank < 0 || rank > 1 << 20) throw std::invalid_argument(fmt::format("pid {} is not a rank + 1", rank + 1));
       const int step = args.value("step", 0);

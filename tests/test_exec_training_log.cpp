@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -171,4 +173,45 @@ TEST_CASE("training log: --log writes CSV or JSON lines, one row per step, and a
   // Bad names and values are refused before any work.
   CHECK(run_trainsim("replay " + sched + " --model tiny --log x.txt").exit_code == 2);
   CHECK(run_trainsim("replay " + sched + " --model tiny --eval-sequences 0").exit_code == 2);
+}
+
+TEST_CASE("training log: a resumed run continues its log and its plot (issue 38)") {
+  // Before, --resume with --log and --plot replaced both with the resumed steps alone.
+  auto dir = fresh_dir("training-log-resume");
+  const std::string sched = (dir / "p.sched").string(), data = " --data " + test_corpus();
+  const std::string ck = (dir / "ck").string(), plot = (dir / "p.svg").string();
+  REQUIRE(run_trainsim("gen 1f1b --stages 2 --microbatches 2 -o " + sched).exit_code == 0);
+  for (const char* ext : {".csv", ".jsonl"}) {
+    CAPTURE(ext);
+    const std::string log = (dir / (std::string("l") + ext)).string();
+    const bool csv = std::string(ext) == ".csv";
+    auto rows = [&] {
+      std::stringstream in(slurp(log));
+      std::string line;
+      std::vector<std::string> out;
+      while (std::getline(in, line)) out.push_back(line);
+      if (csv && !out.empty()) out.erase(out.begin());  // the header
+      return out;
+    };
+    std::filesystem::remove_all(ck);
+    REQUIRE(run_trainsim("replay " + sched + " --model tiny --steps 4 --stop-after 2 --save " + ck + " --log " + log +
+                         data).exit_code == 0);
+    const std::vector<std::string> first = rows();
+    REQUIRE(first.size() == 2);
+    // A row from a step the checkpoint does not hold (the run went on after its last save, then stopped): it goes.
+    std::ofstream(log, std::ios::app) << (csv ? "3,9,0.001,1,1,0.1,100,,1,1\n" : "{\"step\":3,\"loss\":9}\n");
+    CommandResult r = run_trainsim("replay " + sched + " --model tiny --steps 4 --resume " + ck + " --log " + log +
+                                   " --plot " + plot + data);
+    REQUIRE(r.exit_code == 0);
+    const std::vector<std::string> all = rows();
+    REQUIRE(all.size() == 4);
+    CHECK(all[0] == first[0]);
+    CHECK(all[1] == first[1]);
+    for (int i = 0; i < 4; ++i) {
+      const std::string step = csv ? all[i].substr(0, all[i].find(',')) : std::to_string(nlohmann::json::parse(all[i])["step"].get<int>());
+      CHECK(step == std::to_string(i + 1));
+    }
+    CHECK(all[2].find(csv ? "3,9," : "\"loss\":9") == std::string::npos);  // the stale row is gone
+    CHECK(has(slurp(plot), "4 steps on 2 ranks"));
+  }
 }

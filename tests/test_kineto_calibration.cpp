@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -274,4 +275,59 @@ TEST_CASE("kineto: an excerpt as the profiler writes it") {
   CHECK(r.work[0].shape == std::vector<long long>{1, 2048, 4096, 1024});
   CHECK(r.work[0].flops == 2.0 * 2048 * 4096 * 1024);
   CHECK(r.work[0].seconds == doctest::Approx(46.303e-6));
+}
+
+TEST_CASE("calibrate: a network fit no link has is refused, naming the records (issue 38)") {
+  const hw::NetworkSpec base = hw::network_preset("nvlink8-ib400");
+  auto comm = [](double bytes, double seconds) {
+    MeasuredComm c;
+    c.collective = hw::Collective::AllReduce;
+    c.ranks = 8;
+    c.bytes = bytes;
+    c.seconds = seconds;
+    return c;
+  };
+  // Sane records fit (about 100 GB/s and 10 us).
+  bool fitted = false;
+  const hw::NetworkSpec ok = fit_network({comm(1e6, 1e-5 + 1.75e6 / 1e11), comm(1e8, 1e-5 + 1.75e8 / 1e11)}, base, &fitted);
+  CHECK(fitted);
+  CHECK(ok.intra_bandwidth == doctest::Approx(1e11).epsilon(1e-6));
+  // Durations of femtoseconds: an (almost) infinite bandwidth, which the file would write as null.
+  const std::vector<MeasuredComm> tiny = {comm(1e6, 1e-300), comm(1e8, 2e-300)};
+  std::string why;
+  try {
+    fit_network(tiny, base);
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  CHECK(why.find("calibrate: the intra-node links' fit is not physical") == 0);
+  CHECK(why.find("from 2 collectives and sends") != std::string::npos);
+  // Durations of centuries: 1e-6 B/s.
+  why.clear();
+  try {
+    fit_network({comm(1e6, 1e12), comm(1e8, 1e14)}, base);
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  CHECK(why.find("is not physical") != std::string::npos);
+}
+
+TEST_CASE("calibrate: negative sizes in a Kineto trace are refused, naming the event (issue 38)") {
+  const json trace = {{"schemaVersion", 1},
+                      {"traceEvents",
+                       json::array({json{{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::mm"}, {"pid", 1}, {"tid", 1},
+                                         {"ts", 0}, {"dur", 10},
+                                         {"args", {{"External id", 1}, {"Input Dims", json::array({json::array({-4, 8}), json::array({8, 8})})},
+                                                   {"Input type", json::array({"c10::BFloat16", "c10::BFloat16"})}}}}})}};
+  const auto dir = fresh_dir("kineto-negative");
+  const std::string path = (dir / "t.json").string();
+  std::ofstream(path) << trace.dump();
+  std::string why;
+  try {
+    read_kineto_traces({path}, 8);
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  CHECK(why.find("t.json: traceEvents[0]") != std::string::npos);
+  CHECK(why.find("'Input Dims' holds a negative size (-4)") != std::string::npos);
 }
