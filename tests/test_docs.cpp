@@ -141,7 +141,7 @@ std::vector<DocCommand> commands_in(const std::string& piece, const std::string&
 TEST_CASE("the docs' trainsim commands name real sub-commands and options") {
   std::map<std::string, std::set<std::string>> options;
   const std::set<std::string> subs = {"puzzles", "validate", "sim",    "gen",      "convert", "plan",
-                                       "replay",  "launch",   "calibrate", "sample", "export"};
+                                       "replay",  "launch",   "calibrate", "sample", "score", "export"};
   for (const auto& sub : subs) options[sub] = options_of(sub);
   REQUIRE(options["gen"].count("--stages"));
   REQUIRE(options["gen"].count("-o"));
