@@ -60,8 +60,9 @@ std::unique_ptr<LocalBackend> load_backend_module(const std::string& name, const
   if (!handle)
     throw std::invalid_argument(fmt::format(
         "the {} backend is built as a module (libtrainsim_{}.so) and it could not be loaded; looked at:{}\n"
-        "(TRAINSIM_{}_LIBRARY=PATH names it; use --backend cpu otherwise)",
-        name, name, tried, upper(name)));
+        "(build it with `cmake --build build --target trainsim_{}`, or name it with TRAINSIM_{}_LIBRARY=PATH; use "
+        "--backend cpu otherwise)",
+        name, name, tried, name, upper(name)));
   using AbiFn = int (*)();
   using MakeFn = LocalBackend* (*)();
   auto abi = reinterpret_cast<AbiFn>(dlsym(handle, "trainsim_backend_module_abi"));
