@@ -336,7 +336,7 @@ int run(const ReplayArgs& a) {
 
   bool wrote = true;
   if (!r.trace.ranks.empty()) {
-    if (!a.trace.empty() && !write_output(kCmd, a.trace, visualize::perfetto_steps_json(r.steps))) {
+    if (!a.trace.empty() && !write_output(kCmd, a.trace, visualize::perfetto_steps_json(r.steps, {{"model", exec::to_json(o.model)}}))) {
       wrote = false;
     }
     if (!a.svg.empty()) {

@@ -202,6 +202,18 @@ Calibration calibrate(const std::vector<std::string>& files, const hw::HardwareS
   std::map<std::string, std::size_t> group_of;
   for (const std::string& path : files) {
     MeasuredTrace t = read_measured_trace(path);
+    // The model the replay trained, where the trace says it: another than --model's would fit the table to the
+    // wrong FLOPs and bytes (issue 38: a tiny trace calibrated as small exited 0).
+    if (t.model.is_object()) {
+      const hw::ModelSpec& m = base.model;
+      auto field = [&](const char* k) { return t.model.contains(k) && t.model[k].is_number_integer() ? t.model[k].get<long long>() : -1; };
+      if (field("blocks") != m.blocks || field("dim") != m.hidden || field("heads") != m.heads || field("vocab") != m.vocab)
+        throw std::invalid_argument(fmt::format(
+            "{}: the replay trained model '{}' ({} blocks, dim {}, {} heads, vocabulary {}), not --model's '{}' ({} "
+            "blocks, dim {}, {} heads, vocabulary {}): give the model it trained",
+            path, t.model.value("preset", std::string("?")), field("blocks"), field("dim"), field("heads"),
+            field("vocab"), m.preset, m.blocks, m.hidden, m.heads, m.vocab));
+    }
     auto [it, fresh] = group_of.emplace(op_list(t), groups.size());
     if (fresh) groups.push_back(std::move(t));
     else for (MeasuredStep& st : t.steps) groups[it->second].steps.push_back(std::move(st));

@@ -56,6 +56,7 @@ MeasuredTrace read_measured_trace(const std::string& path) {
   MeasuredTrace t;
   t.path = path;
   t.layers = other["layers"].get<int>();
+  if (other.contains("model") && other["model"].is_object()) t.model = other["model"];
   std::map<int, MeasuredStep> steps;
   try {
     if (other.contains("steps") && other["steps"].is_array()) {

@@ -42,6 +42,9 @@ struct MeasuredStep {
 struct MeasuredTrace {
   std::string path;
   int layers = 0;                   ///< otherData.layers: the schedule's layers
+  /// otherData.model, where the replay recorded it: the executor's model (exec::to_json: preset, vocab, dim,
+  /// heads, blocks, ffn, seq, ...); null in traces written before it was recorded.
+  nlohmann::json model;
   std::vector<MeasuredStep> steps;  ///< in step order
 };
 

@@ -331,3 +331,19 @@ TEST_CASE("calibrate: negative sizes in a Kineto trace are refused, naming the e
   CHECK(why.find("t.json: traceEvents[0]") != std::string::npos);
   CHECK(why.find("'Input Dims' holds a negative size (-4)") != std::string::npos);
 }
+
+TEST_CASE("calibrate: a replay trace of another model than --model's is refused, exit 1 (issue 38)") {
+  // The replay records its model in the trace (otherData.model); calibrating a tiny run as `small` exited 0 with a
+  // table fitted to the wrong FLOPs.
+  const auto dir = fresh_dir("calibrate-model");
+  const std::string trace = (dir / "t.json").string(), out = (dir / "d.json").string();
+  REQUIRE(run_trainsim("replay ddp --model tiny --steps 2 --trace " + trace + " --data " + std::string(TRAINSIM_SOURCE_DIR) +
+                       "/tests/data/corpus.txt")
+              .exit_code == 0);
+  CHECK(json::parse(slurp(trace))["otherData"]["model"]["preset"] == "tiny");
+  CommandResult r = run_trainsim("calibrate " + trace + " --model small -o " + out, true);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("the replay trained model 'tiny' (2 blocks, dim 32, 2 heads, vocabulary 256), not --model's 'small'") !=
+        std::string::npos);
+  CHECK(run_trainsim("calibrate " + trace + " --model tiny -o " + out).exit_code == 0);
+}

@@ -257,7 +257,7 @@ std::string perfetto_trace_json(const Trace& trace, const CostModel* cost) {
   return trace_json(trace, {}, Json::object(), cost);
 }
 
-std::string perfetto_steps_json(const std::vector<StepTrace>& steps) {
+std::string perfetto_steps_json(const std::vector<StepTrace>& steps, const nlohmann::json& extra) {
   if (steps.empty()) return perfetto_trace_json(Trace{});
   Trace all;
   const Trace& head = steps.front().trace;
@@ -282,7 +282,10 @@ std::string perfetto_steps_json(const std::vector<StepTrace>& steps) {
   std::sort(makespans.begin(), makespans.end());
   const std::size_t n = makespans.size();
   const Time median = n % 2 ? makespans[n / 2] : (makespans[n / 2 - 1] + makespans[n / 2]) / 2;
-  return trace_json(all, step_of, Json{{"steps", list}, {"step_makespan_median_us", micros(median)}});
+  Json other{{"steps", list}, {"step_makespan_median_us", micros(median)}};
+  if (extra.is_object())
+    for (const auto& [k, v] : extra.items()) other[k] = v;
+  return trace_json(all, step_of, other);
 }
 
 }  // namespace trainsim::visualize

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/cost_model.h"
 #include "sim/trace.h"
 
@@ -20,6 +22,7 @@ std::string perfetto_trace_json(const Trace& trace, const CostModel* cost = null
 /// The same for several steps of one run (a replay's measured steps, in order): one timeline, each step at
 /// its start, args.step on every op event, otherData.steps ({"step", "start_us", "makespan_us"} per step) and
 /// otherData.step_makespan_median_us (the conventions are in perfetto.cpp). No steps: an empty trace.
-std::string perfetto_steps_json(const std::vector<StepTrace>& steps);
+/// `extra`'s members are added to otherData (a replay's "model": what calibrate checks its --model against).
+std::string perfetto_steps_json(const std::vector<StepTrace>& steps, const nlohmann::json& extra = nlohmann::json::object());
 
 }  // namespace trainsim::visualize
