@@ -121,7 +121,7 @@ int run_export(const ExportArgs& a) {
     if (!a.checkpoint.empty()) {
       const exec::SavedModel saved = exec::read_saved_model(a.checkpoint, a.optimizer);
       exec::export_hf_llama(a.output, saved.model, saved.weights, a.optimizer ? &saved.moments : nullptr);
-      fmt::print("wrote {}/model.safetensors{} and config.json: {}, step {} of {}\n", a.output,
+      fmt::print("wrote {}/model.safetensors{}, config.json and the tokenizer's files: {}, step {} of {}\n", a.output,
                  a.optimizer ? ", optimizer.safetensors" : "", saved.model.describe(),
                  saved.info.step, saved.info.total_steps);
       return 0;
@@ -134,7 +134,7 @@ int run_export(const ExportArgs& a) {
     for (const exec::ParamSpec& p : layout.params())
       params[p.name].assign(flat.begin() + p.offset, flat.begin() + p.offset + p.size());
     exec::export_hf_llama(a.output, model, params);
-    fmt::print("wrote {}/model.safetensors and config.json: {} initialised from seed {}\n", a.output, model.describe(),
+    fmt::print("wrote {}/model.safetensors, config.json and the tokenizer's files: {} initialised from seed {}\n", a.output, model.describe(),
                a.seed);
     return 0;
   } catch (const std::exception& e) {  // (a checkpoint that cannot be read, an output that cannot be written)
@@ -190,7 +190,8 @@ void add_model_commands(CLI::App& app, int* exit_code) {
       "export",
       "Write a trained checkpoint (or a freshly initialised model, --model) as Hugging Face Llama weights: "
       "DIR/model.safetensors (LlamaForCausalLM's names; q and k rows permuted for rotate_half's rotary pairs) and "
-      "DIR/config.json, so that it loads in PyTorch. Exit status: 0 written; 2 a bad option, a checkpoint that "
+      "DIR/config.json, with the byte-level tokenizer (tokenizer.json, tokenizer_config.json, generation_config.json), "
+      "so that it loads in PyTorch and transformers (examples/hf_llama_torch.py loads it without transformers). Exit status: 0 written; 2 a bad option, a checkpoint that "
       "cannot be read or an output that cannot be written.");
   exp->add_option("--checkpoint", e->checkpoint, "The checkpoint directory (trainsim replay --save DIR)");
   exp->add_option("--model", e->preset, "Instead of a checkpoint: the preset (tiny, small) initialised from --seed");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/file_io.h"
+#include "exec/hf_tokenizer.h"
 
 namespace trainsim::exec {
 
@@ -121,6 +122,9 @@ void export_hf_llama(const std::string& dir, const ModelConfig& model, const Nam
   w.write_atomically(".model.safetensors.tmp", "model.safetensors",
                      safetensors_bytes(hf_llama_tensors(model, params), meta));
   w.write_atomically(".config.json.tmp", "config.json", hf_llama_config(model));
+  w.write_atomically(".tokenizer.json.tmp", "tokenizer.json", hf_byte_tokenizer_json(model));
+  w.write_atomically(".tokenizer_config.json.tmp", "tokenizer_config.json", hf_tokenizer_config(model));
+  w.write_atomically(".generation_config.json.tmp", "generation_config.json", hf_generation_config(model));
   if (moments) {
     std::vector<NamedTensor> state = hf_llama_tensors(model, moments->first, "exp_avg.");
     for (NamedTensor& t : hf_llama_tensors(model, moments->second, "exp_avg_sq.")) state.push_back(std::move(t));

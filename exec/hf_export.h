@@ -1,6 +1,7 @@
 // The trained model in the Hugging Face Transformers format (`trainsim export`): `model.safetensors` with
 // LlamaForCausalLM's parameter names and layout, and `config.json`, so that the model loads in PyTorch
-// (transformers' LlamaForCausalLM.from_pretrained, or any safetensors reader).
+// (transformers' LlamaForCausalLM.from_pretrained, or any safetensors reader: examples/hf_llama_torch.py), with
+// the tokenizer's files (exec/hf_tokenizer.h).
 //
 // Names and shapes (d the hidden size, f the FFN size, V the vocabulary 256, [out, in] as torch.nn.Linear):
 //   model.embed_tokens.weight [V, d]; per block i: model.layers.i.input_layernorm.weight [d],
@@ -47,7 +48,8 @@ std::vector<NamedTensor> hf_llama_tensors(const ModelConfig& model, const NamedP
 /// config.json of LlamaForCausalLM for `model` (fp32, untied head, no biases, rope_theta, rms_norm_eps).
 std::string hf_llama_config(const ModelConfig& model);
 
-/// Writes DIR/model.safetensors and DIR/config.json (DIR created if needed); with moments, also
+/// Writes DIR/model.safetensors, DIR/config.json and the byte-level tokenizer's tokenizer.json,
+/// tokenizer_config.json and generation_config.json (exec/hf_tokenizer.h; DIR created if needed); with moments, also
 /// DIR/optimizer.safetensors holding exp_avg.NAME and exp_avg_sq.NAME for every parameter (torch.optim.AdamW's
 /// state names, the same layout), each file written whole under a temporary name and renamed (exec/file_io.h
 /// DirectoryWriter: the directory is locked meanwhile). Throws FileError naming the file and why.

@@ -3,6 +3,7 @@
 // k rows permuted for rotate_half) and config.json. The numerics against PyTorch are tests/torch/.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -11,6 +12,7 @@
 #include "cli_helpers.h"
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/hf_export.h"
+#include "exec/hf_tokenizer.h"
 #include "exec/model.h"
 #include "exec/sampling.h"
 #include "exec/whole_model.h"
@@ -137,9 +139,45 @@ TEST_CASE("sample and export: a checkpoint of any rank layout, gathered") {
   CHECK(row("model.layers.0.self_attn.k_proj.weight", hd + 3, d) == trainsim_row(d + hd + 6));
   CHECK(row("model.layers.0.self_attn.v_proj.weight", 5, d) == trainsim_row(2 * d + 5));
   CHECK(std::filesystem::exists(dir / "hf" / "optimizer.safetensors"));
+  // The tokenizer's files, written beside the weights.
+  const nlohmann::json tok = nlohmann::json::parse(slurp(dir / "hf" / "tokenizer.json"));
+  CHECK(tok["model"]["type"] == "BPE");
+  CHECK(tok["model"]["vocab"].size() == 256);
+  CHECK(tok["pre_tokenizer"]["type"] == "ByteLevel");
+  CHECK(tok["pre_tokenizer"]["use_regex"] == false);
+  CHECK(tok["model"]["vocab"]["a"] == 'a');
+  CHECK(tok["model"]["vocab"]["\u0120"] == ' ');  // (GPT-2's symbol of the space, "Ġ")
+  CHECK(nlohmann::json::parse(slurp(dir / "hf" / "tokenizer_config.json"))["model_max_length"] == 16);
+  CHECK(nlohmann::json::parse(slurp(dir / "hf" / "generation_config.json"))["do_sample"] == true);
 
   // A fresh model from a seed, as replay --seed initialises it.
   REQUIRE(run_trainsim("export --model tiny --seed 7 -o " + (dir / "init").string()).exit_code == 0);
   CHECK(run_trainsim("export -o " + (dir / "x").string()).exit_code == 2);
   CHECK(run_trainsim("export --model tiny --optimizer -o " + (dir / "x").string()).exit_code == 2);
+}
+
+TEST_CASE("export: the byte-level tokenizer is GPT-2's byte alphabet, one id per byte") {
+  // bytes_to_unicode of GPT-2's encoder.py, written out: the printable bytes are themselves, the others
+  // U+0100 onwards in increasing order of the byte.
+  auto u = [](unsigned c) { return c < 0x80 ? std::string(1, char(c)) : std::string{char(0xc0 | (c >> 6)), char(0x80 | (c & 0x3f))}; };
+  CHECK(exec::byte_level_symbol('A') == "A");
+  CHECK(exec::byte_level_symbol(0) == u(0x100));
+  CHECK(exec::byte_level_symbol(' ') == u(0x120));   // Ġ
+  CHECK(exec::byte_level_symbol('\n') == u(0x10a));  // Ċ
+  CHECK(exec::byte_level_symbol(0x7f) == u(0x121));
+  CHECK(exec::byte_level_symbol(0xad) == u(0x143));  // the soft hyphen, the last byte not written as itself
+  CHECK(exec::byte_level_symbol(0xe9) == u(0xe9));   // é
+  // A bijection of the 256 bytes; a model of a smaller vocabulary gets only its ids.
+  exec::ModelConfig m;
+  const nlohmann::json vocab = nlohmann::json::parse(exec::hf_byte_tokenizer_json(m))["model"]["vocab"];
+  std::vector<int> seen(256, 0);
+  for (const auto& [symbol, id] : vocab.items()) {
+    REQUIRE(id.get<int>() >= 0);
+    REQUIRE(id.get<int>() < 256);
+    ++seen[id.get<int>()];
+    CHECK(exec::byte_level_symbol(id.get<int>()) == symbol);
+  }
+  CHECK(std::count(seen.begin(), seen.end(), 1) == 256);
+  m.vocab = 100;
+  CHECK(nlohmann::json::parse(exec::hf_byte_tokenizer_json(m))["model"]["vocab"].size() == 100);
 }
