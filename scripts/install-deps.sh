@@ -9,6 +9,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(
   cmake g++ make pkg-config
+  ninja-build           # scripts/setup.sh's build tool: both cores busy where make waits for each library
   libboost1.81-dev      # Boost.Asio: rank coroutines on a single-threaded io_context
   libfmt-dev            # formatting
   doctest-dev           # tests

@@ -9,7 +9,10 @@ if [ "$*" = "trainsim" ]; then scripts/install-deps.sh --build-only; else script
 # Release (-O2, no debug info) and a unity build: the command builds in about a third of the time of a
 # RelWithDebInfo build file by file (bench/README.md, "Build time"). For debugging, configure with
 # -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=OFF.
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON
+# Ninja (ninja-build) for a new build directory: it keeps both cores busy where make waits for each library.
+GENERATOR=()
+if [ ! -f build/CMakeCache.txt ] && command -v ninja > /dev/null; then GENERATOR=(-G Ninja); fi
+cmake -S . -B build "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON
 if [ $# -gt 0 ]; then
   cmake --build build -j"$(nproc)" --target "$@"
 else
