@@ -20,6 +20,8 @@ PACKAGES=(
   libopenblas-dev       # the executor's CPU backend: fp64 GEMMs (gradient check; fp32 under TRAINSIM_GEMM=openblas)
   libdnnl-dev           # the executor's CPU backend: fp32 GEMMs (oneDNN's sgemm, one thread per rank)
   libsleef-dev          # the executor's CPU backend: vectorised exp (SwiGLU, softmax, cross-entropy)
+  libprotobuf-dev       # Chakra execution traces (trainsim convert FILE.sched PREFIX.et): protobuf's wire format
+  protobuf-compiler     # protoc: C++ code of interop/chakra_et.proto
   libsodium-dev         # the rendezvous's challenge-response (HMAC-SHA-256, nonces) and checkpoint hashes (SHA-256)
   fortunes              # the executor's default training text (byte-level tokens)
 )
