@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/util/delimited_message_util.h>
 
 #include "interop/chakra.h"
@@ -57,6 +58,9 @@ ChakraProtoMsg::NodeType expected_type(OpKind k) {
 }  // namespace
 
 ChakraRank parse_chakra_file(const std::string& bytes, const std::string& name, std::size_t max_nodes) {
+  // (protobuf logs what it refuses, invalid UTF-8 in a string field among it, to stderr: silenced, as the error
+  // below says what is wrong)
+  google::protobuf::LogSilencer quiet;
   google::protobuf::io::ArrayInputStream stream(bytes.data(), static_cast<int>(std::min<std::size_t>(bytes.size(), INT_MAX)));
   ChakraRank out;
   bool clean_eof = false;
