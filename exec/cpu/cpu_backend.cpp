@@ -37,11 +37,12 @@ class CpuBackend final : public LocalBackend {
 
 // The environment's choices of the CPU kernels (TRAINSIM_GEMM, TRAINSIM_SIMD), checked before any rank starts: a
 // bad one is the user's input, refused as invalid_argument (the CLI's "could not start") rather than by the
-// first op of every rank.
+// first op of every rank. The GEMM libraries are set up here too, on this thread.
 void check_cpu_environment() {
   try {
     cpu_detail::gemm_library();
     simd::table();
+    cpu_detail::prepare_gemm();  // (oneDNN's JIT kernels made here, before the ranks' threads take the memory)
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(e.what());
   }

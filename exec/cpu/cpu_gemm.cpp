@@ -59,6 +59,17 @@ GemmLibrary runs_on(GemmLibrary library, bool trans_a, int lda) {
   return library;
 }
 
+void prepare_gemm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    openblas_one_thread();
+    const float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1};
+    float c[4];
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) sgemm(GemmLibrary::onednn, ta, tb, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+  });
+}
+
 void sgemm(GemmLibrary library, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc) {
   if (runs_on(library, trans_a, lda) == GemmLibrary::openblas) {

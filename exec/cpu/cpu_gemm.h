@@ -30,6 +30,13 @@ const char* gemm_library_name(GemmLibrary library);
 /// the same bits every run.
 GemmLibrary runs_on(GemmLibrary library, bool trans_a, int lda);
 
+/// Sets up the GEMM libraries' process-wide state on the calling thread: OpenBLAS's thread count, and oneDNN's
+/// JIT kernels, which its first sgemm generates in executable memory it maps and does not check (under a memory
+/// limit, a first call that meets an exhausted address space crashes inside oneDNN). Called once before the
+/// ranks' threads start, while memory is still there; later calls do nothing. Throws std::runtime_error when
+/// oneDNN refuses the tiny GEMMs it runs.
+void prepare_gemm();
+
 /// fp32 GEMM through runs_on(`library`, trans_a, lda) on the calling thread alone. M, N, K >= 1; lda, ldb, ldc
 /// the row strides of A (M×K, or K×M when trans_a), B (K×N, or N×K when trans_b) and C. Throws
 /// std::runtime_error if the library refuses the call (it names the shape).
