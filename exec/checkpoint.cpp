@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "exec/file_io.h"
+#include "exec/json_fields.h"
 #include "exec/sha256.h"
 #include "schedules/input.h"
 #include "schedules/limits.h"
@@ -138,10 +139,10 @@ struct Fields {
   long long integer(const char* field, long long lo, long long hi) const {
     const json& v = at(field);
     if (!v.is_number_integer()) throw error(fmt::format("'{}' is {}, not an integer", field, show(v)));
-    const bool above = v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(LLONG_MAX);
-    if (above || v.get<long long>() < lo || v.get<long long>() > hi)
+    const std::optional<long long> n = json_integer(v);  // (exec/json_fields.h)
+    if (!n || *n < lo || *n > hi)
       throw error(fmt::format("'{}' is {}, out of range (from {} to {})", field, show(v), lo, hi));
-    return v.get<long long>();
+    return *n;
   }
   std::string text(const char* field, std::size_t max_bytes) const {
     const json& v = at(field);

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "exec/json_fields.h"
 #include "schedules/input.h"  // shown(): long input quoted in errors at most 80 bytes
 
 namespace trainsim::exec {
@@ -140,29 +141,25 @@ nlohmann::json to_json(const ModelConfig& m) {
 
 namespace {
 
-// A manifest's integer field: an integer that fits an int, else an error naming it (nlohmann's get<int>() narrows
-// 4294967312 to 16 without a word).
+// A manifest's integer field: an integer that fits an int, else an error naming it (exec/json_fields.h).
 int int_field(const nlohmann::json& j, const char* key) {
   const nlohmann::json& v = j.at(key);
   if (!v.is_number_integer())
     throw std::invalid_argument(fmt::format("model configuration: '{}' must be an integer, not {}", key, v.dump()));
-  const long long n = v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(
-                                                                                  std::numeric_limits<long long>::max())
-                          ? std::numeric_limits<long long>::max()
-                          : v.get<long long>();
-  if (n < std::numeric_limits<int>::min() || n > std::numeric_limits<int>::max())
+  const std::optional<long long> n = json_integer(v);
+  if (!n || *n < std::numeric_limits<int>::min() || *n > std::numeric_limits<int>::max())
     throw std::invalid_argument(fmt::format("model configuration: '{}' is {}, beyond an int", key, v.dump()));
-  return static_cast<int>(n);
+  return static_cast<int>(*n);
 }
 
 // A manifest's float field: a number a float holds finitely (1e39 would become inf and pass a "> 0" check).
 float float_field(const nlohmann::json& j, const char* key) {
   const nlohmann::json& v = j.at(key);
   if (!v.is_number()) throw std::invalid_argument(fmt::format("model configuration: '{}' must be a number, not {}", key, v.dump()));
-  const double d = v.get<double>();
-  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max())
+  const std::optional<float> f = json_float(v);
+  if (!f)
     throw std::invalid_argument(fmt::format("model configuration: '{}' is {}, beyond what a float holds", key, v.dump()));
-  return static_cast<float>(d);
+  return *f;
 }
 
 }  // namespace
