@@ -1,5 +1,7 @@
 // Chakra execution traces read back into a schedule (interop/chakra.h).
 #include <charconv>
+#include <climits>
+#include <optional>
 #include <regex>
 #include <unordered_set>
 
@@ -9,6 +11,7 @@
 #include <google/protobuf/util/delimited_message_util.h>
 
 #include "interop/chakra.h"
+#include "schedules/input.h"  // shown(): names quoted in errors at most 80 bytes
 #include "schedules/limits.h"
 #include "schedules/text_format.h"
 
@@ -61,7 +64,9 @@ ChakraRank parse_chakra_file(const std::string& bytes, const std::string& name, 
   // (protobuf logs what it refuses, invalid UTF-8 in a string field among it, to stderr: silenced, as the error
   // below says what is wrong)
   google::protobuf::LogSilencer quiet;
-  google::protobuf::io::ArrayInputStream stream(bytes.data(), static_cast<int>(std::min<std::size_t>(bytes.size(), INT_MAX)));
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+    throw ChakraError(fmt::format("{}: {} bytes, more than a protobuf stream reads (2 GiB)", name, bytes.size()));
+  google::protobuf::io::ArrayInputStream stream(bytes.data(), static_cast<int>(bytes.size()));
   ChakraRank out;
   bool clean_eof = false;
   if (!google::protobuf::util::ParseDelimitedFromZeroCopyStream(&out.metadata, &stream, &clean_eof))
@@ -121,15 +126,14 @@ Schedule schedule_from_chakra(const std::vector<ChakraRank>& ranks, const std::v
     if (header_of(r) != header)
       throw ChakraError(fmt::format("{}: its trainsim_header differs from {}'s: the files are of different schedules",
                                     names[r], names[0]));
-    const AttributeProto* rank_attr = find_attr(ranks[r].metadata.attr(), "rank");
-    if (rank_attr && rank_attr->int32_val() != static_cast<int>(r))
-      throw ChakraError(fmt::format("{}: its metadata says rank {}, but it is read as rank {}", names[r],
-                                    rank_attr->int32_val(), r));
+    if (const AttributeProto* rank_attr = find_attr(ranks[r].metadata.attr(), "rank");
+        rank_attr && (rank_attr->value_case() != AttributeProto::kInt32Val || rank_attr->int32_val() != static_cast<int>(r)))
+      throw ChakraError(fmt::format("{}: its metadata's rank is not {}, the rank it is read as", names[r], r));
     text += fmt::format("\nrank {}\n", r);
     origin.push_back({-1, 0}), origin.push_back({-1, 0});
     std::unordered_set<std::uint64_t> seen;
     for (const Node& n : ranks[r].nodes) {
-      const std::string where = fmt::format("{}: node {} '{}' ({})", names[r], n.id(), n.name(), type_name(n.type()));
+      const std::string where = fmt::format("{}: node {} '{}' ({})", names[r], n.id(), shown(n.name()), type_name(n.type()));
       if (!seen.insert(n.id()).second) throw ChakraError(fmt::format("{}: its id repeats an earlier node's", where));
       for (auto deps : {&n.data_deps(), &n.ctrl_deps()})
         for (std::uint64_t d : *deps)
@@ -174,7 +178,7 @@ Schedule schedule_from_chakra(const std::vector<ChakraRank>& ranks, const std::v
     for (std::size_t i = 0; i < ranks[r].nodes.size(); ++i) {
       const Node& n = ranks[r].nodes[i];
       Op& op = s.ranks[r][i];
-      const std::string where = fmt::format("{}: node {} '{}' ({})", names[r], n.id(), n.name(), type_name(n.type()));
+      const std::string where = fmt::format("{}: node {} '{}' ({})", names[r], n.id(), shown(n.name()), type_name(n.type()));
       if (n.type() != expected_type(op.kind))
         throw ChakraError(fmt::format("{}: a {} op is a {}", where, op_name(op.kind), type_name(expected_type(op.kind))));
       if (op.kind == OpKind::Send && int_attr(n, "comm_dst") != op.peer)

@@ -179,6 +179,17 @@ TEST_CASE("chakra: hostile or foreign traces are refused naming the file, the no
     CHECK(why.find("t.1.et: node 3 'aten::mm' (COMP_NODE)") != std::string::npos);
     CHECK(why.find("no trainsim_op") != std::string::npos);
   }
+  {  // a long name is quoted short
+    auto t = trace;
+    t[1].nodes[3].set_name(std::string(10000, 'x'));
+    t[1].nodes[3].clear_attr();
+    CHECK(refused(t).size() < 400);
+  }
+  {  // files given as the wrong ranks
+    auto t = trace;
+    std::swap(t[0], t[1]);
+    CHECK(refused(t).find("t.0.et: its metadata's rank is not 0") != std::string::npos);
+  }
   {  // a dependency on a later node
     auto t = trace;
     t[0].nodes[2].add_data_deps(7);
