@@ -4,6 +4,7 @@
 #include <cctype>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,14 +44,9 @@ int fail(const std::string& what, int code = 2) {
   return code;
 }
 
-int to_csv(const ConvertArgs& a) {
-  if (a.microbatches_opt && a.microbatches_opt->count() > 0)
-    return fail("--microbatches applies when reading a .csv (a .sched file states its microbatches)");
-  CsvForm form = CsvForm::ComputeOnly;
-  if (a.form == "comms") form = CsvForm::ComputeComms;
-  else if (!a.form.empty() && a.form != "compute")
-    return fail(fmt::format("--form is compute or comms, not '{}'", a.form));
-  Schedule s;
+// Reads the .sched input into `s`; on failure returns the exit status, having said why (2: it cannot be read, 1:
+// it does not parse).
+std::optional<int> read_sched(const ConvertArgs& a, Schedule& s) {
   try {
     check_readable(a.in);
     s = read_schedule_file(a.in);
@@ -59,6 +55,25 @@ int to_csv(const ConvertArgs& a) {
   } catch (const ParseError& e) {
     return fail(e.what(), 1);
   }
+  return std::nullopt;
+}
+
+// The CSV-only options given with a Chakra conversion: the exit status of refusing them, else nullopt.
+std::optional<int> refuse_csv_options(const ConvertArgs& a) {
+  if (!a.form.empty() || !a.stage_map.empty() || (a.microbatches_opt && a.microbatches_opt->count() > 0))
+    return fail("--form, --stage-map and --microbatches apply to PyTorch CSVs, not to Chakra traces");
+  return std::nullopt;
+}
+
+int to_csv(const ConvertArgs& a) {
+  if (a.microbatches_opt && a.microbatches_opt->count() > 0)
+    return fail("--microbatches applies when reading a .csv (a .sched file states its microbatches)");
+  CsvForm form = CsvForm::ComputeOnly;
+  if (a.form == "comms") form = CsvForm::ComputeComms;
+  else if (!a.form.empty() && a.form != "compute")
+    return fail(fmt::format("--form is compute or comms, not '{}'", a.form));
+  Schedule s;
+  if (auto code = read_sched(a, s)) return *code;
   try {
     if (!a.stage_map.empty()) s.header.stage_map = parse_stage_map(a.stage_map, s.header.world_size, s.header.layers);
   } catch (const std::invalid_argument& e) {  // a map that does not fit the schedule
@@ -125,25 +140,10 @@ int to_sched(const ConvertArgs& a) {
   return 0;
 }
 
-// The comm-group file beside PREFIX.et: PREFIX.comm_groups.json.
-std::string comm_groups_path(const std::string& prefix) {
-  std::string base = prefix;
-  if (extension(base) == ".et") base.resize(base.size() - 3);
-  return base + ".comm_groups.json";
-}
-
 int to_chakra(const ConvertArgs& a) {
-  if (!a.form.empty() || !a.stage_map.empty() || (a.microbatches_opt && a.microbatches_opt->count() > 0))
-    return fail("--form, --stage-map and --microbatches apply to PyTorch CSVs, not to Chakra traces");
+  if (auto code = refuse_csv_options(a)) return *code;
   Schedule s;
-  try {
-    check_readable(a.in);
-    s = read_schedule_file(a.in);
-  } catch (const UnreadableInput& e) {
-    return fail(e.what());
-  } catch (const ParseError& e) {
-    return fail(e.what(), 1);
-  }
+  if (auto code = read_sched(a, s)) return *code;
   std::vector<ChakraRank> ranks;
   try {
     ranks = chakra_trace(s);
@@ -157,7 +157,7 @@ int to_chakra(const ConvertArgs& a) {
       return fail(fmt::format("cannot write '{}': {}", path, why));
     nodes += ranks[r].nodes.size();
   }
-  const std::string groups = comm_groups_path(a.out);
+  const std::string groups = chakra_comm_groups_path(a.out);
   if (std::string why = write_text_file_error(groups, chakra_comm_groups_json(s.header)); !why.empty())
     return fail(fmt::format("cannot write '{}': {}", groups, why));
   fmt::print("wrote {} .. {}: Chakra execution traces (schema {}), {} rank{}, {} nodes; communicator groups in {}\n",
@@ -167,8 +167,7 @@ int to_chakra(const ConvertArgs& a) {
 }
 
 int from_chakra(const ConvertArgs& a) {
-  if (!a.form.empty() || !a.stage_map.empty() || (a.microbatches_opt && a.microbatches_opt->count() > 0))
-    return fail("--form, --stage-map and --microbatches apply to PyTorch CSVs, not to Chakra traces");
+  if (auto code = refuse_csv_options(a)) return *code;
   std::vector<ChakraRank> ranks;
   std::vector<std::string> names;
   const bool json = extension(a.out) == ".json";

@@ -57,6 +57,9 @@ std::string chakra_comm_groups_json(const ScheduleHeader& header);
 /// PREFIX.r.et for a prefix given as "PREFIX.et" or "PREFIX" ("out/3d.et", 2 -> "out/3d.2.et").
 std::string chakra_rank_path(const std::string& prefix, int rank);
 
+/// PREFIX.comm_groups.json beside the ranks' files ("out/3d.et" -> "out/3d.comm_groups.json").
+std::string chakra_comm_groups_path(const std::string& prefix);
+
 /// Parses one rank's file (`name` in errors). Throws ChakraError for bytes that are not delimited Chakra
 /// messages, more than `max_nodes` nodes, or no metadata.
 ChakraRank parse_chakra_file(const std::string& bytes, const std::string& name, std::size_t max_nodes);

@@ -56,13 +56,19 @@ std::string header_text(const ScheduleHeader& h) {
   return print_schedule(empty);
 }
 
+// PREFIX of "PREFIX.et" or "PREFIX".
+std::string chakra_base(const std::string& prefix) {
+  if (prefix.size() > 3 && prefix.compare(prefix.size() - 3, 3, ".et") == 0) return prefix.substr(0, prefix.size() - 3);
+  return prefix;
+}
+
 }  // namespace
 
 std::string chakra_rank_path(const std::string& prefix, int rank) {
-  std::string base = prefix;
-  if (base.size() > 3 && base.compare(base.size() - 3, 3, ".et") == 0) base.resize(base.size() - 3);
-  return fmt::format("{}.{}.et", base, rank);
+  return fmt::format("{}.{}.et", chakra_base(prefix), rank);
 }
+
+std::string chakra_comm_groups_path(const std::string& prefix) { return chakra_base(prefix) + ".comm_groups.json"; }
 
 std::vector<ChakraRank> chakra_trace(const Schedule& s) {
   const SimResult sim = simulate(s);

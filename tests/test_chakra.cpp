@@ -83,7 +83,7 @@ TEST_CASE("chakra: every generator kind goes out and comes back the same schedul
 }
 
 TEST_CASE("chakra: messages pair up and every collective's members agree on type, size and group") {
-  for (const std::string& kind : {"1f1b", "fsdp", "zero3-owner", "3d", "dualpipev"}) {
+  for (const char* kind : {"1f1b", "fsdp", "zero3-owner", "3d", "dualpipev"}) {
     CAPTURE(kind);
     Schedule s = small(kind);
     const std::vector<ChakraRank> trace = chakra_trace(s);
