@@ -71,9 +71,18 @@ std::string chakra_rank_path(const std::string& prefix, int rank) {
 std::string chakra_comm_groups_path(const std::string& prefix) { return chakra_base(prefix) + ".comm_groups.json"; }
 
 std::vector<ChakraRank> chakra_trace(const Schedule& s) {
-  const SimResult sim = simulate(s);
+  // One cost model for the simulation's times and the nodes' sizes and FLOPs (built once: for the hardware model
+  // that prepares every rank).
+  std::unique_ptr<CostModel> cost;
+  try {
+    cost = make_schedule_cost_model(s);
+  } catch (const std::invalid_argument& e) {  // (a header the cost model cannot price: as simulate() reports it)
+    throw std::invalid_argument(fmt::format("the schedule does not validate: {}", e.what()));
+  }
+  SimOptions options;
+  options.cost = cost.get();
+  const SimResult sim = simulate(s, options);
   if (!sim.ok) throw std::invalid_argument(fmt::format("the schedule does not validate: {}", sim.error));
-  std::unique_ptr<CostModel> cost = make_schedule_cost_model(s);
   const auto* hardware = dynamic_cast<const hw::HardwareCostModel*>(cost.get());
   const std::string header = header_text(s.header);
   std::vector<ChakraRank> out(s.header.world_size);
