@@ -260,9 +260,10 @@ std::string kind_list() { return joined(generator_kinds()); }
 // pipeline, so a kind added to the registry is listed without editing this.
 std::string kinds_summary() {
   const std::set<std::string> data_parallel = {"ddp", "zero1", "zero2", "fsdp", "zero3-owner"};
-  std::vector<std::string> pipelines, data, hybrid, tensor, three_d;
+  std::vector<std::string> pipelines, data, hybrid, tensor, three_d, expert;
   for (const auto& k : generator_kinds())
-    (data_parallel.count(k) ? data : k == "pp-fsdp" ? hybrid : k == "tp" ? tensor : k == "3d" ? three_d : pipelines)
+    (data_parallel.count(k) ? data : k == "pp-fsdp" ? hybrid : k == "tp" ? tensor : k == "3d" ? three_d
+                                     : k == "ep" ? expert : pipelines)
         .push_back(k);
   std::string s = "Kinds: pipelines " + joined(pipelines) +
                   " (--stages, --microbatches per step, --chunks per rank for the interleaved and looped ones)";
@@ -278,6 +279,10 @@ std::string kinds_summary() {
          " (--tp x --pp x --dp ranks, rank = tp + T * (dp + D * pp), TP fastest as in Megatron-LM and torchtitan's "
          "mesh [\"pp\", \"dp\", \"tp\"]; --schedule 1f1b|interleaved-1f1b|zb-h1|zbv|dualpipev|interleaved-zb, --chunks, "
          "--layers, --microbatches per replica, --sp, --zero 1|3, --cp for context parallelism)";
+  if (!expert.empty())
+    s += "; expert parallel (Mixture of Experts) " + joined(expert) +
+         " (--dp ranks in EP groups of --ep, --layers, --dense-layers first layers without experts, --microbatches "
+         "per rank; .sched version 3, the puzzle and unit cost models)";
   return s + ".";
 }
 
@@ -425,7 +430,7 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--microbatches", args->options.microbatches,
-                  "Microbatches of the step (pipelines, tp); per rank (ddp, zero1, zero2, fsdp, zero3-owner); per "
+                  "Microbatches of the step (pipelines, tp); per rank (ddp, zero1, zero2, fsdp, zero3-owner, ep); per "
                   "replica (pp-fsdp, 3d)")
       ->check(count)
       ->capture_default_str();
@@ -445,7 +450,7 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->check(count0)
       ->capture_default_str();
   cmd->add_option("--dp", args->options.dp,
-                  "Data-parallel degree: ranks (ddp, zero1, zero2, fsdp, zero3-owner), replicas (pp-fsdp, 3d)")
+                  "Data-parallel degree: ranks (ddp, zero1, zero2, fsdp, zero3-owner, ep), replicas (pp-fsdp, 3d)")
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--tp", args->options.tp,
@@ -454,6 +459,15 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--pp", args->options.pp, "Pipeline stages (3d)")->check(count)->capture_default_str();
+  cmd->add_option("--ep", args->options.ep,
+                  "Expert-parallel degree (ep): ranks per EP group, dividing --dp; each holds 1/ep of every MoE "
+                  "layer's experts and reaches the others with all-to-alls (docs/design.md, Mixture of Experts)")
+      ->check(count)
+      ->capture_default_str();
+  cmd->add_option("--dense-layers", args->options.dense_layers,
+                  "ep: the first layers without experts (DeepSeek-V3 has 3); the others are MoE layers")
+      ->check(count0)
+      ->capture_default_str();
   cmd->add_option("--cp", args->options.cp,
                   "Context parallelism (3d): ranks splitting each sequence, ring attention over the CP group; rank = "
                   "tp + T * (cp + C * (dp + D * pp)), CP next to TP as in Megatron-LM and torchtitan")

@@ -430,13 +430,24 @@ ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, b
     plan.ranks[r].peer.assign(n, -1);
     plan.ranks[r].reported_batches.assign(n, IdSet{});
     plan.ranks[r].gather_order.assign(n, {});
-    for (const Op& op : s.ranks[r])
+    for (const Op& op : s.ranks[r]) {
+      // Mixture of Experts is in the simulator and the schedule format so far (issue 35): the executor's model has
+      // no experts to replay it with.
+      const bool moe = op.kind == OpKind::AllToAll ||
+                       std::any_of(op.reads.begin(), op.reads.end(), [](const Tensor& t) { return t.expert() || t.route != Route::None; }) ||
+                       std::any_of(op.writes.begin(), op.writes.end(), [](const Tensor& t) { return t.expert() || t.route != Route::None; });
+      if (moe)
+        throw PlanError(fmt::format("{}: the schedule has Mixture-of-Experts layers (expert slices, routed tokens, "
+                                    "all-to-alls): the executor's model has no experts yet; simulate it with trainsim "
+                                    "sim",
+                                    op.label()));
       for (const auto* ts : {&op.reads, &op.writes})
         for (const Tensor& t : *ts) try {
             shapes.elements(t);
           } catch (const std::invalid_argument& e) {
             throw PlanError(fmt::format("{}: {}", op.label(), e.what()));
           }
+    }
   }
   resolve_peers(s, plan);
   assign_losses(s, plan);

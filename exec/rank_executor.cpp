@@ -680,6 +680,7 @@ struct RankExecutor::Impl {
       case OpKind::Barrier: collective(op, i); break;
       case OpKind::Broadcast:
       case OpKind::Reduce: rooted(op, i); break;
+      case OpKind::AllToAll: throw std::logic_error("an all-to-all reached the executor (make_plan refuses them)");
     }
   }
 

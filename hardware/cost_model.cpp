@@ -58,6 +58,15 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
   // keeping the gathered whole (tp_comm_seconds: only a re-gather runs under the backward's GEMMs).
   std::map<std::pair<int, IdSet>, int> input_gathers;
   for (const Op& op : ops) {
+    // Mixture of Experts is in the schedule algebra and the puzzle and unit cost models so far (issue 35); this
+    // model has no experts to size and time, and would size them as dense layers.
+    auto moe = [](const Tensor& t) { return t.expert() || t.route != Route::None; };
+    if (op.kind == OpKind::AllToAll || std::any_of(op.reads.begin(), op.reads.end(), moe) ||
+        std::any_of(op.writes.begin(), op.writes.end(), moe))
+      throw std::invalid_argument(fmt::format("{}: the hardware cost model has no Mixture-of-Experts model yet "
+                                              "(expert slices, routed tokens, all-to-alls); time the schedule with "
+                                              "the puzzle or unit cost model",
+                                              op.label()));
     if (is_compute(op.kind) && op.kind != OpKind::Update) {
       int degree = 1;
       const Tensor* sliced = nullptr;

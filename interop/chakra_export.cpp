@@ -30,6 +30,7 @@ ChakraProtoMsg::CollectiveCommType comm_type(OpKind k) {
     case OpKind::ReduceScatter: return ChakraProtoMsg::REDUCE_SCATTER;
     case OpKind::Broadcast: return ChakraProtoMsg::BROADCAST;
     case OpKind::Reduce: return ChakraProtoMsg::REDUCE;
+    case OpKind::AllToAll: return ChakraProtoMsg::ALL_TO_ALL;
     default: return ChakraProtoMsg::BARRIER;
   }
 }

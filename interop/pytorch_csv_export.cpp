@@ -122,6 +122,11 @@ std::string export_pytorch_csv(const Schedule& schedule, CsvForm form) {
           cells.push_back(cell_text(op.layer >= 0 ? op.layer : t.layer, Act::ReduceGrad, -1));
           break;
         }
+        case OpKind::AllToAll:
+          throw std::invalid_argument(fmt::format("{}: a PyTorch CSV has no action for an all-to-all (expert "
+                                                  "parallelism's dispatch and combine are inside a stage's forward "
+                                                  "and backward)",
+                                                  op.label()));
         case OpKind::Broadcast:
         case OpKind::Reduce:
           // (PyTorch's pipelining actions gather and reduce a stage's own shards; a weight owned whole by one

@@ -37,6 +37,10 @@ struct GenOptions {
   /// 3d: context parallelism, ranks splitting each sequence (CP groups cp0, cp1, ... next to the TP groups in the
   /// rank order; grads reduced over dp x cp)
   int cp = 1;
+  /// ep: expert-parallel degree, ranks per EP group (dividing dp; docs/design.md, "Mixture of Experts")
+  int ep = 1;
+  /// ep: the first layers that are dense, without experts (DeepSeek-V3: 3); the others are MoE layers
+  int dense_layers = 0;
   /// 3d: the pipeline order: 1f1b, interleaved-1f1b or interleaved-zb (with chunks), zb-h1, zbv or dualpipev (two
   /// chunks per stage in V placement)
   std::string schedule = "1f1b";

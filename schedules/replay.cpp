@@ -57,7 +57,8 @@ Task interpret(World& world, const Schedule& s, int rank) {
       case OpKind::AllReduce:
       case OpKind::Barrier:
       case OpKind::Broadcast:
-      case OpKind::Reduce: {
+      case OpKind::Reduce:
+      case OpKind::AllToAll: {
         Tensor input = op.reads.empty() ? Tensor{} : op.reads.front();
         Tensor out = co_await world.collective(op, std::move(input));
         if (!op.writes.empty()) {
@@ -99,7 +100,7 @@ SimResult simulate(const Schedule& schedule, const SimOptions& options) {
     UpdateCheck updates(h.layers);
     for (const auto& ops : schedule.ranks)
       for (const Op& op : ops)
-        if (op.kind == OpKind::Update) updates.add(op);
+        if (op.kind == OpKind::Update || op.kind == OpKind::Load) updates.add(op);
     updates.finish();
     result.ok = true;
   } catch (const DeadlockError& e) {

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "sim/algebra.h"
+#include "sim/all_to_all.h"
 #include "schedules/cost_models.h"
 #include "schedules/rank_source.h"
 #include "schedules/update_check.h"
@@ -459,7 +460,7 @@ class StreamSim {
         duration_[id] = cost_->duration(op, membership ? static_cast<int>(groups_[op.group].size()) : 1);
         if (const double w = cost_->workspace(op); w != 0) ts.workspace.emplace_back(i, w);
       }
-      if (op.kind == OpKind::Update) updates_.add(op);
+      if (op.kind == OpKind::Update || op.kind == OpKind::Load) updates_.add(op);
       for (int tid : read_ids_) {
         Issuing::Live& t = is.live[tid];
         depend(id, t.writer);
@@ -674,6 +675,8 @@ class StreamSim {
       c.nodes.assign(groups_[g].size(), -1);
     }
     Call& c = calls_[f.call[k]];
+    // An all-to-all gives each member its own tokens: its group is formed call by call (form_group_in_order).
+    if (op.kind == OpKind::AllToAll) f.failed = true;
     try {
       if (f.callers[k]++ == 0) {
         c.kind = op.kind, c.layer = op.layer, c.root = root_of(op);
@@ -748,6 +751,7 @@ class StreamSim {
   // Forms group `g`'s calls call by call, throwing the first problem.
   void form_group_in_order(int g) {
     const auto& members = groups_[g];
+    all_to_all_[g] = AllToAllGroup{};
     std::size_t most = 0;
     for (int r : members) most = std::max(most, member_.at(slot_key(g, r)).calls.size());
     for (std::size_t k = 0; k < most; ++k) {
@@ -785,6 +789,26 @@ class StreamSim {
                                   op_name(first.kind), first.layer, call.seq, call.group, op_of(call.nodes[m]).rank,
                                   op_of(call.nodes[m]).where_suffix(), e.what()));
     };
+    if (first.kind == OpKind::AllToAll) {
+      // Expert parallelism's dispatch or combine: each member gets its own tokens (sim/all_to_all.h).
+      std::vector<const Tensor*> inputs;
+      for (int m = 0; m < n; ++m) inputs.push_back(&input_of(op_of(call.nodes[m])));
+      std::vector<Tensor> out;
+      try {
+        out = all_to_all_[call.group].call(inputs);
+      } catch (const AllToAllError& e) {
+        throw fail(e.member, e);
+      }
+      for (int m = 0; m < n; ++m) {
+        const Op& op = op_of(call.nodes[m]);
+        if (op.writes.empty() || op.writes.front() != out[m])
+          throw op_error(op, fmt::format("it expects {} but the all-to-all gives {}{}",
+                                         op.writes.empty() ? "nothing" : op.writes.front().str(), out[m].str(),
+                                         route_words(out[m])));
+      }
+      call.combined = true;
+      return;
+    }
     Tensor acc = input_of(first);
     for (int m = 1; m < n; ++m) {
       try {
@@ -1238,7 +1262,8 @@ class StreamSim {
       if (op.kind == OpKind::Recv) op.peer = matched_src(id_of(r, i));
       if (n.call >= 0) {
         const Call& c = calls_[n.call];
-        if (c.combined) op.writes = {result_of(c, n.member)};
+        // (an all-to-all's member writes its own tokens, checked when the call was combined)
+        if (c.combined && c.kind != OpKind::AllToAll) op.writes = {result_of(c, n.member)};
       }
     }
     busy_ += static_cast<double>(busy);
@@ -1356,6 +1381,7 @@ class StreamSim {
   std::vector<Time> duration_;     // by node: its op's duration (0 for untimed ops)
   std::vector<int> stream_;        // by node: its op's stream
   UpdateCheck updates_;            // the updates, counted as they are issued
+  std::map<int, AllToAllGroup> all_to_all_;  // group -> its all-to-alls' dispatches waiting for their combines
   std::vector<char> paired_;  // sends matched with a recv
   std::vector<int> unmatched_sends_;
   // A rank's membership of a group, keyed by slot_key(group, rank): its collectives in order.

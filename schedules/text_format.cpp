@@ -25,7 +25,7 @@ constexpr OpKind kAllKinds[] = {OpKind::Load,          OpKind::Forward,    OpKin
                                 OpKind::BackwardWeight, OpKind::Loss,       OpKind::Update,    OpKind::Accumulate,
                                 OpKind::Free,          OpKind::Send,       OpKind::Recv,      OpKind::AllGather,
                                 OpKind::ReduceScatter, OpKind::AllReduce,  OpKind::Barrier,   OpKind::Broadcast,
-                                OpKind::Reduce};
+                                OpKind::Reduce,        OpKind::AllToAll};
 
 std::string kind_list() {
   std::string s;
@@ -119,8 +119,8 @@ class Parser {
           fail(toks[0], fmt::format("expected the format line 'trainsim-schedule 1', got '{}'", shown(key)));
         expect_count(toks, 2);
         int v = integer(toks[1], "a format version");
-        if (v != 1 && v != 2)
-          fail(toks[1], fmt::format("unsupported format version {} (this trainsim reads versions 1 and 2)", v));
+        if (v < 1 || v > 3)
+          fail(toks[1], fmt::format("unsupported format version {} (this trainsim reads versions 1 to 3)", v));
         s.header.version = v;
         seen.emplace(key);
         continue;
@@ -413,6 +413,10 @@ class Parser {
       fail(t, fmt::format("{}: TP slices and partial sums need format version 2 (write 'trainsim-schedule 2' on the "
                           "first line)",
                           shown(t.text)));
+    if ((x.expert() || x.route != Route::None) && h.version < 3)
+      fail(t, fmt::format("{}: expert slices and routed tokens need format version 3 (write 'trainsim-schedule 3' on "
+                          "the first line)",
+                          shown(t.text)));
     bool per_layer = x.kind == TensorKind::Weight || x.kind == TensorKind::OptState || x.kind == TensorKind::WeightGrad;
     int max_layer = per_layer ? h.layers - 1 : h.layers;
     if (x.layer > max_layer) fail(t, fmt::format("{}: layer {} is out of range 0..{}", shown(t.text), x.layer, max_layer));
@@ -433,6 +437,8 @@ class Parser {
     op.kind = *kind;
     if (is_rooted(op.kind) && h.version < 2)
       fail(toks[0], fmt::format("{} needs format version 2 (write 'trainsim-schedule 2' on the first line)", op_name(op.kind)));
+    if (op.kind == OpKind::AllToAll && h.version < 3)
+      fail(toks[0], "all-to-all needs format version 3 (write 'trainsim-schedule 3' on the first line)");
     if (op.kind == OpKind::Loss) op.layer = h.layers;
     if (op.kind == OpKind::Recv) op.peer = -2;  // must be given
     enum { Args, Reads, Writes } part = Args;
@@ -593,7 +599,7 @@ Tensor parse_tensor(std::string_view text) {
     t.batches = parse_idset(text.substr(i + 1, close - i - 1), kMaxCount - 1, "batch");
     i = close + 1;
   }
-  if (i < text.size() && text[i] == '<') {
+  if (i < text.size() && text[i] == '<' && text.substr(i, 2) != "<e" && text.substr(i, 8) != "<routed>") {
     // A TP slice "<j/t>" or a partial sum "<+S/t>" (docs/schedule-format.md, version 2).
     auto close = text.find('>', i);
     auto slash = text.find('/', i);
@@ -627,6 +633,40 @@ Tensor parse_tensor(std::string_view text) {
     t.tp_size = static_cast<std::uint16_t>(count);
     t.tp_slices = bits;
     t.partial = partial;
+    i = close + 1;
+  }
+  if (text.substr(i, 8) == "<routed>") {
+    // Tokens routed to experts that have not run (version 3).
+    if (t.kind != TensorKind::Activation && t.kind != TensorKind::ActivationGrad)
+      throw std::invalid_argument(fmt::format("only activations and activation grads are routed, in '{}'", shown(text)));
+    t.route = Route::Routed;
+    i += 8;
+  } else if (text.substr(i, 2) == "<e") {
+    // An expert slice "<ej/e>", or for tokens the experts' output "<ej/e:out>" (version 3).
+    auto close = text.find('>', i);
+    auto slash = text.find('/', i);
+    if (close == std::string_view::npos || slash == std::string_view::npos || slash > close)
+      throw std::invalid_argument(fmt::format("expected an expert slice like <e1/4> (or <e1/4:out>) in '{}'", shown(text)));
+    std::string_view count_text = text.substr(slash + 1, close - slash - 1);
+    const bool out = count_text.size() > 4 && count_text.substr(count_text.size() - 4) == ":out";
+    if (out) count_text.remove_suffix(4);
+    std::string_view index_text = text.substr(i + 2, slash - i - 2);
+    long long count = all_digits(count_text) ? bounded_number(count_text, Tensor::kMaxEpSize) : -1;
+    long long index = all_digits(index_text) ? bounded_number(index_text, Tensor::kMaxEpSize) : -1;
+    if (count < 1)
+      throw std::invalid_argument(fmt::format("expected an EP degree from 1 to {} after '/' in '{}'", Tensor::kMaxEpSize,
+                                              shown(text)));
+    if (index < 0 || index >= count)
+      throw std::invalid_argument(fmt::format("expected an expert slice from 0 to {} after '<e' in '{}'", count - 1,
+                                              shown(text)));
+    const bool tokens = t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad;
+    if (out && !tokens)
+      throw std::invalid_argument(fmt::format("only the experts' output tokens are written <e...:out>, in '{}'", shown(text)));
+    if (tokens && t.tp_size != 1)
+      throw std::invalid_argument(fmt::format("tokens of an expert slice are not TP slices, in '{}'", shown(text)));
+    t.ep_size = static_cast<std::uint16_t>(count);
+    t.ep_index = static_cast<std::uint16_t>(index);
+    if (tokens) t.route = out ? Route::ExpertOut : Route::ExpertIn;
     i = close + 1;
   }
   if (i < text.size() && text[i] == '[') {

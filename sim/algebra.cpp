@@ -44,7 +44,15 @@ std::string check_weight(const Tensor& w, int layer) {
 // (Megatron's rule: a row-parallel output is all-reduced before anything reads it), not a TP slice unless
 // `slice` allows that one, and every shard held (with sequence parallelism, all-gathered).
 std::string check_complete_input(const char* what, const Tensor& t, const Tensor* slice = nullptr) {
-  if (t.tp_size == 1 && t.complete()) [[likely]] return {};
+  if (t.tp_size == 1 && t.complete() && t.route == Route::None && !t.expert()) [[likely]] return {};
+  if (t.route == Route::Routed)
+    return fmt::format("the {} {} holds tokens routed to experts that have not run: dispatch them with an all-to-all "
+                       "over the EP group, run the experts, and combine them with a second all-to-all first",
+                       what, t.str());
+  if (t.expert())
+    return fmt::format("the {} {}{} is one expert slice's tokens: combine them with an all-to-all over the EP group "
+                       "first",
+                       what, t.str(), route_words(t));
   if (t.partial)
     return fmt::format("the {} {} is a partial sum over TP slices; all-reduce it over the TP group first (or "
                        "reduce-scatter it, with sequence parallelism)",
@@ -86,7 +94,7 @@ Tensor as_partial(Tensor t, const Tensor* ref) {
 bool is_plain(const Tensor& t, TensorKind kind, int layer, const IdSet& batches) {
   static const IdSet whole{0};
   return t.kind == kind && t.layer == layer && t.step == 0 && t.num_shards == 1 && t.tp_size == 1 &&
-         t.shards == whole && t.batches == batches;
+         t.route == Route::None && !t.expert() && t.shards == whole && t.batches == batches;
 }
 
 // The op writes exactly `want`, in order (compared in place: this runs for every compute op).
@@ -95,17 +103,63 @@ std::string check_writes(const Op& op, std::span<const Tensor> want) {
   return fmt::format("it writes {}, but {} gives {}", list(op.writes), op.describe(), list(want));
 }
 
+// Mixture of Experts (docs/design.md): the compute of expert slice j of layer l, on the tokens the dispatch gave
+// it (A(l+1) in state ExpertIn, the router's output of the dense part): the forward writes the experts' output,
+// the backward the weight grad of the slice and the grad of the experts' input, both for the dispatch's batches.
+// `w` is the expert weight (null for a weight-grad pass), `a` and `g` the tokens and their grad (g null in a
+// forward).
+std::string check_expert_compute(const Op& op, const Tensor& a, const Tensor* g, const Tensor* w) {
+  const int l = op.layer;
+  const Tensor& ref = w ? *w : *g;
+  if (w) {
+    if (w->layer != l) return fmt::format("the expert weight is {}, not layer {}'s", w->str(), l);
+    if (!w->complete())
+      return fmt::format("the expert weight {} is not complete (holds shards {} of {}); all-gather it first",
+                         w->str(), w->shards.str(), w->num_shards);
+    if (w->tp_size != 1)
+      return fmt::format("{}: expert tensor parallelism (an expert slice split over a TP group) is not modelled yet",
+                         w->str());
+  }
+  auto tokens = [&](const char* what, const Tensor& t) -> std::string {
+    if (t.layer != l + 1 || t.route != Route::ExpertIn)
+      return fmt::format("the {} is {}, but the experts of layer {} read the tokens the dispatch gave them (A{}{{...}}"
+                         "<e{}/{}> and its grad)",
+                         what, t.str(), l, l + 1, ref.ep_index, ref.ep_size);
+    if (t.ep_size != ref.ep_size || t.ep_index != ref.ep_index)
+      return fmt::format("the {} {} holds the tokens of expert slice {} of {}, not those of {} (slice {} of {}): the "
+                         "dispatch gives member j of the EP group the tokens of slice j",
+                         what, t.str(), t.ep_index, t.ep_size, ref.str(), ref.ep_index, ref.ep_size);
+    return {};
+  };
+  if (std::string e = tokens(g && op.kind != OpKind::Forward ? "activation" : "input", a); !e.empty()) return e;
+  if (op.kind == OpKind::Forward)
+    return check_writes(op, std::array{routed_as(activation_tensor(l + 1, a.batches), Route::ExpertOut,
+                                                 ref.ep_index, ref.ep_size)});
+  if (std::string e = tokens("activation grad", *g); !e.empty()) return e;
+  if (a.batches != g->batches)
+    return fmt::format("batch mismatch: activation {} has batches {{{}}}, activation grad {} has {{{}}}", a.str(),
+                       a.batches.str(), g->str(), g->batches.str());
+  Tensor want[2];
+  std::size_t n = 0;
+  if (op.kind != OpKind::BackwardInput) want[n++] = expert_slice(weight_grad_tensor(l, a.batches), ref.ep_index, ref.ep_size);
+  if (op.kind != OpKind::BackwardWeight)
+    want[n++] = routed_as(activation_grad_tensor(l + 1, a.batches), Route::ExpertOut, ref.ep_index, ref.ep_size);
+  return check_writes(op, std::span<const Tensor>(want, n));
+}
+
 }  // namespace
 
 bool is_loadable(const Tensor& t) {
   return ((t.kind == TensorKind::Weight || t.kind == TensorKind::OptState) && t.step == 0) ||
-         (t.kind == TensorKind::Activation && t.layer == 0 && t.tp_size == 1) ||
+         (t.kind == TensorKind::Activation && t.layer == 0 && t.tp_size == 1 && t.route == Route::None && !t.expert()) ||
          (t.kind == TensorKind::WeightGrad && t.batches.empty());
 }
 
 Tensor updated_weight(const Tensor& w, const Tensor& o) {
   if (w.tp_size != o.tp_size || w.tp_slices != o.tp_slices)
     throw TensorError(fmt::format("the weight {} and its optimizer state {} are different TP slices", w.str(), o.str()));
+  if (w.ep_size != o.ep_size || w.ep_index != o.ep_index)
+    throw TensorError(fmt::format("the weight {} and its optimizer state {} are different expert slices", w.str(), o.str()));
   Tensor out = w;
   out.step = w.step + 1;
   if (o.num_shards == w.num_shards) {
@@ -132,11 +186,16 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
   switch (op.kind) {
     case OpKind::Forward:
       if (!(e = expect_kinds("the inputs", op.reads, {TensorKind::Activation, TensorKind::Weight})).empty()) return e;
+      if (w->expert()) return check_expert_compute(op, *a, nullptr, w);
       if (!(e = check_weight(*w, l)).empty()) return e;
       if (a->layer != l) return fmt::format("the input is {}, the activation of layer {}, not {}", a->str(), a->layer, l);
       if (!(e = check_complete_input("input", *a)).empty()) return e;
       if (w->tp_size == 1) {
         if (op.writes.size() == 1 && is_plain(op.writes[0], TensorKind::Activation, l + 1, a->batches)) return "";
+        // An MoE layer's dense part (attention, router) leaves its tokens routed to the experts (docs/design.md).
+        if (op.writes.size() == 1 && op.writes[0].route == Route::Routed &&
+            op.writes[0] == routed_as(activation_tensor(l + 1, a->batches), Route::Routed))
+          return "";
         return check_writes(op, std::array{activation_tensor(l + 1, a->batches)});
       }
       // Tensor parallelism: the row-parallel output is this slice's partial sum; the last layer's LM head is
@@ -150,6 +209,7 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       e = needs_weight ? expect_kinds("the inputs", op.reads, {TensorKind::Activation, TensorKind::ActivationGrad, TensorKind::Weight})
                        : expect_kinds("the inputs", op.reads, {TensorKind::Activation, TensorKind::ActivationGrad});
       if (!e.empty()) return e;
+      if ((w && w->expert()) || (!needs_weight && g->expert())) return check_expert_compute(op, *a, g, needs_weight ? w : nullptr);
       if (needs_weight && !(e = check_weight(*w, l)).empty()) return e;
       if (a->layer != l) return fmt::format("the activation is {}, not layer {}'s input", a->str(), l);
       if (g->layer != l + 1)
@@ -160,7 +220,11 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       if (!(e = check_complete_input("activation", *a)).empty()) return e;
       const Tensor* tp = tp_reference(op, needs_weight ? w : nullptr, g);
       // The last layer's grad comes in by vocabulary slice (its LM head is column-parallel); any other is whole.
-      if (!(e = check_complete_input("activation grad", *g, tp && l + 1 == layers ? tp : nullptr)).empty()) return e;
+      // An MoE layer's dense backward reads the combined grad of its routed tokens (docs/design.md).
+      const bool routed_grad = !tp && g->route == Route::Routed && !g->expert() && g->complete();
+      if (!routed_grad &&
+          !(e = check_complete_input("activation grad", *g, tp && l + 1 == layers ? tp : nullptr)).empty())
+        return e;
       if (tp) {
         // Tensor parallelism: the weight grad of this slice, and the input grad as this slice's partial sum
         // (the conjugate of the forward's all-reduce, Shoeybi et al. 2019, fig. 3).
@@ -201,6 +265,10 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
           w->tp_slices != o.tp_slices)
         return fmt::format("the weight {}, its grad {} and its optimizer state {} are not one TP slice", w->str(),
                            dw.str(), o.str());
+      if (w->ep_size != dw.ep_size || w->ep_index != dw.ep_index || w->ep_size != o.ep_size ||
+          w->ep_index != o.ep_index)
+        return fmt::format("the weight {}, its grad {} and its optimizer state {} are not one expert slice", w->str(),
+                           dw.str(), o.str());
       const auto& runs = dw.batches.runs();
       const bool every_batch = microbatches > 0 ? runs.size() == 1 && runs.front() == IdSet::Run{0, microbatches}
                                                 : dw.batches.empty();
@@ -220,7 +288,9 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
         const Tensor &nw = op.writes[0], &no = op.writes[1];
         if (nw.kind == TensorKind::Weight && nw.layer == w->layer && nw.step == w->step + 1 &&
             nw.batches == w->batches && nw.shards == o.shards && nw.num_shards == o.num_shards &&
-            nw.tp_size == w->tp_size && nw.tp_slices == w->tp_slices && !nw.partial &&
+            nw.tp_size == w->tp_size && nw.tp_slices == w->tp_slices && !nw.partial && nw.ep_size == w->ep_size &&
+            nw.ep_index == w->ep_index && no.ep_size == o.ep_size && no.ep_index == o.ep_index &&
+            nw.route == Route::None && no.route == Route::None &&
             no.kind == o.kind && no.layer == o.layer && no.step == o.step + 1 && no.num_shards == o.num_shards &&
             no.batches == o.batches && no.shards == o.shards && no.tp_size == o.tp_size &&
             no.tp_slices == o.tp_slices && !no.partial)
@@ -323,6 +393,10 @@ std::string algebra_problem(const Op& op, int layers, int microbatches) {
     case OpKind::AllReduce:
       if (op.reads.size() != 1) return fmt::format("{} takes one tensor (got {})", op_name(op.kind), list(op.reads));
       if (op.writes.size() > 1) return fmt::format("{} gives one tensor (got {})", op_name(op.kind), list(op.writes));
+      return "";
+    case OpKind::AllToAll:
+      if (op.reads.size() != 1 || op.writes.size() != 1)
+        return fmt::format("an all-to-all sends one tensor and gets one (got {} -> {})", list(op.reads), list(op.writes));
       return "";
     case OpKind::Barrier: return "";
     case OpKind::Broadcast:

@@ -16,24 +16,32 @@ Time tp_degree(const Op& op) {
     if (t.kind == TensorKind::WeightGrad && t.tp_sliced()) return t.tp_size;
   return 1;
 }
+// The EP degree of an expert slice's compute (docs/design.md, "Mixture of Experts"): its tokens are the batches of
+// the whole EP group, 1/e of them each with balanced routing; 1 for any other op.
+Time ep_degree(const Op& op) {
+  for (const Tensor& t : op.reads)
+    if (t.expert()) return t.ep_size;
+  return 1;
+}
 }  // namespace
 
 Time PuzzleCostModel::duration(const Op& op, int /*group_size*/) const {
   switch (op.kind) {
     case OpKind::Forward:
     case OpKind::Backward:
-      return seconds(op.batches.size()) / tp_degree(op);
+      return seconds(op.batches.size()) / tp_degree(op) / ep_degree(op);
     // The puzzles have no split backward; each half costs half a full backward.
     case OpKind::BackwardInput:
     case OpKind::BackwardWeight:
-      return seconds(0.5 * op.batches.size()) / tp_degree(op);
+      return seconds(0.5 * op.batches.size()) / tp_degree(op) / ep_degree(op);
     case OpKind::Update: return seconds(0.5);
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
     case OpKind::AllReduce:
     case OpKind::Barrier:
     case OpKind::Broadcast:
-    case OpKind::Reduce: return seconds(0.3);
+    case OpKind::Reduce:
+    case OpKind::AllToAll: return seconds(0.3);
     case OpKind::Send:
     case OpKind::Recv: return seconds(0.2);
     case OpKind::Loss:
@@ -50,10 +58,13 @@ double PuzzleCostModel::memory(const Tensor& t) const {
     case TensorKind::OptState:
     case TensorKind::WeightGrad:
       // Shards held over the shard count, as the puzzles compute it, then a TP slice's share.
-      return kHidden * kHidden * t.shards.size() / t.num_shards / (t.tp_sliced() ? t.tp_size : 1);
+      // An expert slice holds 1/e of the layer's experts, counted here as 1/e of a layer's weight.
+      return kHidden * kHidden * t.shards.size() / t.num_shards / (t.tp_sliced() ? t.tp_size : 1) /
+             (t.expert() ? t.ep_size : 1);
     case TensorKind::Activation:
     case TensorKind::ActivationGrad:
-      return kHidden * kLength * t.batches.size() / (t.tp_sliced() ? t.tp_size : 1);
+      // An expert slice's tokens: 1/e of the EP group's batches (balanced routing).
+      return kHidden * kLength * t.batches.size() / (t.tp_sliced() ? t.tp_size : 1) / (t.expert() ? t.ep_size : 1);
   }
   return 0;
 }
@@ -97,9 +108,9 @@ Time UnitCostModel::duration(const Op& op, int /*group_size*/) const {
   const bool by_layer = op.layer >= 0 && op.layer < static_cast<int>(layer_per_batch_.size());
   switch (op.kind) {
     case OpKind::Forward:
-    case OpKind::Backward: return n * (by_layer ? layer_per_batch_[op.layer] : per_batch_);
+    case OpKind::Backward: return n * (by_layer ? layer_per_batch_[op.layer] : per_batch_) / ep_degree(op);
     case OpKind::BackwardInput:
-    case OpKind::BackwardWeight: return n * (by_layer ? layer_half_batch_[op.layer] : half_batch_);
+    case OpKind::BackwardWeight: return n * (by_layer ? layer_half_batch_[op.layer] : half_batch_) / ep_degree(op);
     default: return 0;
   }
 }

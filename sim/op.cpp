@@ -31,6 +31,7 @@ const char* op_name(OpKind k) {
     case OpKind::Barrier: return "barrier";
     case OpKind::Broadcast: return "broadcast";
     case OpKind::Reduce: return "reduce";
+    case OpKind::AllToAll: return "all-to-all";
   }
   return "?";
 }
@@ -42,6 +43,7 @@ const char* puzzle_event_name(OpKind k) {
     case OpKind::AllGather: return "allgather";
     case OpKind::ReduceScatter: return "scatterreduce";
     case OpKind::AllReduce: return "allreduce";
+    case OpKind::AllToAll: return "alltoall";
     default: return op_name(k);
   }
 }

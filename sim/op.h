@@ -36,6 +36,8 @@ enum class OpKind : std::uint8_t {
   Barrier,         ///< collective over `group`: synchronise only
   Broadcast,       ///< collective over `group` rooted at `peer`: the root's tensor to every member (ncclBroadcast)
   Reduce,          ///< collective over `group` rooted at `peer`: sum over batches, to the root only (ncclReduce)
+  AllToAll,        ///< collective over an EP `group`: each member's tokens to the ranks of their experts (dispatch),
+                   ///< or the experts' outputs back to the tokens' ranks (combine); sim/all_to_all.h
 };
 
 /// Lower-case name used in text, traces and errors ("forward", "all-gather", ...).
@@ -46,10 +48,10 @@ const char* puzzle_event_name(OpKind k);
 constexpr bool is_timed(OpKind k) { return k != OpKind::Load && k != OpKind::Accumulate && k != OpKind::Free; }
 /// True for Send and Recv.
 constexpr bool is_p2p(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
-/// True for AllGather, ReduceScatter, AllReduce, Barrier, Broadcast, Reduce.
+/// True for AllGather, ReduceScatter, AllReduce, Barrier, Broadcast, Reduce, AllToAll.
 constexpr bool is_collective(OpKind k) {
   return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Barrier ||
-         k == OpKind::Broadcast || k == OpKind::Reduce;
+         k == OpKind::Broadcast || k == OpKind::Reduce || k == OpKind::AllToAll;
 }
 /// True for the rooted collectives, Broadcast and Reduce: their `peer` is the root, a global rank that is a
 /// member of the group (docs/schedule-format.md, "Broadcast and reduce").
@@ -65,7 +67,8 @@ constexpr bool is_compute(OpKind k) {
 /// slot made every op larger (336 bytes instead of 240, with 48-byte tensors then) for fewer heap lists in
 /// forwards, backwards and accumulates: 5.5 GB instead of 5.0 GB peak for the 16,384-rank pp-fsdp
 /// `gen --sim` (bench/README.md). With 40-byte tensors a list was 64 bytes and an op 216; the TP fields
-/// (issue 19) make a tensor 48 bytes, a list 72 and an op 232.
+/// (issue 19) make a tensor 48 bytes, a list 72 and an op 232; the EP fields (issue 35) a tensor 56, a list
+/// 80 and an op 248.
 using TensorList = boost::container::small_vector<Tensor, 1>;
 
 /// One primitive performed by one rank.

@@ -42,8 +42,10 @@ IdSet slice_set(std::uint64_t bits) {
   return IdSet::from_runs(std::move(runs));
 }
 
+// The same TP slice (or partial sum) and the same expert slice and token state.
 bool same_tp(const Tensor& a, const Tensor& b) {
-  return a.tp_size == b.tp_size && a.partial == b.partial && a.tp_slices == b.tp_slices;
+  return a.tp_size == b.tp_size && a.partial == b.partial && a.tp_slices == b.tp_slices && a.route == b.route &&
+         a.ep_size == b.ep_size && a.ep_index == b.ep_index;
 }
 
 Tensor make(TensorKind kind, int layer, int step, int num_shards, IdSet batches, IdSet shards) {
@@ -74,6 +76,8 @@ std::string Tensor::str() const {
   bool batched = kind == TensorKind::Activation || kind == TensorKind::ActivationGrad || kind == TensorKind::WeightGrad;
   if (batched) s += fmt::format("{{{}}}", batches.str());
   if (tp_size != 1 || partial) s += fmt::format("<{}{}/{}>", partial ? "+" : "", slice_set(tp_slices).str(), tp_size);
+  if (route == Route::Routed) s += "<routed>";
+  if (expert()) s += fmt::format("<e{}/{}{}>", ep_index, ep_size, route == Route::ExpertOut ? ":out" : "");
   if (num_shards != 1) s += fmt::format("[{}/{}]", shards.str(), num_shards);
   if (step != 0) s += fmt::format("@{}", step);
   return s;
@@ -111,6 +115,52 @@ Tensor tp_slice(Tensor t, int index, int count) {
   return t;
 }
 
+namespace {
+
+void check_ep_range(const Tensor& t, int index, int count) {
+  if (count < 1 || count > Tensor::kMaxEpSize)
+    throw TensorError(fmt::format("EP degree {} of {} is out of range (1 to {})", count, t.str(), Tensor::kMaxEpSize));
+  if (index < 0 || index >= count)
+    throw TensorError(fmt::format("expert slice {} of {} is out of range for {}", index, count, t.str()));
+  if (t.expert()) throw TensorError(fmt::format("{} is already an expert slice", t.str()));
+}
+
+}  // namespace
+
+Tensor expert_slice(Tensor t, int index, int count) {
+  check_ep_range(t, index, count);
+  if (t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad)
+    throw TensorError(fmt::format("{} is an activation or its grad: tokens reach an expert slice by a dispatch "
+                                  "all-to-all, not as a slice",
+                                  t.str()));
+  t.ep_size = static_cast<std::uint16_t>(count);
+  t.ep_index = static_cast<std::uint16_t>(index);
+  return t;
+}
+
+Tensor routed_as(Tensor t, Route r, int index, int count) {
+  if (t.kind != TensorKind::Activation && t.kind != TensorKind::ActivationGrad)
+    throw TensorError(fmt::format("only activations and activation grads are routed to experts, not {}", t.str()));
+  if (t.expert() || t.route != Route::None) throw TensorError(fmt::format("{} is routed already", t.str()));
+  t.route = r;
+  if (r == Route::ExpertIn || r == Route::ExpertOut) {
+    check_ep_range(t, index, count);
+    t.ep_size = static_cast<std::uint16_t>(count);
+    t.ep_index = static_cast<std::uint16_t>(index);
+  }
+  return t;
+}
+
+std::string route_words(const Tensor& t) {
+  switch (t.route) {
+    case Route::None: return t.expert() ? fmt::format(" (expert slice {} of {})", t.ep_index, t.ep_size) : "";
+    case Route::Routed: return " (tokens routed to experts that have not run)";
+    case Route::ExpertIn: return fmt::format(" (the tokens expert slice {} of {} received)", t.ep_index, t.ep_size);
+    case Route::ExpertOut: return fmt::format(" (what expert slice {} of {} gives back)", t.ep_index, t.ep_size);
+  }
+  return "";
+}
+
 Tensor tp_partial(Tensor t, int index, int count) {
   if (t.kind != TensorKind::Activation && t.kind != TensorKind::ActivationGrad)
     throw TensorError(fmt::format("only activations and their grads are partial sums, not {}", t.str()));
@@ -129,7 +179,8 @@ Tensor sum_partials(const Tensor& a, const Tensor& b) {
                                   "adds only to another",
                                   a.str(), b.str()));
   if (a.kind != b.kind || a.layer != b.layer || a.batches != b.batches || a.shards != b.shards ||
-      a.num_shards != b.num_shards || a.tp_size != b.tp_size)
+      a.num_shards != b.num_shards || a.tp_size != b.tp_size || a.route != b.route || a.ep_size != b.ep_size ||
+      a.ep_index != b.ep_index)
     throw TensorError(fmt::format("adding partial sums of different tensors: {} + {}", a.str(), b.str()));
   if (a.tp_slices & b.tp_slices)
     throw TensorError(fmt::format("adding partial sums that both hold TP slices {}: {} + {}",
@@ -149,7 +200,8 @@ Tensor sum(const Tensor& a, const Tensor& b) {
   if (a.layer != b.layer)
     throw TensorError(fmt::format("adding weight grads of different layers: {} + {}", a.str(), b.str()));
   if (!same_tp(a, b))
-    throw TensorError(fmt::format("adding weight grads of different TP slices: {} + {}", a.str(), b.str()));
+    throw TensorError(fmt::format("adding weight grads of different {} slices: {} + {}",
+                                  a.ep_size != b.ep_size || a.ep_index != b.ep_index ? "expert" : "TP", a.str(), b.str()));
   if (a.shards != b.shards || a.num_shards != b.num_shards)
     throw TensorError(fmt::format("adding weight grads of different shards: {} + {}", a.str(), b.str()));
   if (a.batches.intersects(b.batches))

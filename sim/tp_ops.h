@@ -10,7 +10,8 @@ namespace trainsim {
 /// parallelism's all-gather). Data-parallel collectives move weights and weight grads. The timeline and the
 /// Perfetto trace draw TP collectives in a colour and category of their own.
 inline bool is_tp_collective(const Op& op) {
-  if (!is_collective(op.kind) || op.reads.empty()) return false;
+  // (an all-to-all moves activations too, over an EP group: expert parallelism's, drawn apart)
+  if (!is_collective(op.kind) || op.kind == OpKind::AllToAll || op.reads.empty()) return false;
   const Tensor& t = op.reads.front();
   return t.partial || t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad;
 }

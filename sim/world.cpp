@@ -248,7 +248,7 @@ void World::complete(Group& g, std::uint64_t seq, Call& call) {
   // A broadcast gives the root's input; the others fold every member's in member order.
   const int root = is_rooted(kind) ? g.index_of.at(first.op.peer) : -1;
   Tensor acc = kind == OpKind::Broadcast ? call.arrivals[root]->input : first.input;
-  for (int i = 1; i < n && kind != OpKind::Broadcast; ++i) {
+  for (int i = 1; i < n && kind != OpKind::Broadcast && kind != OpKind::AllToAll; ++i) {
     try {
       if (kind == OpKind::AllGather) acc = combine(acc, call.arrivals[i]->input);
       else if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::Reduce)
@@ -258,6 +258,16 @@ void World::complete(Group& g, std::uint64_t seq, Call& call) {
     }
   }
   call.results.assign(n, acc);
+  if (kind == OpKind::AllToAll) {
+    // Expert parallelism's dispatch or combine: each member gets its own tokens (sim/all_to_all.h).
+    std::vector<const Tensor*> inputs;
+    for (const auto& a : call.arrivals) inputs.push_back(&a->input);
+    try {
+      call.results = g.all_to_all.call(inputs);
+    } catch (const AllToAllError& e) {
+      throw fail(e.member, e);
+    }
+  }
   if (kind == OpKind::ReduceScatter) {
     for (int i = 0; i < n; ++i) {
       try {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/all_to_all.h"
 #include "sim/cost_model.h"
 #include "sim/errors.h"
 #include "sim/kernel.h"
@@ -152,6 +153,7 @@ class World {
     std::map<int, int> index_of;
     std::vector<std::uint64_t> next_seq;  // per member
     std::map<std::uint64_t, Call> calls;
+    AllToAllGroup all_to_all;  // its all-to-alls' dispatches waiting for their combines
   };
 
   asio::awaitable<void> sync(int rank);

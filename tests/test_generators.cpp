@@ -88,6 +88,7 @@ TEST_CASE("gen: the registry lists every kind and rejects unknown ones") {
   want.push_back("zero3-owner");
   want.push_back("tp");
   want.push_back("3d");
+  want.push_back("ep");
   auto kinds = generator_kinds();
   std::sort(want.begin(), want.end());
   std::sort(kinds.begin(), kinds.end());

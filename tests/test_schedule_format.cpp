@@ -101,7 +101,7 @@ TEST_CASE("tensor names parse") {
 
 TEST_CASE("parse errors name file, line and column, and what was expected") {
   CHECK(parse_error("world_size 2\n") == "bad.sched:1:1: expected the format line 'trainsim-schedule 1', got 'world_size'");
-  CHECK(parse_error("trainsim-schedule 3\n") == "bad.sched:1:19: unsupported format version 3 (this trainsim reads versions 1 and 2)");
+  CHECK(parse_error("trainsim-schedule 4\n") == "bad.sched:1:19: unsupported format version 4 (this trainsim reads versions 1 to 3)");
   CHECK(parse_error(header() + "rank 0\n  fly L0 {0}\n").find("bad.sched:6:3: unknown op 'fly' (expected one of: load,") == 0);
   CHECK(parse_error(header() + "rank 0\n  forward L2 {0}\n") == "bad.sched:6:11: layer 2 is out of range 0..1");
   CHECK(parse_error(header() + "rank 0\n  forward L0 {0-2}\n") == "bad.sched:6:14: batch 2 is out of range 0..1");

@@ -161,6 +161,7 @@ const char* node_style(const Op& op) {
     case OpKind::Barrier:
     case OpKind::Broadcast:
     case OpKind::Reduce: return "shape=hexagon, style=filled, fillcolor=\"#fdd0a2\"";
+    case OpKind::AllToAll: return "shape=hexagon, style=filled, fillcolor=\"#bcbddc\"";
     case OpKind::Load:
     case OpKind::Accumulate:
     case OpKind::Free: return "shape=plaintext, fontsize=8, fontcolor=gray35, height=0.2, margin=0.02";

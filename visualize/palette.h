@@ -29,6 +29,9 @@ inline constexpr const char* kReduceScatterColour = "#a77fe0"; ///< reduce-scatt
 inline constexpr const char* kAllReduceColour = "#5a64d0";     ///< all-reduce (AR)
 inline constexpr const char* kBroadcastColour = "#3cc0c8";     ///< broadcast (BC), in the legend only when drawn
 inline constexpr const char* kReduceColour = "#7a3fb0";        ///< reduce (RD), in the legend only when drawn
+/// Expert parallelism's all-to-all (A2A: the dispatch and combine of an MoE layer's tokens), in the legend only when
+/// drawn.
+inline constexpr const char* kAllToAllColour = "#2f8f6f";
 /// Tensor-parallel collectives (is_tp_collective: the all-reduce of a layer's partial sums, sequence
 /// parallelism's reduce-scatter and all-gather of activations) in magenta, apart from the data-parallel ones.
 inline constexpr const char* kTpCollectiveColour = "#c8379b";

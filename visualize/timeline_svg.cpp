@@ -88,6 +88,7 @@ class Colours {
       case OpKind::AllReduce: return {is_tp_collective(op) ? &tp_ : &ar_};
       case OpKind::Broadcast: return {&bc_};
       case OpKind::Reduce: return {&rd_};
+      case OpKind::AllToAll: return {&a2a_};
       default: return {&nolayer_};
     }
   }
@@ -110,7 +111,7 @@ class Colours {
   mutable std::map<int, Set> cache_;
   std::string update_ = kUpdateColour, pass_ = kPassColour, loss_ = kLossColour, nolayer_ = kNoLayerColour,
               ag_ = kAllGatherColour, rs_ = kReduceScatterColour, ar_ = kAllReduceColour, bc_ = kBroadcastColour,
-              rd_ = kReduceColour, tp_ = kTpCollectiveColour;
+              rd_ = kReduceColour, tp_ = kTpCollectiveColour, a2a_ = kAllToAllColour;
 };
 
 /// The label drawn inside an op's box: the longest form that fits `width` px at `font` px, or "". Every form
@@ -145,6 +146,7 @@ std::string box_label(const Op& op, double width, double font) {
     case OpKind::AllReduce: s = "AR"; break;
     case OpKind::Broadcast: s = "BC"; break;
     case OpKind::Reduce: s = "RD"; break;
+    case OpKind::AllToAll: s = "A2A"; break;
     case OpKind::Barrier: s = "B"; break;
     case OpKind::Send: s = fmt::format("\u2192{}", op.peer); break;
     case OpKind::Recv: s = op.peer < 0 ? std::string("\u2190*") : fmt::format("\u2190{}", op.peer); break;
@@ -294,7 +296,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
   std::size_t timed = 0;
   int max_layer = -1;
   double mem_max = 0;
-  bool has_bi = false, has_bw = false, has_rooted = false, has_tp = false;
+  bool has_bi = false, has_bw = false, has_rooted = false, has_tp = false, has_a2a = false;
   bool has_tp_time = false;  // a TP collective that takes time (summary rows stack only time)
   for (const auto& runs : trace.ranks)
     for (const auto& r : runs) {
@@ -305,6 +307,7 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
       has_bi |= r.op.kind == OpKind::BackwardInput;
       has_bw |= r.op.kind == OpKind::BackwardWeight;
       has_rooted |= is_rooted(r.op.kind);
+      has_a2a |= r.op.kind == OpKind::AllToAll;
       if (is_tp_collective(r.op)) has_tp = true, has_tp_time |= r.end > r.start;
     }
   if (nranks == 0 || timed == 0) return empty_svg(trace, opt);
@@ -466,6 +469,9 @@ std::string timeline_svg(const Trace& trace, const TimelineOptions& opt) {
                      false, "all-gather (AG), reduce-scatter (RS), all-reduce (AR), barrier (B)"});
     if (has_rooted)  // (only when drawn: the figures without them stay as they were)
       items.push_back({LegendItem::Boxes, {kBroadcastColour, kReduceColour}, 1, false, "broadcast (BC), reduce (RD)"});
+    if (has_a2a)  // (only when drawn, as the rooted collectives)
+      items.push_back({LegendItem::Boxes, {kAllToAllColour}, 1, false,
+                       "all-to-all (A2A): an MoE layer's tokens to their experts (dispatch) and back (combine)"});
     if (has_tp)
       items.push_back({LegendItem::Boxes, {kTpCollectiveColour}, 1, false,
                        "TP collective (AR, RS, AG of a layer's partial sums and activations over its TP group)"});

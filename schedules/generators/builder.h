@@ -214,6 +214,9 @@ Schedule gen_data_parallel(const std::string& kind, const GenOptions& o);
 std::unique_ptr<RankSource> gen_pp_fsdp(const GenOptions& o);
 /// zero3-owner: ZeRO-3 sharded between tensors (each layer owned whole by rank l mod dp; broadcast, reduce).
 Schedule gen_zero3_owner(const GenOptions& o);
+/// gen ep: expert parallelism over `dp` data-parallel ranks in EP groups of `ep` (schedules/generators/
+/// expert_parallel.cpp). Throws std::invalid_argument for options out of range.
+Schedule gen_expert_parallel(const GenOptions& o);
 /// Tensor parallelism alone: `tp` ranks, one TP group, `layers` layers (0: 4), 1F1B over the microbatches.
 std::unique_ptr<RankSource> gen_tp(const GenOptions& o);
 /// 3D parallelism: tp x pp x dp ranks, rank = tp + T * (dp + D * pp) (Megatron-LM's order, torchtitan's mesh

@@ -15,7 +15,7 @@ namespace trainsim {
 
 const std::vector<std::string>& generator_kinds() {
   static const std::vector<std::string> kinds = {"gpipe", "1f1b",  "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev", "interleaved-zb",
-                                                 "ddp",   "zero1", "zero2",            "fsdp",       "zero3-owner", "pp-fsdp", "tp", "3d"};
+                                                 "ddp",   "zero1", "zero2",            "fsdp",       "zero3-owner", "pp-fsdp", "tp", "3d", "ep"};
   return kinds;
 }
 
@@ -25,7 +25,7 @@ namespace {
 // each one or more ops), so that a mistyped option is refused at once rather than running out of memory.
 // Returns the schedule layers the options ask for.
 long long check_size(const std::string& kind, const GenOptions& o) {
-  const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner";
+  const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner" || kind == "ep";
   const bool pp_fsdp = kind == "pp-fsdp";
   const bool chunked = interleaved_schedule(kind);
   const bool tensor_parallel = kind == "tp" || kind == "3d";
@@ -85,7 +85,7 @@ long long check_size(const std::string& kind, const GenOptions& o) {
 }
 
 bool takes_layers(const std::string& kind) {
-  return kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner" ||
+  return kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner" || kind == "ep" ||
          kind == "tp" || kind == "3d";
 }
 
@@ -115,6 +115,7 @@ std::unique_ptr<RankSource> generate_kind(const std::string& kind, const GenOpti
     return std::make_unique<HeldSchedule>(gen::gen_data_parallel(kind, options));
   if (kind == "pp-fsdp") return gen::gen_pp_fsdp(options);
   if (kind == "zero3-owner") return std::make_unique<HeldSchedule>(gen::gen_zero3_owner(options));
+  if (kind == "ep") return std::make_unique<HeldSchedule>(gen::gen_expert_parallel(options));
   if (kind == "tp") return gen::gen_tp(options);
   if (kind == "3d") return gen::gen_3d(options);
   std::string names;
@@ -147,7 +148,7 @@ Schedule generate(const std::string& kind, const GenOptions& options) { return g
 
 int microbatches_for_global_batch(const std::string& kind, const GenOptions& o, long long global_batch,
                                   int microbatch_size) {
-  const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner";
+  const bool data_parallel = kind == "ddp" || kind == "zero1" || kind == "zero2" || kind == "fsdp" || kind == "zero3-owner" || kind == "ep";
   const long long replicas = data_parallel || kind == "pp-fsdp" || kind == "3d" ? std::max(o.dp, 1) : 1;
   const long long per_microbatch = replicas * std::max(microbatch_size, 1);
   if (global_batch < 1)

@@ -1,0 +1,42 @@
+// The all-to-all of expert parallelism (docs/design.md, "Mixture of Experts"; Lepikhin et al. 2020, GShard;
+// Megatron-Core's token dispatcher): what each member of an EP group gets from one all-to-all call, the one
+// rule both engines (sim/world.h, schedules/stream_sim.h) apply.
+#pragma once
+
+#include <map>
+#include <span>
+#include <tuple>
+#include <vector>
+
+#include "sim/tensor.h"
+
+namespace trainsim {
+
+/// A problem with one member's input of an all-to-all; `member` is its position in the group (the engines name
+/// the rank and the op).
+struct AllToAllError : TensorError {
+  AllToAllError(int member, const std::string& what) : TensorError(what), member(member) {}
+  int member;
+};
+
+/// The all-to-alls of one EP group, in call order. Two directions, told apart by the inputs:
+/// - Dispatch: no input is an expert slice. Every member gives the same tensor (kind, layer) for its own
+///   batches, disjoint from the others': an activation Routed (the router's output), or an activation grad
+///   complete (the grad of the layer's output, going back to the experts). Member m of n gets the tokens of
+///   every member's batches for expert slice m of n (Route::ExpertIn).
+/// - Combine: every input is Route::ExpertOut, member m's being expert slice m of n, all for the same batches.
+///   Member m gets back the batches it gave to the dispatch of that tensor (kind, layer, batches): an activation
+///   complete (the layer's output), an activation grad Routed (what the layer's dense backward reads).
+/// A combine without its dispatch in this group is refused: tokens go back to the ranks they came from.
+class AllToAllGroup {
+ public:
+  /// What each member gets, inputs[m] being member m's. Throws AllToAllError naming the member whose input is
+  /// wrong (the first one, in member order).
+  std::vector<Tensor> call(std::span<const Tensor* const> inputs);
+
+ private:
+  // (kind, layer, batches of every member) of a dispatch -> the batches each member gave
+  std::map<std::tuple<TensorKind, int, IdSet>, std::vector<IdSet>> dispatched_;
+};
+
+}  // namespace trainsim

@@ -1,0 +1,284 @@
+// Mixture of Experts and expert parallelism in the simulator (docs/design.md, "Mixture of Experts"; issue 35):
+// expert slices and routed tokens as tensor identities, the all-to-all's dispatch and combine, the algebra of
+// the experts' compute, the updates of every expert slice, the .sched version 3 syntax, `gen ep`, both engines,
+// and what refuses MoE so far (the hardware model, the executor, PyTorch's CSV).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "interop/chakra.h"
+#include "interop/pytorch_csv.h"
+#include "schedules/generators.h"
+#include "schedules/replay.h"
+#include "schedules/text_format.h"
+#include "sim/all_to_all.h"
+#include "sim/algebra.h"
+#include "cli_helpers.h"
+#include "sim_helpers.h"
+
+using namespace trainsim;
+
+namespace {
+
+using testing::has;
+
+// `s` with its cost model line replaced: "puzzle" runs the puzzle engine (sim/world.h), "unit" the stream engine.
+Schedule with_cost(Schedule s, const std::string& cost) {
+  s.header.cost_model = cost;
+  return s;
+}
+
+// The first error of simulating `text` (a mutated .sched) under both engines, which must agree that it is wrong.
+std::string both_refuse(const std::string& text) {
+  std::string first;
+  for (const char* cost : {"puzzle", "unit"}) {
+    CAPTURE(cost);
+    Schedule s = with_cost(parse_schedule(text, "moe.sched"), cost);
+    SimResult r = simulate(s);
+    CHECK_FALSE(r.ok);
+    if (first.empty()) first = r.error;
+  }
+  return first;
+}
+
+// `text` with its first occurrence of `from` replaced by `to` (which must be there).
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+GenOptions ep_options(int dp, int ep, int layers, int dense, int m) {
+  GenOptions o;
+  o.dp = dp, o.ep = ep, o.layers = layers, o.dense_layers = dense, o.microbatches = m;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("MoE tensors: expert slices and token states print and parse back, version 3 only") {
+  const Tensor w = expert_slice(weight_tensor(3), 1, 4);
+  CHECK(w.str() == "W3<e1/4>");
+  CHECK(w.held_fraction() == doctest::Approx(0.25));
+  CHECK(routed_as(activation_tensor(4, IdSet{0}), Route::Routed).str() == "A4{0}<routed>");
+  CHECK(routed_as(activation_tensor(4, IdSet::range(0, 4)), Route::ExpertIn, 1, 4).str() == "A4{0-3}<e1/4>");
+  CHECK(routed_as(activation_grad_tensor(4, IdSet::range(0, 4)), Route::ExpertOut, 3, 4).str() == "dA4{0-3}<e3/4:out>");
+  // An expert slice of a TP slice, FSDP-sharded, after an update.
+  Tensor t = expert_slice(tp_slice(shard(weight_tensor(2), 1, 2), 0, 2), 3, 8);
+  ++t.step;
+  CHECK(t.str() == "W2<0/2><e3/8>[1/2]@1");
+  for (const char* text : {"W3<e1/4>", "A4{0}<routed>", "A4{0-3}<e1/4>", "dA4{0-3}<e3/4:out>", "W2<0/2><e3/8>[1/2]@1",
+                           "dW5{0-7}<e0/1>", "O1<e4095/4096>"})
+    CHECK(parse_tensor(text).str() == text);
+  // Different slices are different tensors; the states too.
+  CHECK(parse_tensor("W3<e1/4>") != parse_tensor("W3<e2/4>"));
+  CHECK(parse_tensor("W3<e1/4>") != parse_tensor("W3"));
+  CHECK(parse_tensor("A4{0-3}<e1/4>") != parse_tensor("A4{0-3}<e1/4:out>"));
+  for (const char* bad : {"W3<e4/4>", "W3<e0/0>", "W3<e1/4:out>", "W3<routed>", "A4{0}<e1/4><routed>", "W3<e/4>",
+                          "W3<e1/4097>", "A4{0}<0/2><e1/2>", "W3<ex/4>"})
+    CHECK_THROWS_AS(parse_tensor(bad), std::invalid_argument);
+  // Grads of different expert slices never add up; the same slice's over disjoint batches do.
+  const Tensor g0 = expert_slice(weight_grad_tensor(1, IdSet{0}), 0, 2), g1 = expert_slice(weight_grad_tensor(1, IdSet{1}), 0, 2);
+  CHECK(sum(g0, g1).str() == "dW1{0-1}<e0/2>");
+  CHECK_THROWS_WITH_AS(sum(g0, expert_slice(weight_grad_tensor(1, IdSet{1}), 1, 2)),
+                       doctest::Contains("different expert slices"), TensorError);
+  CHECK_THROWS_AS(sum(g0, weight_grad_tensor(1, IdSet{1})), TensorError);
+  // Version 2 files cannot hold them.
+  try {
+    parse_schedule("trainsim-schedule 2\nworld_size 1\nlayers 1\nmicrobatches 1\ncost_model unit\n\nrank 0\n  load -> W0<e0/1>\n",
+                   "v2.sched");
+    FAIL("version 2 read an expert slice");
+  } catch (const ParseError& e) {
+    CHECK(has(e.what(), "v2.sched:8:11"));
+    CHECK(has(e.what(), "need format version 3"));
+  }
+}
+
+TEST_CASE("the all-to-all: a dispatch gives slice j every member's tokens, a combine gives each member its own back") {
+  AllToAllGroup group;
+  const int n = 4;
+  std::vector<Tensor> routed;
+  for (int m = 0; m < n; ++m) routed.push_back(routed_as(activation_tensor(2, IdSet{10 + 3 * m}), Route::Routed));
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : routed) in.push_back(&t);
+  std::vector<Tensor> dispatched = group.call(in);
+  REQUIRE(dispatched.size() == n);
+  for (int m = 0; m < n; ++m) CHECK(dispatched[m].str() == fmt::format("A2{{10,13,16,19}}<e{}/4>", m));
+  // The experts run: each slice's output, then the combine.
+  std::vector<Tensor> outs;
+  for (int m = 0; m < n; ++m) outs.push_back(routed_as(activation_tensor(2, dispatched[m].batches), Route::ExpertOut, m, n));
+  in.clear();
+  for (const Tensor& t : outs) in.push_back(&t);
+  std::vector<Tensor> back = group.call(in);
+  for (int m = 0; m < n; ++m) CHECK(back[m] == activation_tensor(2, IdSet{10 + 3 * m}));
+  // Once combined, the tokens are not waiting any more: a second combine is refused.
+  try {
+    group.call(in);
+    FAIL("combined twice");
+  } catch (const AllToAllError& e) {
+    CHECK(has(e.what(), "never dispatched"));
+  }
+  // Grads: the complete grad goes out, and what comes back is routed (the dense backward's input).
+  std::vector<Tensor> grads;
+  for (int m = 0; m < n; ++m) grads.push_back(activation_grad_tensor(2, IdSet{m}));
+  in.clear();
+  for (const Tensor& t : grads) in.push_back(&t);
+  std::vector<Tensor> gd = group.call(in);
+  std::vector<Tensor> gout;
+  for (int m = 0; m < n; ++m) gout.push_back(routed_as(activation_grad_tensor(2, gd[m].batches), Route::ExpertOut, m, n));
+  in.clear();
+  for (const Tensor& t : gout) in.push_back(&t);
+  std::vector<Tensor> gback = group.call(in);
+  for (int m = 0; m < n; ++m) CHECK(gback[m].str() == fmt::format("dA2{{{}}}<routed>", m));
+  // Wrong inputs name the member: two members sending the same batch, an activation not routed, a slice out of place.
+  auto refused = [&](std::vector<Tensor> ts, int member, const std::string& words) {
+    AllToAllGroup fresh;
+    std::vector<const Tensor*> p;
+    for (const Tensor& t : ts) p.push_back(&t);
+    try {
+      fresh.call(p);
+      FAIL("accepted");
+    } catch (const AllToAllError& e) {
+      CHECK(e.member == member);
+      CHECK(has(e.what(), words));
+    }
+  };
+  refused({routed[0], routed[0]}, 1, "dispatched by two members");
+  refused({routed[0], activation_tensor(2, IdSet{1})}, 1, "state <routed>");
+  refused({outs[1], outs[0]}, 0, "member 0");
+  refused({dispatched[0], dispatched[1]}, 0, "not their output");
+}
+
+TEST_CASE("gen ep: every EP and data-parallel shape simulates under both engines and prints back byte for byte") {
+  for (int dp : {1, 2, 4, 6})
+    for (int ep : {1, 2, 3, 4})
+      for (int dense : {0, 1}) {
+        if (dp % ep != 0) continue;
+        CAPTURE(dp);
+        CAPTURE(ep);
+        CAPTURE(dense);
+        const int L = 3, m = 2;
+        Schedule s = generate("ep", ep_options(dp, ep, L, dense, m));
+        CHECK(s.header.version == 3);
+        const std::string text = print_schedule(s);
+        CHECK(print_schedule(parse_schedule(text, "ep.sched")) == text);
+        for (const char* cost : {"unit", "puzzle"}) {
+          CAPTURE(cost);
+          SimResult r = simulate(with_cost(s, cost));
+          INFO(r.error);
+          CHECK(r.ok);
+        }
+        // Per rank: four all-to-alls per MoE layer and microbatch; an update of each layer and of each expert slice.
+        for (int r = 0; r < dp; ++r) {
+          int a2a = 0, updates = 0, expert_updates = 0;
+          for (const Op& op : s.ranks[r]) {
+            a2a += op.kind == OpKind::AllToAll;
+            if (op.kind != OpKind::Update) continue;
+            ++updates;
+            if (op.writes.front().expert()) {
+              ++expert_updates;
+              CHECK(op.writes.front().ep_index == r % ep);
+              CHECK(op.writes.front().ep_size == ep);
+            }
+          }
+          CHECK(a2a == 4 * (L - dense) * m);
+          CHECK(expert_updates == L - dense);
+          CHECK(updates == L + L - dense);
+        }
+      }
+  CHECK_THROWS_WITH_AS(generate("ep", ep_options(4, 3, 2, 0, 1)), doctest::Contains("must divide --dp"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(generate("ep", ep_options(2, 2, 2, 2, 1)), doctest::Contains("no MoE layer"), std::invalid_argument);
+}
+
+TEST_CASE("gen ep: the experts take 1/e of the EP group's tokens, so EP splits their time and memory") {
+  // Unit costs: a dense forward of one microbatch takes as long as an expert slice's forward of the EP group's e.
+  for (int ep : {1, 2, 4}) {
+    CAPTURE(ep);
+    Schedule s = generate("ep", ep_options(4, ep, 2, 0, 1));
+    SimResult r = simulate(with_cost(s, "puzzle"));
+    REQUIRE(r.ok);
+    double dense = -1, expert = -1;
+    for (const OpRun& run : r.trace.ranks[0]) {
+      if (run.op.kind != OpKind::Forward) continue;
+      (run.op.reads.front().expert() || run.op.reads.back().expert() ? expert : dense) = run.end - run.start;
+    }
+    CHECK(dense > 0);
+    CHECK(expert == doctest::Approx(dense));
+  }
+  // An expert slice's weight is 1/e of a layer's in the puzzle model's memory.
+  PuzzleCostModel puzzle;
+  CHECK(puzzle.memory(expert_slice(weight_tensor(0), 0, 4)) == doctest::Approx(puzzle.memory(weight_tensor(0)) / 4));
+}
+
+TEST_CASE("MoE schedules that skip a step are refused by both engines, naming rank, op and line") {
+  // One MoE layer (layer 1) over an EP group of two ranks, one microbatch each.
+  const std::string text = print_schedule(generate("ep", ep_options(2, 2, 2, 1, 1)));
+  SUBCASE("skipping the combine: the next op reads routed tokens") {
+    std::string t = replaced(text, "  all-to-all L1 group 2 : A2{0}<routed> -> A2{0-1}<e0/2>\n  free : A2{0}<routed>\n"
+                                   "  forward L1 {0-1} : A2{0-1}<e0/2> W1<e0/2> -> A2{0-1}<e0/2:out>\n"
+                                   "  all-to-all L1 group 2 : A2{0-1}<e0/2:out> -> A2{0}\n  free : A2{0-1}<e0/2:out>\n",
+                         "");
+    t = replaced(t, "  loss {0}\n", "  loss {0} : A2{0}<routed>\n");
+    const std::string e = both_refuse(t);
+    CHECK(has(e, "rank 0: loss"));
+    CHECK(has(e, "moe.sched:"));
+    CHECK(has(e, "routed to experts that have not run"));
+  }
+  SUBCASE("routing to an expert slice the rank does not hold") {
+    const std::string e =
+        both_refuse(replaced(text, "forward L1 {0-1} : A2{0-1}<e1/2> W1<e1/2>", "forward L1 {0-1} : A2{0-1}<e1/2> W1<e0/2>"));
+    CHECK(has(e, "rank 1: forward layer 1 batches {0-1} (moe.sched:"));
+    CHECK(has(e, "not those of W1<e0/2>"));
+  }
+  SUBCASE("combining tokens the experts did not process") {
+    std::string t = replaced(text, "  forward L1 {0-1} : A2{0-1}<e0/2> W1<e0/2> -> A2{0-1}<e0/2:out>\n", "");
+    t = replaced(t, "all-to-all L1 group 2 : A2{0-1}<e0/2:out> -> A2{0}", "all-to-all L1 group 2 : A2{0-1}<e0/2> -> A2{0}");
+    CHECK(has(both_refuse(t), "not their output"));
+  }
+  SUBCASE("an expert slice updated twice, or never") {
+    const std::string update = "  update L1 : dW1{0-1}<e0/2> W1<e0/2> O1<e0/2>\n";
+    std::string twice = replaced(text, update, update + "  update L1 : dW1{0-1}<e0/2> W1<e0/2>@1 O1<e0/2>@1\n");
+    CHECK(has(both_refuse(twice), "layer 1's expert slice 0 of 2 is updated again"));
+    std::string never = replaced(text, update, "");
+    never = replaced(never, "  free : dW1{0-1}<e0/2> W1<e0/2> O1<e0/2>\n", "");
+    CHECK(has(both_refuse(never), "layer 1: expert slice 0 of 2 is never updated"));
+  }
+  SUBCASE("an update of the dense weight with an expert's grad") {
+    const std::string e = both_refuse(
+        replaced(text, "  update L1 : dW1{0-1}<e0/2> W1<e0/2> O1<e0/2>\n", "  update L1 : dW1{0-1}<e0/2> W1@1 O1@1\n"));
+    CHECK(has(e, "not one expert slice"));
+  }
+}
+
+TEST_CASE("PyTorch's CSV refuses an all-to-all; Chakra traces carry it and read back") {
+  Schedule s = generate("ep", ep_options(2, 2, 2, 0, 1));
+  Schedule staged = s;
+  staged.header.stage_map = {0, 0};  // (a CSV needs one; the all-to-all is what it cannot hold)
+  CHECK_THROWS_WITH_AS(export_pytorch_csv(staged, CsvForm::ComputeComms), doctest::Contains("all-to-all"), std::invalid_argument);
+  // Chakra carries them (ALL_TO_ALL collectives) and reads them back.
+  const std::vector<ChakraRank> ranks = chakra_trace(s);
+  std::vector<std::string> names;
+  for (std::size_t r = 0; r < ranks.size(); ++r) names.push_back(fmt::format("t.{}.et", r));
+  CHECK(print_schedule(schedule_from_chakra(ranks, names)) == print_schedule(s));
+}
+
+TEST_CASE("the command line: gen ep writes and simulates; the hardware model and replay refuse MoE with a reason") {
+  const auto dir = testing::fresh_dir("moe_cli");
+  const std::string file = (dir / "ep.sched").string();
+  auto r = testing::run_trainsim("gen ep --dp 4 --ep 2 --layers 3 --dense-layers 1 --microbatches 2 -o " + file);
+  REQUIRE(r.exit_code == 0);
+  r = testing::run_trainsim("sim " + file);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "valid"));
+  r = testing::run_trainsim("sim " + file + " --model llama3-8b --device h100-sxm --network nvlink8-ib400", true);
+  CHECK(r.exit_code == 1);
+  CHECK(has(r.out, "no Mixture-of-Experts model yet"));
+  r = testing::run_trainsim("replay " + file + " --model tiny --blocks 3 --steps 1", true);
+  CHECK(r.exit_code == 1);
+  CHECK(has(r.out, "the executor's model has no experts yet"));
+  r = testing::run_trainsim("gen ep --dp 4 --ep 3 -o -", true);
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.out, "--ep 3 must divide --dp 4"));
+  r = testing::run_trainsim("gen --help");
+  CHECK(has(r.out, "expert parallel (Mixture of Experts) ep"));
+}
