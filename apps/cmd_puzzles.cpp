@@ -1,4 +1,4 @@
-// `trainsim puzzles`: check the LLM Training Puzzles (the original eight and our tensor-parallel ninth) and draw
+// `trainsim puzzles`: check the LLM Training Puzzles (the original eight, and our tensor-parallel and expert-parallel ones) and draw
 // their timelines.
 #include <cmath>
 #include <filesystem>
@@ -113,7 +113,7 @@ void add_puzzles_command(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<PuzzlesArgs>();
   CLI::App* cmd = app.add_subcommand(
       "puzzles",
-      "Check the LLM Training Puzzles, the original eight and a ninth of ours, tensor parallelism (reference "
+      "Check the LLM Training Puzzles, the original eight and two of ours, tensor and expert parallelism (reference "
       "solutions, or yours with --exercises): correctness, "
       "Timesteps and peak memory against each puzzle's targets. Writes a timeline SVG per puzzle. Exit status: 0 "
       "every puzzle run is correct and within its targets; 1 one is not; 2 a bad option or an output that cannot be "

@@ -6,7 +6,7 @@
 
 namespace trainsim::apps {
 
-/// `trainsim puzzles`: runs the nine puzzles (the original eight and tensor parallelism), prints a table (or JSON) and writes a timeline per puzzle.
+/// `trainsim puzzles`: runs the ten puzzles (the original eight, tensor and expert parallelism), prints a table (or JSON) and writes a timeline per puzzle.
 void add_puzzles_command(CLI::App& app, int* exit_code);
 /// `trainsim validate FILE` and `trainsim sim FILE ...`: check and time a schedule, write its timeline,
 /// Perfetto trace and dependency graph.

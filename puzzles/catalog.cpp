@@ -35,6 +35,12 @@ const std::vector<Puzzle>& catalog() {
        "(output forward, input grad backward) before the next layer reads them.",
        4, 4, 4, 11, 2'800'000, reference::tensor_parallel, exercises::tensor_parallel,
        "puzzles/exercises/tensor_parallel.cpp", 4},
+      {"expert_parallel", "Puzzle 9 - Expert Parallelism",
+       "Every layer is a Mixture of Experts; each rank trains its own batch and holds one slice of every layer's "
+       "experts. Dispatch the routed tokens to the experts' ranks with an all-to-all, run this rank's experts, and "
+       "combine their output with a second (in the backward, the conjugate two) before the next layer reads it.",
+       4, 4, 4, 25, 4'100'000, reference::expert_parallel, exercises::expert_parallel, "puzzles/exercises/expert_parallel.cpp",
+       1, 4},
   };
   return all;
 }

@@ -1,6 +1,6 @@
 // The LLM Training Puzzles: the eight of the original (srush/LLM-Training-Puzzles), with its configurations
-// and targets, and a ninth of ours, tensor parallelism (Megatron-LM), whose targets come from its reference
-// solution. Each has a reference solution and a learner's exercise.
+// and targets, and two of ours, tensor parallelism (Megatron-LM) and expert parallelism (GShard, Megatron-Core
+// MoE), whose targets come from their reference solutions. Each has a reference solution and a learner's exercise.
 #pragma once
 
 #include <string>
@@ -28,9 +28,13 @@ struct Puzzle {
   Program exercise = nullptr;
   std::string exercise_file;  ///< where the learner writes the solution
   int tp = 1;  ///< TP degree: ranks form TP groups of `tp` consecutive ranks (Model::tp); 1 without TP
+  /// EP degree: ranks form EP groups of `ep` consecutive ranks (Model::ep), every layer a Mixture-of-Experts
+  /// layer; 1 without experts
+  int ep = 1;
 };
 
-/// The puzzles: the original eight in the original order, then tensor parallelism (Puzzle 8, an addition).
+/// The puzzles: the original eight in the original order, then tensor parallelism (Puzzle 8) and expert
+/// parallelism (Puzzle 9), additions.
 const std::vector<Puzzle>& catalog();
 /// The puzzle called `name`, or nullptr.
 const Puzzle* find_puzzle(std::string_view name);
@@ -45,6 +49,7 @@ Task pipeline(Model& model);
 Task gpipe(Model& model);
 Task pipeline_fsdp(Model& model);
 Task tensor_parallel(Model& model);
+Task expert_parallel(Model& model);
 }  // namespace reference
 
 namespace exercises {
@@ -57,6 +62,7 @@ Task pipeline(Model& model);
 Task gpipe(Model& model);
 Task pipeline_fsdp(Model& model);
 Task tensor_parallel(Model& model);
+Task expert_parallel(Model& model);
 }  // namespace exercises
 
 }  // namespace trainsim::puzzles

@@ -54,11 +54,12 @@ WeightGrad operator+(const WeightGrad& a, const GradTerm& b) {
   }
 }
 
-Model::Model(Rank rank, int layers, int batches, int tp)
+Model::Model(Rank rank, int layers, int batches, int tp, int ep)
     : rank_(rank),
       layers_(layers),
       batches_(batches),
       tp_(tp),
+      ep_(ep),
       storage_{Store<Weight>("weights", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
                Store<OptState>("opt_states", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
                Store<Activation>("activations", rank.id(), [this](auto* b, auto* a) { on_store(b, a); }),
@@ -70,6 +71,11 @@ Model::Model(Rank rank, int layers, int batches, int tp)
     throw std::invalid_argument(fmt::format("a TP degree of {} does not split {} ranks into TP groups (1 to {}, dividing "
                                             "the world size)",
                                             tp, rank.world_size(), Tensor::kMaxTpSize));
+  if (ep < 1 || ep > Tensor::kMaxEpSize || rank.world_size() % ep != 0)
+    throw std::invalid_argument(fmt::format("an EP degree of {} does not split {} ranks into EP groups (1 to {}, dividing "
+                                            "the world size)",
+                                            ep, rank.world_size(), Tensor::kMaxEpSize));
+  if (tp > 1 && ep > 1) throw std::invalid_argument("a puzzle has tensor or expert parallelism, not both");
 }
 
 void Model::on_store(const Tensor* before, const Tensor* after) {
@@ -111,6 +117,28 @@ void Model::check_not_partial(const Tensor& t, const char* op, int layer, const 
                    maker));
 }
 
+void Model::check_not_routed(const Tensor& t, const char* op, int layer, const loc& w) const {
+  if (t.route == Route::None && !t.expert()) return;
+  const bool act = t.kind == TensorKind::Activation;
+  const int moe = t.layer - 1, out = t.layer;  // the MoE layer that made the tokens, and its output's index
+  const char* store = store_name(t.kind);
+  if (t.route == Route::Routed && act)
+    fail(op, layer, w,
+         fmt::format("its input {} holds this rank's tokens routed to layer {}'s experts, which have not run: "
+                     "dispatch them to the experts' ranks ({}[{{{}, 1}}] = co_await model.alltoall({}[{}], {})), run "
+                     "this rank's experts on what arrives ({}[{{{}, 2}}] = model.forward({}, {}[{{{}, 1}}], "
+                     "weights[{{{}, 1}}])) and combine their output ({}[{}] = co_await model.alltoall({}[{{{}, 2}}], "
+                     "{})) before anything reads it",
+                     t.str(), moe, store, out, store, out, moe, store, out, moe, store, out, moe, store, out, store,
+                     out, moe));
+  fail(op, layer, w,
+       fmt::format("its input {} is {} tokens of expert slice {} of {} (layer {}'s experts), not this rank's {}: "
+                   "{} them with model.alltoall({}[...], {}) first",
+                   t.str(), t.route == Route::ExpertOut ? "the output for the" : "the", t.ep_index, t.ep_size, moe,
+                   long_name(t.kind), t.route == Route::ExpertOut ? "combine" : "run the experts on them, then combine",
+                   store, moe));
+}
+
 Op Model::make_op(OpKind kind, int layer, const loc& w) const {
   Op op;
   op.kind = kind;
@@ -141,6 +169,20 @@ std::pair<Weight, OptState> Model::load_slice(int layer, int slice, int total, l
   return {Weight(tp_slice(weight_tensor(layer), slice, total)), OptState(tp_slice(opt_state_tensor(layer), slice, total))};
 }
 
+std::pair<Weight, OptState> Model::load_experts(int layer, int slice, int total, loc w) {
+  check_layer("load_experts", layer, w);
+  if (ep_ == 1)
+    fail("load_experts", layer, w, "this puzzle has no experts (its EP degree is 1): load weights with load_weights");
+  if (total != ep_)
+    fail("load_experts", layer, w, fmt::format("slice {} of {}: this puzzle's EP groups have {} ranks; load slice "
+                                               "model.ep_rank() of model.ep()",
+                                               slice, total, ep_));
+  if (slice < 0 || slice >= total)
+    fail("load_experts", layer, w, fmt::format("slice {} of {} is out of range", slice, total));
+  return {Weight(expert_slice(weight_tensor(layer), slice, total)),
+          OptState(expert_slice(opt_state_tensor(layer), slice, total))};
+}
+
 Activation Model::get_activation(const std::vector<int>& batches, loc w) {
   return Activation(activation_tensor(0, batch_set(batches, batches_, fmt::format("rank {}: get_activation at {}", rank(), where(w)))));
 }
@@ -167,6 +209,25 @@ Op Model::run_compute(OpKind kind, int layer, TensorList reads, TensorList write
 Activation Model::forward(int layer, const Activation& inp, const Weight& weight, loc w) {
   check_layer("forward", layer, w);
   check_not_partial(inp, "forward", layer, w);
+  if (weight.expert()) {
+    // Mixture of Experts: this rank's experts on the tokens the dispatch gave it (the algebra checks the rest).
+    if (inp.route != Route::ExpertIn)
+      fail("forward", layer, w,
+           fmt::format("the experts {} run on the tokens a dispatch gives this rank ({}[{{{}, 1}}] = co_await "
+                       "model.alltoall({}[{}], {}), from the routed tokens of model.forward({}, ..., weights[{}])), "
+                       "not on {}",
+                       weight.str(), store_name(inp.kind), layer + 1, store_name(inp.kind), layer + 1, layer, layer,
+                       layer, inp.str()));
+    Op op = run_compute(OpKind::Forward, layer, {inp, weight},
+                        {routed_as(activation_tensor(layer + 1, inp.batches), Route::ExpertOut, weight.ep_index, weight.ep_size)}, w);
+    return Activation(op.writes[0]);
+  }
+  check_not_routed(inp, "forward", layer, w);
+  if (ep_ > 1) {
+    // Every layer of an expert-parallel puzzle is an MoE layer: attention and the router give the routed tokens.
+    Op op = run_compute(OpKind::Forward, layer, {inp, weight}, {routed_as(activation_tensor(layer + 1, inp.batches), Route::Routed)}, w);
+    return Activation(op.writes[0]);
+  }
   // A TP slice's output is its partial sum (a row-parallel matrix); the last layer's, its vocabulary slice of
   // the logits (the LM head is column-parallel). The algebra checks the rest (sim/algebra.cpp).
   Tensor out = activation_tensor(layer + 1, inp.batches);
@@ -182,6 +243,25 @@ std::pair<WeightGrad, ActivationGrad> Model::backward(int layer, const Activatio
   check_layer("backward", layer, w);
   check_not_partial(inp, "backward", layer, w);
   check_not_partial(grad, "backward", layer, w);
+  if (weight.expert()) {
+    // The experts' backward: their weight grad, and the grad of their tokens, to combine.
+    Op op = run_compute(OpKind::Backward, layer, {inp, grad, weight},
+                        {expert_slice(weight_grad_tensor(layer, inp.batches), weight.ep_index, weight.ep_size),
+                         routed_as(activation_grad_tensor(layer + 1, inp.batches), Route::ExpertOut, weight.ep_index,
+                                   weight.ep_size)},
+                        w);
+    return {WeightGrad(op.writes[0]), ActivationGrad(op.writes[1])};
+  }
+  check_not_routed(inp, "backward", layer, w);
+  if (ep_ > 1 && grad.route != Route::Routed) {
+    if (grad.expert()) check_not_routed(grad, "backward", layer, w);
+    fail("backward", layer, w,
+         fmt::format("the grad {} has not been through layer {}'s experts: dispatch it (grad_activations[{{{}, 1}}] = "
+                     "co_await model.alltoall(grad_activations[{}], {})), run the experts' backward on what arrives, "
+                     "and combine its input grad (grad_activations[{}] = co_await "
+                     "model.alltoall(grad_activations[{{{}, 2}}], {})) before the layer's backward reads it",
+                     grad.str(), layer, layer + 1, layer + 1, layer, layer + 1, layer + 1, layer));
+  }
   Tensor dw = weight_grad_tensor(layer, inp.batches), da = activation_grad_tensor(layer, inp.batches);
   if (weight.tp_sliced()) {
     // The conjugate of the forward: this slice's weight grad, and the input grad as its partial sum.
@@ -194,6 +274,7 @@ std::pair<WeightGrad, ActivationGrad> Model::backward(int layer, const Activatio
 
 ActivationGrad Model::loss(const Activation& inp, loc w) {
   check_not_partial(inp, "loss", -1, w);
+  check_not_routed(inp, "loss", -1, w);
   Tensor grad = activation_grad_tensor(layers_, inp.batches);
   if (inp.tp_sliced()) grad = tp_slice(grad, inp.tp_index(), inp.tp_size);  // vocabulary-parallel cross-entropy
   Op op = run_compute(OpKind::Loss, layers_, {inp}, {grad}, w);
@@ -256,6 +337,25 @@ asio::awaitable<ActivationGrad> Model::allreduce(const ActivationGrad& v, int la
   co_return ActivationGrad(co_await tp_allreduce(v, layer, w));
 }
 
+asio::awaitable<Tensor> Model::ep_alltoall(const Tensor& v, int layer, loc w) {
+  check_held(v, "alltoall", layer, w);
+  if (ep_ == 1)
+    fail("alltoall", layer, w, "this puzzle has no experts: only expert parallelism's tokens go through an all-to-all");
+  if (v.layer != layer + 1)
+    fail("alltoall", layer, w, fmt::format("{} is the {} of layer {}'s output, not of layer {}'s: pass layer {}", v.str(),
+                                           v.kind == TensorKind::Activation ? "tokens" : "grad", v.layer - 1, layer,
+                                           v.layer - 1));
+  co_return co_await rank_.all_to_all(v, layer, 1 + rank() / ep_, where(w));
+}
+
+asio::awaitable<Activation> Model::alltoall(const Activation& v, int layer, loc w) {
+  co_return Activation(co_await ep_alltoall(v, layer, w));
+}
+
+asio::awaitable<ActivationGrad> Model::alltoall(const ActivationGrad& v, int layer, loc w) {
+  co_return ActivationGrad(co_await ep_alltoall(v, layer, w));
+}
+
 asio::awaitable<WeightGrad> Model::scatterreduce(const WeightGrad& v, int layer, loc w) {
   check_held(v, "scatterreduce", layer, w);
   co_return WeightGrad(co_await rank_.reduce_scatter(v, layer, 0, where(w)));
@@ -277,6 +377,13 @@ void Model::set_final_weight(int layer, const Weight& weight, loc w) {
   if (weight.layer != layer)
     fail("set_final_weight", layer, w, fmt::format("the weight is {}, not layer {}'s", weight.str(), layer));
   final_weights_.insert_or_assign(layer, weight);
+}
+
+void Model::set_final_experts(int layer, const Weight& experts, loc w) {
+  check_layer("set_final_experts", layer, w);
+  if (experts.layer != layer || !experts.expert())
+    fail("set_final_experts", layer, w, fmt::format("{} is not an expert slice of layer {} (load_experts)", experts.str(), layer));
+  final_experts_.insert_or_assign(layer, experts);
 }
 
 void Model::check(const std::vector<Model*>& models) {
@@ -319,6 +426,25 @@ void Model::check(const std::vector<Model*>& models) {
                                       "must be updated",
                                       l, tp > 1 ? fmt::format(" (TP slice {} of {})", combined.tp_index(), tp) : "",
                                       combined.shards.str(), combined.num_shards));
+    // Mixture of Experts: every expert slice of the layer, each updated once (the ranks holding one slice agree).
+    const int ep = models.front()->ep();
+    if (ep == 1) continue;
+    std::vector<bool> seen(static_cast<std::size_t>(ep), false);
+    for (const Model* m : models) {
+      auto it = m->final_experts_.find(l);
+      if (it == m->final_experts_.end()) continue;
+      const Weight& fe = it->second;
+      if (fe.step != 1)
+        throw PuzzleError(fmt::format("check: the experts of layer {} on rank {} ({}) were updated {} times; every "
+                                      "expert slice is updated exactly once",
+                                      l, m->rank(), fe.str(), fe.step));
+      if (fe.ep_size == ep && fe.ep_index < ep) seen[fe.ep_index] = true;
+    }
+    for (int j = 0; j < ep; ++j)
+      if (!seen[j])
+        throw PuzzleError(fmt::format("check: no rank set the final experts of expert slice {} of {} of layer {} "
+                                      "(model.set_final_experts); every expert slice must be updated",
+                                      j, ep, l));
   }
 }
 

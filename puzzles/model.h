@@ -90,9 +90,12 @@ class Model {
 
   /// Rank `rank` training a `layers`-layer model on `batches` batches. With tensor parallelism (`tp` > 1) the
   /// ranks form TP groups of `tp` consecutive ranks, the world's group 1 + rank / tp (the runner registers
-  /// them); the rank holds slice rank % tp of each layer. Throws std::invalid_argument when layers or batches
-  /// are below 1, or tp is outside 1..Tensor::kMaxTpSize or does not divide the world size.
-  Model(Rank rank, int layers, int batches, int tp = 1);
+  /// them); the rank holds slice rank % tp of each layer. With expert parallelism (`ep` > 1) every layer is a
+  /// Mixture-of-Experts layer and the ranks form EP groups of `ep` consecutive ranks, the world's group
+  /// 1 + rank / ep; the rank holds expert slice rank % ep of each layer's experts. Throws std::invalid_argument
+  /// when layers or batches are below 1, tp or ep is outside its range (1..Tensor::kMaxTpSize, ..kMaxEpSize) or
+  /// does not divide the world size, or both are above 1.
+  Model(Rank rank, int layers, int batches, int tp = 1, int ep = 1);
   Model(const Model&) = delete;
 
   int rank() const { return rank_.id(); }
@@ -106,6 +109,10 @@ class Model {
   int tp() const { return tp_; }
   /// This rank's place in its TP group, 0..tp()-1: the slice of each layer it holds.
   int tp_rank() const { return rank() % tp_; }
+  /// Expert parallelism: the ranks in this rank's EP group (the EP degree e); 1 without experts.
+  int ep() const { return ep_; }
+  /// This rank's place in its EP group, 0..ep()-1: the expert slice of each layer it holds.
+  int ep_rank() const { return rank() % ep_; }
   /// The five stores: `auto& [weights, opt_states, activations, grad_activations, grad_weights] = model.storage();`
   Storage& storage() { return storage_; }
   /// Memory held in the five stores, in puzzle units.
@@ -120,6 +127,11 @@ class Model {
   /// gives a partial sum, a backward a slice's weight grad and a partial input grad. Throws PuzzleError when
   /// the puzzle has no tensor parallelism, `total` is not its TP degree or `slice` is out of range.
   std::pair<Weight, OptState> load_slice(int layer, int slice, int total, loc w = loc::current());
+  /// Fresh (step 0) expert slice `slice` of `total` of `layer` and its optimizer state ("W2<e1/4>", "O2<e1/4>":
+  /// the experts EP rank `slice` holds, 1/total of a layer's memory). A forward with it runs those experts on the
+  /// tokens a dispatch gave this rank. Throws PuzzleError when the puzzle has no experts, `total` is not its EP
+  /// degree or `slice` is out of range.
+  std::pair<Weight, OptState> load_experts(int layer, int slice, int total, loc w = loc::current());
   /// The model input (Activation 0) for `batches`.
   Activation get_activation(const std::vector<int>& batches, loc w = loc::current());
   /// Forward of `layer`: needs Activation `layer` and the complete weight of `layer`; gives Activation layer+1.
@@ -127,11 +139,18 @@ class Model {
   /// layer+1 ("A2{0-3}<+1/4>", to all-reduce over the TP group before anything reads it), and at the last
   /// layer this slice of the logits ("A4{0-3}<1/4>", which the loss reads as it is); it takes 1/t of the
   /// time. Reading a partial sum is a PuzzleError naming the line.
+  /// Mixture of Experts (Model::ep > 1): with the layer's weight it runs attention and the router and gives the
+  /// routed tokens ("A2{0}<routed>"), which only model.alltoall reads (the dispatch); with an expert slice
+  /// (load_experts) it runs those experts on the tokens the dispatch gave ("A2{0-3}<e1/4>") and gives their
+  /// output ("A2{0-3}<e1/4:out>", for the combine), in 1/e of a step per batch. Reading routed tokens or an
+  /// expert slice's tokens anywhere else is a PuzzleError naming the line and the all-to-all to add.
   Activation forward(int layer, const Activation& inp, const Weight& weight, loc w = loc::current());
   /// Backward of `layer`: needs Activation `layer`, ActivationGrad layer+1 for the same batches and the
   /// complete weight; gives the WeightGrad of `layer` and ActivationGrad `layer`. One step per batch. With a
   /// TP slice of the weight it gives the slice's weight grad and this slice's partial sum of ActivationGrad
-  /// `layer`, in 1/t of the time.
+  /// `layer`, in 1/t of the time. Mixture of Experts: with an expert slice, the tokens and their dispatched
+  /// grad give the slice's weight grad and the grad of its tokens (for the combine); with the layer's weight,
+  /// the combined grad of the routed tokens ("dA2{0}<routed>") gives the layer's weight grad and input grad.
   std::pair<WeightGrad, ActivationGrad> backward(int layer, const Activation& inp, const ActivationGrad& grad,
                                                  const Weight& weight, loc w = loc::current());
   /// Loss at the last layer: Activation L gives ActivationGrad L. Takes no time. A vocabulary slice of the
@@ -151,6 +170,14 @@ class Model {
   /// PuzzleError when `v` is not a partial sum or `layer` is not the layer that made it.
   asio::awaitable<Activation> allreduce(const Activation& v, int layer, loc w = loc::current());
   asio::awaitable<ActivationGrad> allreduce(const ActivationGrad& v, int layer, loc w = loc::current());
+  /// Expert parallelism: the all-to-all of layer `layer` over this rank's EP group. Given the routed tokens
+  /// (or the layer output's grad), it sends each token to the rank of its experts and gives this rank the
+  /// tokens of every member's batches for its expert slice (dispatch); given an expert slice's output (or its
+  /// tokens' grad), it sends it back and gives this rank its own batches (combine: the layer's output, or the
+  /// routed grad the layer's backward reads). 0.3 after the last member arrives. Throws PuzzleError when the
+  /// puzzle has no experts or `v` is not one of those.
+  asio::awaitable<Activation> alltoall(const Activation& v, int layer, loc w = loc::current());
+  asio::awaitable<ActivationGrad> alltoall(const ActivationGrad& v, int layer, loc w = loc::current());
   /// Union of every rank's shards (Weight, OptState or WeightGrad). 0.3 after the last rank arrives.
   asio::awaitable<Weight> allgather(const Weight& v, int layer, loc w = loc::current()) { return gather_as<Weight>(v, layer, w); }
   asio::awaitable<OptState> allgather(const OptState& v, int layer, loc w = loc::current()) { return gather_as<OptState>(v, layer, w); }
@@ -165,12 +192,14 @@ class Model {
   void set_final_weight(int layer, const Weight& weight, loc w = loc::current());
   /// Calls `f(before, after)` after every change of the five stores (recording a schedule uses it).
   void set_store_observer(StoreHook f) { store_observer_ = std::move(f); }
+  /// Records `experts` (an expert slice, load_experts) as this rank's final experts of `layer`.
+  void set_final_experts(int layer, const Weight& experts, loc w = loc::current());
   /// Final weights set so far, by layer.
   const std::map<int, Weight>& final_weights() const { return final_weights_; }
 
   /// Cross-rank check of a finished run: every layer's final weights, combined over the ranks, are complete
-  /// (with tensor parallelism: every TP slice, each complete) and were each updated exactly once. Throws
-  /// PuzzleError naming the layer and rank.
+  /// (with tensor parallelism: every TP slice, each complete; with experts: every expert slice too) and were
+  /// each updated exactly once. Throws PuzzleError naming the layer and rank.
   static void check(const std::vector<Model*>& models);
 
  private:
@@ -180,6 +209,9 @@ class Model {
   void check_held(const Tensor& t, const char* op, int layer, const loc& w) const;
   // A partial sum read as complete: a PuzzleError saying to all-reduce it first.
   void check_not_partial(const Tensor& t, const char* op, int layer, const loc& w) const;
+  // Routed tokens or an expert slice's tokens read where they cannot be: a PuzzleError naming the all-to-all.
+  void check_not_routed(const Tensor& t, const char* op, int layer, const loc& w) const;
+  asio::awaitable<Tensor> ep_alltoall(const Tensor& v, int layer, loc w);
   // The TP all-reduce of a partial sum `v` made by `layer`.
   asio::awaitable<Tensor> tp_allreduce(const Tensor& v, int layer, loc w);
   void on_store(const Tensor* before, const Tensor* after);
@@ -198,8 +230,10 @@ class Model {
   int layers_;
   int batches_;
   int tp_;
+  int ep_;
   Storage storage_;
   std::map<int, Weight> final_weights_;
+  std::map<int, Weight> final_experts_;
   StoreHook store_observer_;
 };
 

@@ -50,7 +50,7 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
   header.p2p = opts.p2p;
   // Tensor parallelism: TP groups of `tp` consecutive ranks, groups 1, 2, ... named tp0, tp1, ... (a version 2
   // schedule: the TP tensors and group names need it).
-  std::vector<std::vector<int>> tp_groups;
+  std::vector<std::vector<int>> tp_groups;  // (or the EP groups: a puzzle has one or the other)
   if (puzzle.tp > 1) {
     for (int first = 0; first + puzzle.tp <= puzzle.ranks; first += puzzle.tp) {
       std::vector<int> members(static_cast<std::size_t>(puzzle.tp));
@@ -60,6 +60,17 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
     }
     header.groups = tp_groups;
     header.version = 2;
+  }
+  // Expert parallelism: EP groups of `ep` consecutive ranks, ep0, ep1, ... (a version 3 schedule).
+  if (puzzle.ep > 1) {
+    for (int first = 0; first + puzzle.ep <= puzzle.ranks; first += puzzle.ep) {
+      std::vector<int> members(static_cast<std::size_t>(puzzle.ep));
+      for (int i = 0; i < puzzle.ep; ++i) members[i] = first + i;
+      header.group_names.push_back(fmt::format("ep{}", tp_groups.size()));
+      tp_groups.push_back(std::move(members));
+    }
+    header.groups = tp_groups;
+    header.version = 3;
   }
   ScheduleRecorder recorder(header);
   std::vector<std::unique_ptr<Model>> models;
@@ -81,7 +92,7 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
       best_op[op.rank] = op.describe() + (op.where.empty() ? "" : " (" + op.where + ")");
     });
     for (int rank = 0; rank < puzzle.ranks; ++rank) {
-      models.push_back(std::make_unique<Model>(Rank(world, rank), puzzle.layers, puzzle.batches, puzzle.tp));
+      models.push_back(std::make_unique<Model>(Rank(world, rank), puzzle.layers, puzzle.batches, puzzle.tp, puzzle.ep));
       if (record)
         models.back()->set_store_observer(
             [&recorder, rank](const Tensor* before, const Tensor* after) { recorder.on_store(rank, before, after); });

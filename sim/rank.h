@@ -63,6 +63,12 @@ class Rank {
   asio::awaitable<Tensor> reduce(Tensor t, int root, int layer = -1, int group = 0, std::string where = {}) const {
     return world_->collective(make(OpKind::Reduce, layer, root, group, std::move(where)), std::move(t));
   }
+  /// Expert parallelism's all-to-all over an EP group (sim/all_to_all.h): routed tokens (or an output's grad) go
+  /// to the ranks of their experts, member j getting expert slice j's tokens of every member's batches
+  /// (dispatch); an expert slice's output goes back, each member getting its own batches (combine).
+  asio::awaitable<Tensor> all_to_all(Tensor t, int layer, int group, std::string where = {}) const {
+    return world_->collective(make(OpKind::AllToAll, layer, -1, group, std::move(where)), std::move(t));
+  }
   /// Waits until every member arrives.
   Task barrier(int group = 0, std::string where = {}) const {
     Op op = make(OpKind::Barrier, -1, -1, group, std::move(where));

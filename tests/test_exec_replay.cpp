@@ -50,11 +50,12 @@ Schedule gen(const std::string& kind, int stages, int microbatches, int chunks =
 
 }  // namespace
 
-TEST_CASE("exec replay: the nine puzzle solutions train exactly like one device") {
+TEST_CASE("exec replay: the puzzle solutions train exactly like one device") {
   for (const auto& p : puzzles::catalog()) {
+    if (p.ep > 1) continue;  // (the executor's model has no experts yet: test_puzzle_expert_parallel.cpp)
     puzzles::PuzzleResult run = puzzles::run_puzzle(p, false, true);
     REQUIRE(run.schedule);
-    // The ninth splits every layer over p.tp ranks: as many heads as TP ranks.
+    // Tensor parallelism splits every layer over p.tp ranks: as many heads as TP ranks.
     check_equivalence(*run.schedule, p.name, p.tp > 1 ? p.tp : 0);
   }
 }

@@ -46,7 +46,7 @@ TEST_CASE("the tensor-parallel puzzle: its reference run, numbers and targets") 
   const Puzzle& p = tp_puzzle();
   CHECK(p.title == "Puzzle 8 - Tensor Parallelism");
   CHECK(p.tp == 4);
-  CHECK(&p == &catalog().back());  // after the original eight, which keep their places
+  CHECK(&p == &catalog()[8]);  // after the original eight, which keep their places
   PuzzleResult r = run_puzzle(p);
   CHECK(r.error == "");
   REQUIRE(r.passed());
@@ -258,7 +258,7 @@ TEST_CASE("the original eight keep their numbers exactly beside the ninth") {
                            {"ddp", 5.1, 5.6, 1'572'864},     {"wsdp", 19.9, 20.4, 2'621'440},
                            {"fsdp", 19.9, 20.4, 1'966'080},  {"pipeline", 66.9, 67.4, 2'621'440},
                            {"gpipe", 33.3, 33.8, 2'883'584}, {"pipeline_fsdp", 15.5, 16, 704'512}};
-  REQUIRE(catalog().size() == 9);
+  REQUIRE(catalog().size() == 10);
   for (std::size_t i = 0; i < 8; ++i) {
     const Puzzle& p = catalog()[i];
     CAPTURE(p.name);
