@@ -26,6 +26,7 @@ const Example kExamples[] = {
     {"zb-h1.sched", "zb-h1 --stages 2 --microbatches 3"},
     {"pp-fsdp.sched", "pp-fsdp --stages 2 --dp 2 --microbatches 1"},
     {"zero3-owner.sched", "zero3-owner --dp 2 --layers 2 --microbatches 1"},
+    {"expert-parallel.sched", "ep --dp 2 --ep 2 --layers 2 --dense-layers 1 --microbatches 1"},
 };
 
 }  // namespace

@@ -17,7 +17,8 @@
 //   comm", cat "exposed-comm", ts and dur the interval's, no args. They follow the rank's op events.
 // - Ops: one complete event ("ph":"X") per timed op (is_timed), name = op_name + " L<layer>" ("forward
 //   L2"; no suffix without a layer), cat = "compute", "p2p", "tp-collective" (is_tp_collective: the TP
-//   all-reduce of partial sums, sequence parallelism's reduce-scatter and all-gather) or "collective";
+//   all-reduce of partial sums, sequence parallelism's reduce-scatter and all-gather), "ep-collective" (expert
+//   parallelism's all-to-all) or "collective";
 //   zero-duration ops (loss, and
 //   every non-compute op under the unit cost model) are X events with dur 0. Untimed ops (load, free,
 //   accumulate) are thread-scoped instant events ("ph":"i", "s":"t", cat "memory"). args: batches (id
@@ -80,6 +81,7 @@ const char* category(const Op& op) {
   const OpKind k = op.kind;
   if (is_p2p(k)) return "p2p";
   if (is_tp_collective(op)) return "tp-collective";
+  if (k == OpKind::AllToAll) return "ep-collective";
   if (is_collective(k)) return "collective";
   if (is_compute(k)) return "compute";
   return "memory";
