@@ -468,6 +468,14 @@ void add_gen_command(CLI::App& app, int* exit_code) {
                   "ep: the first layers without experts (DeepSeek-V3 has 3); the others are MoE layers")
       ->check(count0)
       ->capture_default_str();
+  cmd->add_option("--expert-load", args->options.expert_load,
+                  "ep: the relative token load of each expert slice, one per slice (--ep of them), e.g. measured router "
+                  "statistics: 1.5,0.5 gives slice 0 three times slice 1's tokens; its compute and its tokens' memory "
+                  "scale so (the header's expert_load line). Default: balanced")
+      ->delimiter(',');
+  cmd->add_option("--moe-imbalance", args->options.moe_imbalance,
+                  "ep: the busiest expert slice's load over the mean (dropless routing's max/mean, at least 1 and below "
+                  "--ep): slice 0 gets it, the others share the rest evenly");
   cmd->add_option("--cp", args->options.cp,
                   "Context parallelism (3d): ranks splitting each sequence, ring attention over the CP group; rank = "
                   "tp + T * (cp + C * (dp + D * pp)), CP next to TP as in Megatron-LM and torchtitan")

@@ -14,7 +14,10 @@ std::unique_ptr<CostModel> make_schedule_cost_model(const Schedule& s) {
   return make_schedule_cost_model(ScheduleView(s));
 }
 
-std::unique_ptr<CostModel> make_schedule_cost_model(const RankSource& src) {
+namespace {
+
+// The model the header names, before the header's expert loads are given to it.
+std::unique_ptr<CostModel> cost_model_of(const RankSource& src) {
   const ScheduleHeader& h = src.header();
   if (h.cost_model == "unit") {
     // Layers are equal shares of the model; a pipeline stage's share (the layers of one rank of the stage
@@ -45,6 +48,14 @@ std::unique_ptr<CostModel> make_schedule_cost_model(const RankSource& src) {
   // when they are held, else from each rank's as the stream engine issues it (CostModel::prepare_rank).
   if (src.holds_all())
     for (int r = 0; r < h.world_size; ++r) model->prepare_rank(r, src.ops(r));
+  return model;
+}
+
+}  // namespace
+
+std::unique_ptr<CostModel> make_schedule_cost_model(const RankSource& src) {
+  std::unique_ptr<CostModel> model = cost_model_of(src);
+  model->set_expert_load(src.header().expert_load);  // (the parser has checked the loads)
   return model;
 }
 

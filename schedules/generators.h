@@ -41,6 +41,12 @@ struct GenOptions {
   int ep = 1;
   /// ep: the first layers that are dense, without experts (DeepSeek-V3: 3); the others are MoE layers
   int dense_layers = 0;
+  /// ep: the relative token load of each expert slice (`ep` of them; the header's expert_load), e.g. measured
+  /// router statistics; empty: balanced unless moe_imbalance is given
+  std::vector<double> expert_load;
+  /// ep: the busiest slice's load over the mean (dropless routing's max/mean ratio, 1 to ep): slice 0 gets it,
+  /// the others share the rest evenly; 0: not given
+  double moe_imbalance = 0;
   /// 3d: the pipeline order: 1f1b, interleaved-1f1b or interleaved-zb (with chunks), zb-h1, zbv or dualpipev (two
   /// chunks per stage in V placement)
   std::string schedule = "1f1b";

@@ -81,6 +81,7 @@ SimResult simulate(const Schedule& schedule, const SimOptions& options) {
     return simulate_streams(schedule, options);  // (the updates checked there too)
   }
   auto cost = make_cost_model(schedule.header.cost_model);
+  cost->set_expert_load(schedule.header.expert_load);
   const ScheduleHeader& h = schedule.header;
   SimResult result;
   WorldOptions wo;

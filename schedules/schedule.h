@@ -40,6 +40,11 @@ struct ScheduleHeader {
   /// named one, "" for an unnamed group), e.g. "tp0",
   /// "dp3". A group whose name is "tp" or starts with "tp" and a non-letter is a TP group (is_tp_group_name).
   std::vector<std::string> group_names;
+  /// Mixture of Experts: the relative token load of each expert slice j of the schedule's EP degree (the
+  /// `expert_load` line, version 3), e.g. {1.5, 0.5}: slice 0 gets three times slice 1's tokens; empty: balanced.
+  /// Loads are relative (the cost models divide by their mean), finite and above 0. Measured router statistics
+  /// give them; `gen ep --expert-load` or `--moe-imbalance` writes them (docs/schedule-format.md).
+  std::vector<double> expert_load;
 
   friend bool operator==(const ScheduleHeader&, const ScheduleHeader&) = default;
 };

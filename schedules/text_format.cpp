@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <span>
 #include <cctype>
+#include <cmath>
 #include <charconv>
 #include <fstream>
 #include <map>
@@ -240,6 +241,22 @@ class Parser {
       if (h.layout->layers() != h.layers)
         fail(toks[1], fmt::format("the layout has {} stages but the schedule has {} layers (one stage per layer)",
                                   h.layout->layers(), h.layers));
+    } else if (key == "expert_load") {
+      // The relative token load of each expert slice (version 3; docs/schedule-format.md, "Mixture of Experts").
+      if (h.version < 3)
+        fail(toks[0], "expert_load needs format version 3 (write 'trainsim-schedule 3' on the first line)");
+      if (toks.size() < 2) fail(toks[0], "expert_load needs one load per expert slice");
+      if (toks.size() - 1 > static_cast<std::size_t>(Tensor::kMaxEpSize))
+        fail(toks[0], fmt::format("expert_load gives {} loads; the EP degree is at most {}", toks.size() - 1,
+                                  Tensor::kMaxEpSize));
+      for (std::size_t i = 1; i < toks.size(); ++i) {
+        double v = 0;
+        const std::string_view t = toks[i].text;
+        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (ec != std::errc() || p != t.data() + t.size() || !std::isfinite(v) || v <= 0 || v > 1e6)
+          fail(toks[i], fmt::format("expected a relative load above 0 (at most 1e6), got '{}'", shown(t)));
+        h.expert_load.push_back(v);
+      }
     } else if (key == "group") {
       need(seen, {"world_size"}, toks[0]);
       if (toks.size() < 3) fail(toks[0], "expected 'group ID RANK...'");
@@ -282,7 +299,7 @@ class Parser {
     } else {
       fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
                                 "model, device, network, microbatch_size, seq, recompute, attention, elementwise, fp8, "
-                                "context_parallel, tp_overlap, p2p, stage_map, layout, group or rank)",
+                                "context_parallel, tp_overlap, p2p, stage_map, layout, expert_load, group or rank)",
                                 shown(key)));
     }
     seen.emplace(key);
@@ -417,6 +434,9 @@ class Parser {
       fail(t, fmt::format("{}: expert slices and routed tokens need format version 3 (write 'trainsim-schedule 3' on "
                           "the first line)",
                           shown(t.text)));
+    if (x.expert() && !h.expert_load.empty() && x.ep_size != h.expert_load.size())
+      fail(t, fmt::format("{} is a slice of an EP degree of {}, but expert_load gives the loads of {} slices",
+                          shown(t.text), x.ep_size, h.expert_load.size()));
     bool per_layer = x.kind == TensorKind::Weight || x.kind == TensorKind::OptState || x.kind == TensorKind::WeightGrad;
     int max_layer = per_layer ? h.layers - 1 : h.layers;
     if (x.layer > max_layer) fail(t, fmt::format("{}: layer {} is out of range 0..{}", shown(t.text), x.layer, max_layer));
@@ -740,6 +760,11 @@ std::string print_schedule(const Schedule& sched) {
     s += "\n";
   }
   if (h.layout) s += "layout " + h.layout->str() + "\n";
+  if (!h.expert_load.empty()) {
+    s += "expert_load";
+    for (double v : h.expert_load) s += fmt::format(" {}", v);
+    s += "\n";
+  }
   for (std::size_t g = 0; g < h.groups.size(); ++g) {
     s += fmt::format("group {}", g + 1);
     if (g < h.group_names.size() && !h.group_names[g].empty()) s += " " + h.group_names[g];

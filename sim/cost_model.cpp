@@ -1,5 +1,8 @@
 #include "sim/cost_model.h"
 
+#include <cmath>
+#include <stdexcept>
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -16,24 +19,56 @@ Time tp_degree(const Op& op) {
     if (t.kind == TensorKind::WeightGrad && t.tp_sliced()) return t.tp_size;
   return 1;
 }
-// The EP degree of an expert slice's compute (docs/design.md, "Mixture of Experts"): its tokens are the batches of
-// the whole EP group, 1/e of them each with balanced routing; 1 for any other op.
-Time ep_degree(const Op& op) {
+// The expert slice an op computes (its first expert tensor read), or null (docs/design.md, "Mixture of Experts").
+const Tensor* expert_read(const Op& op) {
   for (const Tensor& t : op.reads)
-    if (t.expert()) return t.ep_size;
-  return 1;
+    if (t.expert()) return &t;
+  return nullptr;
 }
 }  // namespace
+
+void CostModel::set_expert_load(std::vector<double> load) {
+  double total = 0;
+  for (double v : load) {
+    if (!std::isfinite(v) || v <= 0) throw std::invalid_argument("an expert slice's load must be finite and above 0");
+    total += v;
+  }
+  for (double& v : load) v *= static_cast<double>(load.size()) / total;
+  expert_load_ = std::move(load);
+}
+
+double CostModel::expert_load_factor(int index, int count) const {
+  if (expert_load_.size() != static_cast<std::size_t>(count) || index < 0 || index >= count) return 1;
+  return expert_load_[static_cast<std::size_t>(index)];
+}
+
+// The time of an expert slice's compute relative to a dense pass of the same batches: its tokens are the batches
+// of the whole EP group, 1/e of them with balanced routing, times the slice's load (expert_load_factor); 1 for any
+// other op.
+double PuzzleCostModel::expert_share(const Op& op) const {
+  const Tensor* t = expert_read(op);
+  return t ? expert_load_factor(t->ep_index, t->ep_size) / t->ep_size : 1.0;
+}
+
+// `t` times `share`, exact when the share is 1 (every op but an expert slice's with unequal loads or EP > 1).
+static Time scaled(Time t, double share) {
+  return share == 1.0 ? t : static_cast<Time>(std::llround(static_cast<double>(t) * share));
+}
+
+double UnitCostModel::expert_share(const Op& op) const {
+  const Tensor* t = expert_read(op);
+  return t ? expert_load_factor(t->ep_index, t->ep_size) / t->ep_size : 1.0;
+}
 
 Time PuzzleCostModel::duration(const Op& op, int /*group_size*/) const {
   switch (op.kind) {
     case OpKind::Forward:
     case OpKind::Backward:
-      return seconds(op.batches.size()) / tp_degree(op) / ep_degree(op);
+      return seconds(op.batches.size() * expert_share(op)) / tp_degree(op);
     // The puzzles have no split backward; each half costs half a full backward.
     case OpKind::BackwardInput:
     case OpKind::BackwardWeight:
-      return seconds(0.5 * op.batches.size()) / tp_degree(op) / ep_degree(op);
+      return seconds(0.5 * op.batches.size() * expert_share(op)) / tp_degree(op);
     case OpKind::Update: return seconds(0.5);
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
@@ -53,6 +88,10 @@ Time PuzzleCostModel::duration(const Op& op, int /*group_size*/) const {
 }
 
 double PuzzleCostModel::memory(const Tensor& t) const {
+  return units(t, t.expert() ? expert_load_factor(t.ep_index, t.ep_size) : 1.0);
+}
+
+double PuzzleCostModel::units(const Tensor& t, double load) {
   switch (t.kind) {
     case TensorKind::Weight:
     case TensorKind::OptState:
@@ -63,8 +102,9 @@ double PuzzleCostModel::memory(const Tensor& t) const {
              (t.expert() ? t.ep_size : 1);
     case TensorKind::Activation:
     case TensorKind::ActivationGrad:
-      // An expert slice's tokens: 1/e of the EP group's batches (balanced routing).
-      return kHidden * kLength * t.batches.size() / (t.tp_sliced() ? t.tp_size : 1) / (t.expert() ? t.ep_size : 1);
+      // An expert slice's tokens: 1/e of the EP group's batches with balanced routing, times the slice's load.
+      return kHidden * kLength * t.batches.size() / (t.tp_sliced() ? t.tp_size : 1) /
+             (t.expert() ? t.ep_size / load : 1);
   }
   return 0;
 }
@@ -108,9 +148,10 @@ Time UnitCostModel::duration(const Op& op, int /*group_size*/) const {
   const bool by_layer = op.layer >= 0 && op.layer < static_cast<int>(layer_per_batch_.size());
   switch (op.kind) {
     case OpKind::Forward:
-    case OpKind::Backward: return n * (by_layer ? layer_per_batch_[op.layer] : per_batch_) / ep_degree(op);
+    case OpKind::Backward: return scaled(n * (by_layer ? layer_per_batch_[op.layer] : per_batch_), expert_share(op));
     case OpKind::BackwardInput:
-    case OpKind::BackwardWeight: return n * (by_layer ? layer_half_batch_[op.layer] : half_batch_) / ep_degree(op);
+    case OpKind::BackwardWeight:
+      return scaled(n * (by_layer ? layer_half_batch_[op.layer] : half_batch_), expert_share(op));
     default: return 0;
   }
 }

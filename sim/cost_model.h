@@ -54,6 +54,17 @@ class CostModel {
   virtual void prepare_rank(int rank, const std::vector<Op>& ops) {
     (void)rank, (void)ops;
   }
+
+  /// Mixture of Experts: the relative token load of each expert slice (ScheduleHeader::expert_load; empty:
+  /// balanced). Throws std::invalid_argument for a load that is not finite and above 0.
+  void set_expert_load(std::vector<double> load);
+  /// The share of the balanced tokens that expert slice `index` of `count` receives: load[index] / mean(load),
+  /// 1 when balanced or when the loads are given for another EP degree. The puzzle and unit models scale the
+  /// slice's compute and its tokens' memory by it; unitless.
+  double expert_load_factor(int index, int count) const;
+
+ private:
+  std::vector<double> expert_load_;  // normalised to mean 1
 };
 
 /// The LLM Training Puzzles' own costs, reproduced exactly (srush/LLM-Training-Puzzles lib.py):
@@ -72,6 +83,13 @@ class PuzzleCostModel final : public CostModel {
   Time duration(const Op& op, int group_size) const override;
   double memory(const Tensor& t) const override;
   std::string memory_unit() const override { return "units"; }
+  /// The puzzles' units of `t` (512·512 for a whole weight, 512·256 per batch of an activation, times the fraction
+  /// held), an expert slice's tokens times `load`, the slice's expert_load_factor. The unit model's memory too.
+  static double units(const Tensor& t, double load);
+
+ private:
+  // An expert slice's compute relative to a dense pass of its batches (1/e times its load); 1 for other ops.
+  double expert_share(const Op& op) const;
 };
 
 /// Unit costs for studying schedules (pipeline bubbles): compute is charged by the share of the model an op's
@@ -93,7 +111,9 @@ class UnitCostModel final : public CostModel {
   UnitCostModel(int stages, const std::vector<int>& blocks_per_layer);
   std::string name() const override { return "unit"; }
   Time duration(const Op& op, int group_size) const override;
-  double memory(const Tensor& t) const override { return PuzzleCostModel().memory(t); }
+  double memory(const Tensor& t) const override {
+    return PuzzleCostModel::units(t, t.expert() ? expert_load_factor(t.ep_index, t.ep_size) : 1.0);
+  }
   std::string memory_unit() const override { return "units"; }
   /// Nanoseconds of a forward or backward of one batch through one layer: 1e9 * stages / layers, rounded.
   Time per_batch() const { return per_batch_; }
@@ -104,6 +124,7 @@ class UnitCostModel final : public CostModel {
   Time per_batch_ = kTicksPerSecond;  // forward or backward, one batch, one layer
   Time half_batch_ = kTicksPerSecond / 2;  // backward-input or backward-weight, one batch, one layer
   std::vector<Time> layer_per_batch_, layer_half_batch_;  // per layer, with a layout
+  double expert_share(const Op& op) const;  // as PuzzleCostModel's
 };
 
 /// The cost model called `name` ("puzzle", or "unit" at one second per batch and layer; a schedule's unit model,

@@ -282,3 +282,82 @@ TEST_CASE("the command line: gen ep writes and simulates; the hardware model and
   r = testing::run_trainsim("gen --help");
   CHECK(has(r.out, "expert parallel (Mixture of Experts) ep"));
 }
+
+TEST_CASE("expert loads: the expert_load line round-trips, and is refused where it cannot hold") {
+  GenOptions o = ep_options(4, 4, 2, 0, 1);
+  o.expert_load = {1.5, 0.5, 1, 1};
+  Schedule s = generate("ep", o);
+  CHECK(s.header.expert_load == std::vector<double>{1.5, 0.5, 1, 1});
+  const std::string text = print_schedule(s);
+  CHECK(has(text, "\nexpert_load 1.5 0.5 1 1\n"));
+  CHECK(print_schedule(parse_schedule(text, "load.sched")) == text);
+  auto refused = [](const std::string& text, const std::string& words) {
+    try {
+      parse_schedule(text, "load.sched");
+      FAIL("accepted");
+    } catch (const ParseError& e) {
+      CHECK(has(e.what(), words));
+    }
+  };
+  const std::string head = "world_size 1\nlayers 1\nmicrobatches 1\ncost_model unit\n";
+  refused("trainsim-schedule 2\n" + head + "expert_load 1 1\n", "load.sched:6:1: expert_load needs format version 3");
+  refused("trainsim-schedule 3\n" + head + "expert_load\n", "one load per expert slice");
+  for (const char* bad : {"0", "-1", "nan", "inf", "1e7", "x", "1.5.2"})
+    refused("trainsim-schedule 3\n" + head + "expert_load 1 " + bad + "\n", "load.sched:6:15: expected a relative load");
+  refused("trainsim-schedule 3\n" + head + "expert_load 1 1\n\nrank 0\n  load -> W0<e0/4>\n",
+          "load.sched:9:11: W0<e0/4> is a slice of an EP degree of 4, but expert_load gives the loads of 2 slices");
+  // gen's options.
+  GenOptions both = ep_options(4, 4, 2, 0, 1);
+  both.expert_load = {1, 1, 1, 1};
+  both.moe_imbalance = 2;
+  CHECK_THROWS_WITH_AS(generate("ep", both), doctest::Contains("not both"), std::invalid_argument);
+  GenOptions wrong = ep_options(4, 4, 2, 0, 1);
+  wrong.expert_load = {1, 1};
+  CHECK_THROWS_WITH_AS(generate("ep", wrong), doctest::Contains("gives 2 loads but --ep 4 has 4"), std::invalid_argument);
+  for (double r : {0.5, 4.0, std::nan("")}) {
+    GenOptions imbalance = ep_options(4, 4, 2, 0, 1);
+    imbalance.moe_imbalance = r;
+    CHECK_THROWS_WITH_AS(generate("ep", imbalance), doctest::Contains("below --ep (4)"), std::invalid_argument);
+  }
+}
+
+TEST_CASE("expert loads: the busiest slice computes and holds its share, and the others wait for it at the combine") {
+  const double r = 2.5;
+  for (const char* cost : {"puzzle", "unit"}) {
+    CAPTURE(cost);
+    GenOptions o = ep_options(4, 4, 2, 0, 1);
+    Schedule balanced = with_cost(generate("ep", o), cost);
+    o.moe_imbalance = r;
+    Schedule skewed = with_cost(generate("ep", o), cost);
+    CHECK(skewed.header.expert_load == std::vector<double>{2.5, 0.5, 0.5, 0.5});
+    SimResult b = simulate(balanced), k = simulate(skewed);
+    REQUIRE(b.ok);
+    REQUIRE(k.ok);
+    // Each rank's expert forward takes its slice's share of the balanced time.
+    auto expert_forward = [](const SimResult& res, int rank) {
+      for (const OpRun& run : res.trace.ranks[rank])
+        if (run.op.kind == OpKind::Forward && run.op.reads.front().expert()) return run.end - run.start;
+      return Time{-1};
+    };
+    const Time one = expert_forward(b, 0);
+    REQUIRE(one > 0);
+    for (int rank = 1; rank < 4; ++rank) CHECK(expert_forward(b, rank) == one);
+    CHECK(static_cast<double>(expert_forward(k, 0)) == doctest::Approx(r * static_cast<double>(one)));
+    for (int rank = 1; rank < 4; ++rank)
+      CHECK(static_cast<double>(expert_forward(k, rank)) == doctest::Approx(0.5 * static_cast<double>(one)));
+    // The step waits for the busiest slice: longer than balanced, though the experts' total work is the same.
+    CHECK(k.trace.makespan() > b.trace.makespan());
+  }
+  // Memory: the busiest slice's tokens are r times a balanced slice's.
+  PuzzleCostModel puzzle;
+  const Tensor tokens = routed_as(activation_tensor(1, IdSet::range(0, 4)), Route::ExpertIn, 0, 4);
+  const double even = puzzle.memory(tokens);
+  puzzle.set_expert_load({2.5, 0.5, 0.5, 0.5});
+  CHECK(puzzle.memory(tokens) == doctest::Approx(2.5 * even));
+  CHECK(puzzle.expert_load_factor(1, 4) == doctest::Approx(0.5));
+  CHECK(puzzle.expert_load_factor(1, 8) == 1);  // loads of another EP degree do not apply
+  // Loads are relative: 5, 1, 1, 1 is the same as 2.5, 0.5, 0.5, 0.5.
+  puzzle.set_expert_load({5, 1, 1, 1});
+  CHECK(puzzle.expert_load_factor(0, 4) == doctest::Approx(2.5));
+  CHECK_THROWS_AS(puzzle.set_expert_load({1, 0}), std::invalid_argument);
+}
