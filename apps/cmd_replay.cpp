@@ -389,10 +389,12 @@ int run(const ReplayArgs& a) {
   if (a.json) {
     std::cout << json_text(result_json(a, r, predicted)) << "\n";
   } else {
-    if (!r.model_description.empty())
-      fmt::print("model {}\ndata {}; {} tokens per step\ngradient clipping {}\n", r.model_description,
-                 r.data_description, r.tokens_per_step,
-                 r.clip ? fmt::format("at norm {:g}", o.optimizer.grad_clip) : r.clip_note);
+    if (!r.model_description.empty()) {
+      fmt::print("model {}\ndata {}; {} tokens per step\n", r.model_description, r.data_description, r.tokens_per_step);
+      // (unknown when the replay stopped before its plan was made: a schedule the executor refuses)
+      if (r.clip || !r.clip_note.empty())
+        fmt::print("gradient clipping {}\n", r.clip ? fmt::format("at norm {:g}", o.optimizer.grad_clip) : r.clip_note);
+    }
     if (!r.losses.empty() && r.tokens_per_s > 0)
       fmt::print("{} step{} in {:.2f} s, {:.0f} tokens/s\n", r.losses.size(), r.losses.size() == 1 ? "" : "s", r.seconds,
                  r.tokens_per_s);
