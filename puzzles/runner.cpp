@@ -49,28 +49,20 @@ PuzzleResult run_program(const Puzzle& puzzle, Program program, bool record) {
   header.cost_model = cost.name();
   header.p2p = opts.p2p;
   // Tensor parallelism: TP groups of `tp` consecutive ranks, groups 1, 2, ... named tp0, tp1, ... (a version 2
-  // schedule: the TP tensors and group names need it).
-  std::vector<std::vector<int>> tp_groups;  // (or the EP groups: a puzzle has one or the other)
-  if (puzzle.tp > 1) {
-    for (int first = 0; first + puzzle.tp <= puzzle.ranks; first += puzzle.tp) {
-      std::vector<int> members(static_cast<std::size_t>(puzzle.tp));
-      for (int i = 0; i < puzzle.tp; ++i) members[i] = first + i;
-      header.group_names.push_back(fmt::format("tp{}", tp_groups.size()));
+  // schedule: the TP tensors and group names need it); expert parallelism: EP groups of `ep` consecutive ranks,
+  // ep0, ep1, ... (version 3). A puzzle has one or the other (Model's constructor refuses both).
+  std::vector<std::vector<int>> tp_groups;  // (the TP or the EP groups)
+  const int degree = puzzle.tp > 1 ? puzzle.tp : puzzle.ep;
+  if (degree > 1) {
+    const char* prefix = puzzle.tp > 1 ? "tp" : "ep";
+    for (int first = 0; first + degree <= puzzle.ranks; first += degree) {
+      std::vector<int> members(static_cast<std::size_t>(degree));
+      for (int i = 0; i < degree; ++i) members[i] = first + i;
+      header.group_names.push_back(fmt::format("{}{}", prefix, tp_groups.size()));
       tp_groups.push_back(std::move(members));
     }
     header.groups = tp_groups;
-    header.version = 2;
-  }
-  // Expert parallelism: EP groups of `ep` consecutive ranks, ep0, ep1, ... (a version 3 schedule).
-  if (puzzle.ep > 1) {
-    for (int first = 0; first + puzzle.ep <= puzzle.ranks; first += puzzle.ep) {
-      std::vector<int> members(static_cast<std::size_t>(puzzle.ep));
-      for (int i = 0; i < puzzle.ep; ++i) members[i] = first + i;
-      header.group_names.push_back(fmt::format("ep{}", tp_groups.size()));
-      tp_groups.push_back(std::move(members));
-    }
-    header.groups = tp_groups;
-    header.version = 3;
+    header.version = puzzle.tp > 1 ? 2 : 3;
   }
   ScheduleRecorder recorder(header);
   std::vector<std::unique_ptr<Model>> models;

@@ -42,10 +42,7 @@ double CostModel::expert_load_factor(int index, int count) const {
   return expert_load_[static_cast<std::size_t>(index)];
 }
 
-// The time of an expert slice's compute relative to a dense pass of the same batches: its tokens are the batches
-// of the whole EP group, 1/e of them with balanced routing, times the slice's load (expert_load_factor); 1 for any
-// other op.
-double PuzzleCostModel::expert_share(const Op& op) const {
+double CostModel::expert_share(const Op& op) const {
   const Tensor* t = expert_read(op);
   return t ? expert_load_factor(t->ep_index, t->ep_size) / t->ep_size : 1.0;
 }
@@ -55,10 +52,6 @@ static Time scaled(Time t, double share) {
   return share == 1.0 ? t : static_cast<Time>(std::llround(static_cast<double>(t) * share));
 }
 
-double UnitCostModel::expert_share(const Op& op) const {
-  const Tensor* t = expert_read(op);
-  return t ? expert_load_factor(t->ep_index, t->ep_size) / t->ep_size : 1.0;
-}
 
 Time PuzzleCostModel::duration(const Op& op, int /*group_size*/) const {
   switch (op.kind) {

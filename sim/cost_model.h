@@ -63,6 +63,12 @@ class CostModel {
   /// slice's compute and its tokens' memory by it; unitless.
   double expert_load_factor(int index, int count) const;
 
+ protected:
+  /// The time of an expert slice's compute relative to a dense pass of the same batches (the puzzle and unit
+  /// models): its tokens are the whole EP group's batches, 1/e of them with balanced routing, times the slice's
+  /// expert_load_factor; 1 for any other op.
+  double expert_share(const Op& op) const;
+
  private:
   std::vector<double> expert_load_;  // normalised to mean 1
 };
@@ -86,10 +92,6 @@ class PuzzleCostModel final : public CostModel {
   /// The puzzles' units of `t` (512·512 for a whole weight, 512·256 per batch of an activation, times the fraction
   /// held), an expert slice's tokens times `load`, the slice's expert_load_factor. The unit model's memory too.
   static double units(const Tensor& t, double load);
-
- private:
-  // An expert slice's compute relative to a dense pass of its batches (1/e times its load); 1 for other ops.
-  double expert_share(const Op& op) const;
 };
 
 /// Unit costs for studying schedules (pipeline bubbles): compute is charged by the share of the model an op's
@@ -124,7 +126,6 @@ class UnitCostModel final : public CostModel {
   Time per_batch_ = kTicksPerSecond;  // forward or backward, one batch, one layer
   Time half_batch_ = kTicksPerSecond / 2;  // backward-input or backward-weight, one batch, one layer
   std::vector<Time> layer_per_batch_, layer_half_batch_;  // per layer, with a layout
-  double expert_share(const Op& op) const;  // as PuzzleCostModel's
 };
 
 /// The cost model called `name` ("puzzle", or "unit" at one second per batch and layer; a schedule's unit model,

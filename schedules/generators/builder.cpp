@@ -165,7 +165,7 @@ void RankProgram::collective(OpKind kind, int layer, int group, Tensor in, Tenso
 
 void RankProgram::add_grad(const Tensor& g, int stream) {
   for (auto& [layer, s] : sums_) {
-    if (layer != g.layer) continue;
+    if (layer != g.layer || s.ep_size != g.ep_size || s.ep_index != g.ep_index) continue;
     Tensor total = sum(s, g);  // throws TensorError on a generator bug
     Op& op = ops_.emplace_back();  // built in place: no op is moved
     op.kind = OpKind::Accumulate;
@@ -187,14 +187,15 @@ void RankProgram::add_grad(const Tensor& g, int stream) {
   sums_.emplace_back(g.layer, g);
 }
 
-Tensor RankProgram::take_grad(int layer) {
+Tensor RankProgram::take_grad(int layer, bool expert) {
   for (auto it = sums_.begin(); it != sums_.end(); ++it)
-    if (it->first == layer) {
+    if (it->first == layer && it->second.expert() == expert) {
       Tensor t = it->second;
       sums_.erase(it);
       return t;
     }
-  throw std::logic_error(fmt::format("generator: rank {} has no weight grad of layer {}", rank_, layer));
+  throw std::logic_error(fmt::format("generator: rank {} has no weight grad of layer {}{}", rank_, layer,
+                                     expert ? "'s experts" : ""));
 }
 
 // ---- pipelines ------------------------------------------------------------------------------------------

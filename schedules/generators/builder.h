@@ -62,12 +62,14 @@ class RankProgram {
   void compute(OpKind kind, int layer, IdSet batches, TensorList reads = {}, TensorList writes = {});
   /// All-gather, reduce-scatter or all-reduce of `in` into `out` over `group`, on `stream` (0: compute).
   void collective(OpKind kind, int layer, int group, Tensor in, Tensor out, int stream = 0);
-  /// Adds the resident weight grad `g` to the running sum of its layer (same shards): the first grad becomes
+  /// Adds the resident weight grad `g` to the running sum of its layer (same shards; an MoE layer keeps one sum
+  /// for its dense weight and one for its expert slice): the first grad becomes
   /// the sum; later ones are accumulated into it and both parts freed, on `stream` (FSDP adds each reduce-
   /// scattered shard to the sharded grad on its communication stream, after the reduce-scatter).
   void add_grad(const Tensor& g, int stream = 0);
-  /// The running weight-grad sum of `layer` (throws std::logic_error when there is none); forgets it.
-  Tensor take_grad(int layer);
+  /// The running weight-grad sum of `layer` (of its expert slice when `expert`; throws std::logic_error when
+  /// there is none); forgets it.
+  Tensor take_grad(int layer, bool expert = false);
 
  private:
   int rank_, layers_, microbatches_;

@@ -15,44 +15,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <map>
 
 #include "schedules/generators/builder.h"
 
 namespace trainsim::gen {
-
-namespace {
-
-// A running weight-grad sum per (layer, expert slice or -1), accumulated into as grads come (RankProgram keeps one
-// per layer; an MoE layer has two, the dense part's and the expert slice's).
-class GradSums {
- public:
-  explicit GradSums(RankProgram& prog) : prog_(prog) {}
-  void add(const Tensor& g) {
-    auto [it, fresh] = sums_.try_emplace({g.layer, g.expert() ? g.ep_index : -1}, g);
-    if (fresh) return;
-    Tensor total = sum(it->second, g);  // throws TensorError on a generator bug
-    Op& op = prog_.ops().emplace_back();
-    op.kind = OpKind::Accumulate;
-    op.rank = prog_.rank();
-    op.reads = {it->second, g};
-    op.writes = {total};
-    prog_.free({it->second, g});
-    it->second = std::move(total);
-  }
-  Tensor take(int layer, bool expert) {
-    auto it = sums_.lower_bound({layer, expert ? 0 : -1});
-    Tensor t = it->second;
-    sums_.erase(it);
-    return t;
-  }
-
- private:
-  RankProgram& prog_;
-  std::map<std::pair<int, int>, Tensor> sums_;
-};
-
-}  // namespace
 
 Schedule gen_expert_parallel(const GenOptions& o) {
   const std::string kind = "ep";
@@ -134,7 +100,6 @@ Schedule gen_expert_parallel(const GenOptions& o) {
       if (moe(l)) state.push_back(expert(weight_tensor(l))), state.push_back(expert(opt_state_tensor(l)));
     }
     prog.load(std::move(state));
-    GradSums sums(prog);
     for (int i = 0; i < m; ++i) {
       const IdSet b = one(i * n + r);
       const IdSet group_batches = IdSet::range(i * n + g * e, i * n + g * e + e);  // the EP group's microbatches
@@ -167,7 +132,7 @@ Schedule gen_expert_parallel(const GenOptions& o) {
           prog.free({grad});
           prog.compute(OpKind::Backward, l, group_batches, {in, grad_in, expert(weight_tensor(l))}, {expert_grad, grad_out});
           prog.free({in, grad_in});
-          sums.add(expert_grad);
+          prog.add_grad(expert_grad);
           grad = routed_as(activation_grad_tensor(l + 1, b), Route::Routed);
           prog.collective(OpKind::AllToAll, l, ep_group[g], grad_out, grad);
           prog.free({grad_out});
@@ -175,13 +140,13 @@ Schedule gen_expert_parallel(const GenOptions& o) {
         prog.compute(OpKind::Backward, l, b, {activation_tensor(l, b), grad, weight_tensor(l)},
                      {weight_grad_tensor(l, b), activation_grad_tensor(l, b)});
         prog.free({activation_tensor(l, b), grad});
-        sums.add(weight_grad_tensor(l, b));
+        prog.add_grad(weight_grad_tensor(l, b));
       }
       prog.free({activation_grad_tensor(0, b)});
     }
     const IdSet all = IdSet::range(0, M);
     auto step = [&](int l, bool is_expert) {
-      Tensor grad = sums.take(l, is_expert);
+      Tensor grad = prog.take_grad(l, is_expert);
       const int group = is_expert ? edp_group[j] : dp_group;
       if (group != 0) {
         Tensor reduced = is_expert ? expert(weight_grad_tensor(l, all)) : weight_grad_tensor(l, all);
