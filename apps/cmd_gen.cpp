@@ -282,7 +282,7 @@ std::string kinds_summary() {
   if (!expert.empty())
     s += "; expert parallel (Mixture of Experts) " + joined(expert) +
          " (--dp ranks in EP groups of --ep, --layers, --dense-layers first layers without experts, --microbatches "
-         "per rank; .sched version 3, the puzzle and unit cost models)";
+         "per rank; .sched version 3; on the hardware model with an MoE --model: mixtral-8x7b, qwen3-30b-a3b)";
   return s + ".";
 }
 
@@ -327,6 +327,13 @@ int run(GenArgs& a) {
     try {
       const hw::HardwareSetting hs = hardware_setting(a.hardware);
       if (!a.given.count("--layers")) opts = per_block_layers(a.kind, opts, hs.model.blocks);
+      if (a.kind == "ep" && !hs.model.moe())
+        throw std::invalid_argument(fmt::format("ep: the model '{}' has no experts (model.experts=0): expert "
+                                                "parallelism needs a Mixture-of-Experts model (mixtral-8x7b, "
+                                                "qwen3-30b-a3b, or experts=... in a JSON model)",
+                                                hs.model.preset));
+      if (!a.given.count("--dense-layers"))
+        opts = model_dense_layers(a.kind, opts, hs.model.blocks, hs.model.dense_blocks);
     } catch (const std::invalid_argument& e) {  // hw::SpecError too
       fmt::print(stderr, "trainsim gen: {}\n", e.what());
       return 2;
@@ -465,7 +472,8 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--dense-layers", args->options.dense_layers,
-                  "ep: the first layers without experts (DeepSeek-V3 has 3); the others are MoE layers")
+                  "ep: the first layers without experts (DeepSeek-V3 has 3); the others are MoE layers. With --model: "
+                  "by default the layers that hold only the model's dense blocks (its dense_blocks)")
       ->check(count0)
       ->capture_default_str();
   cmd->add_option("--expert-load", args->options.expert_load,

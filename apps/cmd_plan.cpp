@@ -84,6 +84,11 @@ plan::PlanRequest request_of(const PlanArgs& a) {
   } catch (const hw::SpecError& e) {
     throw hw::SpecError(fmt::format("--model: {}", e.what()));
   }
+  if (r.model.moe())  // (its candidates are dense gen 3d schedules, which the hardware model refuses for experts)
+    throw hw::SpecError(fmt::format("--model: '{}' is a Mixture of Experts, and the planner does not search expert "
+                                    "parallelism yet (issue 35); time one configuration with trainsim gen ep --model "
+                                    "{} --dp D --ep E ... --sim",
+                                    r.model.preset, a.model));
   try {
     r.device = hw::load_device(a.device);
   } catch (const hw::SpecError& e) {

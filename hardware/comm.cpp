@@ -67,4 +67,15 @@ CollectiveTime nccl_collective(Collective c, const GroupShape& g, double bytes, 
   return best;
 }
 
+double nccl_all_to_all_seconds(const GroupShape& g, double bytes, const NetworkSpec& net) {
+  const int n = g.ranks;
+  if (n <= 1 || bytes <= 0) return 0;
+  const int ppn = std::clamp(g.ranks_per_node, 1, n);
+  const double intra = net.intra_bandwidth > 0 ? bytes * (ppn - 1) / n / net.intra_bandwidth : 0;
+  const double nics = static_cast<double>(net.nics_per_node) / std::max(net.gpus_per_node, 1);
+  const double inter = g.nodes > 1 && n > ppn ? bytes * (n - ppn) / n / (net.inter_bandwidth * nics) : 0;
+  const double hop = g.nodes > 1 ? net.inter_latency_s : net.intra_latency_s;
+  return net.collective_latency_s + hop + std::max(intra, inter);
+}
+
 }  // namespace trainsim::hw

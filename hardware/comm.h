@@ -59,5 +59,14 @@ double ring_bus_bandwidth(const GroupShape& shape, const NetworkSpec& net);
 /// Collective `c` over S bytes by a group of `shape` on `net`: the fastest of ring, tree and NVLS where each
 /// applies (see the header comment). 0 seconds for a group of one rank.
 CollectiveTime nccl_collective(Collective c, const GroupShape& shape, double bytes, const NetworkSpec& net);
+/// Seconds of an all-to-all in which each of the group's n ranks sends and receives S bytes in all, S/n to and
+/// from each member (itself included), as NCCL runs it: grouped point-to-point sends and receives to every peer
+/// at once (PyTorch's all_to_all_single; NCCL has no all-to-all algorithm of its own). The transfers share the
+/// rank's links: the (ppn-1)/n of S for the peers on its node over NVLink (intra_bandwidth), the (n-ppn)/n for
+/// the other nodes over its NICs (nics_per_node/gpus_per_node of them, rail-optimised), both at once; so
+/// collective_latency + a hop's latency (inter_latency across nodes) + max(intra, inter). The hierarchical
+/// dispatch of DeepEP (one NIC transfer per destination node, then NVLink), which sends a token routed to two
+/// experts of one node once, is not modelled. 0 for one rank or no bytes.
+double nccl_all_to_all_seconds(const GroupShape& shape, double bytes, const NetworkSpec& net);
 
 }  // namespace trainsim::hw

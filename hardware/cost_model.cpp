@@ -58,15 +58,7 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
   // keeping the gathered whole (tp_comm_seconds: only a re-gather runs under the backward's GEMMs).
   std::map<std::pair<int, IdSet>, int> input_gathers;
   for (const Op& op : ops) {
-    // Mixture of Experts is in the schedule algebra and the puzzle and unit cost models so far (issue 35); this
-    // model has no experts to size and time, and would size them as dense layers.
-    auto moe = [](const Tensor& t) { return t.expert() || t.route != Route::None; };
-    if (op.kind == OpKind::AllToAll || std::any_of(op.reads.begin(), op.reads.end(), moe) ||
-        std::any_of(op.writes.begin(), op.writes.end(), moe))
-      throw std::invalid_argument(fmt::format("{}: the hardware cost model has no Mixture-of-Experts model yet "
-                                              "(expert slices, routed tokens, all-to-alls); time the schedule with "
-                                              "the puzzle or unit cost model",
-                                              op.label()));
+    check_experts(op);
     if (is_compute(op.kind) && op.kind != OpKind::Update) {
       int degree = 1;
       const Tensor* sliced = nullptr;
@@ -111,6 +103,67 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
   }
 }
 
+const Tensor* HardwareCostModel::expert_weight(const Op& op) {
+  for (const Tensor& t : op.reads)
+    if (t.expert() && (t.kind == TensorKind::Weight || t.kind == TensorKind::OptState)) return &t;
+  return nullptr;
+}
+
+double HardwareCostModel::load_of(const Tensor* t) const {
+  return t && t->expert() ? expert_load_factor(t->ep_index, t->ep_size) : 1.0;
+}
+
+void HardwareCostModel::check_experts(const Op& op) const {
+  const ModelSpec& m = setting_.model;
+  const int L = static_cast<int>(sizes_.layers().size());
+  auto routed = [](const Tensor& t) { return t.expert() || t.route != Route::None; };
+  const bool touches = op.kind == OpKind::AllToAll || std::any_of(op.reads.begin(), op.reads.end(), routed) ||
+                       std::any_of(op.writes.begin(), op.writes.end(), routed);
+  if (!m.moe()) {
+    if (touches)
+      throw std::invalid_argument(fmt::format(
+          "{}: the schedule routes tokens to experts, but the model '{}' has none (model.experts=0); time it with a "
+          "Mixture-of-Experts model (mixtral-8x7b, qwen3-30b-a3b, or experts=... in a JSON model)",
+          op.label(), m.preset));
+    return;
+  }
+  for (const auto* list : {&op.reads, &op.writes})
+    for (const Tensor& t : *list)
+      if (t.expert() && m.experts % t.ep_size != 0)
+        throw std::invalid_argument(fmt::format(
+            "{}: {} is one of {} expert slices, but the model '{}' has {} experts per MoE block, which {} slices do "
+            "not split evenly (the EP degree must divide model.experts)",
+            op.label(), t.str(), t.ep_size, m.preset, m.experts, t.ep_size));
+  if (!is_compute(op.kind) || op.kind == OpKind::Update || op.kind == OpKind::Loss || op.layer < 0 || op.layer >= L)
+    return;
+  const LayerContent& c = sizes_.layers()[op.layer];
+  const int moe = sizes_.layer_moe_blocks(op.layer);
+  auto blocks = [&] {
+    return c.num_blocks == 1 ? fmt::format("block {}", c.first_block)
+                             : fmt::format("blocks {}..{}", c.first_block, c.first_block + c.num_blocks - 1);
+  };
+  if (expert_weight(op) && moe == 0)
+    throw std::invalid_argument(fmt::format(
+        "{}: it runs experts of layer {}, but the layer's {} of the model '{}' are dense (model.dense_blocks={}); "
+        "gen ep --dense-layers makes the first layers dense",
+        op.label(), op.layer, c.num_blocks == 0 ? std::string("no blocks") : blocks(), m.preset, m.dense_blocks));
+  if (op.kind == OpKind::Forward && moe > 0 && !expert_weight(op) &&
+      std::none_of(op.writes.begin(), op.writes.end(), [](const Tensor& t) { return t.route == Route::Routed; }))
+    throw std::invalid_argument(fmt::format(
+        "{}: layer {} holds {} with experts (the model '{}' has MoE blocks from block {}), but the schedule runs its "
+        "forward without them: its output is not routed to the experts; generate the schedule with gen ep, whose "
+        "--dense-layers follows the model's dense_blocks",
+        op.label(), op.layer, moe == c.num_blocks ? blocks() : fmt::format("{} of its {}", moe, blocks()), m.preset,
+        m.dense_blocks));
+  for (const auto* list : {&op.reads, &op.writes})
+    for (const Tensor& t : *list)
+      if (t.tp_size > 1)
+        throw std::invalid_argument(fmt::format(
+            "{}: tensor parallelism with a Mixture-of-Experts model is not modelled yet (TP slice {}; expert tensor "
+            "parallelism neither)",
+            op.label(), t.str()));
+}
+
 TpSplit HardwareCostModel::tp_split(const Op& op) const {
   TpSplit tp;
   for (const Tensor& t : op.reads) tp.degree = std::max<int>(tp.degree, t.tp_size);
@@ -129,12 +182,16 @@ Work HardwareCostModel::op_work(const Op& op) const {
     case OpKind::BackwardWeight:
     case OpKind::Loss: {
       const int layer = op.kind == OpKind::Loss ? L - 1 : op.layer;
+      if (const Tensor* x = op.kind == OpKind::Loss ? nullptr : expert_weight(op))
+        return expert_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()),
+                           ExpertSplit{x->ep_size, load_of(x)});
       return compute_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()), 0,
                           tp_split(op));
     }
     case OpKind::Update: {
-      // The shards it updates: those of the optimizer state it reads (of its TP slice: 1/t of the layer's).
-      double params = sizes_.layer_parameters(op.layer);
+      // The shards it updates: those of the optimizer state it reads (of its TP slice: 1/t of the layer's; of its
+      // expert slice: 1/ep of the layer's routed experts).
+      double params = expert_weight(op) ? sizes_.layer_expert_parameters(op.layer) : sizes_.layer_parameters(op.layer);
       for (const Tensor& t : op.reads)
         if (t.kind == TensorKind::OptState) params *= t.held_fraction();
       return compute_work(setting_, sizes_.layers().at(op.layer), op.kind, 0, params);
@@ -146,6 +203,13 @@ Work HardwareCostModel::op_work(const Op& op) const {
 double HardwareCostModel::compute_seconds(const Op& op) const {
   // The same (layer, pass, microbatch count, TP degree, sequence parallelism) always costs the same: computed
   // once (a GEMM table lookup per linear layer and pass is too much for every op of a 16,384-rank schedule).
+  if (const Tensor* x = op.kind == OpKind::Loss ? nullptr : expert_weight(op)) {
+    const std::array<int, 5> key{op.layer, static_cast<int>(op.kind), static_cast<int>(op.batches.size()), x->ep_size,
+                                 x->ep_index};
+    auto [it, fresh] = expert_cache_.try_emplace(key, 0.0);
+    if (fresh) it->second = work_seconds(setting_.device, op_work(op));
+    return it->second;
+  }
   const TpSplit tp = tp_split(op);
   const std::uint64_t key = static_cast<std::uint64_t>(op.kind == OpKind::Loss ? 0xffff : op.layer & 0xffff) |
                             static_cast<std::uint64_t>(static_cast<int>(op.kind) & 0xff) << 16 |
@@ -380,13 +444,44 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
       // A TP collective at a layer's end may run under a GEMM of its pass (hardware/tp_comm.h).
       return explicit_tp_seconds(op, nccl_collective(c, shape, bytes, setting_.network).seconds);
     }
+    case OpKind::AllToAll: return all_to_all_seconds(op, group_size);
     default: return 0;
   }
+}
+
+double HardwareCostModel::all_to_all_seconds(const Op& op, int group_size) const {
+  // The tokens of the rank's own microbatches (the routed or the complete tensor) and the expert slice's EP degree.
+  const Tensor* tokens = nullptr;
+  const Tensor* slice = nullptr;
+  for (const auto* list : {&op.reads, &op.writes})
+    for (const Tensor& t : *list) (t.expert() ? slice : tokens) = &t;
+  const int L = static_cast<int>(sizes_.layers().size());
+  if (!tokens || !slice || op.layer < 0 || op.layer >= L) return 0;
+  GroupShape shape = op.group >= 0 && op.group < static_cast<int>(shapes_.size()) && shapes_[op.group].ranks > 0
+                         ? shapes_[op.group]
+                         : GroupShape{group_size, 1, group_size};
+  shape.ranks = group_size;
+  // Every member sends its tokens' top_k copies; the busiest slice receives max load times the balanced share,
+  // and the all-to-all ends when it has: every member is priced at that member's (the collective's end).
+  double busiest = 1;
+  for (int i = 0; i < slice->ep_size; ++i) busiest = std::max(busiest, expert_load_factor(i, slice->ep_size));
+  const ModelSpec& m = setting_.model;
+  const double bytes = setting_.tokens_per_microbatch() * tokens->batches.size() * m.top_k * m.hidden *
+                       m.activation_bytes * busiest;
+  // One all-to-all per MoE block of the layer.
+  return sizes_.layer_moe_blocks(op.layer) * nccl_all_to_all_seconds(shape, bytes, setting_.network);
 }
 
 Time HardwareCostModel::duration(const Op& op, int group_size) const { return seconds(seconds_of(op, group_size)); }
 
 double HardwareCostModel::memory(const Tensor& t, int rank) const {
+  const double load = load_of(&t);
+  if (t.route == Route::ExpertIn && t.kind == TensorKind::Activation) {  // the experts' saved activations
+    const bool runs = rank >= 0 && rank < static_cast<int>(forward_layers_.size()) && t.layer >= 1 &&
+                      t.layer <= static_cast<int>(forward_layers_[rank].size()) && forward_layers_[rank][t.layer - 1] != 0;
+    return sizes_.resident_bytes(t, runs, TpSplit{}, load);
+  }
+  if (t.route != Route::None || t.expert()) return sizes_.wire_bytes(t, load);
   TpSplit tp{0};  // degree 0: the rank runs no forward of the layer
   if (t.kind == TensorKind::Activation && rank >= 0 && rank < static_cast<int>(forward_layers_.size()) &&
       t.layer >= 0 && t.layer < static_cast<int>(forward_layers_[rank].size()))

@@ -74,14 +74,16 @@ class HardwareCostModel final : public CostModel {
 
   std::string name() const override { return "hardware"; }
   Time duration(const Op& op, int group_size) const override;
-  double memory(const Tensor& t) const override { return sizes_.wire_bytes(t); }
+  double memory(const Tensor& t) const override { return sizes_.wire_bytes(t, load_of(&t)); }
   double memory(const Tensor& t, int rank) const override;
   std::string memory_unit() const override { return "bytes"; }
   /// The TP communication inside a compute op (tp_comm_seconds), in Time units.
   Time inner_comm(const Op& op) const override { return seconds(tp_comm_seconds(op)); }
   /// Bytes the op allocates inside itself at its TP split (TensorSizes::workspace_bytes: the loss's fp32
   /// log-softmax and its grad, a fully recomputed block's activations in its backward).
-  double workspace(const Op& op) const override { return sizes_.workspace_bytes(op, tp_split(op)); }
+  double workspace(const Op& op) const override {
+    return sizes_.workspace_bytes(op, tp_split(op), load_of(expert_weight(op)));
+  }
 
   /// The TP degree and sequence parallelism of an op on its rank: the largest tp_size of the tensors it reads
   /// or writes (1 without TP), the rank's sequence parallelism.
@@ -114,6 +116,15 @@ class HardwareCostModel final : public CostModel {
   /// context parallelism. Part of seconds_of.
   double cp_comm_seconds(const Op& op) const;
 
+  /// Seconds of an all-to-all of an MoE layer (docs/design.md, "Mixture of Experts"): per MoE block of the layer,
+  /// nccl_all_to_all_seconds over the op's group of each member's tokens routed top_k times (b·s·top_k·h·e bytes
+  /// for its microbatches), times the busiest expert slice's load (expert_load_factor: that slice receives the
+  /// most and the collective ends with it). The dispatch and the combine, forward and backward, cost alike.
+  double all_to_all_seconds(const Op& op, int group_size) const;
+  /// The expert slice whose weights or optimizer state an op reads (an expert's forward, backward or update),
+  /// or null.
+  static const Tensor* expert_weight(const Op& op);
+
   /// Seconds of an op (before rounding to nanoseconds): its busy time plus, for a timed op, dispatch_s.
   double seconds_of(const Op& op, int group_size) const;
   const HardwareSetting& setting() const { return setting_; }
@@ -121,6 +132,12 @@ class HardwareCostModel final : public CostModel {
 
  private:
   double busy_seconds(const Op& op, int group_size) const;  // without dispatch_s
+  // An expert slice's load (expert_load_factor), 1 for null or any other tensor.
+  double load_of(const Tensor* t) const;
+  // Throws std::invalid_argument for an op that does not fit the model's experts (prepare_rank): experts in a
+  // schedule of a dense model, an EP degree that does not divide the experts, experts on a dense layer, an MoE
+  // layer's forward without them, TP with experts.
+  void check_experts(const Op& op) const;
   // The TP group of a rank as the formulas see it (its header group's shape, or `degree` ranks on one node).
   GroupShape tp_shape(int rank, int degree) const;
   // Whether the rank splits the backward of `layer` into its halves (zero bubble's B and W).
@@ -150,6 +167,7 @@ class HardwareCostModel final : public CostModel {
   std::vector<std::vector<char>> regathered_;  // [rank][layer]: its input all-gathered again for the backward
   mutable std::map<std::array<int, 10>, double> tp_cache_;  // tp_comm_seconds by op shape
   mutable std::unordered_map<std::uint64_t, double> compute_cache_;  // compute_seconds by its key
+  mutable std::map<std::array<int, 5>, double> expert_cache_;  // an expert op's compute_seconds by its shape
 };
 
 }  // namespace trainsim::hw

@@ -5,25 +5,40 @@
 namespace trainsim::hw {
 
 double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recompute r, int tp, bool sp,
-                                  Attention attention) {
-  const double h = m.hidden, f = m.ffn, a = m.heads, kv = static_cast<double>(m.kv_width()), e = m.activation_bytes;
-  const double sbh = s * b * h, t = tp;
+                                  Attention attention, BlockPart part) {
+  const double h = m.hidden, a = m.heads, kv = static_cast<double>(m.kv_width()), e = m.activation_bytes;
+  const double f = part == BlockPart::Dense ? m.ffn : static_cast<double>(m.shared_experts) * m.expert_width();
+  const double q = static_cast<double>(m.q_width());  // h unless head_dim says other
+  const double sbh = s * b * h, sbq = s * b * q, t = tp;
   if (r == Recompute::Full) return e * sbh / (sp ? t : 1);  // the block's input, a sequence shard with SP
   const double statistics = 4 * a * s * b;  // flash attention's fp32 log-sum-exp per head and token
+  // An MoE block's router scores (fp32, kept for the softmax's and top-k's backward), on every TP rank.
+  const double router = part == BlockPart::MoeShared ? 4.0 * m.experts * s * b : 0;
   if (r == Recompute::Op) {
-    const double kept = m.gated_ffn ? e * s * b * (h + kv + f) : e * s * b * (h + 2 * kv + f);  // odd mms' outputs
-    const double attention_out = e * sbh + statistics;
+    const double kept = m.gated_ffn ? e * s * b * (q + kv + f) : e * s * b * (q + 2 * kv + f);  // odd mms' outputs
+    const double attention_out = e * sbq + statistics;
     const double replicated = e * sbh + (m.gated_ffn ? e * sbh : 0);  // the block's input (and w2's output)
-    return (kept + attention_out) / t + replicated / (sp ? t : 1);
+    return (kept + attention_out) / t + replicated / (sp ? t : 1) + router;
   }
   const double mask = m.dropout ? 1 : 0;
   // Terms split by tensor parallelism (inside the attention and the MLP).
-  double split = e * s * b * (h + kv) + e * s * b * kv + e * sbh + (m.gated_ffn ? 3 : 2) * e * s * b * f;
+  double split = e * s * b * (q + kv) + e * s * b * kv + e * sbq + (m.gated_ffn ? 3 : 2) * e * s * b * f;
   double scores = attention == Attention::Flash ? statistics : (e + mask * (1 + e)) * a * s * s * b;
   if (r == Recompute::Selective) scores = 0;
   // Terms replicated across tensor-parallel ranks unless sequence parallelism splits them.
   double replicated = e * sbh + mask * sbh + e * sbh + mask * sbh + 2 * e * sbh;
-  return (split + scores) / t + replicated / (sp ? t : 1);
+  return (split + scores) / t + replicated / (sp ? t : 1) + router;
+}
+
+double expert_activation_bytes(const ModelSpec& m, Recompute r) {
+  const double h = m.hidden, f = m.expert_width(), e = m.activation_bytes;
+  switch (r) {
+    case Recompute::Full: return 0;
+    case Recompute::Op: return m.gated_ffn ? e * (f + h) : e * f;
+    case Recompute::None:
+    case Recompute::Selective: break;
+  }
+  return (m.gated_ffn ? 3 : 2) * e * f;
 }
 
 ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int dp, int tp) {
@@ -42,8 +57,19 @@ double TensorSizes::layer_parameters(int l) const {
   const LayerContent& c = layers_.at(l);
   const ModelSpec& m = s_.model;
   const double copy = c.head && tied_copy_ ? static_cast<double>(m.vocab) * m.hidden : 0;
-  return c.num_blocks * m.block_parameters() + (c.embedding ? m.embedding_parameters() : 0) +
-         (c.head ? m.head_parameters() : 0) + copy;
+  const int moe = layer_moe_blocks(l);
+  const double blocks = moe == 0 ? c.num_blocks * m.block_parameters()
+                                 : (c.num_blocks - moe) * m.block_parameters() + moe * m.dense_part_parameters(m.blocks - 1);
+  return blocks + (c.embedding ? m.embedding_parameters() : 0) + (c.head ? m.head_parameters() : 0) + copy;
+}
+
+int TensorSizes::layer_moe_blocks(int l) const {
+  const LayerContent& c = layers_.at(l);
+  return s_.model.moe_blocks(c.first_block, c.num_blocks);
+}
+
+double TensorSizes::layer_expert_parameters(int l) const {
+  return layer_moe_blocks(l) * s_.model.routed_parameters(s_.model.blocks - 1);
 }
 
 double TensorSizes::layer_linear_parameters(int l) const {
@@ -52,15 +78,24 @@ double TensorSizes::layer_linear_parameters(int l) const {
   return layers_.at(l).num_blocks * per_block;
 }
 
-double TensorSizes::wire_bytes(const Tensor& t) const {
+double TensorSizes::wire_bytes(const Tensor& t, double load) const {
   const ModelSpec& m = s_.model;
   const double frac = t.held_fraction();
   const double tokens = s_.tokens_per_microbatch() * t.batches.size();
   const int L = static_cast<int>(layers_.size());
+  const bool expert_state = t.expert() && t.route == Route::None;  // an expert slice's weights, grads, state
+  if ((t.route == Route::ExpertIn || t.route == Route::ExpertOut) && t.layer > 0 && t.layer <= L)
+    return routed_pairs(m, tokens, ExpertSplit{t.ep_size, load}) * m.hidden * m.activation_bytes *
+           (frac * t.ep_size);  // (the shards held; held_fraction's 1/ep is in the pairs)
+  // A dense part's output waiting for the dispatch (and its grad back from the combine): hidden states, also for
+  // the last layer, whose LM head the schedule's dense part runs.
+  if (t.route == Route::Routed) return tokens * m.hidden * m.activation_bytes * frac;
+  const double params = expert_state ? layer_expert_parameters(t.layer) : 0;
   switch (t.kind) {
-    case TensorKind::Weight: return layer_parameters(t.layer) * m.weight_bytes * frac;
-    case TensorKind::OptState: return layer_parameters(t.layer) * (m.master_bytes + m.optimizer_bytes) * frac;
-    case TensorKind::WeightGrad: return layer_parameters(t.layer) * m.grad_bytes * frac;
+    case TensorKind::Weight: return (expert_state ? params : layer_parameters(t.layer)) * m.weight_bytes * frac;
+    case TensorKind::OptState:
+      return (expert_state ? params : layer_parameters(t.layer)) * (m.master_bytes + m.optimizer_bytes) * frac;
+    case TensorKind::WeightGrad: return (expert_state ? params : layer_parameters(t.layer)) * m.grad_bytes * frac;
     case TensorKind::Activation:
       if (t.layer == 0) return tokens * 4 * frac;
       if (t.layer >= L) return tokens * 4.0 * m.vocab * frac;
@@ -82,22 +117,35 @@ bool TensorSizes::holds_saved(const Tensor& t, TpSplit tp) {
   return t.complete();
 }
 
-double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp) const {
+double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp, double load) const {
   const int L = static_cast<int>(layers_.size());
-  if (t.kind != TensorKind::Activation || t.layer >= L || !forward_runs_here || t.tp_size != 1 || !holds_saved(t, tp))
-    return wire_bytes(t);
+  if (t.kind == TensorKind::Activation && t.route == Route::ExpertIn && forward_runs_here && t.layer >= 1 &&
+      t.layer <= L) {
+    // The experts of layer t.layer - 1 ran on these tokens: what they saved, per MoE block.
+    const double input = wire_bytes(t, load);
+    const int k = layer_moe_blocks(t.layer - 1);
+    const double pairs = input / (s_.model.hidden * s_.model.activation_bytes);
+    return input + k * pairs * expert_activation_bytes(s_.model, s_.recompute) + std::max(k - 1, 0) * input;
+  }
+  if (t.kind != TensorKind::Activation || t.layer >= L || !forward_runs_here || t.tp_size != 1 ||
+      t.route != Route::None || !holds_saved(t, tp))
+    return wire_bytes(t, load);
   const LayerContent& c = layers_.at(t.layer);
   const double b = static_cast<double>(s_.microbatch_size) * t.batches.size();
   const double s = static_cast<double>(s_.seq_len()) / s_.context_parallel;  // this rank's tokens of a sequence
-  double bytes = c.num_blocks * activation_bytes_per_block(s_.model, s, b, s_.recompute, tp.degree,
-                                                           tp.sequence_parallel, s_.attention);
+  const int moe = layer_moe_blocks(t.layer);
+  double bytes = (c.num_blocks - moe) * activation_bytes_per_block(s_.model, s, b, s_.recompute, tp.degree,
+                                                                   tp.sequence_parallel, s_.attention);
+  if (moe > 0)
+    bytes += moe * activation_bytes_per_block(s_.model, s, b, s_.recompute, tp.degree, tp.sequence_parallel,
+                                              s_.attention, BlockPart::MoeShared);
   if (c.head)
     bytes += 2.0 * s * b * s_.model.hidden * s_.model.activation_bytes / (tp.sequence_parallel ? tp.degree : 1);
   if (c.embedding) bytes += wire_bytes(t);  // the token ids; the embedding's output is block 0's input
   return bytes;
 }
 
-double TensorSizes::workspace_bytes(const Op& op, TpSplit tp) const {
+double TensorSizes::workspace_bytes(const Op& op, TpSplit tp, double load) const {
   const int L = static_cast<int>(layers_.size());
   if (op.kind == OpKind::Loss) {
     double logits = 0;
@@ -110,8 +158,17 @@ double TensorSizes::workspace_bytes(const Op& op, TpSplit tp) const {
       layers_[op.layer].num_blocks == 0)
     return 0;
   const double b = static_cast<double>(s_.microbatch_size) * op.batches.size();
+  for (const Tensor& x : op.reads)
+    if (x.expert() && x.kind == TensorKind::Weight)  // an expert slice's backward: one MoE block's experts again
+      return routed_pairs(s_.model, s_.tokens_per_microbatch() * op.batches.size(), ExpertSplit{x.ep_size, load}) *
+             expert_activation_bytes(s_.model, Recompute::None);
   const double s = static_cast<double>(s_.seq_len()) / s_.context_parallel;
   const int t = std::max(tp.degree, 1);
+  if (layer_moe_blocks(op.layer) > 0 && layer_moe_blocks(op.layer) == layers_[op.layer].num_blocks)
+    return activation_bytes_per_block(s_.model, s, b, Recompute::None, t, tp.sequence_parallel, s_.attention,
+                                      BlockPart::MoeShared) -
+           activation_bytes_per_block(s_.model, s, b, Recompute::Full, t, tp.sequence_parallel, s_.attention,
+                                      BlockPart::MoeShared);
   return activation_bytes_per_block(s_.model, s, b, Recompute::None, t, tp.sequence_parallel, s_.attention) -
          activation_bytes_per_block(s_.model, s, b, Recompute::Full, t, tp.sequence_parallel, s_.attention);
 }

@@ -28,9 +28,19 @@ namespace trainsim::hw {
 /// the attention's output h with its statistics: e·sb(2h + h + kv + f) + 4·asb for a gated block, e·sb(h + h +
 /// 2kv + h + f) + 4·asb for a GeLU one (split terms over t, the block's input and w2's output over t with
 /// sequence parallelism only). `s` is the tokens of each sequence this rank holds (s/c with context
-/// parallelism: flash attention keeps statistics for its own queries only).
+/// parallelism: flash attention keeps statistics for its own queries only). With head_dim set apart from h/a the
+/// query terms (Q, the projection's input, the kept attention output) are q = a x head_dim wide rather than h.
+/// An MoE block's dense part (`part` MoeShared) keeps its shared experts' MLP terms (f = shared_experts x
+/// expert_ffn) and the router's fp32 scores (4·E·sb); its routed experts' activations are expert_activation_bytes.
 double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recompute r, int tp = 1,
-                                  bool sequence_parallel = false, Attention attention = Attention::Eager);
+                                  bool sequence_parallel = false, Attention attention = Attention::Eager,
+                                  BlockPart part = BlockPart::Dense);
+/// Activations one MoE block's routed experts keep for their backward per routed (token, expert) pair beyond
+/// the pair's input (which its ExpertIn tensor holds): the MLP's inner terms, 3e·f (gated: gate, up, product)
+/// or 2e·f (GeLU) with f = expert_ffn; none under full recomputation; with op checkpointing the kept GEMM
+/// outputs (gated: w1's f and w2's h; GeLU: fc's f). Selective recomputation keeps them all (it recomputes the
+/// attention core only).
+double expert_activation_bytes(const ModelSpec& m, Recompute r);
 
 /// Model states per GPU (bytes) for `params` parameters over `dp` data-parallel ranks under ZeRO `stage`
 /// (0: replicated; 1: optimizer state sharded; 2: and gradients; 3: and weights), with the model's bytes per
@@ -54,8 +64,12 @@ class TensorSizes {
   /// Throws SpecError as partition_layers does.
   TensorSizes(const HardwareSetting& s, int layers, const StageLayout* layout = nullptr, bool tied_copy = false);
   /// Parameters of schedule layer l (its blocks, plus embedding or head; plus the tied copy, V·h, on the last
-  /// layer with `tied_copy`).
+  /// layer with `tied_copy`); of an MoE model its MoE blocks' dense parts only (ModelSpec::dense_part_parameters).
   double layer_parameters(int l) const;
+  /// Parameters of the routed experts of layer l's MoE blocks (what its expert slices split); 0 without.
+  double layer_expert_parameters(int l) const;
+  /// MoE blocks of layer l.
+  int layer_moe_blocks(int l) const;
   /// True when the last layer holds a copy of the tied embedding matrix (the constructor's `tied_copy`).
   bool tied_copy() const { return tied_copy_; }
   /// The weights of layer l's blocks' linear layers (what FP8 training casts; not the norms, embedding or head).
@@ -67,8 +81,11 @@ class TensorSizes {
   /// held_fraction): the shards held, 1/t for a TP slice (a weight's slice, the logits' vocabulary slice), a
   /// sequence shard's share with sequence parallelism, and the whole for a partial sum (as large as the sum).
   /// A TP slice's parameters are 1/t of the layer's (the norms' gains, replicated in Megatron-LM, counted 1/t
-  /// too: 2h of a block's 12h² parameters).
-  double wire_bytes(const Tensor& t) const;
+  /// too: 2h of a block's 12h² parameters). Mixture of Experts: an expert slice's weights, grads and optimizer
+  /// state are 1/ep of the layer's routed experts (layer_expert_parameters); a slice's tokens (A_l and dA_l
+  /// routed to or from the experts, ExpertIn and ExpertOut) are its routed pairs of one MoE block, e·h each:
+  /// 1/ep of the EP group's tokens times top_k, times `load` (the slice's CostModel::expert_load_factor).
+  double wire_bytes(const Tensor& t, double load = 1) const;
   /// Bytes of a resident tensor: wire_bytes, except that the input A_l of a layer whose forward runs on the
   /// rank holding it also holds what that forward saved for the backward (the executor keeps the saved
   /// activations with the input: docs/executor.md): its blocks' activation_bytes_per_block at the forward's
@@ -76,7 +93,10 @@ class TensorSizes {
   /// inputs (2·e·h per token; with SP on s/t tokens), plus the token ids for A0. Only the tensor the rank keeps
   /// of its input from the forward to the backward holds them (holds_saved); any other piece of it (a partial
   /// sum; with sequence parallelism the whole input gathered for one pass) is its wire size.
-  double resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp = {}) const;
+  /// A routed activation (a dense part's output waiting for the dispatch) holds no saved activations; an expert
+  /// slice's input tokens (ExpertIn A_l) on the rank that runs the experts hold each MoE block's
+  /// expert_activation_bytes per pair and, for a layer of k > 1 MoE blocks, the inputs of the other k - 1.
+  double resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp = {}, double load = 1) const;
   /// Whether `t`, the input A_l of a forward run at `tp`, is what the rank keeps until the backward and so holds
   /// the forward's saved activations: with sequence parallelism (l > 0) its sequence shard (shard j of t, what
   /// the reduce-scatter left; the executor keeps the stash with it too: exec/rank_executor.cpp), else the
@@ -91,10 +111,11 @@ class TensorSizes {
   /// - a backward (or its input-grad half) of a layer of blocks under full recomputation: one block's forward
   ///   activations, recomputed for its backward and alive while that block's backward runs (Korthikanti et al.
   ///   2022 §5, the extra layer of activations full recomputation needs): activation_bytes_per_block without
-  ///   recomputation less the block input it kept;
+  ///   recomputation less the block input it kept; an expert slice's backward, one MoE block's expert activations
+  ///   at `load`;
   /// - 0 for every other op (ops' smaller temporaries, the allocator's cache and NCCL's buffers are not counted:
   ///   docs/hardware-model.md §6).
-  double workspace_bytes(const Op& op, TpSplit tp = {}) const;
+  double workspace_bytes(const Op& op, TpSplit tp = {}, double load = 1) const;
   const std::vector<LayerContent>& layers() const { return layers_; }
 
  private:

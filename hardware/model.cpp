@@ -1,16 +1,43 @@
 #include "hardware/model.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace trainsim::hw {
 
+double ModelSpec::attention_parameters() const {
+  const double h = hidden, q = static_cast<double>(q_width()), kv = static_cast<double>(kv_width());
+  return h * (q + 2 * kv) + q * h + (bias ? (q + 2 * kv) + h : 0);  // Q, K, V, the output projection (biases)
+}
+
 double ModelSpec::block_parameters() const {
-  const double h = hidden, f = ffn, kv = static_cast<double>(kv_width());
-  double attn = h * (h + 2 * kv) + h * h;            // Q, K, V and the output projection
+  const double h = hidden, f = ffn;
   double mlp = (gated_ffn ? 3 : 2) * h * f;          // gate, up, down (or up, down)
   double norms = 2 * (layernorm ? 2 * h : h);        // two norms: gain (and bias)
-  double biases = bias ? (h + 2 * kv) + h + (gated_ffn ? 2 * f : f) + h : 0;
-  return attn + mlp + norms + biases;
+  double biases = bias ? (gated_ffn ? 2 * f : f) + h : 0;
+  return attention_parameters() + mlp + norms + biases;
+}
+
+double ModelSpec::expert_parameters() const { return (gated_ffn ? 3.0 : 2.0) * hidden * expert_width(); }
+
+int ModelSpec::moe_blocks(int first, int n) const {
+  if (experts <= 0 || n <= 0) return 0;
+  const int from = std::max(first, dense_blocks), to = first + n;
+  return std::max(0, to - from);
+}
+
+double ModelSpec::dense_part_parameters(int b) const {
+  if (!moe_block(b)) return block_parameters();
+  const double h = hidden;
+  const double norms = 2 * (layernorm ? 2 * h : h);
+  return attention_parameters() + norms + h * experts + shared_experts * expert_parameters();  // router: h x E
+}
+
+double ModelSpec::routed_parameters(int b) const { return moe_block(b) ? experts * expert_parameters() : 0; }
+
+double ModelSpec::active_parameters(int b) const {
+  return dense_part_parameters(b) + (moe_block(b) ? top_k * expert_parameters() : 0);
 }
 
 double ModelSpec::embedding_parameters() const {
@@ -21,16 +48,33 @@ double ModelSpec::head_parameters() const {
   return (layernorm ? 2.0 * hidden : hidden) + (tied_embeddings ? 0 : static_cast<double>(vocab) * hidden);
 }
 
+namespace {
+// The sum over the blocks of f(b): a dense model's blocks are alike (blocks x f(0), as before MoE existed).
+template <class F>
+double over_blocks(const ModelSpec& m, F f) {
+  if (!m.moe()) return m.blocks * f(0);
+  const int dense = std::min(m.dense_blocks, m.blocks);
+  return (dense > 0 ? dense * f(0) : 0) + (m.blocks - dense) * f(m.blocks - 1);
+}
+}  // namespace
+
 double ModelSpec::parameters() const {
-  return embedding_parameters() + blocks * block_parameters() + head_parameters();
+  return embedding_parameters() +
+         over_blocks(*this, [&](int b) { return dense_part_parameters(b) + routed_parameters(b); }) + head_parameters();
+}
+
+double ModelSpec::active_parameters() const {
+  if (!moe()) return parameters();
+  return parameters() - (blocks - std::min(dense_blocks, blocks)) * static_cast<double>(experts - top_k) * expert_parameters();
 }
 
 double ModelSpec::dense_parameters() const {
-  return blocks * block_parameters() + (layernorm ? 2.0 * hidden : hidden) + static_cast<double>(vocab) * hidden;
+  return over_blocks(*this, [&](int b) { return active_parameters(b); }) + (layernorm ? 2.0 * hidden : hidden) +
+         static_cast<double>(vocab) * hidden;
 }
 
 double ModelSpec::flops_per_token(int s) const {
-  return 6.0 * dense_parameters() + 12.0 * blocks * static_cast<double>(hidden) * s;
+  return 6.0 * dense_parameters() + 12.0 * blocks * static_cast<double>(q_width()) * s;
 }
 
 void ModelSpec::validate(const std::string& where) const {
@@ -40,7 +84,9 @@ void ModelSpec::validate(const std::string& where) const {
   need(blocks >= 1, "blocks", fmt::format("must be at least 1, got {}", blocks));
   need(hidden >= 1, "hidden", fmt::format("must be at least 1, got {}", hidden));
   need(heads >= 1, "heads", fmt::format("must be at least 1, got {}", heads));
-  need(hidden % heads == 0, "heads", fmt::format("hidden ({}) must be a multiple of heads ({})", hidden, heads));
+  need(head_channels >= 0, "head_dim", fmt::format("must be at least 1 (or 0: hidden / heads), got {}", head_channels));
+  need(head_channels > 0 || hidden % heads == 0, "heads",
+       fmt::format("hidden ({}) must be a multiple of heads ({})", hidden, heads));
   need(kv_heads == 0 || (kv_heads >= 1 && heads % kv_heads == 0), "kv_heads",
        fmt::format("must divide heads ({}) (or be 0: as many as heads), got {}", heads, kv_heads));
   need(ffn >= 1, "ffn", fmt::format("must be at least 1, got {}", ffn));
@@ -49,6 +95,20 @@ void ModelSpec::validate(const std::string& where) const {
   for (auto [v, name] : {std::pair{weight_bytes, "weight_bytes"}, {grad_bytes, "grad_bytes"},
                          {optimizer_bytes, "optimizer_bytes"}, {activation_bytes, "activation_bytes"}})
     need(v >= 1 && v <= 16, name, fmt::format("must be 1..16 bytes, got {}", v));
+  need(experts >= 0 && experts <= 65536, "experts", fmt::format("must be 0 (dense) to 65536, got {}", experts));
+  if (experts == 0) {
+    for (auto [v, name] : {std::pair{top_k, "top_k"}, {expert_ffn, "expert_ffn"}, {shared_experts, "shared_experts"},
+                           {dense_blocks, "dense_blocks"}})
+      need(v == 0, name, fmt::format("is {} but the model has no experts (set experts, or leave it 0)", v));
+  } else {
+    need(top_k >= 1 && top_k <= experts, "top_k", fmt::format("must be 1 to experts ({}), got {}", experts, top_k));
+    need(expert_ffn >= 0, "expert_ffn", fmt::format("must be at least 1 (or 0: ffn), got {}", expert_ffn));
+    need(shared_experts >= 0 && shared_experts <= 1024, "shared_experts",
+         fmt::format("must be 0 to 1024, got {}", shared_experts));
+    need(dense_blocks >= 0 && dense_blocks < blocks, "dense_blocks",
+         fmt::format("must be 0 to blocks - 1 ({}): at least one block has experts, got {}", blocks - 1, dense_blocks));
+    need(!bias, "bias", "a Mixture-of-Experts model with biases is not modelled (the experts have none)");
+  }
   need(master_bytes >= 0 && master_bytes <= 16, "master_bytes", fmt::format("must be 0..16 bytes, got {}", master_bytes));
 }
 
@@ -57,6 +117,7 @@ const std::vector<Field<ModelSpec>>& model_fields() {
   static const std::vector<Field<M>> f = {
       field("blocks", &M::blocks),           field("hidden", &M::hidden),
       field("heads", &M::heads),             field("kv_heads", &M::kv_heads),
+      field("head_dim", &M::head_channels),
       field("ffn", &M::ffn),                 field("vocab", &M::vocab),
       field("seq", &M::seq),                 field("gated_ffn", &M::gated_ffn),
       field("bias", &M::bias),               field("layernorm", &M::layernorm),
@@ -64,13 +125,17 @@ const std::vector<Field<ModelSpec>>& model_fields() {
       field("dropout", &M::dropout),         field("weight_bytes", &M::weight_bytes),
       field("grad_bytes", &M::grad_bytes),   field("master_bytes", &M::master_bytes),
       field("optimizer_bytes", &M::optimizer_bytes), field("activation_bytes", &M::activation_bytes),
+      field("experts", &M::experts),         field("top_k", &M::top_k),
+      field("expert_ffn", &M::expert_ffn),   field("shared_experts", &M::shared_experts),
+      field("dense_blocks", &M::dense_blocks),
   };
   return f;
 }
 
 const std::vector<std::string>& model_preset_names() {
   static const std::vector<std::string> names{"gpt2-124m", "gpt2-1.5b", "llama2-13b", "llama2-70b", "llama3-8b",
-                                              "llama3-70b", "llama3-405b", "tiny", "small", "custom"};
+                                              "llama3-70b", "llama3-405b", "mixtral-8x7b", "qwen3-30b-a3b",
+                                              "tiny", "small", "custom"};
   return names;
 }
 
@@ -113,6 +178,31 @@ ModelSpec llama2(int blocks, int hidden, int ffn, int heads, int kv_heads) {
   return m;
 }
 
+// Mixtral 8x7B (Jiang et al. 2024, "Mixtral of Experts", Table 1): dim 4096, 32 layers, head_dim 128, hidden_dim
+// 14336 (each expert's), 32 heads, 8 kv heads, context 32768, vocabulary 32,000, 8 experts, top 2; every block an
+// MoE block, no shared expert. §2 gives 47B parameters, 13B active per token (46.7B and 12.9B as counted here:
+// tests/test_hardware_moe.cpp). RMSNorm, SwiGLU experts, untied LM head.
+ModelSpec mixtral_8x7b() {
+  ModelSpec m;
+  m.blocks = 32, m.hidden = 4096, m.heads = 32, m.kv_heads = 8, m.ffn = 14336, m.vocab = 32000, m.seq = 32768;
+  m.experts = 8, m.top_k = 2, m.expert_ffn = 14336;
+  return m;
+}
+
+// Qwen3-30B-A3B (Qwen Team 2025, "Qwen3 Technical Report", Table 2: 48 layers, 32 query and 4 KV heads, 128
+// experts, 8 activated, no shared experts; the released configuration Qwen/Qwen3-30B-A3B config.json:
+// hidden_size 2048, head_dim 128, moe_intermediate_size 768, vocab_size 151,936, tie_word_embeddings false,
+// decoder_sparse_step 1 with no mlp_only_layers, so every block is MoE; intermediate_size 6144 is unused).
+// Sequence length 4,096: the report's pre-training stages S1 and S2 (§3.2; S3 extends it to 32,768). 30.5B
+// parameters, 3.3B active (the model card; 30.5B and 3.35B as counted here, the QK norms' 256 per block left out).
+ModelSpec qwen3_30b_a3b() {
+  ModelSpec m;
+  m.blocks = 48, m.hidden = 2048, m.heads = 32, m.kv_heads = 4, m.head_channels = 128, m.ffn = 6144;
+  m.vocab = 151936, m.seq = 4096;
+  m.experts = 128, m.top_k = 8, m.expert_ffn = 768;
+  return m;
+}
+
 // The executor's presets (exec/model_config.cpp `preset`, docs/executor.md): the same Llama-style model in
 // fp32 (weights are their own master copy; AdamW keeps m and v), vocabulary 256 (bytes), so that `trainsim
 // sim` and `trainsim replay` describe one model. tests/test_hardware_model.cpp checks them against
@@ -135,6 +225,8 @@ ModelSpec model_preset(const std::string& name) {
   else if (name == "llama3-8b") m = llama3(32, 4096, 14336, 32);
   else if (name == "llama3-70b") m = llama3(80, 8192, 28672, 64);
   else if (name == "llama3-405b") m = llama3(126, 16384, 53248, 128);
+  else if (name == "mixtral-8x7b") m = mixtral_8x7b();
+  else if (name == "qwen3-30b-a3b") m = qwen3_30b_a3b();
   else if (name == "tiny") m = executor(2, 32, 2, 64, 16);
   else if (name == "small") m = executor(4, 256, 4, 768, 128);
   else if (name == "custom") m = ModelSpec{};

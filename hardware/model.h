@@ -2,10 +2,20 @@
 // own presets, custom models from JSON, and parameter counts.
 //
 // A model is a decoder-only transformer: token embedding (plus learned positions for GPT-2), `blocks`
-// pre-norm blocks (attention with `heads` query heads and `kv_heads` key/value heads; an MLP of width `ffn`,
-// gated SwiGLU with three matrices or GeLU with two), a final norm and an LM head (tied to the embedding or
-// not). Precision is a byte count per element of each kind of state (mixed precision: bf16 weights and
-// activations, fp32 grads, master weights and AdamW moments).
+// pre-norm blocks (attention with `heads` query heads and `kv_heads` key/value heads of `head_dim` channels; an
+// MLP of width `ffn`, gated SwiGLU with three matrices or GeLU with two), a final norm and an LM head (tied to the
+// embedding or not).
+//
+// Mixture of Experts (`experts` > 0; Shazeer et al. 2017, Fedus et al. 2021, Jiang et al. 2024 "Mixtral of
+// Experts", DeepSeek-AI 2024 "DeepSeek-V3"): the first `dense_blocks` blocks keep the MLP of width `ffn`; in
+// every later block the MLP is an MoE layer: a router (a linear layer h -> E, no bias) that sends each token to
+// its `top_k` experts of the `experts` routed ones, each an MLP of width `expert_ffn` (gated or not as the dense
+// MLP), plus `shared_experts` MLPs of that width that every token passes through. A block's parameters then
+// split into its dense part (attention, norms, router, shared experts: replicated like a dense block's) and its
+// routed experts (what expert parallelism divides).
+//
+// Precision is a byte count per element of each kind of state (mixed precision: bf16 weights and activations,
+// fp32 grads, master weights and AdamW moments).
 #pragma once
 
 #include <string>
@@ -24,6 +34,9 @@ struct ModelSpec {
   int hidden = 0;                 ///< hidden size h
   int heads = 0;                  ///< attention (query) heads a; head size h/a
   int kv_heads = 0;               ///< key/value heads (grouped-query attention); 0 = heads (multi-head)
+  /// Channels of one attention head (HF config head_dim, Megatron-LM --kv-channels); 0 = hidden / heads. Qwen3
+  /// has 128 with hidden / heads = 64: the query width heads x head_dim then differs from hidden.
+  int head_channels = 0;
   int ffn = 0;                    ///< MLP hidden size f
   int vocab = 0;                  ///< vocabulary size V
   int seq = 0;                    ///< default sequence length s (tokens per sequence)
@@ -41,24 +54,56 @@ struct ModelSpec {
   int master_bytes = 4;           ///< bytes per fp32 master weight (0: the weights are their own master)
   int optimizer_bytes = 8;        ///< bytes of AdamW moments per parameter (fp32 m and v)
   int activation_bytes = 2;       ///< bytes per activation element (bf16)
+  /// Mixture of Experts (see the header comment); 0 experts: a dense model, and the other four must be 0.
+  int experts = 0;         ///< routed experts E of each MoE block (Megatron-LM --num-experts)
+  int top_k = 0;           ///< experts each token is routed to (--moe-router-topk)
+  int expert_ffn = 0;      ///< MLP width of one expert (--moe-ffn-hidden-size); 0 = ffn
+  int shared_experts = 0;  ///< shared experts of each MoE block, each expert_ffn wide (DeepSeek's n_shared_experts)
+  int dense_blocks = 0;    ///< the first blocks with a dense MLP (DeepSeek-V3's first_k_dense_replace, 3)
 
-  int head_dim() const { return hidden / heads; }
+  int head_dim() const { return head_channels > 0 ? head_channels : hidden / heads; }
+  /// Width of the queries (and of the attention output): heads x head size; `hidden` unless head_dim says other.
+  long long q_width() const { return static_cast<long long>(heads) * head_dim(); }
   /// Width of the K (and of the V) projection: kv_heads x head size.
   long long kv_width() const { return static_cast<long long>(kv_heads > 0 ? kv_heads : heads) * head_dim(); }
-  /// Parameters of one block (attention, MLP, two norms; biases when `bias`).
+  /// True for a Mixture-of-Experts model.
+  bool moe() const { return experts > 0; }
+  /// True when block `b` (0-based) has an MoE layer rather than a dense MLP.
+  bool moe_block(int b) const { return experts > 0 && b >= dense_blocks; }
+  /// MoE blocks among the `n` blocks from `first`.
+  int moe_blocks(int first, int n) const;
+  /// One expert's MLP width: expert_ffn, or ffn when 0.
+  int expert_width() const { return expert_ffn > 0 ? expert_ffn : ffn; }
+  /// Parameters of one block's attention (Q, K, V and the output projection; their biases when `bias`).
+  double attention_parameters() const;
+  /// Parameters of one dense block (attention, MLP, two norms; biases when `bias`).
   double block_parameters() const;
+  /// Parameters of one routed expert (its two or three matrices).
+  double expert_parameters() const;
+  /// Parameters of block `b` outside its routed experts: the whole block for a dense one; for an MoE block its
+  /// attention, norms, router (h x E) and shared experts.
+  double dense_part_parameters(int b) const;
+  /// Parameters of block `b`'s routed experts (E x expert_parameters), 0 for a dense block.
+  double routed_parameters(int b) const;
+  /// Parameters one token passes through in block `b`: the dense part plus top_k routed experts.
+  double active_parameters(int b) const;
   /// Parameters of the embedding (token table, plus positions when learned).
   double embedding_parameters() const;
   /// Parameters of the final norm and, unless tied, the LM head.
   double head_parameters() const;
   /// Every parameter (a tied matrix counted once).
   double parameters() const;
+  /// The parameters one token passes through: parameters() less the routed experts it does not take (per MoE
+  /// block E - top_k of them); parameters() for a dense model. Mixtral 8x7B's "12.9B active".
+  double active_parameters() const;
   /// Parameters that take part in matrix multiplies per token: everything but the embedding lookups
-  /// (the LM head's matrix counts even when tied). The N of "6·N" in MFU (as torchtitan and llm.c count).
+  /// (the LM head's matrix counts even when tied); of an MoE block only its active parameters (the dense part
+  /// and top_k experts). The N of "6·N" in MFU (as torchtitan and llm.c count; Megatron-LM's MoE FLOPs count
+  /// the routed experts at top_k the same way).
   double dense_parameters() const;
-  /// Training FLOPs per token for MFU: 6·N (N = dense_parameters()) plus attention 12·blocks·h·s (QK^T and
-  /// attention·V, 4·s·h per token and block forward, three times that with the backward; the causal mask not
-  /// halved), as llm.c and torchtitan count them (DESIGN §2).
+  /// Training FLOPs per token for MFU: 6·N (N = dense_parameters()) plus attention 12·blocks·q·s (q = heads x
+  /// head_dim, h unless head_dim says other: QK^T and attention·V, 4·s·q per token and block forward, three
+  /// times that with the backward; the causal mask not halved), as llm.c and torchtitan count them (DESIGN §2).
   double flops_per_token(int seq) const;
   /// Throws SpecError "<where>: field 'x': ..." for an impossible model.
   void validate(const std::string& where) const;
@@ -68,8 +113,8 @@ struct ModelSpec {
 
 /// The fields of a ModelSpec (for JSON, overrides and printing).
 const std::vector<Field<ModelSpec>>& model_fields();
-/// The preset names: gpt2-124m, gpt2-1.5b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, llama3-405b, tiny,
-/// small, custom.
+/// The preset names: gpt2-124m, gpt2-1.5b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, llama3-405b,
+/// mixtral-8x7b, qwen3-30b-a3b, tiny, small, custom.
 const std::vector<std::string>& model_preset_names();
 /// The preset called `name`. Throws SpecError listing the presets.
 ModelSpec model_preset(const std::string& name);

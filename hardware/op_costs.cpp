@@ -40,14 +40,29 @@ Work& Work::operator+=(const Work& o) {
   return *this;
 }
 
-std::vector<Linear> block_linears(const ModelSpec& m, int tp) {
-  const double h = m.hidden, f = m.ffn, kv = static_cast<double>(m.kv_width()), t = tp;
+std::vector<Linear> block_linears(const ModelSpec& m, int tp, BlockPart part) {
+  const double h = m.hidden, q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()), t = tp;
   // torchtitan's selective op checkpointing counts a block's matrix multiplies 1, 2, 3, ... and keeps the odd.
-  if (m.gated_ffn)
-    return {{h, h / t, true},      {h, kv / t, false}, {h, kv / t, true}, {h / t, h, false},
-            {h, f / t, true},      {h, f / t, false},  {f / t, h, true}};
-  return {{h, (h + 2 * kv) / t, true}, {h / t, h, false}, {h, f / t, true}, {f / t, h, false}};
+  std::vector<Linear> out;
+  if (m.gated_ffn) out = {{h, q / t, true}, {h, kv / t, false}, {h, kv / t, true}, {q / t, h, false}};
+  else out = {{h, (q + 2 * kv) / t, true}, {q / t, h, false}};
+  const double f = part == BlockPart::Dense ? m.ffn : static_cast<double>(m.shared_experts) * m.expert_width();
+  if (part == BlockPart::MoeShared) out.push_back({h, static_cast<double>(m.experts), true});  // the router
+  if (f > 0) {
+    const bool odd = out.size() % 2 == 0;  // whether the MLP's first matrix multiply is odd-numbered
+    if (m.gated_ffn) out.insert(out.end(), {{h, f / t, odd}, {h, f / t, !odd}, {f / t, h, odd}});
+    else out.insert(out.end(), {{h, f / t, odd}, {f / t, h, !odd}});
+  }
+  return out;
 }
+
+std::vector<Linear> expert_linears(const ModelSpec& m) {
+  const double h = m.hidden, f = m.expert_width();
+  if (m.gated_ffn) return {{h, f, true}, {h, f, false}, {f, h, true}};
+  return {{h, f, true}, {f, h, false}};
+}
+
+double routed_pairs(const ModelSpec& m, double tokens, ExpertSplit x) { return tokens * m.top_k / x.ep * x.load; }
 
 namespace {
 
@@ -102,9 +117,9 @@ struct BlockLinears {
   Work forward, input, weight;  // FLOPs and weighted time of each pass
   Work op_recompute;            // the forward of the linears op checkpointing does not keep
 };
-BlockLinears block_linear_work(const HardwareSetting& s, double T, int tp) {
+BlockLinears linear_work(const HardwareSetting& s, const std::vector<Linear>& linears, double T) {
   BlockLinears b;
-  for (const Linear& l : block_linears(s.model, tp)) {
+  for (const Linear& l : linears) {
     const LinearPasses p = linear_passes(s, l, T, s.fp8);
     b.forward.forward_flops += p.flops, b.forward.forward_weighted += p.fwd;
     b.forward.fp8_weighted += p.fp8_fwd, b.forward.bytes += p.cast_fwd;
@@ -119,6 +134,9 @@ BlockLinears block_linear_work(const HardwareSetting& s, double T, int tp) {
   }
   return b;
 }
+BlockLinears block_linear_work(const HardwareSetting& s, double T, int tp, BlockPart part = BlockPart::Dense) {
+  return linear_work(s, block_linears(s.model, tp, part), T);
+}
 
 // The attention core of one block on T tokens (its queries; each attends to s keys), forward and backward.
 struct AttentionWork {
@@ -127,8 +145,8 @@ struct AttentionWork {
 AttentionWork attention_work(const HardwareSetting& s, double T, int tp) {
   const ModelSpec& m = s.model;
   const DeviceSpec& d = s.device;
-  const double h = m.hidden, t = tp, seq = s.seq_len(), e = m.activation_bytes;
-  const double F = 4 * T * seq * h / t;  // the counted forward FLOPs, causal mask not halved
+  const double q = static_cast<double>(m.q_width()), t = tp, seq = s.seq_len(), e = m.activation_bytes;
+  const double F = 4 * T * seq * q / t;  // the counted forward FLOPs, causal mask not halved
   AttentionWork a;
   a.forward.attention_flops = F, a.backward.attention_flops = 2 * F;
   if (s.attention == Attention::Eager) {
@@ -173,16 +191,22 @@ AttentionSeconds attention_core_seconds(const HardwareSetting& s, double tokens,
           work_seconds(s.device, a.backward) - s.device.efficiency.op_overhead_s};
 }
 
-ElementwiseBytes elementwise_bytes(const HardwareSetting& s, double tokens, TpSplit tp) {
+ElementwiseBytes elementwise_bytes(const HardwareSetting& s, double tokens, TpSplit tp, BlockPart part) {
   const ModelSpec& m = s.model;
-  const double h = m.hidden, f = m.ffn, kv = static_cast<double>(m.kv_width()), e = m.activation_bytes;
+  const double h = m.hidden, q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width());
+  const double f = part == BlockPart::Dense ? m.ffn : static_cast<double>(m.shared_experts) * m.expert_width();
+  const double e = m.activation_bytes;
+  // The router's softmax (or sigmoid) and top-k over E fp32 scores: read and written, then read (Megatron-Core's
+  // TopKRouter); twice that backward.
+  const double router = part == BlockPart::MoeShared ? 12.0 * m.experts : 0;
   // t = 1 divides by 1 (exact): the figures without TP are the same bytes as before TP existed.
   const double t = tp.degree, replicated = tp.sequence_parallel ? t : 1;
   // Norms and residual adds (replicated over the TP group; SP: on s/t tokens), the MLP activation and the
   // rotary embedding (on this rank's FFN columns and heads).
   if (s.elementwise == Elementwise::Fused) {
     double per_token = (4 * h * e + 6 * h * e) / replicated + (m.gated_ffn ? 3 : 2) * f * e / t;
-    if (!m.learned_positions) per_token += 2 * (h + kv) * e / t;
+    if (!m.learned_positions) per_token += 2 * (q + kv) * e / t;
+    per_token += router;
     return {tokens * per_token, 2 * tokens * per_token};
   }
   // PyTorch eager, kernel by kernel as torchtitan's Llama code runs them (f32 = 4 bytes):
@@ -202,15 +226,16 @@ ElementwiseBytes elementwise_bytes(const HardwareSetting& s, double tokens, TpSp
   bwd += 2 * (rms ? 56.0 : 4 * e) * h / replicated;
   if (m.gated_ffn) fwd += 5 * e * f / t, bwd += 9 * e * f / t;
   else fwd += 2 * e * f / t, bwd += 4 * e * f / t;
-  if (!m.learned_positions) fwd += 20 * (h + kv) / t, bwd += 20 * (h + kv) / t;
-  if (kv < h) fwd += 2 * e * (kv + h) / t, bwd += 2 * e * (kv + h) / t;
+  if (!m.learned_positions) fwd += 20 * (q + kv) / t, bwd += 20 * (q + kv) / t;
+  if (kv < q) fwd += 2 * e * (kv + q) / t, bwd += 2 * e * (kv + q) / t;
+  fwd += router, bwd += 2 * router;
   return {tokens * fwd, tokens * bwd};
 }
 
-Work block_forward(const HardwareSetting& s, double tokens, TpSplit tp) {
-  Work w = block_linear_work(s, tokens, tp.degree).forward;
+Work block_forward(const HardwareSetting& s, double tokens, TpSplit tp, BlockPart part) {
+  Work w = block_linear_work(s, tokens, tp.degree, part).forward;
   w += attention_work(s, tokens, tp.degree).forward;
-  w.bytes += elementwise_bytes(s, tokens, tp).forward;
+  w.bytes += elementwise_bytes(s, tokens, tp, part).forward;
   return w;
 }
 
@@ -232,12 +257,26 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
   const double tokens = s.tokens_per_microbatch() * batches;
   const double h = m.hidden, V = m.vocab, e = m.activation_bytes;
   const double t = tp.degree, replicated = tp.sequence_parallel ? t : 1;
-  const double k = layer.num_blocks;
-  // One block's pieces, then k of them.
-  const BlockLinears lin = block_linear_work(s, tokens, tp.degree);
+  // The layer's blocks by part: its dense blocks whole (every block of a dense model), and the dense parts of its
+  // MoE blocks (their routed experts are the expert ops': expert_work).
+  struct Part {
+    double k = 0;  // blocks
+    BlockLinears lin;
+    Work fwd;
+    ElementwiseBytes elementwise;  // the k blocks' norms, adds, ...
+  };
   const AttentionWork att = attention_work(s, tokens, tp.degree);
-  const Work fwd = scaled(block_forward(s, tokens, tp), k);
-  const ElementwiseBytes elementwise = elementwise_bytes(s, tokens * k, tp);  // the blocks' norms, adds, ...
+  auto part = [&](BlockPart which, double k) {
+    Part p;
+    p.k = k;
+    p.lin = block_linear_work(s, tokens, tp.degree, which);
+    p.fwd = scaled(block_forward(s, tokens, tp, which), k);
+    p.elementwise = elementwise_bytes(s, tokens * k, tp, which);
+    return p;
+  };
+  const int moe_blocks = m.moe_blocks(layer.first_block, layer.num_blocks);
+  std::vector<Part> parts{part(BlockPart::Dense, layer.num_blocks - moe_blocks)};
+  if (moe_blocks > 0) parts.push_back(part(BlockPart::MoeShared, moe_blocks));
   // Final norm (replicated) + LM head (column-parallel over the vocabulary, BF16), by pass.
   Work head_fwd, head_input, head_weight;
   if (layer.head) {
@@ -249,23 +288,30 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
     head_weight.backward_weight_flops = p.flops, head_weight.backward_weight_weighted = p.weight;
   }
   auto backward_input = [&] {
-    Work b = scaled(lin.input, k);
-    b += scaled(att.backward, k);
-    b.bytes += elementwise.backward;
-    b += head_input;
-    switch (s.recompute) {
-      case Recompute::Full: b += fwd; break;  // the blocks' forward again (not the head's)
-      case Recompute::Selective: b += scaled(att.forward, k); break;
-      case Recompute::Op:
-        b += scaled(lin.op_recompute, k);  // the linears whose outputs were not kept, and every elementwise op
-        b.bytes += elementwise.forward;
-        break;
-      case Recompute::None: break;
+    Work b;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const Part& p = parts[i];
+      Work pb = scaled(p.lin.input, p.k);
+      pb += scaled(att.backward, p.k);
+      pb.bytes += p.elementwise.backward;
+      if (i == 0) b = pb;  // (a dense model's figures, bit for bit as before MoE)
+      else b += pb;
     }
+    b += head_input;
+    for (const Part& p : parts) switch (s.recompute) {
+        case Recompute::Full: b += p.fwd; break;  // the blocks' forward again (not the head's)
+        case Recompute::Selective: b += scaled(att.forward, p.k); break;
+        case Recompute::Op:
+          b += scaled(p.lin.op_recompute, p.k);  // the linears whose outputs were not kept, and every elementwise op
+          b.bytes += p.elementwise.forward;
+          break;
+        case Recompute::None: break;
+      }
     return b;
   };
   auto backward_weight = [&] {
-    Work b = scaled(lin.weight, k);
+    Work b = scaled(parts[0].lin.weight, parts[0].k);
+    for (std::size_t i = 1; i < parts.size(); ++i) b += scaled(parts[i].lin.weight, parts[i].k);
     b += head_weight;
     // Scatter-add of the whole output grad into this rank's rows of the embedding grad.
     if (layer.embedding) b.bytes += tokens * h * (e + m.grad_bytes / t);
@@ -274,7 +320,8 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
   Work w;
   switch (kind) {
     case OpKind::Forward:
-      w = fwd;
+      w = parts[0].fwd;
+      for (std::size_t i = 1; i < parts.size(); ++i) w += parts[i].fwd;
       w += head_fwd;
       // The gather: this rank's rows of the (vocabulary-parallel) table, the whole (masked) output.
       if (layer.embedding) w.bytes += tokens * h * (m.weight_bytes / t + e);
@@ -292,6 +339,46 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
       return w;
     }
     default: return w;
+  }
+}
+
+Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, ExpertSplit x) {
+  const ModelSpec& m = s.model;
+  const int k = m.moe_blocks(layer.first_block, layer.num_blocks);
+  if (k == 0 || m.experts <= 0 || x.ep < 1) return {};
+  const double pairs = routed_pairs(m, s.tokens_per_microbatch() * batches, x);
+  const double local = static_cast<double>(m.experts) / x.ep;  // experts on the slice
+  // One grouped GEMM per linear: `local` GEMMs of pairs / local rows each (balanced over the slice's experts).
+  BlockLinears per_expert = linear_work(s, expert_linears(m), pairs / local);
+  const double h = m.hidden, f = m.expert_width(), e = m.activation_bytes;
+  // The MLP activation over the pairs (as a dense MLP's: fused, or PyTorch eager's kernels) and the permutation.
+  double act_fwd = (m.gated_ffn ? 3 : 2) * f * e, act_bwd = 2 * act_fwd;
+  if (s.elementwise == Elementwise::Eager) act_fwd = (m.gated_ffn ? 5 : 2) * e * f, act_bwd = (m.gated_ffn ? 9 : 4) * e * f;
+  const double permute = 4 * h * e;
+  Work fwd = scaled(per_expert.forward, local * k);
+  fwd.bytes += k * pairs * (act_fwd + permute);
+  Work input = scaled(per_expert.input, local * k);
+  input.bytes += k * pairs * (act_bwd + 2 * permute);
+  switch (s.recompute) {
+    case Recompute::Full: input += fwd; break;
+    case Recompute::Op:
+      input += scaled(per_expert.op_recompute, local * k);
+      input.bytes += k * pairs * act_fwd;
+      break;
+    case Recompute::Selective:
+    case Recompute::None: break;
+  }
+  const Work weight = scaled(per_expert.weight, local * k);
+  switch (kind) {
+    case OpKind::Forward: return fwd;
+    case OpKind::BackwardInput: return input;
+    case OpKind::BackwardWeight: return weight;
+    case OpKind::Backward: {
+      Work w = input;
+      w += weight;
+      return w;
+    }
+    default: return {};
   }
 }
 

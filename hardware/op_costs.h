@@ -114,23 +114,52 @@ struct Linear {
   double in = 0, out = 0;
   bool kept_by_op_checkpointing = true;
 };
-/// The linear layers of one block, in the order the block runs them (see the header comment), split over a TP
-/// degree of `tp` (column-parallel outputs and row-parallel inputs divided by it).
-std::vector<Linear> block_linears(const ModelSpec& m, int tp = 1);
+/// Which part of a block an op runs: a dense block whole, or an MoE block's dense part (attention, norms, the
+/// router and the shared experts: everything but its routed experts, which an expert op runs).
+enum class BlockPart { Dense, MoeShared };
+/// The linear layers of one block (of its dense part for MoeShared: attention, the router h -> E, then the
+/// shared experts' MLP of width shared_experts x expert_ffn), in the order the block runs them (see the header
+/// comment), split over a TP degree of `tp` (column-parallel outputs and row-parallel inputs divided by it).
+std::vector<Linear> block_linears(const ModelSpec& m, int tp = 1, BlockPart part = BlockPart::Dense);
+/// The linear layers of one routed expert (h -> expert width, twice when gated, then back to h).
+std::vector<Linear> expert_linears(const ModelSpec& m);
+
+/// An op on an expert slice (docs/design.md, "Mixture of Experts"): the slice holds E/ep of each MoE block's
+/// experts and receives `load` times the balanced share of the EP group's routed tokens (CostModel::
+/// expert_load_factor).
+struct ExpertSplit {
+  int ep = 1;
+  double load = 1;
+};
+/// Routed (token, expert) pairs an expert slice computes per MoE block for `tokens` tokens of its EP group:
+/// tokens x top_k / ep x load (each token goes to top_k experts; a balanced slice gets 1/ep of them).
+double routed_pairs(const ModelSpec& m, double tokens, ExpertSplit x);
+/// Work of an expert slice's op (forward, backward and its halves) of `layer`'s MoE blocks over the EP group's
+/// `batches` microbatches: per MoE block, its E/ep experts' GEMMs as one grouped GEMM each of
+/// routed_pairs / (E/ep) tokens (each GEMM at the device's shape factor for that many rows: fewer tokens per
+/// expert, a less efficient GEMM, as Megatron-Core's grouped GEMM runs them), the MLP activation over the pairs,
+/// and the token permutation around the all-to-alls (gathering each pair's hidden state into its expert's rows
+/// and back, then the gate-weighted sum: 4·h·e bytes per pair forward, twice that backward). Recomputation as
+/// for the blocks: full recomputes the experts' forward, op every other GEMM and the activation, selective
+/// nothing (it recomputes attention only).
+Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, ExpertSplit x);
 
 /// Memory traffic of one block's elementwise ops (norms, residual adds, the MLP activation, rotary embedding,
 /// repeat_kv) over `tokens` tokens on a TP rank of `tp`, forward and backward, as the setting's elementwise mode
-/// runs them (see the header comment).
+/// runs them (see the header comment). An MoE block's dense part: its shared experts' activation, and the
+/// router's softmax and top-k over E fp32 scores per token (12·E bytes forward, twice that backward).
 struct ElementwiseBytes {
   double forward = 0, backward = 0;
 };
-ElementwiseBytes elementwise_bytes(const HardwareSetting& s, double tokens, TpSplit tp = {});
+ElementwiseBytes elementwise_bytes(const HardwareSetting& s, double tokens, TpSplit tp = {},
+                                   BlockPart part = BlockPart::Dense);
 
-/// Forward work of one block over `tokens` tokens of sequences of length `seq`, on one TP rank of `tp`, its
-/// time on the setting's device (the setting's attention, FP8 and context parallelism).
-Work block_forward(const HardwareSetting& s, double tokens, TpSplit tp = {});
+/// Forward work of one block (or its dense part) over `tokens` tokens of sequences of length `seq`, on one TP
+/// rank of `tp`, its time on the setting's device (the setting's attention, FP8 and context parallelism).
+Work block_forward(const HardwareSetting& s, double tokens, TpSplit tp = {}, BlockPart part = BlockPart::Dense);
 /// Work of a compute op (forward, backward, backward-input, backward-weight, loss) of `layer` over
-/// `batches` microbatches on one TP rank of `tp`; of an update over `params` parameters (the slice's and
+/// `batches` microbatches on one TP rank of `tp` (of an MoE model: the layer's dense blocks whole and its MoE
+/// blocks' dense parts; expert_work is the experts'); of an update over `params` parameters (the slice's and
 /// shards' share already taken; batches ignored). Other kinds: none. Its *_weighted fields are for the
 /// setting's device.
 Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, double params = 0,

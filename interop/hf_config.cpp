@@ -12,8 +12,10 @@ namespace trainsim::interop {
 namespace {
 
 // The model types whose config fields and block are the Llama family's (transformers' LlamaConfig,
-// MistralConfig, Qwen2Config, Qwen3Config: RMSNorm, rotary embedding, SwiGLU with gate, up and down projections).
-const char* const kFamilies[] = {"llama", "mistral", "qwen2", "qwen3"};
+// MistralConfig, Qwen2Config, Qwen3Config: RMSNorm, rotary embedding, SwiGLU with gate, up and down projections),
+// and the two whose MoE blocks are that block with its MLP made experts (MixtralConfig: num_local_experts of
+// intermediate_size, num_experts_per_tok; Qwen3MoeConfig: num_experts of moe_intermediate_size, no shared expert).
+const char* const kFamilies[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"};
 
 // An integer field of at least `min` (at most INT_MAX), or `fallback` when absent (fallback < min: required).
 int integer(const nlohmann::json& j, const std::string& where, const char* field, long long fallback, long long min = 1) {
@@ -43,11 +45,16 @@ hw::ModelSpec model_from_hf_config(const nlohmann::json& j, const std::string& w
   if (std::find(std::begin(kFamilies), std::end(kFamilies), type) == std::end(kFamilies))
     throw hw::SpecError(fmt::format(
         "{}: field 'model_type': '{}' is not a family trainsim reads (llama, mistral, qwen2, qwen3: RMSNorm, rotary "
-        "positions, a SwiGLU MLP); describe the model as trainsim's model JSON instead (docs/hardware-model.md)",
+        "positions, a SwiGLU MLP; mixtral, qwen3_moe: their Mixtures of Experts); describe the model as trainsim's "
+        "model JSON instead (docs/hardware-model.md)",
         where, type));
-  for (const char* moe : {"num_local_experts", "num_experts", "n_routed_experts"})
-    if (j.contains(moe) && !j[moe].is_null() && !(j[moe].is_number() && j[moe].get<double>() <= 1))
-      throw hw::SpecError(fmt::format("{}: field '{}': a mixture of experts is not modelled yet", where, moe));
+  const bool moe_family = type == "mixtral" || type == "qwen3_moe";
+  if (!moe_family)
+    for (const char* moe : {"num_local_experts", "num_experts", "n_routed_experts"})
+      if (j.contains(moe) && !j[moe].is_null() && !(j[moe].is_number() && j[moe].get<double>() <= 1))
+        throw hw::SpecError(fmt::format("{}: field '{}': experts in a '{}' model are not read (trainsim reads the "
+                                        "experts of mixtral and qwen3_moe configs)",
+                                        where, moe, type));
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
     throw hw::SpecError(fmt::format("{}: field 'hidden_act': {} is not modelled (the families' SwiGLU uses silu)", where,
                                     j["hidden_act"].dump()));
@@ -59,12 +66,37 @@ hw::ModelSpec model_from_hf_config(const nlohmann::json& j, const std::string& w
   m.kv_heads = integer(j, where, "num_key_value_heads", m.heads);
   m.ffn = integer(j, where, "intermediate_size", 0);
   m.vocab = integer(j, where, "vocab_size", 0);
-  if (m.heads > 0 && j.contains("head_dim") && !j["head_dim"].is_null() &&
-      integer(j, where, "head_dim", 1) != m.hidden / m.heads)
-    throw hw::SpecError(fmt::format(
-        "{}: field 'head_dim': {} differs from hidden_size / num_attention_heads = {}, which trainsim's attention "
-        "assumes",
-        where, j["head_dim"].dump(), m.hidden / m.heads));
+  // A head size of its own (Qwen3: 128 where hidden / heads is 64 or 80); the same as hidden / heads is the default.
+  if (m.heads > 0 && j.contains("head_dim") && !j["head_dim"].is_null()) {
+    const int d = integer(j, where, "head_dim", 1);
+    if (m.hidden % m.heads != 0 || d != m.hidden / m.heads) m.head_channels = d;
+  }
+  if (type == "mixtral") {
+    m.experts = integer(j, where, "num_local_experts", 0);
+    m.top_k = integer(j, where, "num_experts_per_tok", 0);
+    m.expert_ffn = m.ffn;  // each expert is the MLP of intermediate_size
+  } else if (type == "qwen3_moe") {
+    m.experts = integer(j, where, "num_experts", 0);
+    m.top_k = integer(j, where, "num_experts_per_tok", 0);
+    m.expert_ffn = integer(j, where, "moe_intermediate_size", 0);
+    // Qwen3MoeDecoderLayer: block i has experts unless i is in mlp_only_layers, when num_experts > 0 and
+    // (i + 1) % decoder_sparse_step == 0. trainsim's MoE models have their dense blocks first.
+    if (integer(j, where, "decoder_sparse_step", 1) != 1)
+      throw hw::SpecError(fmt::format("{}: field 'decoder_sparse_step': {} (experts in every k-th block) is not "
+                                      "modelled: trainsim's MoE blocks follow the dense ones (1 is)",
+                                      where, j["decoder_sparse_step"].dump()));
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+      const nlohmann::json& dense = j["mlp_only_layers"];
+      bool prefix = dense.is_array();
+      for (std::size_t i = 0; prefix && i < dense.size(); ++i)
+        prefix = dense[i].is_number_integer() && dense[i].get<long long>() == static_cast<long long>(i);
+      if (!prefix)
+        throw hw::SpecError(fmt::format("{}: field 'mlp_only_layers': {} is not modelled: trainsim's dense blocks are "
+                                        "the first ones ([], [0], [0, 1], ...)",
+                                        where, dense.dump()));
+      m.dense_blocks = static_cast<int>(dense.size());
+    }
+  }
   // The length it was trained with: before a rope scaling extended the context, else the position limit.
   int seq = integer(j, where, "max_position_embeddings", 4096);
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object() &&

@@ -96,6 +96,12 @@ const std::vector<std::string>& generator_kinds();
 /// kinds keep one layer per stage chunk (a pipeline study, the unit cost model's own unit). Throws
 /// std::invalid_argument naming the position for a layout that cannot be read.
 GenOptions per_block_layers(const std::string& kind, GenOptions options, int blocks);
+/// gen ep on a Mixture-of-Experts model of `blocks` blocks whose first `dense_blocks` are dense: the options with
+/// --dense-layers set to the schedule layers that hold only dense blocks (the layers, with `options.layout` or the
+/// even split, after per_block_layers), so that each layer with an MoE block runs experts. Other kinds, or
+/// dense_blocks 0: the options unchanged. Throws std::invalid_argument naming the position for a layout that
+/// cannot be read.
+GenOptions model_dense_layers(const std::string& kind, GenOptions options, int blocks, int dense_blocks);
 /// The microbatches `options.microbatches` means for a step of `global_batch` sequences in microbatches of
 /// `microbatch_size` sequences: the data-parallel kinds (ddp, zero1, zero2, fsdp, zero3-owner) run dp x microbatches
 /// x microbatch_size sequences a step, pp-fsdp and 3d dp x microbatches x microbatch_size (context-parallel ranks

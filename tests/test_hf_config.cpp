@@ -80,10 +80,15 @@ TEST_CASE("hf config: the families' variants and what is not modelled are said")
   CHECK(notes[0].find("biases are left out") != std::string::npos);
   nlohmann::json moe = nlohmann::json::parse(kLlama31_8b);
   moe["model_type"] = "mistral", moe["num_local_experts"] = 8;
-  CHECK(refusal(moe) == "config.json: field 'num_local_experts': a mixture of experts is not modelled yet");
+  CHECK(refusal(moe) == "config.json: field 'num_local_experts': experts in a 'mistral' model are not read (trainsim "
+                        "reads the experts of mixtral and qwen3_moe configs)");
+  // A head size of its own is read (Qwen3's); hidden / heads is the default and stays unset.
   nlohmann::json head = nlohmann::json::parse(kLlama31_8b);
   head["head_dim"] = 256;
-  CHECK(refusal(head).find("field 'head_dim': 256 differs from hidden_size / num_attention_heads = 128") != std::string::npos);
+  CHECK(interop::model_from_hf_config(head, "config.json").head_dim() == 256);
+  CHECK(interop::model_from_hf_config(head, "config.json").q_width() == 32 * 256);
+  head["head_dim"] = 128;
+  CHECK(interop::model_from_hf_config(head, "config.json").head_channels == 0);
   nlohmann::json other = nlohmann::json::parse(kLlama31_8b);
   other["model_type"] = "gpt_neox";
   CHECK(refusal(other).find("field 'model_type': 'gpt_neox' is not a family trainsim reads") != std::string::npos);
@@ -93,6 +98,55 @@ TEST_CASE("hf config: the families' variants and what is not modelled are said")
   nlohmann::json bad = nlohmann::json::parse(kLlama31_8b);
   bad["num_hidden_layers"] = "32";
   CHECK(refusal(bad) == "config.json: field 'num_hidden_layers': expected an integer, got \"32\"");
+}
+
+namespace {
+
+// mistralai/Mixtral-8x7B-v0.1's config.json (transformers 4.36), as published.
+const char* kMixtral = R"({
+  "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
+  "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": false,
+  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": null,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0", "use_cache": true,
+  "vocab_size": 32000
+})";
+
+// Qwen/Qwen3-30B-A3B's config.json (transformers 4.51), as published.
+const char* kQwen3Moe = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960,
+  "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+  "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8,
+  "num_hidden_layers": 48, "num_key_value_heads": 4, "output_router_logits": false, "rms_norm_eps": 1e-06,
+  "rope_scaling": null, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+  "use_sliding_window": false, "vocab_size": 151936
+})";
+
+}  // namespace
+
+TEST_CASE("hf config: Mixtral's and Qwen3-30B-A3B's config.json are the MoE presets; layouts it cannot hold are refused") {
+  hw::ModelSpec mixtral = interop::model_from_hf_config(nlohmann::json::parse(kMixtral), "config.json");
+  mixtral.preset = "mixtral-8x7b";
+  CHECK(mixtral == hw::model_preset("mixtral-8x7b"));
+  hw::ModelSpec qwen = interop::model_from_hf_config(nlohmann::json::parse(kQwen3Moe), "config.json");
+  CHECK(qwen.seq == 40960);  // the position limit; the preset trains at the report's 4,096
+  qwen.preset = "qwen3-30b-a3b", qwen.seq = 4096;
+  CHECK(qwen == hw::model_preset("qwen3-30b-a3b"));
+  nlohmann::json j = nlohmann::json::parse(kQwen3Moe);
+  j["mlp_only_layers"] = {0, 1};
+  CHECK(interop::model_from_hf_config(j, "config.json").dense_blocks == 2);
+  j["mlp_only_layers"] = {3};
+  CHECK(refusal(j).find("field 'mlp_only_layers': [3] is not modelled") != std::string::npos);
+  j = nlohmann::json::parse(kQwen3Moe);
+  j["decoder_sparse_step"] = 2;
+  CHECK(refusal(j).find("field 'decoder_sparse_step': 2 (experts in every k-th block) is not modelled") != std::string::npos);
+  j = nlohmann::json::parse(kMixtral);
+  j["num_experts_per_tok"] = 9;
+  CHECK(refusal(j).find("field 'top_k': must be 1 to experts (8), got 9") != std::string::npos);
 }
 
 TEST_CASE("hf config: gen --model config.json predicts what --model llama3-8b does") {

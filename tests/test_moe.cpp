@@ -1,7 +1,7 @@
 // Mixture of Experts and expert parallelism in the simulator (docs/design.md, "Mixture of Experts"; issue 35):
 // expert slices and routed tokens as tensor identities, the all-to-all's dispatch and combine, the algebra of
 // the experts' compute, the updates of every expert slice, the .sched version 3 syntax, `gen ep`, both engines,
-// and what refuses MoE so far (the hardware model, the executor, PyTorch's CSV).
+// and what refuses MoE so far (the executor, PyTorch's CSV; the hardware model's MoE is tests/test_hardware_moe.cpp).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -262,7 +262,7 @@ TEST_CASE("PyTorch's CSV refuses an all-to-all; Chakra traces carry it and read 
   CHECK(print_schedule(schedule_from_chakra(ranks, names)) == print_schedule(s));
 }
 
-TEST_CASE("the command line: gen ep writes and simulates; the hardware model and replay refuse MoE with a reason") {
+TEST_CASE("the command line: gen ep writes and simulates; replay refuses MoE, the hardware model a dense model, with a reason") {
   const auto dir = testing::fresh_dir("moe_cli");
   const std::string file = (dir / "ep.sched").string();
   auto r = testing::run_trainsim("gen ep --dp 4 --ep 2 --layers 3 --dense-layers 1 --microbatches 2 -o " + file);
@@ -272,7 +272,7 @@ TEST_CASE("the command line: gen ep writes and simulates; the hardware model and
   CHECK(has(r.out, "valid"));
   r = testing::run_trainsim("sim " + file + " --model llama3-8b --device h100-sxm --network nvlink8-ib400", true);
   CHECK(r.exit_code == 1);
-  CHECK(has(r.out, "no Mixture-of-Experts model yet"));
+  CHECK(has(r.out, "the schedule routes tokens to experts, but the model 'llama3-8b' has none"));
   r = testing::run_trainsim("replay " + file + " --model tiny --blocks 3 --steps 1", true);
   CHECK(r.exit_code == 1);
   CHECK(has(r.out, "the executor's model has no experts yet"));

@@ -190,4 +190,28 @@ GenOptions per_block_layers(const std::string& kind, GenOptions o, int blocks) {
   return o;
 }
 
+GenOptions model_dense_layers(const std::string& kind, GenOptions o, int blocks, int dense_blocks) {
+  if (kind != "ep" || dense_blocks <= 0 || blocks < 1) return o;
+  std::vector<int> per_layer;
+  if (!o.layout.empty()) {
+    try {
+      per_layer = hw::StageLayout::parse(o.layout).blocks_per_layer();
+    } catch (const hw::LayoutError& e) {
+      throw std::invalid_argument(fmt::format("{}: --layout '{}': {}", kind, shown(o.layout), e.what()));
+    }
+  } else {
+    const int layers = o.layers == 0 ? 4 : o.layers;
+    if (layers > blocks) return o;  // (the hardware model refuses a schedule of more layers than blocks)
+    per_layer = hw::StageLayout::even(blocks, layers).blocks_per_layer();
+  }
+  // The leading layers whose blocks all come before the first MoE block.
+  int dense = 0, first = 0;
+  for (int n : per_layer) {
+    if (first + n > dense_blocks) break;
+    first += n, ++dense;
+  }
+  o.dense_layers = std::min(dense, static_cast<int>(per_layer.size()) - 1);
+  return o;
+}
+
 }  // namespace trainsim

@@ -1,0 +1,243 @@
+// Mixture of Experts in the hardware cost model (issue 35; docs/hardware-model.md, "Mixture of Experts"): the MoE
+// presets against their papers' and model cards' parameter counts, a gen ep step's FLOPs against 6·N_active per
+// token, an expert slice's FLOPs, bytes and all-to-all time against the formulas written out here, the busiest
+// slice under imbalance, and what is refused.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "cli_helpers.h"
+#include "hardware/comm.h"
+#include "hardware/cost_model.h"
+#include "hardware/memory.h"
+#include "schedules/cost_models.h"
+#include "schedules/generators.h"
+#include "schedules/hardware_sim.h"
+#include "schedules/text_format.h"
+
+using namespace trainsim;
+using namespace trainsim::hw;
+
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A gen ep step on the hardware cost model: `dp` ranks in EP groups of `ep`, one schedule layer per block.
+Schedule ep_step(const HardwareSetting& hs, int dp, int ep, int m, double imbalance = 0) {
+  GenOptions o;
+  o.dp = dp, o.ep = ep, o.layers = hs.model.blocks, o.dense_layers = hs.model.dense_blocks, o.microbatches = m;
+  o.moe_imbalance = imbalance;
+  Schedule s = generate("ep", o);
+  s.header.cost_model = "hardware";
+  s.header.hardware = hs;
+  return s;
+}
+
+// Mixtral's blocks, four of them, the first dense (as DeepSeek-V3's first three are), on one H100 node.
+HardwareSetting small_mixtral(int seq = 1024) {
+  HardwareSetting hs;
+  hs.model = model_preset("mixtral-8x7b");
+  hs.model.blocks = 4, hs.model.dense_blocks = 1;
+  hs.device = device_preset("h100-sxm");
+  hs.network = network_preset("nvlink8-ib400");
+  hs.seq = seq;
+  return hs;
+}
+
+const HardwareCostModel& hw_cost(const std::unique_ptr<CostModel>& c) { return dynamic_cast<const HardwareCostModel&>(*c); }
+
+}  // namespace
+
+TEST_CASE("MoE presets: the parameters their papers and model cards give, and a hand count") {
+  const ModelSpec mixtral = model_preset("mixtral-8x7b");
+  mixtral.validate("mixtral-8x7b");
+  // By hand (Jiang et al. 2024, Table 1): per block Q, K, V, O; 8 experts of three 4096 x 14336 matrices; the
+  // router 4096 x 8; two RMSNorm gains; then the embedding, the final norm and the untied LM head.
+  const double h = 4096, kv = 1024, f = 14336, V = 32000;
+  const double block = h * (h + 2 * kv) + h * h + 8 * 3 * h * f + h * 8 + 2 * h;
+  CHECK(mixtral.parameters() == doctest::Approx(32 * block + V * h + h + V * h).epsilon(1e-12));
+  struct Published {
+    const char* name;
+    double total, active, within;
+  };
+  // Mixtral: 46.7B and 12.9B (§2 of the paper: "47B", "13B"; Mistral's release: 46.7B, 12.9B). Qwen3-30B-A3B: 30.5B
+  // and 3.3B (the model card; this count leaves out the QK norms, and the card rounds 3.35B down).
+  for (const Published& p : {Published{"mixtral-8x7b", 46.7e9, 12.9e9, 0.005}, Published{"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02}}) {
+    CAPTURE(p.name);
+    const ModelSpec m = model_preset(p.name);
+    m.validate(p.name);
+    CHECK(m.moe());
+    const double unused = (m.blocks - m.dense_blocks) * static_cast<double>(m.experts - m.top_k) * m.expert_parameters();
+    CHECK(m.parameters() == doctest::Approx(p.total).epsilon(p.within));
+    CHECK(m.parameters() - unused == doctest::Approx(p.active).epsilon(p.within));
+    CHECK(m.active_parameters() == doctest::Approx(m.parameters() - unused).epsilon(1e-12));
+    // MFU's N: the active parameters but the embedding lookup.
+    CHECK(m.dense_parameters() == doctest::Approx(m.parameters() - unused - m.embedding_parameters()).epsilon(1e-12));
+  }
+  // Qwen3's head_dim 128 with hidden / heads = 64: queries 32 x 128 = 4096 wide.
+  const ModelSpec qwen = model_preset("qwen3-30b-a3b");
+  CHECK(qwen.q_width() == 4096);
+  CHECK(qwen.attention_parameters() == 2048.0 * (4096 + 2 * 512) + 4096.0 * 2048);
+}
+
+TEST_CASE("MoE models: fields that do not go together are refused naming the field") {
+  auto refused = [](ModelSpec m, const std::string& words) {
+    CAPTURE(words);
+    CHECK_THROWS_WITH_AS(m.validate("m.json"), doctest::Contains(words.c_str()), SpecError);
+  };
+  ModelSpec dense = model_preset("llama3-8b");
+  ModelSpec m = dense;
+  m.top_k = 2;
+  refused(m, "m.json: field 'top_k': is 2 but the model has no experts");
+  ModelSpec moe = model_preset("mixtral-8x7b");
+  m = moe, m.top_k = 9;
+  refused(m, "field 'top_k': must be 1 to experts (8), got 9");
+  m = moe, m.dense_blocks = 32;
+  refused(m, "field 'dense_blocks': must be 0 to blocks - 1 (31)");
+  m = moe, m.bias = true;
+  refused(m, "field 'bias'");
+  m = moe, m.head_channels = -1;
+  refused(m, "field 'head_dim'");
+  // head_dim given: hidden need not be a multiple of heads.
+  m = dense, m.hidden = 4000, m.head_channels = 128;
+  CHECK_NOTHROW(m.validate("m.json"));
+}
+
+TEST_CASE("a gen ep step's FLOPs are 6·N_active + attention per token, and an expert slice's are its routed pairs'") {
+  for (double imbalance : {0.0, 2.5}) {
+    CAPTURE(imbalance);
+    const HardwareSetting hs = small_mixtral();
+    const int dp = 4, ep = 4, m = 2;
+    const Schedule s = ep_step(hs, dp, ep, m, imbalance);
+    const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+    const HardwareCostModel& cost = hw_cost(c);
+    double flops = 0;
+    for (const auto& ops : s.ranks)
+      for (const Op& op : ops) flops += cost.op_work(op).flops();
+    const double tokens = dp * m * hs.tokens_per_microbatch();
+    // The norms' gains are in N but run no matrix multiply: 1e-4 covers them.
+    CHECK(flops == doctest::Approx(tokens * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+    // Rank 0's first expert forward: its slice (2 of the 8 experts) gets 1/4 of the EP group's 4 microbatches' tokens
+    // times top 2, times its load; each pair runs three h x f GEMMs.
+    const double load = imbalance == 0 ? 1 : imbalance;
+    for (const Op& op : s.ranks[0])
+      if (op.kind == OpKind::Forward && HardwareCostModel::expert_weight(op)) {
+        const double pairs = 4 * hs.tokens_per_microbatch() * 2 / 4.0 * load;
+        CHECK(cost.op_work(op).forward_flops == doctest::Approx(pairs * 2 * 3 * 4096.0 * 14336));
+        break;
+      }
+  }
+}
+
+TEST_CASE("expert slices' bytes: weights 1/ep of the routed experts, tokens top_k x load, saved activations") {
+  HardwareSetting hs = small_mixtral();
+  const TensorSizes sizes(hs, 4);
+  const ModelSpec& m = hs.model;
+  // Layer 0 is dense; layers 1 to 3 are MoE: their dense part and 1/ep of their experts per slice add up to the block.
+  CHECK(sizes.layer_expert_parameters(0) == 0);
+  for (int l = 1; l < 4; ++l) {
+    const double whole = sizes.layer_parameters(l) + sizes.layer_expert_parameters(l);
+    const double expected = m.dense_part_parameters(l) + m.routed_parameters(l) + (l == 3 ? m.head_parameters() : 0);
+    CHECK(whole == doctest::Approx(expected).epsilon(1e-12));
+    CHECK(sizes.wire_bytes(expert_slice(weight_tensor(l), 1, 4)) ==
+          doctest::Approx(8 * 3 * 4096.0 * 14336 / 4 * m.weight_bytes));
+  }
+  // Slice 1 of 4's input tokens for 4 microbatches of 1024: 1024 x 2 pairs, 2.5 times that at a load of 2.5.
+  const Tensor in = routed_as(activation_tensor(2, IdSet::range(0, 4)), Route::ExpertIn, 1, 4);
+  CHECK(sizes.wire_bytes(in) == doctest::Approx(1024.0 * 2 * 4096 * 2));
+  CHECK(sizes.wire_bytes(in, 2.5) == doctest::Approx(2.5 * 1024 * 2 * 4096 * 2));
+  // Where the experts ran: also gate, up and their product per pair (3 x 14336 x 2 bytes); nothing more under full
+  // recomputation, which keeps only the input.
+  CHECK(sizes.resident_bytes(in, true) == doctest::Approx(1024.0 * 2 * (4096 * 2 + 3 * 14336 * 2)));
+  hs.recompute = Recompute::Full;
+  CHECK(TensorSizes(hs, 4).resident_bytes(in, true) == doctest::Approx(sizes.wire_bytes(in)));
+  // The dense part's output before the dispatch is hidden states, also on the last layer (not logits).
+  CHECK(sizes.wire_bytes(routed_as(activation_tensor(4, IdSet::range(0, 1)), Route::Routed)) ==
+        doctest::Approx(1024.0 * 4096 * 2));
+}
+
+TEST_CASE("the all-to-all: NCCL's point-to-point exchange over NVLink and the NICs, at the busiest slice's load") {
+  const NetworkSpec net = network_preset("nvlink8-ib400");
+  const double S = 64e6;
+  // One node of 8: each rank sends 7/8 of its bytes over NVLink.
+  CHECK(nccl_all_to_all_seconds({8, 1, 8}, S, net) ==
+        doctest::Approx(net.collective_latency_s + net.intra_latency_s + S * 7 / 8 / net.intra_bandwidth));
+  // Two nodes of 8: 7/16 over NVLink and 8/16 over the rank's own NIC at once; the NIC is the slower.
+  const double nic = net.inter_bandwidth * net.nics_per_node / net.gpus_per_node;
+  const double two = net.collective_latency_s + net.inter_latency_s + std::max(S * 7 / 16 / net.intra_bandwidth, S * 8 / 16 / nic);
+  CHECK(nccl_all_to_all_seconds({16, 2, 8}, S, net) == doctest::Approx(two));
+  CHECK(S * 8 / 16 / nic > S * 7 / 16 / net.intra_bandwidth);
+  CHECK(nccl_all_to_all_seconds({1, 1, 1}, S, net) == 0);
+
+  // In a gen ep step: each all-to-all moves b·s·top_k·h·e bytes per rank, at the busiest slice's load.
+  for (double imbalance : {0.0, 2.0}) {
+    CAPTURE(imbalance);
+    const HardwareSetting hs = small_mixtral();
+    const Schedule s = ep_step(hs, 16, 16 / 2, 1, imbalance);  // two EP groups of 8, one node each
+    const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+    const HardwareCostModel& cost = hw_cost(c);
+    const double bytes = 1024.0 * 2 * 4096 * 2 * (imbalance == 0 ? 1 : imbalance);
+    int seen = 0;
+    for (const Op& op : s.ranks[5])
+      if (op.kind == OpKind::AllToAll) {
+        ++seen;
+        CHECK(cost.seconds_of(op, 8) ==
+              doctest::Approx(nccl_all_to_all_seconds({8, 1, 8}, bytes, hs.network) + hs.device.efficiency.dispatch_s));
+      }
+    CHECK(seen == 3 * 4);  // three MoE layers, dispatch and combine, forward and backward
+  }
+}
+
+TEST_CASE("imbalance on the hardware model: the busiest slice sets the step, holds the most, and the rest wait") {
+  const HardwareSetting hs = small_mixtral(2048);
+  auto run = [&](double imbalance) {
+    HardwareRun r = simulate_hardware(ep_step(hs, 4, 4, 2, imbalance));
+    INFO(r.result.error);
+    REQUIRE(r.result.ok);
+    REQUIRE(r.report);
+    return r;
+  };
+  const HardwareRun balanced = run(0), skewed = run(2);
+  CHECK(skewed.report->step_time_s > 1.2 * balanced.report->step_time_s);
+  // The same FLOPs in both: MFU falls as the step grows.
+  CHECK(skewed.report->model_flops_per_step == balanced.report->model_flops_per_step);
+  // Every rank is alike when balanced; at a load of 2 slice 0 (rank 0) holds twice its tokens' activations.
+  const auto& peak = [](const HardwareRun& r, int rank) { return r.report->ranks.at(rank).peak_memory_bytes; };
+  CHECK(peak(balanced, 0) == doctest::Approx(peak(balanced, 1)));
+  CHECK(peak(skewed, 0) > peak(skewed, 1));
+  CHECK(peak(skewed, 0) > peak(balanced, 0));
+}
+
+TEST_CASE("the command line: gen ep on an MoE model, its dense layers from the model, and what is refused") {
+  auto r = testing::run_trainsim("gen ep --dp 2 --ep 2 --microbatches 1 --model mixtral-8x7b --set model.blocks=4 "
+                                 "--set model.dense_blocks=2 --seq 512 -o -");
+  REQUIRE(r.exit_code == 0);
+  CHECK(has(r.out, "cost_model hardware"));
+  CHECK_FALSE(has(r.out, "all-to-all L1 "));  // blocks 0 and 1 are dense: so are layers 0 and 1
+  CHECK(has(r.out, "all-to-all L2 "));
+  r = testing::run_trainsim("gen ep --dp 2 --ep 2 --microbatches 1 --model mixtral-8x7b --set model.blocks=4 "
+                            "--set model.dense_blocks=2 --seq 512 --sim");
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "step time"));
+  // --dense-layers against the model: a layer of MoE blocks run dense, or experts on a dense layer.
+  r = testing::run_trainsim("gen ep --dp 2 --ep 2 --microbatches 1 --model mixtral-8x7b --set model.blocks=4 "
+                            "--set model.dense_blocks=2 --seq 512 --dense-layers 3 --sim",
+                            true);
+  CHECK(r.exit_code == 1);
+  CHECK(has(r.out, "layer 2 holds block 2 with experts"));
+  r = testing::run_trainsim("gen ep --dp 2 --ep 2 --microbatches 1 --model mixtral-8x7b --set model.blocks=4 "
+                            "--set model.dense_blocks=2 --seq 512 --dense-layers 0 --sim",
+                            true);
+  CHECK(r.exit_code == 1);
+  CHECK(has(r.out, "it runs experts of layer 0, but the layer's block 0 of the model 'mixtral-8x7b' are dense"));
+  // An EP degree that does not divide the experts; a dense model; a dense schedule of an MoE model.
+  r = testing::run_trainsim("gen ep --dp 16 --ep 16 --microbatches 1 --model mixtral-8x7b --set model.blocks=2 --sim", true);
+  CHECK(r.exit_code == 1);
+  CHECK(has(r.out, "has 8 experts per MoE block, which 16 slices do not split evenly"));
+  r = testing::run_trainsim("gen ep --dp 2 --ep 2 --model llama3-8b -o -", true);
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.out, "the model 'llama3-8b' has no experts"));
+  r = testing::run_trainsim("gen ddp --dp 2 --microbatches 1 --model mixtral-8x7b --set model.blocks=2 --sim", true);
+  CHECK(r.exit_code == 1);
+  CHECK(has(r.out, "runs its forward without them"));
+}
