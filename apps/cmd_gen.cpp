@@ -282,7 +282,7 @@ std::string kinds_summary() {
   if (!expert.empty())
     s += "; expert parallel (Mixture of Experts) " + joined(expert) +
          " (--dp ranks in EP groups of --ep, --layers, --dense-layers first layers without experts, --microbatches "
-         "per rank; .sched version 3; on the hardware model with an MoE --model: mixtral-8x7b, qwen3-30b-a3b)";
+         "per rank; .sched version 3; on the hardware model with an MoE --model: mixtral-8x7b, qwen3-30b-a3b, deepseek-v3)";
   return s + ".";
 }
 
@@ -330,7 +330,7 @@ int run(GenArgs& a) {
       if (a.kind == "ep" && !hs.model.moe())
         throw std::invalid_argument(fmt::format("ep: the model '{}' has no experts (model.experts=0): expert "
                                                 "parallelism needs a Mixture-of-Experts model (mixtral-8x7b, "
-                                                "qwen3-30b-a3b, or experts=... in a JSON model)",
+                                                "qwen3-30b-a3b, deepseek-v3, or experts=... in a JSON model)",
                                                 hs.model.preset));
       if (!a.given.count("--dense-layers"))
         opts = model_dense_layers(a.kind, opts, hs.model.blocks, hs.model.dense_blocks);

@@ -123,7 +123,7 @@ void HardwareCostModel::check_experts(const Op& op) const {
     if (touches)
       throw std::invalid_argument(fmt::format(
           "{}: the schedule routes tokens to experts, but the model '{}' has none (model.experts=0); time it with a "
-          "Mixture-of-Experts model (mixtral-8x7b, qwen3-30b-a3b, or experts=... in a JSON model)",
+          "Mixture-of-Experts model (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, or experts=... in a JSON model)",
           op.label(), m.preset));
     return;
   }
@@ -234,7 +234,9 @@ double HardwareCostModel::cp_comm_seconds(const Op& op) const {
   // TP slice) to the next rank of the CP group while the attention of the chunk in hand runs; the backward
   // passes K, V and their grads. The link: NVLink when the CP group sits in one node, else a NIC.
   const ModelSpec& m = setting_.model;
-  const double kv_bytes = tokens * 2 * static_cast<double>(m.kv_width()) / tp.degree * m.activation_bytes;
+  const double kv_bytes =
+      m.mla() ? tokens * static_cast<double>(m.q_width() + m.o_width()) / tp.degree * m.activation_bytes  // every head's K, V
+              : tokens * 2 * static_cast<double>(m.kv_width()) / tp.degree * m.activation_bytes;
   const GroupShape& g = shapes_[cp_group_[op.rank]];
   const Link link = g.nodes > 1 ? Link{setting_.network.inter_latency_s, setting_.network.inter_bandwidth}
                                 : Link{setting_.network.intra_latency_s, setting_.network.intra_bandwidth};

@@ -23,6 +23,13 @@ double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recomp
   const double mask = m.dropout ? 1 : 0;
   // Terms split by tensor parallelism (inside the attention and the MLP).
   double split = e * s * b * (q + kv) + e * s * b * kv + e * sbq + (m.gated_ffn ? 3 : 2) * e * s * b * f;
+  if (m.mla()) {
+    // Latent attention: the latents (and the rotary key) its up-projections read, then every head's Q and K
+    // (q wide), V and the projection's input (o wide).
+    const double o = static_cast<double>(m.o_width());
+    split = e * s * b * (m.q_lora_rank + m.kv_lora_rank + m.rope_head_dim) + e * s * b * 2 * q + e * s * b * 2 * o +
+            (m.gated_ffn ? 3 : 2) * e * s * b * f;
+  }
   double scores = attention == Attention::Flash ? statistics : (e + mask * (1 + e)) * a * s * s * b;
   if (r == Recompute::Selective) scores = 0;
   // Terms replicated across tensor-parallel ranks unless sequence parallelism splits them.

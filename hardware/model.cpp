@@ -8,6 +8,14 @@ namespace trainsim::hw {
 
 double ModelSpec::attention_parameters() const {
   const double h = hidden, q = static_cast<double>(q_width()), kv = static_cast<double>(kv_width());
+  if (mla()) {
+    // W_DQ, the query latent's norm and W_UQ (or one W_Q); W_DKV with the rotary key W_KR, the KV latent's norm,
+    // W_UK and W_UV; the output projection (DeepSeek-V2 §2.1, equations 9 to 18).
+    const double ql = q_lora_rank, kl = kv_lora_rank, a = heads;
+    const double queries = ql > 0 ? h * ql + ql + ql * q : h * q;
+    return queries + h * (kl + rope_head_dim) + kl + kl * a * (head_dim() + value_head_dim()) +
+           static_cast<double>(o_width()) * h;
+  }
   return h * (q + 2 * kv) + q * h + (bias ? (q + 2 * kv) + h : 0);  // Q, K, V, the output projection (biases)
 }
 
@@ -74,6 +82,8 @@ double ModelSpec::dense_parameters() const {
 }
 
 double ModelSpec::flops_per_token(int s) const {
+  // QK^T over the query width and attention·V over the output width: 4·s·q with equal widths.
+  if (mla()) return 6.0 * dense_parameters() + 6.0 * blocks * static_cast<double>(q_width() + o_width()) * s;
   return 6.0 * dense_parameters() + 12.0 * blocks * static_cast<double>(q_width()) * s;
 }
 
@@ -109,6 +119,15 @@ void ModelSpec::validate(const std::string& where) const {
          fmt::format("must be 0 to blocks - 1 ({}): at least one block has experts, got {}", blocks - 1, dense_blocks));
     need(!bias, "bias", "a Mixture-of-Experts model with biases is not modelled (the experts have none)");
   }
+  if (!mla()) {
+    for (auto [v, name] : {std::pair{q_lora_rank, "q_lora_rank"}, {rope_head_dim, "rope_head_dim"}, {v_head_dim, "v_head_dim"}})
+      need(v == 0, name, fmt::format("is {} but the model has no latent attention (set kv_lora_rank, or leave it 0)", v));
+  } else {
+    need(q_lora_rank >= 0 && rope_head_dim >= 0 && v_head_dim >= 0, q_lora_rank < 0 ? "q_lora_rank" : rope_head_dim < 0 ? "rope_head_dim" : "v_head_dim",
+         "must be at least 0");
+    need(kv_heads == 0 || kv_heads == heads, "kv_heads",
+         fmt::format("latent attention has a key and value per head: 0 or heads ({}), got {}", heads, kv_heads));
+  }
   need(master_bytes >= 0 && master_bytes <= 16, "master_bytes", fmt::format("must be 0..16 bytes, got {}", master_bytes));
 }
 
@@ -128,6 +147,8 @@ const std::vector<Field<ModelSpec>>& model_fields() {
       field("experts", &M::experts),         field("top_k", &M::top_k),
       field("expert_ffn", &M::expert_ffn),   field("shared_experts", &M::shared_experts),
       field("dense_blocks", &M::dense_blocks),
+      field("q_lora_rank", &M::q_lora_rank), field("kv_lora_rank", &M::kv_lora_rank),
+      field("rope_head_dim", &M::rope_head_dim), field("v_head_dim", &M::v_head_dim),
   };
   return f;
 }
@@ -135,7 +156,7 @@ const std::vector<Field<ModelSpec>>& model_fields() {
 const std::vector<std::string>& model_preset_names() {
   static const std::vector<std::string> names{"gpt2-124m", "gpt2-1.5b", "llama2-13b", "llama2-70b", "llama3-8b",
                                               "llama3-70b", "llama3-405b", "mixtral-8x7b", "qwen3-30b-a3b",
-                                              "tiny", "small", "custom"};
+                                              "deepseek-v3", "tiny", "small", "custom"};
   return names;
 }
 
@@ -203,6 +224,21 @@ ModelSpec qwen3_30b_a3b() {
   return m;
 }
 
+// DeepSeek-V3 (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §4.2 "Hyper-Parameters": 61 layers, hidden 7168,
+// 128 heads, head dim 128, KV compression 512, query compression 1536, decoupled query and key head dim 64; all FFNs
+// but the first three MoE, 1 shared and 256 routed experts of intermediate 2048, 8 activated; 671B parameters, 37B
+// activated; pre-trained at a sequence length of 4K, §4.3 and §4.2), with the released configuration's
+// (deepseek-ai/DeepSeek-V3 config.json) v_head_dim 128, intermediate_size 18432 of the dense blocks and vocab_size
+// 129,280. Its multi-token-prediction module (14B more, the report's "D = 1") and the router's sigmoid scores with
+// their bias and group-limited routing are not modelled (a router's GEMM and softmax stand in).
+ModelSpec deepseek_v3() {
+  ModelSpec m;
+  m.blocks = 61, m.hidden = 7168, m.heads = 128, m.head_channels = 128, m.ffn = 18432, m.vocab = 129280, m.seq = 4096;
+  m.experts = 256, m.top_k = 8, m.expert_ffn = 2048, m.shared_experts = 1, m.dense_blocks = 3;
+  m.q_lora_rank = 1536, m.kv_lora_rank = 512, m.rope_head_dim = 64, m.v_head_dim = 128;
+  return m;
+}
+
 // The executor's presets (exec/model_config.cpp `preset`, docs/executor.md): the same Llama-style model in
 // fp32 (weights are their own master copy; AdamW keeps m and v), vocabulary 256 (bytes), so that `trainsim
 // sim` and `trainsim replay` describe one model. tests/test_hardware_model.cpp checks them against
@@ -227,6 +263,7 @@ ModelSpec model_preset(const std::string& name) {
   else if (name == "llama3-405b") m = llama3(126, 16384, 53248, 128);
   else if (name == "mixtral-8x7b") m = mixtral_8x7b();
   else if (name == "qwen3-30b-a3b") m = qwen3_30b_a3b();
+  else if (name == "deepseek-v3") m = deepseek_v3();
   else if (name == "tiny") m = executor(2, 32, 2, 64, 16);
   else if (name == "small") m = executor(4, 256, 4, 768, 128);
   else if (name == "custom") m = ModelSpec{};

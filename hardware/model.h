@@ -60,10 +60,27 @@ struct ModelSpec {
   int expert_ffn = 0;      ///< MLP width of one expert (--moe-ffn-hidden-size); 0 = ffn
   int shared_experts = 0;  ///< shared experts of each MoE block, each expert_ffn wide (DeepSeek's n_shared_experts)
   int dense_blocks = 0;    ///< the first blocks with a dense MLP (DeepSeek-V3's first_k_dense_replace, 3)
+  /// Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2" §2.1; DeepSeek-V3) when kv_lora_rank > 0: the
+  /// queries through a rank-q_lora_rank bottleneck (0: one h -> heads x (head_dim + rope_head_dim) projection),
+  /// keys and values from one latent of kv_lora_rank channels plus a shared rotary key of rope_head_dim; a head's
+  /// query and key are head_dim + rope_head_dim wide (head_dim is qk_nope_head_dim), its value v_head_dim. Its
+  /// projections are the block's attention linears; the latents' two RMSNorms and the KV cache are not modelled.
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;   ///< 0: grouped-query attention as above
+  int rope_head_dim = 0;  ///< qk_rope_head_dim
+  int v_head_dim = 0;     ///< a head's value width; 0 = head_dim
 
   int head_dim() const { return head_channels > 0 ? head_channels : hidden / heads; }
-  /// Width of the queries (and of the attention output): heads x head size; `hidden` unless head_dim says other.
-  long long q_width() const { return static_cast<long long>(heads) * head_dim(); }
+  /// True for multi-head latent attention.
+  bool mla() const { return kv_lora_rank > 0; }
+  /// A head's query and key width: head_dim (plus rope_head_dim with MLA).
+  int qk_head_dim() const { return head_dim() + (mla() ? rope_head_dim : 0); }
+  /// A head's value width: head_dim (v_head_dim with MLA when set).
+  int value_head_dim() const { return mla() && v_head_dim > 0 ? v_head_dim : head_dim(); }
+  /// Width of the queries: heads x qk_head_dim; `hidden` unless head_dim or MLA says other.
+  long long q_width() const { return static_cast<long long>(heads) * qk_head_dim(); }
+  /// Width of the attention output (the output projection's input): heads x value_head_dim.
+  long long o_width() const { return static_cast<long long>(heads) * value_head_dim(); }
   /// Width of the K (and of the V) projection: kv_heads x head size.
   long long kv_width() const { return static_cast<long long>(kv_heads > 0 ? kv_heads : heads) * head_dim(); }
   /// True for a Mixture-of-Experts model.
@@ -114,7 +131,7 @@ struct ModelSpec {
 /// The fields of a ModelSpec (for JSON, overrides and printing).
 const std::vector<Field<ModelSpec>>& model_fields();
 /// The preset names: gpt2-124m, gpt2-1.5b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, llama3-405b,
-/// mixtral-8x7b, qwen3-30b-a3b, tiny, small, custom.
+/// mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, tiny, small, custom.
 const std::vector<std::string>& model_preset_names();
 /// The preset called `name`. Throws SpecError listing the presets.
 ModelSpec model_preset(const std::string& name);

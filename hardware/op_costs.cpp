@@ -44,8 +44,21 @@ std::vector<Linear> block_linears(const ModelSpec& m, int tp, BlockPart part) {
   const double h = m.hidden, q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()), t = tp;
   // torchtitan's selective op checkpointing counts a block's matrix multiplies 1, 2, 3, ... and keeps the odd.
   std::vector<Linear> out;
-  if (m.gated_ffn) out = {{h, q / t, true}, {h, kv / t, false}, {h, kv / t, true}, {q / t, h, false}};
-  else out = {{h, (q + 2 * kv) / t, true}, {q / t, h, false}};
+  if (m.mla()) {
+    // Multi-head latent attention (DeepSeek-V2 §2.1): the query latent and its up-projection (or one W_Q), the KV
+    // latent with the rotary key, its up-projection to every head's key and value, the output projection; the
+    // latents' down-projections replicated over TP (Megatron-Core's MLA), the rest split by heads.
+    const double ql = m.q_lora_rank, kl = m.kv_lora_rank, a = m.heads, o = static_cast<double>(m.o_width());
+    if (ql > 0) out = {{h, ql, true}, {ql, q / t, false}};
+    else out = {{h, q / t, true}};
+    out.push_back({h, kl + m.rope_head_dim, out.size() % 2 == 0});
+    out.push_back({kl, a * (m.head_dim() + m.value_head_dim()) / t, out.size() % 2 == 0});
+    out.push_back({o / t, h, out.size() % 2 == 0});
+  } else if (m.gated_ffn) {
+    out = {{h, q / t, true}, {h, kv / t, false}, {h, kv / t, true}, {q / t, h, false}};
+  } else {
+    out = {{h, (q + 2 * kv) / t, true}, {q / t, h, false}};
+  }
   const double f = part == BlockPart::Dense ? m.ffn : static_cast<double>(m.shared_experts) * m.expert_width();
   if (part == BlockPart::MoeShared) out.push_back({h, static_cast<double>(m.experts), true});  // the router
   if (f > 0) {
@@ -146,14 +159,15 @@ AttentionWork attention_work(const HardwareSetting& s, double T, int tp) {
   const ModelSpec& m = s.model;
   const DeviceSpec& d = s.device;
   const double q = static_cast<double>(m.q_width()), t = tp, seq = s.seq_len(), e = m.activation_bytes;
-  const double F = 4 * T * seq * q / t;  // the counted forward FLOPs, causal mask not halved
+  // The counted forward FLOPs, causal mask not halved: QK^T over the query width, attention·V over the value width.
+  const double F = m.mla() ? 2 * T * seq * (q + static_cast<double>(m.o_width())) / t : 4 * T * seq * q / t;
   AttentionWork a;
   a.forward.attention_flops = F, a.backward.attention_flops = 2 * F;
   if (s.attention == Attention::Eager) {
     // The softmax over the scores of T/s sequences x a/t heads: read and write them in the forward,
     // probabilities, their grad and the scores' grad in the backward; dropout adds its mask (one byte) and
     // output, and their backward.
-    const double dh = m.head_dim(), batch = T / seq * m.heads / t, scores = batch * seq * seq;
+    const double dh = m.qk_head_dim(), batch = T / seq * m.heads / t, scores = batch * seq * seq;
     const double dropout = m.dropout ? 2 * e + 1 : 0;
     a.forward.bytes = scores * (2 * e + dropout);
     a.backward.bytes = scores * (3 * e + dropout);
@@ -177,7 +191,7 @@ AttentionWork attention_work(const HardwareSetting& s, double T, int tp) {
   // FlashAttention's count: a causal forward is half the unmasked FLOPs, its backward 2.5 times the forward;
   // over the flash table at the head dimension and the length of the chunk each kernel sees (a ring step's
   // with context parallelism).
-  const double chunk = seq / s.context_parallel, dh = m.head_dim();
+  const double chunk = seq / s.context_parallel, dh = std::max(m.qk_head_dim(), m.value_head_dim());
   a.forward.attention_forward_weighted = 0.5 * F / d.attention_shapes.forward_factor(dh, chunk);
   a.backward.attention_backward_weighted = 1.25 * F / d.attention_shapes.backward_factor(dh, chunk);
   return a;
@@ -199,13 +213,15 @@ ElementwiseBytes elementwise_bytes(const HardwareSetting& s, double tokens, TpSp
   // The router's softmax (or sigmoid) and top-k over E fp32 scores: read and written, then read (Megatron-Core's
   // TopKRouter); twice that backward.
   const double router = part == BlockPart::MoeShared ? 12.0 * m.experts : 0;
+  // Rotary embedding: of every query and key channel, or with MLA of the decoupled rotary query and key only.
+  const double rope = m.mla() ? (m.heads + 1.0) * m.rope_head_dim : q + kv;
   // t = 1 divides by 1 (exact): the figures without TP are the same bytes as before TP existed.
   const double t = tp.degree, replicated = tp.sequence_parallel ? t : 1;
   // Norms and residual adds (replicated over the TP group; SP: on s/t tokens), the MLP activation and the
   // rotary embedding (on this rank's FFN columns and heads).
   if (s.elementwise == Elementwise::Fused) {
     double per_token = (4 * h * e + 6 * h * e) / replicated + (m.gated_ffn ? 3 : 2) * f * e / t;
-    if (!m.learned_positions) per_token += 2 * (q + kv) * e / t;
+    if (!m.learned_positions) per_token += 2 * rope * e / t;
     per_token += router;
     return {tokens * per_token, 2 * tokens * per_token};
   }
@@ -226,8 +242,8 @@ ElementwiseBytes elementwise_bytes(const HardwareSetting& s, double tokens, TpSp
   bwd += 2 * (rms ? 56.0 : 4 * e) * h / replicated;
   if (m.gated_ffn) fwd += 5 * e * f / t, bwd += 9 * e * f / t;
   else fwd += 2 * e * f / t, bwd += 4 * e * f / t;
-  if (!m.learned_positions) fwd += 20 * (q + kv) / t, bwd += 20 * (q + kv) / t;
-  if (kv < q) fwd += 2 * e * (kv + q) / t, bwd += 2 * e * (kv + q) / t;
+  if (!m.learned_positions) fwd += 20 * rope / t, bwd += 20 * rope / t;
+  if (!m.mla() && kv < q) fwd += 2 * e * (kv + q) / t, bwd += 2 * e * (kv + q) / t;
   fwd += router, bwd += 2 * router;
   return {tokens * fwd, tokens * bwd};
 }

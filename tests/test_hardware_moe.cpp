@@ -62,7 +62,9 @@ TEST_CASE("MoE presets: the parameters their papers and model cards give, and a 
   };
   // Mixtral: 46.7B and 12.9B (§2 of the paper: "47B", "13B"; Mistral's release: 46.7B, 12.9B). Qwen3-30B-A3B: 30.5B
   // and 3.3B (the model card; this count leaves out the QK norms, and the card rounds 3.35B down).
-  for (const Published& p : {Published{"mixtral-8x7b", 46.7e9, 12.9e9, 0.005}, Published{"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02}}) {
+  // DeepSeek-V3: 671B and 37B (the report's abstract; the multi-token-prediction module's 14B is not in either).
+  for (const Published& p : {Published{"mixtral-8x7b", 46.7e9, 12.9e9, 0.005}, Published{"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02},
+                             Published{"deepseek-v3", 671e9, 37e9, 0.02}}) {
     CAPTURE(p.name);
     const ModelSpec m = model_preset(p.name);
     m.validate(p.name);
@@ -78,6 +80,22 @@ TEST_CASE("MoE presets: the parameters their papers and model cards give, and a 
   const ModelSpec qwen = model_preset("qwen3-30b-a3b");
   CHECK(qwen.q_width() == 4096);
   CHECK(qwen.attention_parameters() == 2048.0 * (4096 + 2 * 512) + 4096.0 * 2048);
+  // DeepSeek-V3's latent attention by hand (DeepSeek-V2 §2.1): W_DQ 7168 x 1536 and its norm, W_UQ to 128 heads of
+  // 128 + 64, W_DKV with W_KR 7168 x (512 + 64), the KV latent's norm, W_UK and W_UV to 128 x (128 + 128), W_O.
+  const ModelSpec ds = model_preset("deepseek-v3");
+  CHECK(ds.mla());
+  CHECK(ds.q_width() == 128 * 192);
+  CHECK(ds.o_width() == 128 * 128);
+  CHECK(ds.attention_parameters() == 7168.0 * 1536 + 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512 + 512.0 * 128 * 256 +
+                                         128.0 * 128 * 7168);
+  // Three dense blocks of 18432, then 58 MoE blocks: router, one shared and 256 routed experts of 2048.
+  CHECK(ds.dense_part_parameters(2) == doctest::Approx(ds.attention_parameters() + 3 * 7168.0 * 18432 + 2 * 7168));
+  CHECK(ds.dense_part_parameters(3) ==
+        doctest::Approx(ds.attention_parameters() + 7168.0 * 256 + 3 * 7168.0 * 2048 + 2 * 7168));
+  CHECK(ds.routed_parameters(3) == 256 * 3 * 7168.0 * 2048);
+  // Its attention FLOPs per token and block forward: QK^T over 128 x 192, attention·V over 128 x 128, 2·s each.
+  const double s = 4096;
+  CHECK(ds.flops_per_token(4096) == doctest::Approx(6 * ds.dense_parameters() + 3 * 61 * 2 * s * (128.0 * 192 + 128.0 * 128)));
 }
 
 TEST_CASE("MoE models: fields that do not go together are refused naming the field") {
@@ -98,35 +116,46 @@ TEST_CASE("MoE models: fields that do not go together are refused naming the fie
   refused(m, "field 'bias'");
   m = moe, m.head_channels = -1;
   refused(m, "field 'head_dim'");
+  m = moe, m.v_head_dim = 128;
+  refused(m, "field 'v_head_dim': is 128 but the model has no latent attention");
+  m = model_preset("deepseek-v3"), m.kv_heads = 8;
+  refused(m, "field 'kv_heads': latent attention has a key and value per head");
   // head_dim given: hidden need not be a multiple of heads.
   m = dense, m.hidden = 4000, m.head_channels = 128;
   CHECK_NOTHROW(m.validate("m.json"));
 }
 
 TEST_CASE("a gen ep step's FLOPs are 6·N_active + attention per token, and an expert slice's are its routed pairs'") {
-  for (double imbalance : {0.0, 2.5}) {
-    CAPTURE(imbalance);
-    const HardwareSetting hs = small_mixtral();
-    const int dp = 4, ep = 4, m = 2;
-    const Schedule s = ep_step(hs, dp, ep, m, imbalance);
-    const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
-    const HardwareCostModel& cost = hw_cost(c);
-    double flops = 0;
-    for (const auto& ops : s.ranks)
-      for (const Op& op : ops) flops += cost.op_work(op).flops();
-    const double tokens = dp * m * hs.tokens_per_microbatch();
-    // The norms' gains are in N but run no matrix multiply: 1e-4 covers them.
-    CHECK(flops == doctest::Approx(tokens * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
-    // Rank 0's first expert forward: its slice (2 of the 8 experts) gets 1/4 of the EP group's 4 microbatches' tokens
-    // times top 2, times its load; each pair runs three h x f GEMMs.
-    const double load = imbalance == 0 ? 1 : imbalance;
-    for (const Op& op : s.ranks[0])
-      if (op.kind == OpKind::Forward && HardwareCostModel::expert_weight(op)) {
-        const double pairs = 4 * hs.tokens_per_microbatch() * 2 / 4.0 * load;
-        CHECK(cost.op_work(op).forward_flops == doctest::Approx(pairs * 2 * 3 * 4096.0 * 14336));
-        break;
-      }
-  }
+  // Mixtral's blocks and DeepSeek-V3's (latent attention, a shared expert, dense blocks first), a few of them.
+  HardwareSetting deepseek = small_mixtral();
+  deepseek.model = model_preset("deepseek-v3");
+  deepseek.model.blocks = 5;  // its three dense blocks and two MoE blocks
+  for (const HardwareSetting& hs : {small_mixtral(), deepseek})
+    for (double imbalance : {0.0, 2.5}) {
+      CAPTURE(hs.model.preset);
+      CAPTURE(imbalance);
+      const int dp = 4, ep = 4, m = 2;
+      const Schedule s = ep_step(hs, dp, ep, m, imbalance);
+      const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+      const HardwareCostModel& cost = hw_cost(c);
+      double flops = 0;
+      for (const auto& ops : s.ranks)
+        for (const Op& op : ops) flops += cost.op_work(op).flops();
+      const double tokens = dp * m * hs.tokens_per_microbatch();
+      // The norms' gains are in N but run no matrix multiply: 1e-4 covers them.
+      CHECK(flops == doctest::Approx(tokens * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+      // Rank 0's first expert forward: its slice (1/4 of the experts) gets 1/4 of the EP group's 4 microbatches'
+      // tokens times top_k, times its load; each pair runs three h x f GEMMs.
+      const double load = imbalance == 0 ? 1 : imbalance;
+      const ModelSpec& model = hs.model;
+      for (const Op& op : s.ranks[0])
+        if (op.kind == OpKind::Forward && HardwareCostModel::expert_weight(op)) {
+          const double pairs = 4 * hs.tokens_per_microbatch() * model.top_k / 4.0 * load;
+          CHECK(cost.op_work(op).forward_flops ==
+                doctest::Approx(pairs * 2 * 3 * static_cast<double>(model.hidden) * model.expert_ffn));
+          break;
+        }
+    }
 }
 
 TEST_CASE("expert slices' bytes: weights 1/ep of the routed experts, tokens top_k x load, saved activations") {
