@@ -327,11 +327,11 @@ int run(GenArgs& a) {
     try {
       const hw::HardwareSetting hs = hardware_setting(a.hardware);
       if (!a.given.count("--layers")) opts = per_block_layers(a.kind, opts, hs.model.blocks);
-      if (a.kind == "ep" && !hs.model.moe())
-        throw std::invalid_argument(fmt::format("ep: the model '{}' has no experts (model.experts=0): expert "
+      if ((a.kind == "ep" || (a.kind == "3d" && opts.ep > 1)) && !hs.model.moe())
+        throw std::invalid_argument(fmt::format("{}: the model '{}' has no experts (model.experts=0): expert "
                                                 "parallelism needs a Mixture-of-Experts model (mixtral-8x7b, "
                                                 "qwen3-30b-a3b, deepseek-v3, or experts=... in a JSON model)",
-                                                hs.model.preset));
+                                                a.kind, hs.model.preset));
       if (!a.given.count("--dense-layers"))
         opts = model_dense_layers(a.kind, opts, hs.model.blocks, hs.model.dense_blocks);
     } catch (const std::invalid_argument& e) {  // hw::SpecError too
@@ -467,22 +467,24 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--pp", args->options.pp, "Pipeline stages (3d)")->check(count)->capture_default_str();
   cmd->add_option("--ep", args->options.ep,
-                  "Expert-parallel degree (ep): ranks per EP group, dividing --dp; each holds 1/ep of every MoE "
-                  "layer's experts and reaches the others with all-to-alls (docs/design.md, Mixture of Experts)")
+                  "Expert-parallel degree (ep, 3d): ranks per EP group, dividing --dp; each holds 1/ep of every MoE "
+                  "layer's experts and reaches the others with all-to-alls (docs/design.md, Mixture of Experts). 3d: "
+                  "with --tp 1 and --cp 1, --schedule 1f1b or interleaved-1f1b, DDP or --zero 1; the EP groups are "
+                  "consecutive dp ranks of a stage")
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--dense-layers", args->options.dense_layers,
-                  "ep: the first layers without experts (DeepSeek-V3 has 3); the others are MoE layers. With --model: "
+                  "ep, 3d --ep: the first layers without experts (DeepSeek-V3 has 3); the others are MoE layers. With --model: "
                   "by default the layers that hold only the model's dense blocks (its dense_blocks)")
       ->check(count0)
       ->capture_default_str();
   cmd->add_option("--expert-load", args->options.expert_load,
-                  "ep: the relative token load of each expert slice, one per slice (--ep of them), e.g. measured router "
+                  "ep, 3d --ep: the relative token load of each expert slice, one per slice (--ep of them), e.g. measured router "
                   "statistics: 1.5,0.5 gives slice 0 three times slice 1's tokens; its compute and its tokens' memory "
                   "scale so (the header's expert_load line). Default: balanced")
       ->delimiter(',');
   cmd->add_option("--moe-imbalance", args->options.moe_imbalance,
-                  "ep: the busiest expert slice's load over the mean (dropless routing's max/mean, at least 1 and below "
+                  "ep, 3d --ep: the busiest expert slice's load over the mean (dropless routing's max/mean, at least 1 and below "
                   "--ep): slice 0 gets it, the others share the rest evenly");
   cmd->add_option("--cp", args->options.cp,
                   "Context parallelism (3d): ranks splitting each sequence, ring attention over the CP group; rank = "

@@ -37,14 +37,16 @@ struct GenOptions {
   /// 3d: context parallelism, ranks splitting each sequence (CP groups cp0, cp1, ... next to the TP groups in the
   /// rank order; grads reduced over dp x cp)
   int cp = 1;
-  /// ep: expert-parallel degree, ranks per EP group (dividing dp; docs/design.md, "Mixture of Experts")
+  /// ep and 3d: expert-parallel degree, ranks per EP group (dividing dp; docs/design.md, "Mixture of Experts"); 3d
+  /// with tp 1 and cp 1, 1f1b or interleaved-1f1b, DDP or zero 1 (gen 3d --ep: the EP groups are consecutive dp
+  /// ranks of each stage)
   int ep = 1;
-  /// ep: the first layers that are dense, without experts (DeepSeek-V3: 3); the others are MoE layers
+  /// ep, 3d --ep: the first layers that are dense, without experts (DeepSeek-V3: 3); the others are MoE layers
   int dense_layers = 0;
-  /// ep: the relative token load of each expert slice (`ep` of them; the header's expert_load), e.g. measured
+  /// ep, 3d --ep: the relative token load of each expert slice (`ep` of them; the header's expert_load), e.g. measured
   /// router statistics; empty: balanced unless moe_imbalance is given
   std::vector<double> expert_load;
-  /// ep: the busiest slice's load over the mean (dropless routing's max/mean ratio, 1 to ep): slice 0 gets it,
+  /// ep, 3d --ep: the busiest slice's load over the mean (dropless routing's max/mean ratio, 1 to ep): slice 0 gets it,
   /// the others share the rest evenly; 0: not given
   double moe_imbalance = 0;
   /// 3d: the pipeline order: 1f1b, interleaved-1f1b or interleaved-zb (with chunks), zb-h1, zbv or dualpipev (two
@@ -96,10 +98,10 @@ const std::vector<std::string>& generator_kinds();
 /// kinds keep one layer per stage chunk (a pipeline study, the unit cost model's own unit). Throws
 /// std::invalid_argument naming the position for a layout that cannot be read.
 GenOptions per_block_layers(const std::string& kind, GenOptions options, int blocks);
-/// gen ep on a Mixture-of-Experts model of `blocks` blocks whose first `dense_blocks` are dense: the options with
-/// --dense-layers set to the schedule layers that hold only dense blocks (the layers, with `options.layout` or the
-/// even split, after per_block_layers), so that each layer with an MoE block runs experts. Other kinds, or
-/// dense_blocks 0: the options unchanged. Throws std::invalid_argument naming the position for a layout that
+/// gen ep (or gen 3d --ep) on a Mixture-of-Experts model of `blocks` blocks whose first `dense_blocks` are dense:
+/// the options with --dense-layers set to the schedule layers that hold only dense blocks (the layers, with 3d's
+/// chunk_blocks, `options.layout` or the even split, after per_block_layers), so that each layer with an MoE block
+/// runs experts. Other kinds, or dense_blocks 0: the options unchanged. Throws std::invalid_argument naming the position for a layout that
 /// cannot be read.
 GenOptions model_dense_layers(const std::string& kind, GenOptions options, int blocks, int dense_blocks);
 /// The microbatches `options.microbatches` means for a step of `global_batch` sequences in microbatches of

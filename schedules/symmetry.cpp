@@ -5,7 +5,8 @@
 namespace trainsim {
 
 std::optional<RankGrid> rank_grid(const std::string& kind, const GenOptions& o) {
-  if (kind == "3d") return RankGrid{o.tp, o.cp, o.dp, o.pp};
+  // (With expert parallelism the ranks of a stage hold different expert slices: every rank is simulated.)
+  if (kind == "3d") return o.ep > 1 ? std::nullopt : std::optional<RankGrid>(RankGrid{o.tp, o.cp, o.dp, o.pp});
   if (kind == "tp") return RankGrid{o.tp, 1, 1, 1};
   return std::nullopt;
 }

@@ -237,6 +237,37 @@ TEST_CASE("imbalance on the hardware model: the busiest slice sets the step, hol
   CHECK(peak(skewed, 0) > peak(balanced, 0));
 }
 
+TEST_CASE("gen 3d --ep on the hardware model: the step's FLOPs, a stage's experts, and one configuration one answer") {
+  // Two stages of two MoE blocks (the first block dense), EP 4 over 8 data-parallel replicas, ZeRO-1, 1F1B.
+  HardwareSetting hs = small_mixtral();
+  GenOptions o;
+  o.pp = 2, o.dp = 8, o.ep = 4, o.zero = 1, o.layers = 4, o.dense_layers = 1, o.microbatches = 4;
+  Schedule s = generate("3d", o);
+  s.header.cost_model = "hardware";
+  s.header.hardware = hs;
+  const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+  const HardwareCostModel& cost = hw_cost(c);
+  double flops = 0;
+  for (const auto& ops : s.ranks)
+    for (const Op& op : ops) flops += cost.op_work(op).flops();
+  CHECK(flops == doctest::Approx(8 * 4 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+  HardwareRun run = simulate_hardware(s);
+  INFO(run.result.error);
+  REQUIRE(run.result.ok);
+  // gen ep and gen 3d --pp 1 describe the same placement: the same ops' FLOPs, the same experts' GEMMs.
+  GenOptions flat;
+  flat.pp = 1, flat.dp = 4, flat.ep = 4, flat.layers = 4, flat.dense_layers = 1, flat.microbatches = 2;
+  Schedule three = generate("3d", flat), ep = ep_step(hs, 4, 4, 2);
+  three.header.cost_model = "hardware", three.header.hardware = hs;
+  double f3 = 0, fe = 0;
+  const std::unique_ptr<CostModel> c3 = make_schedule_cost_model(three), ce = make_schedule_cost_model(ep);
+  for (const auto& ops : three.ranks)
+    for (const Op& op : ops) f3 += hw_cost(c3).op_work(op).flops();
+  for (const auto& ops : ep.ranks)
+    for (const Op& op : ops) fe += hw_cost(ce).op_work(op).flops();
+  CHECK(f3 == doctest::Approx(fe).epsilon(1e-12));
+}
+
 TEST_CASE("the command line: gen ep on an MoE model, its dense layers from the model, and what is refused") {
   auto r = testing::run_trainsim("gen ep --dp 2 --ep 2 --microbatches 1 --model mixtral-8x7b --set model.blocks=4 "
                                  "--set model.dense_blocks=2 --seq 512 -o -");
@@ -265,7 +296,16 @@ TEST_CASE("the command line: gen ep on an MoE model, its dense layers from the m
   CHECK(has(r.out, "has 8 experts per MoE block, which 16 slices do not split evenly"));
   r = testing::run_trainsim("gen ep --dp 2 --ep 2 --model llama3-8b -o -", true);
   CHECK(r.exit_code == 2);
-  CHECK(has(r.out, "the model 'llama3-8b' has no experts"));
+  CHECK(has(r.out, "ep: the model 'llama3-8b' has no experts"));
+  r = testing::run_trainsim("gen 3d --dp 2 --ep 2 --model llama3-8b -o -", true);
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.out, "3d: the model 'llama3-8b' has no experts"));
+  // gen 3d --ep takes its dense layers from the model too (DeepSeek-V3's first three blocks, here of five).
+  r = testing::run_trainsim("gen 3d --pp 1 --dp 4 --ep 4 --microbatches 1 --model deepseek-v3 --set model.blocks=5 "
+                            "--seq 256 -o -");
+  REQUIRE(r.exit_code == 0);
+  CHECK_FALSE(has(r.out, "all-to-all L2 "));
+  CHECK(has(r.out, "all-to-all L3 "));
   r = testing::run_trainsim("gen ddp --dp 2 --microbatches 1 --model mixtral-8x7b --set model.blocks=2 --sim", true);
   CHECK(r.exit_code == 1);
   CHECK(has(r.out, "runs its forward without them"));

@@ -4,6 +4,7 @@
 // and what refuses MoE so far (the executor, PyTorch's CSV; the hardware model's MoE is tests/test_hardware_moe.cpp).
 #include <doctest/doctest.h>
 
+#include <set>
 #include <string>
 
 #include "interop/chakra.h"
@@ -188,6 +189,75 @@ TEST_CASE("gen ep: every EP and data-parallel shape simulates under both engines
       }
   CHECK_THROWS_WITH_AS(generate("ep", ep_options(4, 3, 2, 0, 1)), doctest::Contains("must divide --dp"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(generate("ep", ep_options(2, 2, 2, 2, 1)), doctest::Contains("no MoE layer"), std::invalid_argument);
+}
+
+TEST_CASE("gen 3d --ep: EP in every stage of 1F1B and interleaved 1F1B pipelines, DDP and ZeRO-1, on both engines") {
+  for (int pp : {1, 2})
+    for (int dp : {2, 4})
+      for (int ep : {2, 4})
+        for (const char* schedule : {"1f1b", "interleaved-1f1b"})
+          for (int zero : {0, 1})
+            for (int dense : {0, 1}) {
+              if (dp % ep != 0) continue;
+              CAPTURE(pp);
+              CAPTURE(dp);
+              CAPTURE(ep);
+              CAPTURE(schedule);
+              CAPTURE(zero);
+              CAPTURE(dense);
+              GenOptions o;
+              o.pp = pp, o.dp = dp, o.ep = ep, o.schedule = schedule, o.zero = zero, o.dense_layers = dense;
+              o.chunks = std::string(schedule) == "1f1b" ? 1 : 2;
+              o.layers = 2 * pp * o.chunks, o.microbatches = 2 * pp;
+              Schedule s = generate("3d", o);
+              CHECK(s.header.version == 3);
+              const std::string text = print_schedule(s);
+              CHECK(print_schedule(parse_schedule(text, "3d-ep.sched")) == text);
+              for (const char* cost : {"unit", "puzzle"}) {
+                CAPTURE(cost);
+                SimResult r = simulate(with_cost(s, cost));
+                INFO(r.error);
+                CHECK(r.ok);
+              }
+              // Rank d + dp·stage holds expert slice (d mod ep) of each MoE layer of its stage: four all-to-alls per
+              // MoE layer and microbatch, one update of each of its expert slices.
+              for (int r = 0; r < s.header.world_size; ++r) {
+                std::set<int> moe_layers;
+                int a2a = 0, expert_updates = 0;
+                for (const Op& op : s.ranks[r]) {
+                  if (op.kind == OpKind::Forward && op.layer >= dense) moe_layers.insert(op.layer);
+                  a2a += op.kind == OpKind::AllToAll;
+                  if (op.kind == OpKind::Update && op.writes.front().expert()) {
+                    ++expert_updates;
+                    CHECK(op.writes.front().ep_index == (r % dp) % ep);
+                    CHECK(op.writes.front().ep_size == ep);
+                  }
+                }
+                CHECK(a2a == 4 * static_cast<int>(moe_layers.size()) * o.microbatches);
+                CHECK(expert_updates == static_cast<int>(moe_layers.size()));
+              }
+            }
+  GenOptions o;
+  o.pp = 2, o.dp = 4, o.ep = 2, o.layers = 4, o.microbatches = 2;
+  auto refused = [&](GenOptions bad, const char* words) {
+    CAPTURE(words);
+    CHECK_THROWS_WITH_AS(generate("3d", bad), doctest::Contains(words), std::invalid_argument);
+  };
+  GenOptions x = o;
+  x.tp = 2;
+  refused(x, "--ep with --tp or --cp above 1 is not modelled yet");
+  x = o, x.cp = 2;
+  refused(x, "--ep with --tp or --cp above 1 is not modelled yet");
+  x = o, x.zero = 3;
+  refused(x, "--ep with --zero 3 (FSDP) is not modelled yet");
+  x = o, x.schedule = "zb-h1";
+  refused(x, "--ep with --schedule zb-h1 is not modelled yet");
+  x = o, x.ep = 3;
+  refused(x, "--ep 3 must divide --dp 4");
+  x = o, x.dense_layers = 4;
+  refused(x, "--dense-layers 4 leaves no MoE layer of the 4 layers");
+  x = o, x.moe_imbalance = 1.5;
+  CHECK(generate("3d", x).header.expert_load == std::vector<double>{1.5, 0.5});
 }
 
 TEST_CASE("gen ep: the experts take 1/e of the EP group's tokens, so EP splits their time and memory") {

@@ -77,6 +77,11 @@ class RankProgram {
   std::vector<std::pair<int, Tensor>> sums_;  // (layer, running sum)
 };
 
+/// The expert slices' loads that `o` asks for (--expert-load, or --moe-imbalance R: slice 0 R, the others
+/// (e - R) / (e - 1)), for `e` slices; empty: balanced. Throws std::invalid_argument naming `kind` for both given,
+/// a count other than e, a load not above 0 and at most 1e6, or R not in [1, e).
+std::vector<double> expert_loads(const std::string& kind, const GenOptions& o, int e);
+
 // ---- pipelines -----------------------------------------------------------------------------------------
 
 /// A compute pass of a pipeline: forward, full backward, backward-input or backward-weight.
@@ -139,6 +144,17 @@ struct PipelinePlan {
   /// replica, not for every one (issue 34: a 16,384-rank step's generation), and the ops are the ones the
   /// expanded plan (expand_replicas) gives.
   int replicas = 1;
+  /// Expert parallelism (gen 3d --ep; docs/design.md, "Mixture of Experts"): with ep > 1 (tp 1, dp_mode Replicate or
+  /// Zero1, full backward passes only) the layers from dense_layers on are MoE layers. Replica d (its data-parallel
+  /// index) is member d mod ep of EP group ep_group[rank] and holds expert slice d mod ep of each MoE layer; an MoE
+  /// layer's forward writes its output routed, dispatches it over the EP group (all-to-all), runs the slice's
+  /// experts on the group's microbatches of the same step (replica k's microbatch i is i + k·M/replicas) and
+  /// combines; the backward is the conjugate. The expert grads reduce over edp_group[rank] (the ranks of the stage
+  /// holding the same slice; 0 when ep = dp) on dp_stream, and with Zero1 the expert optimizer state is sharded
+  /// there. Per schedule rank.
+  int ep = 1;
+  int dense_layers = 0;
+  std::vector<int> ep_group, edp_group;
 };
 
 /// `plan` with every replica's step lists written out (replicas 1): what build_pipeline makes of a plan with

@@ -20,24 +20,7 @@
 
 namespace trainsim::gen {
 
-Schedule gen_expert_parallel(const GenOptions& o) {
-  const std::string kind = "ep";
-  require_at_least(kind, "dp", o.dp, 1);
-  require_at_least(kind, "ep", o.ep, 1);
-  require_at_least(kind, "microbatches", o.microbatches, 1);
-  require_at_least(kind, "layers", o.layers, 0);
-  require_at_least(kind, "dense-layers", o.dense_layers, 0);
-  const int n = o.dp, e = o.ep, m = o.microbatches, L = o.layers == 0 ? 4 : o.layers, M = n * m;
-  if (e > Tensor::kMaxEpSize)
-    throw std::invalid_argument(fmt::format("{}: --ep must be at most {} (got {})", kind, Tensor::kMaxEpSize, e));
-  if (n % e != 0)
-    throw std::invalid_argument(fmt::format("{}: --ep {} must divide --dp {}: the EP groups are carved out of the "
-                                            "data-parallel ranks",
-                                            kind, e, n));
-  if (o.dense_layers >= L)
-    throw std::invalid_argument(fmt::format("{}: --dense-layers {} leaves no MoE layer of the {} layers", kind,
-                                            o.dense_layers, L));
-  const int replicas = n / e;  // the expert-data-parallel degree
+std::vector<double> expert_loads(const std::string& kind, const GenOptions& o, int e) {
   if (!o.expert_load.empty() && o.moe_imbalance != 0)
     throw std::invalid_argument(fmt::format("{}: give --expert-load or --moe-imbalance, not both", kind));
   std::vector<double> load = o.expert_load;
@@ -59,6 +42,28 @@ Schedule gen_expert_parallel(const GenOptions& o) {
     load.assign(static_cast<std::size_t>(e), e > 1 ? (e - r) / (e - 1) : 1.0);
     load[0] = r;
   }
+  return load;
+}
+
+Schedule gen_expert_parallel(const GenOptions& o) {
+  const std::string kind = "ep";
+  require_at_least(kind, "dp", o.dp, 1);
+  require_at_least(kind, "ep", o.ep, 1);
+  require_at_least(kind, "microbatches", o.microbatches, 1);
+  require_at_least(kind, "layers", o.layers, 0);
+  require_at_least(kind, "dense-layers", o.dense_layers, 0);
+  const int n = o.dp, e = o.ep, m = o.microbatches, L = o.layers == 0 ? 4 : o.layers, M = n * m;
+  if (e > Tensor::kMaxEpSize)
+    throw std::invalid_argument(fmt::format("{}: --ep must be at most {} (got {})", kind, Tensor::kMaxEpSize, e));
+  if (n % e != 0)
+    throw std::invalid_argument(fmt::format("{}: --ep {} must divide --dp {}: the EP groups are carved out of the "
+                                            "data-parallel ranks",
+                                            kind, e, n));
+  if (o.dense_layers >= L)
+    throw std::invalid_argument(fmt::format("{}: --dense-layers {} leaves no MoE layer of the {} layers", kind,
+                                            o.dense_layers, L));
+  const int replicas = n / e;  // the expert-data-parallel degree
+  const std::vector<double> load = expert_loads(kind, o, e);
 
   Schedule sched;
   sched.header = make_header(n, L, M);

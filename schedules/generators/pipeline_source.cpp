@@ -55,7 +55,8 @@ class PipelineSource final : public RankSource {
   // per layer a load, an all-gather and the finish (free, reduce-scatter, free, update, free); with TP
   // also the TP collectives (two all-gathers and a reduce-scatter or all-reduce) and their frees.
   std::size_t ops_bound(int base) const {
-    return (plan_.tp > 1 ? 12 : 8) * plan_.steps[base].size() + 8 * static_cast<std::size_t>(plan_.layers) + 8;
+    return (plan_.tp > 1 || plan_.ep > 1 ? 14 : 8) * plan_.steps[base].size() +
+           (plan_.ep > 1 ? 16 : 8) * static_cast<std::size_t>(plan_.layers) + 8;
   }
   void build_rank(int rank, std::vector<Op>& out) const;
 
@@ -85,6 +86,15 @@ PipelineSource::PipelineSource(PipelinePlan plan) : RankSource(ScheduleHeader{})
                  static_cast<int>(p.group_of.size()) != p.world_size * T))
     bad_plan("shard_index and group_of need one entry per rank");
   if (T > 1 && static_cast<int>(p.tp_group.size()) != p.world_size) bad_plan("tp_group needs one entry per plan rank");
+  if (p.ep > 1) {
+    if (T != 1 || dp % p.ep != 0 || R != dp || p.dp_mode == DpMode::Fsdp || p.dense_layers < 0 || p.dense_layers >= L ||
+        static_cast<int>(p.ep_group.size()) != p.world_size || static_cast<int>(p.edp_group.size()) != p.world_size)
+      bad_plan("expert parallelism: tp 1, ep dividing dp, one replica per data-parallel rank, DDP or ZeRO-1, an MoE "
+               "layer, and an EP and expert-data-parallel group per rank");
+    for (const auto& steps : p.steps)
+      for (const Step& st : steps)
+        if (st.pass != Pass::F && st.pass != Pass::B) bad_plan("expert parallelism with full backward passes only");
+  }
 
   // Where each pass runs.
   std::vector<Where> fwd(L * M), bwd(L * M), wgt(L * M);
@@ -291,6 +301,20 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     return l == L - 1 ? slice(activation_grad_tensor(L, b)) : kept(activation_grad_tensor(l + 1, b));
   };
 
+  // Expert parallelism (PipelinePlan::ep): this replica's expert slice, its EP group's microbatches of a step.
+  const int E = plan.ep, ej = rep % std::max(E, 1), eg = rep / std::max(E, 1), Mr = M / R;
+  const int edp = E > 1 ? dp / E : 1;  // the expert-data-parallel degree
+  const bool zero1 = plan.dp_mode == DpMode::Zero1;
+  auto moe = [&](int l) { return E > 1 && l >= plan.dense_layers; };
+  auto ex = [&](Tensor t) { return expert_slice(std::move(t), ej, E); };
+  auto group_batches = [&](int mb) {
+    std::vector<std::pair<int, int>> runs;
+    for (int k = 0; k < E; ++k) runs.emplace_back(mb + (eg * E + k) * Mr, mb + (eg * E + k) * Mr + 1);
+    return IdSet::from_runs(std::move(runs));
+  };
+  const int ep_group = E > 1 ? plan.ep_group[rank] : 0, edp_group = E > 1 ? plan.edp_group[rank] : 0;
+  auto expert_opt = [&](int step) { return ex(opt_shard(0, zero1 && edp > 1 ? eg : 0, zero1 ? edp : 1, step)); };
+
   std::vector<int> mine;
   for (const Step& s : plan.steps[r])
     if (std::find(mine.begin(), mine.end(), s.layer) == mine.end()) mine.push_back(s.layer);
@@ -300,6 +324,12 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     for (int l : mine) {
       state.push_back(slice(weight_shard(l, weight_shards > 1 ? d : 0, weight_shards)));
       state.push_back(slice(opt_shard(l, opt_shards > 1 ? d : 0, opt_shards)));
+      if (moe(l)) {
+        state.push_back(ex(weight_shard(l, 0, 1)));
+        Tensor o = expert_opt(0);
+        o.layer = l;
+        state.push_back(o);
+      }
     }
     prog.load(std::move(state));
   }
@@ -354,8 +384,41 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     prog.free({g});
     reduced.push_back(l);
   };
+  // An MoE layer's expert slice: its grads summed over the EP group's microbatches, all-reduced over the ranks
+  // holding the same slice, then (after the rank's last pass) the slice's update; with ZeRO-1 of its shard of
+  // the expert-data-parallel group, then the weight all-gathered there.
+  std::vector<int> reduced_experts;
+  auto finish_experts = [&](int l) {
+    Tensor g = prog.take_grad(l, true);
+    if (edp > 1) {
+      prog.collective(OpKind::AllReduce, l, edp_group, g, ex(weight_grad_tensor(l, all)), plan.dp_stream);
+      prog.free({g});
+    }
+    reduced_experts.push_back(l);
+  };
+  auto step_experts = [&](int l) {
+    const Tensor w = ex(weight_shard(l, 0, 1));
+    Tensor o = expert_opt(0), o1 = expert_opt(1);
+    o.layer = o1.layer = l;
+    const Tensor g = ex(weight_grad_tensor(l, all));
+    if (zero1 && edp > 1) {
+      Tensor w1 = ex(weight_shard(l, eg, edp, 1));
+      prog.compute(OpKind::Update, l, {}, {g, w, o}, {w1, o1});
+      prog.free({w, o, g});
+      prog.collective(OpKind::AllGather, l, edp_group, w1, ex(weight_full(l, edp, 1)), plan.dp_stream);
+      prog.free({w1});
+      return;
+    }
+    Tensor w1 = w;
+    ++w1.step;
+    prog.compute(OpKind::Update, l, {}, {g, w, o}, {w1, o1});
+    prog.free({w, o, g});
+  };
   auto grad_done = [&](int l) {
-    if (++grads_done[l] == grad_passes_[r * L + l]) finish_layer(l);
+    if (++grads_done[l] == grad_passes_[r * L + l]) {
+      finish_layer(l);
+      if (moe(l)) finish_experts(l);
+    }
   };
 
 
@@ -380,7 +443,28 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         if (l == 0) prog.load({a});
         const Tensor in = gathered(a, l);
         if (in != a) drop.reserve(4), drop.push_back(in);
-        if (l == L - 1) {
+        if (moe(l)) {
+          // The dense part writes its output routed; the dispatch, the slice's experts on the EP group's
+          // microbatches of this step, the combine (gen ep's ops: docs/design.md, "Mixture of Experts").
+          const IdSet gb = group_batches(s.mb);
+          const Tensor routed = routed_as(activation_tensor(l + 1, b), Route::Routed);
+          const Tensor in_e = routed_as(activation_tensor(l + 1, gb), Route::ExpertIn, ej, E);
+          const Tensor out_e = routed_as(activation_tensor(l + 1, gb), Route::ExpertOut, ej, E);
+          prog.compute(OpKind::Forward, l, b, {in, w}, {routed});
+          prog.collective(OpKind::AllToAll, l, ep_group, routed, in_e);
+          prog.free({routed});
+          prog.compute(OpKind::Forward, l, gb, {in_e, ex(weight_shard(l, 0, 1))}, {out_e});
+          const Tensor out = activation_tensor(l + 1, b);
+          prog.collective(OpKind::AllToAll, l, ep_group, out_e, out);
+          prog.free({out_e});
+          if (l == L - 1) {
+            prog.compute(OpKind::Loss, L, b, {out}, {activation_grad_tensor(L, b)});
+            drop.push_back(out);
+          } else if (sent) {
+            prog.send(j + T * plan_rank(sent->dst), out);
+            drop.push_back(out);
+          }
+        } else if (l == L - 1) {
           Tensor out = slice(activation_tensor(L, b));  // the LM head is column-parallel: a vocabulary slice
           prog.compute(OpKind::Forward, l, b, {in, w}, {out});
           prog.compute(OpKind::Loss, L, b, {out}, {slice(activation_grad_tensor(L, b))});
@@ -400,7 +484,27 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
       case Pass::B:
       case Pass::I: {
         bool full = s.pass == Pass::B;
-        const Tensor in = gathered(a, l), grad = gathered(g_out, l);
+        const Tensor in = gathered(a, l);
+        Tensor grad = gathered(g_out, l);
+        bool routed_grad = false;
+        if (moe(l)) {
+          // The output's grad dispatched to the experts, their backward, the combine back: what the dense part's
+          // backward reads is the routed grad (freed with the pass).
+          const IdSet gb = group_batches(s.mb);
+          const Tensor in_e = routed_as(activation_tensor(l + 1, gb), Route::ExpertIn, ej, E);
+          const Tensor grad_in = routed_as(activation_grad_tensor(l + 1, gb), Route::ExpertIn, ej, E);
+          const Tensor grad_out = routed_as(activation_grad_tensor(l + 1, gb), Route::ExpertOut, ej, E);
+          const Tensor expert_grad = ex(weight_grad_tensor(l, gb));
+          prog.collective(OpKind::AllToAll, l, ep_group, grad, grad_in);
+          prog.free({grad});
+          prog.compute(OpKind::Backward, l, gb, {in_e, grad_in, ex(weight_shard(l, 0, 1))}, {expert_grad, grad_out});
+          prog.free({in_e, grad_in});
+          prog.add_grad(expert_grad, 0);
+          grad = routed_as(activation_grad_tensor(l + 1, b), Route::Routed);
+          prog.collective(OpKind::AllToAll, l, ep_group, grad_out, grad);
+          prog.free({grad_out});
+          routed_grad = true;
+        }
         drop.reserve(5);
         if (in != a) drop.push_back(in);
         if (grad != g_out) drop.push_back(grad);
@@ -409,7 +513,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         const Tensor g_partial = partial(activation_grad_tensor(l, b));
         writes.push_back(g_partial);
         prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {in, grad, w}, std::move(writes));
-        if (full) drop.push_back(a), drop.push_back(g_out);
+        if (full) drop.push_back(a);
+        if (full && !routed_grad) drop.push_back(g_out);
         // The weight grad joins the running sum at once, as the frameworks accumulate inside the backward
         // (Megatron-LM's main_grad buffers, PyTorch's .grad): the microbatch's grad and the sum are never both
         // held past the pass. (The layer's update or DP reduction waits for the end of the step: grad_done.)
@@ -436,7 +541,12 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     if (s.pass == Pass::B || s.pass == Pass::W) grad_done(l);
   }
   std::sort(reduced.begin(), reduced.end());
-  for (int l : reduced) step_layer(l);
+  std::sort(reduced_experts.begin(), reduced_experts.end());
+  std::size_t next_expert = 0;
+  for (int l : reduced) {
+    step_layer(l);
+    if (next_expert < reduced_experts.size() && reduced_experts[next_expert] == l) step_experts(l), ++next_expert;
+  }
   std::sort(deferred.begin(), deferred.end(), [](const Tensor& a, const Tensor& b) { return a.layer < b.layer; });
   for (const Tensor& g : deferred) update_whole(g.layer, g);
   out = std::move(prog.ops());

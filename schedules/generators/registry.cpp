@@ -191,9 +191,13 @@ GenOptions per_block_layers(const std::string& kind, GenOptions o, int blocks) {
 }
 
 GenOptions model_dense_layers(const std::string& kind, GenOptions o, int blocks, int dense_blocks) {
-  if (kind != "ep" || dense_blocks <= 0 || blocks < 1) return o;
+  if ((kind != "ep" && !(kind == "3d" && o.ep > 1)) || dense_blocks <= 0 || blocks < 1) return o;
   std::vector<int> per_layer;
-  if (!o.layout.empty()) {
+  if (kind == "3d" && !o.chunk_blocks.empty()) {  // one layer per block (a chunk of no block: one layer of none)
+    for (int b : o.chunk_blocks)
+      if (b == 0) per_layer.push_back(0);
+      else per_layer.insert(per_layer.end(), b, 1);
+  } else if (!o.layout.empty()) {
     try {
       per_layer = hw::StageLayout::parse(o.layout).blocks_per_layer();
     } catch (const hw::LayoutError& e) {

@@ -24,6 +24,11 @@
 // --cp) makes each op work on 1/C of every sequence's tokens with ring attention over its CP group
 // (hardware/op_costs.h). The data-parallel groups dp<k> hold all D x C replicas: grads are reduced over DP x CP,
 // as both frameworks do.
+//
+// gen 3d --ep E: expert parallelism inside each stage (add_expert_parallel below; docs/design.md, "Mixture of
+// Experts"): the layers from --dense-layers on are MoE layers whose experts are split over EP groups of E
+// consecutive data-parallel ranks of the stage; the pipeline builder writes each MoE layer's dispatch, experts and
+// combine (PipelinePlan::ep). With --tp 1 and --cp 1, the 1F1B and interleaved 1F1B orders, DDP or ZeRO-1.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -154,14 +159,74 @@ PipelinePlan pipeline_order(const std::string& kind, const std::string& schedule
   return plan_1f1b(P, M);
 }
 
+// gen 3d --ep E: expert parallelism over the data-parallel ranks of each stage (Megatron-Core carves EP out of DP:
+// its default order "tp-cp-ep-dp-pp" puts EP fastest after TP and CP, so with tp 1 an EP group is E consecutive
+// dp indices of one stage, as gen ep's): header groups ep<k> (stage s, group g: ranks (g·E + i) + D·s) and, when
+// E < D, edp<k> (stage s, slice i: the ranks (g·E + i) + D·s of every g). Returns the slices' loads. Throws
+// std::invalid_argument for what it does not model yet.
+std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o, int P, int D, int layers) {
+  const std::string kind = "3d";
+  const int E = o.ep;
+  if (E > Tensor::kMaxEpSize)
+    throw std::invalid_argument(fmt::format("{}: --ep must be at most {} (got {})", kind, Tensor::kMaxEpSize, E));
+  if (o.tp > 1 || o.cp > 1)
+    throw std::invalid_argument(fmt::format("{}: --ep with --tp or --cp above 1 is not modelled yet (expert tensor "
+                                            "parallelism, EP across CP ranks)",
+                                            kind));
+  if (D % E != 0)
+    throw std::invalid_argument(fmt::format("{}: --ep {} must divide --dp {}: the EP groups are carved out of each "
+                                            "stage's data-parallel ranks",
+                                            kind, E, D));
+  if (o.zero == 3)
+    throw std::invalid_argument(fmt::format("{}: --ep with --zero 3 (FSDP) is not modelled yet; --zero 1 (Megatron-LM's "
+                                            "distributed optimizer, DeepSeek-V3's ZeRO-1) or DDP",
+                                            kind));
+  if (o.schedule != "1f1b" && o.schedule != "interleaved-1f1b")
+    throw std::invalid_argument(fmt::format("{}: --ep with --schedule {} is not modelled yet: the zero-bubble and "
+                                            "DualPipe orders split the backward, whose expert halves are not there; "
+                                            "--schedule 1f1b or interleaved-1f1b",
+                                            kind, o.schedule));
+  require_at_least(kind, "dense-layers", o.dense_layers, 0);
+  if (o.dense_layers >= layers)
+    throw std::invalid_argument(fmt::format("{}: --dense-layers {} leaves no MoE layer of the {} layers", kind,
+                                            o.dense_layers, layers));
+  std::vector<double> loads = expert_loads(kind, o, E);
+  plan.ep = E;
+  plan.dense_layers = o.dense_layers;
+  const int world = P * D;
+  plan.ep_group.assign(world, 0);
+  plan.edp_group.assign(world, 0);
+  for (int s = 0; s < P; ++s)
+    for (int g = 0; g < D / E; ++g) {
+      std::vector<int> members;
+      for (int i = 0; i < E; ++i) members.push_back(g * E + i + D * s);
+      plan.groups.push_back(members);
+      plan.group_names.push_back(fmt::format("ep{}", s * (D / E) + g));
+      for (int r : members) plan.ep_group[r] = static_cast<int>(plan.groups.size());
+    }
+  if (D > E)
+    for (int s = 0; s < P; ++s)
+      for (int i = 0; i < E; ++i) {
+        std::vector<int> members;
+        for (int g = 0; g < D / E; ++g) members.push_back(g * E + i + D * s);
+        plan.groups.push_back(members);
+        plan.group_names.push_back(fmt::format("edp{}", s * E + i));
+        for (int r : members) plan.edp_group[r] = static_cast<int>(plan.groups.size());
+      }
+  return loads;
+}
+
 std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
   // D counts every data-parallel replica: dp x cp (a CP rank is a replica with its own microbatch ids).
   const int T = sh.tp, P = sh.pp, C = sh.cp, D = sh.dp * sh.cp, M = sh.microbatches;
   // One pipeline's order, its stage chunks split into their schedule layers.
   const PipelinePlan order = refine_layers(pipeline_order("3d", o.schedule, P, sh.chunks, M), sh.layers_per_chunk);
   const DpMode mode = o.zero == 3 ? DpMode::Fsdp : o.zero == 1 ? DpMode::Zero1 : DpMode::Replicate;
-  const PipelinePlan plan = replicate_pipeline(order, T, C, D, o.sequence_parallel, mode);
-  auto source = build_pipeline(plan);
+  PipelinePlan plan = replicate_pipeline(order, T, C, D, o.sequence_parallel, mode);
+  std::vector<double> loads;
+  if (o.ep > 1) loads = add_expert_parallel(plan, o, P, D, order.layers);
+  auto source = build_pipeline(std::move(plan));
+  if (o.ep > 1) source->header().version = 3, source->header().expert_load = std::move(loads);
   if (!o.chunk_blocks.empty()) {  // one layer per block: the header's layout says which layer holds which
     std::vector<int> blocks_per_layer;
     for (int b : o.chunk_blocks)
@@ -176,6 +241,7 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
 
 std::unique_ptr<RankSource> gen_tp(const GenOptions& o) {
   GenOptions one = o;
+  one.ep = 1;
   one.chunks = 1;
   one.cp = 1;
   one.schedule = "1f1b";
