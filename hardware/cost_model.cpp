@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "hardware/comm.h"
+#include "hardware/experts.h"
 #include "hardware/tp_comm.h"
 
 namespace trainsim::hw {

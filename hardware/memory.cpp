@@ -1,5 +1,7 @@
 #include "hardware/memory.h"
 
+#include "hardware/experts.h"
+
 #include <algorithm>
 
 namespace trainsim::hw {
@@ -35,17 +37,6 @@ double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recomp
   // Terms replicated across tensor-parallel ranks unless sequence parallelism splits them.
   double replicated = e * sbh + mask * sbh + e * sbh + mask * sbh + 2 * e * sbh;
   return (split + scores) / t + replicated / (sp ? t : 1) + router;
-}
-
-double expert_activation_bytes(const ModelSpec& m, Recompute r) {
-  const double h = m.hidden, f = m.expert_width(), e = m.activation_bytes;
-  switch (r) {
-    case Recompute::Full: return 0;
-    case Recompute::Op: return m.gated_ffn ? e * (f + h) : e * f;
-    case Recompute::None:
-    case Recompute::Selective: break;
-  }
-  return (m.gated_ffn ? 3 : 2) * e * f;
 }
 
 ModelStates model_state_bytes(const ModelSpec& m, double params, int stage, int dp, int tp) {

@@ -35,13 +35,6 @@ namespace trainsim::hw {
 double activation_bytes_per_block(const ModelSpec& m, double s, double b, Recompute r, int tp = 1,
                                   bool sequence_parallel = false, Attention attention = Attention::Eager,
                                   BlockPart part = BlockPart::Dense);
-/// Activations one MoE block's routed experts keep for their backward per routed (token, expert) pair beyond
-/// the pair's input (which its ExpertIn tensor holds): the MLP's inner terms, 3e·f (gated: gate, up, product)
-/// or 2e·f (GeLU) with f = expert_ffn; none under full recomputation; with op checkpointing the kept GEMM
-/// outputs (gated: w1's f and w2's h; GeLU: fc's f). Selective recomputation keeps them all (it recomputes the
-/// attention core only).
-double expert_activation_bytes(const ModelSpec& m, Recompute r);
-
 /// Model states per GPU (bytes) for `params` parameters over `dp` data-parallel ranks under ZeRO `stage`
 /// (0: replicated; 1: optimizer state sharded; 2: and gradients; 3: and weights), with the model's bytes per
 /// parameter: weights weight_bytes, grads grad_bytes, optimizer (master + moments) master_bytes +

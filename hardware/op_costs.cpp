@@ -69,14 +69,6 @@ std::vector<Linear> block_linears(const ModelSpec& m, int tp, BlockPart part) {
   return out;
 }
 
-std::vector<Linear> expert_linears(const ModelSpec& m) {
-  const double h = m.hidden, f = m.expert_width();
-  if (m.gated_ffn) return {{h, f, true}, {h, f, false}, {f, h, true}};
-  return {{h, f, true}, {f, h, false}};
-}
-
-double routed_pairs(const ModelSpec& m, double tokens, ExpertSplit x) { return tokens * m.top_k / x.ep * x.load; }
-
 namespace {
 
 // FLOPs at the device's best shape that take as long as an M x N x K GEMM whose efficiency at its best shape is
@@ -125,13 +117,10 @@ LinearPasses linear_passes(const HardwareSetting& s, const Linear& l, double T, 
   return p;
 }
 
-// What one block's linears cost on T tokens, by pass, and the part selective op checkpointing recomputes.
-struct BlockLinears {
-  Work forward, input, weight;  // FLOPs and weighted time of each pass
-  Work op_recompute;            // the forward of the linears op checkpointing does not keep
-};
-BlockLinears linear_work(const HardwareSetting& s, const std::vector<Linear>& linears, double T) {
-  BlockLinears b;
+}  // namespace
+
+LinearsWork linears_work(const HardwareSetting& s, const std::vector<Linear>& linears, double T) {
+  LinearsWork b;
   for (const Linear& l : linears) {
     const LinearPasses p = linear_passes(s, l, T, s.fp8);
     b.forward.forward_flops += p.flops, b.forward.forward_weighted += p.fwd;
@@ -147,8 +136,11 @@ BlockLinears linear_work(const HardwareSetting& s, const std::vector<Linear>& li
   }
   return b;
 }
-BlockLinears block_linear_work(const HardwareSetting& s, double T, int tp, BlockPart part = BlockPart::Dense) {
-  return linear_work(s, block_linears(s.model, tp, part), T);
+namespace {
+
+// What one block's (or its dense part's) linears cost on T tokens.
+LinearsWork block_linear_work(const HardwareSetting& s, double T, int tp, BlockPart part = BlockPart::Dense) {
+  return linears_work(s, block_linears(s.model, tp, part), T);
 }
 
 // The attention core of one block on T tokens (its queries; each attends to s keys), forward and backward.
@@ -255,8 +247,6 @@ Work block_forward(const HardwareSetting& s, double tokens, TpSplit tp, BlockPar
   return w;
 }
 
-namespace {
-
 Work scaled(Work w, double k) {
   for (double* v : {&w.forward_flops, &w.backward_input_flops, &w.backward_weight_flops, &w.attention_flops, &w.bytes,
                     &w.forward_weighted, &w.backward_input_weighted, &w.backward_weight_weighted, &w.fp8_weighted,
@@ -264,8 +254,6 @@ Work scaled(Work w, double k) {
     *v *= k;
   return w;
 }
-
-}  // namespace
 
 Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, double params,
                   TpSplit tp) {
@@ -277,7 +265,7 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
   // MoE blocks (their routed experts are the expert ops': expert_work).
   struct Part {
     double k = 0;  // blocks
-    BlockLinears lin;
+    LinearsWork lin;
     Work fwd;
     ElementwiseBytes elementwise;  // the k blocks' norms, adds, ...
   };
@@ -355,46 +343,6 @@ Work compute_work(const HardwareSetting& s, const LayerContent& layer, OpKind ki
       return w;
     }
     default: return w;
-  }
-}
-
-Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, ExpertSplit x) {
-  const ModelSpec& m = s.model;
-  const int k = m.moe_blocks(layer.first_block, layer.num_blocks);
-  if (k == 0 || m.experts <= 0 || x.ep < 1) return {};
-  const double pairs = routed_pairs(m, s.tokens_per_microbatch() * batches, x);
-  const double local = static_cast<double>(m.experts) / x.ep;  // experts on the slice
-  // One grouped GEMM per linear: `local` GEMMs of pairs / local rows each (balanced over the slice's experts).
-  BlockLinears per_expert = linear_work(s, expert_linears(m), pairs / local);
-  const double h = m.hidden, f = m.expert_width(), e = m.activation_bytes;
-  // The MLP activation over the pairs (as a dense MLP's: fused, or PyTorch eager's kernels) and the permutation.
-  double act_fwd = (m.gated_ffn ? 3 : 2) * f * e, act_bwd = 2 * act_fwd;
-  if (s.elementwise == Elementwise::Eager) act_fwd = (m.gated_ffn ? 5 : 2) * e * f, act_bwd = (m.gated_ffn ? 9 : 4) * e * f;
-  const double permute = 4 * h * e;
-  Work fwd = scaled(per_expert.forward, local * k);
-  fwd.bytes += k * pairs * (act_fwd + permute);
-  Work input = scaled(per_expert.input, local * k);
-  input.bytes += k * pairs * (act_bwd + 2 * permute);
-  switch (s.recompute) {
-    case Recompute::Full: input += fwd; break;
-    case Recompute::Op:
-      input += scaled(per_expert.op_recompute, local * k);
-      input.bytes += k * pairs * act_fwd;
-      break;
-    case Recompute::Selective:
-    case Recompute::None: break;
-  }
-  const Work weight = scaled(per_expert.weight, local * k);
-  switch (kind) {
-    case OpKind::Forward: return fwd;
-    case OpKind::BackwardInput: return input;
-    case OpKind::BackwardWeight: return weight;
-    case OpKind::Backward: {
-      Work w = input;
-      w += weight;
-      return w;
-    }
-    default: return {};
   }
 }
 

@@ -51,6 +51,13 @@
 // gated block, the output projection and proj of a GeLU one, and every elementwise op); the head is not
 // recomputed (Narayanan et al. 2021, eq. 3).
 //
+// Mixture of Experts (docs/hardware-model.md §4b): an MoE block's dense part (attention, the router h -> E, the
+// shared experts) is the layer's ops here (BlockPart::MoeShared: the MLP terms over shared_experts x expert_ffn,
+// the router's softmax and top-k over E fp32 scores); its routed experts are the expert slices' ops
+// (hardware/experts.h). With head_dim set apart from h / a (Qwen3) or latent attention (DeepSeek-V3), the queries
+// are q = heads x qk_head_dim wide and the attention output o = heads x value_head_dim: Q and the output
+// projection take q and o for h above, and the attention core 2·s·(q + o) FLOPs per token forward.
+//
 // Tensor parallelism over t ranks (Shoeybi et al. 2019, Megatron-LM; docs/design.md "Tensor parallelism"):
 // an op whose weight (a weight-grad pass: its weight grad or activation grad; the loss: its logits) is TP
 // slice j of t does 1/t of every matrix multiply (Wqkv, Wgate, Wup by columns, Wo, Wdown by rows, the LM head
@@ -121,28 +128,15 @@ enum class BlockPart { Dense, MoeShared };
 /// shared experts' MLP of width shared_experts x expert_ffn), in the order the block runs them (see the header
 /// comment), split over a TP degree of `tp` (column-parallel outputs and row-parallel inputs divided by it).
 std::vector<Linear> block_linears(const ModelSpec& m, int tp = 1, BlockPart part = BlockPart::Dense);
-/// The linear layers of one routed expert (h -> expert width, twice when gated, then back to h).
-std::vector<Linear> expert_linears(const ModelSpec& m);
-
-/// An op on an expert slice (docs/design.md, "Mixture of Experts"): the slice holds E/ep of each MoE block's
-/// experts and receives `load` times the balanced share of the EP group's routed tokens (CostModel::
-/// expert_load_factor).
-struct ExpertSplit {
-  int ep = 1;
-  double load = 1;
+/// What linear layers cost on `tokens` tokens, by pass (FLOPs and weighted time), and the forward of those whose
+/// output selective op checkpointing does not keep (what it recomputes).
+struct LinearsWork {
+  Work forward, input, weight;
+  Work op_recompute;
 };
-/// Routed (token, expert) pairs an expert slice computes per MoE block for `tokens` tokens of its EP group:
-/// tokens x top_k / ep x load (each token goes to top_k experts; a balanced slice gets 1/ep of them).
-double routed_pairs(const ModelSpec& m, double tokens, ExpertSplit x);
-/// Work of an expert slice's op (forward, backward and its halves) of `layer`'s MoE blocks over the EP group's
-/// `batches` microbatches: per MoE block, its E/ep experts' GEMMs as one grouped GEMM each of
-/// routed_pairs / (E/ep) tokens (each GEMM at the device's shape factor for that many rows: fewer tokens per
-/// expert, a less efficient GEMM, as Megatron-Core's grouped GEMM runs them), the MLP activation over the pairs,
-/// and the token permutation around the all-to-alls (gathering each pair's hidden state into its expert's rows
-/// and back, then the gate-weighted sum: 4·h·e bytes per pair forward, twice that backward). Recomputation as
-/// for the blocks: full recomputes the experts' forward, op every other GEMM and the activation, selective
-/// nothing (it recomputes attention only).
-Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, ExpertSplit x);
+LinearsWork linears_work(const HardwareSetting& s, const std::vector<Linear>& linears, double tokens);
+/// `w` with every field times `k`.
+Work scaled(Work w, double k);
 
 /// Memory traffic of one block's elementwise ops (norms, residual adds, the MLP activation, rotary embedding,
 /// repeat_kv) over `tokens` tokens on a TP rank of `tp`, forward and backward, as the setting's elementwise mode

@@ -9,6 +9,7 @@
 #include "cli_helpers.h"
 #include "hardware/comm.h"
 #include "hardware/cost_model.h"
+#include "hardware/experts.h"
 #include "hardware/memory.h"
 #include "schedules/cost_models.h"
 #include "schedules/generators.h"

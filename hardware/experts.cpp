@@ -1,0 +1,64 @@
+#include "hardware/experts.h"
+
+namespace trainsim::hw {
+
+double routed_pairs(const ModelSpec& m, double tokens, ExpertSplit x) { return tokens * m.top_k / x.ep * x.load; }
+
+std::vector<Linear> expert_linears(const ModelSpec& m) {
+  const double h = m.hidden, f = m.expert_width();
+  if (m.gated_ffn) return {{h, f, true}, {h, f, false}, {f, h, true}};
+  return {{h, f, true}, {f, h, false}};
+}
+
+Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, ExpertSplit x) {
+  const ModelSpec& m = s.model;
+  const int k = m.moe_blocks(layer.first_block, layer.num_blocks);
+  if (k == 0 || m.experts <= 0 || x.ep < 1) return {};
+  const double pairs = routed_pairs(m, s.tokens_per_microbatch() * batches, x);
+  const double local = static_cast<double>(m.experts) / x.ep;  // experts on the slice
+  // One grouped GEMM per linear: `local` GEMMs of pairs / local rows each (balanced over the slice's experts).
+  const LinearsWork per_expert = linears_work(s, expert_linears(m), pairs / local);
+  const double h = m.hidden, f = m.expert_width(), e = m.activation_bytes;
+  // The MLP activation over the pairs (as a dense MLP's: fused, or PyTorch eager's kernels) and the permutation.
+  double act_fwd = (m.gated_ffn ? 3 : 2) * f * e, act_bwd = 2 * act_fwd;
+  if (s.elementwise == Elementwise::Eager) act_fwd = (m.gated_ffn ? 5 : 2) * e * f, act_bwd = (m.gated_ffn ? 9 : 4) * e * f;
+  const double permute = 4 * h * e;
+  Work fwd = scaled(per_expert.forward, local * k);
+  fwd.bytes += k * pairs * (act_fwd + permute);
+  Work input = scaled(per_expert.input, local * k);
+  input.bytes += k * pairs * (act_bwd + 2 * permute);
+  switch (s.recompute) {
+    case Recompute::Full: input += fwd; break;
+    case Recompute::Op:
+      input += scaled(per_expert.op_recompute, local * k);
+      input.bytes += k * pairs * act_fwd;
+      break;
+    case Recompute::Selective:
+    case Recompute::None: break;
+  }
+  const Work weight = scaled(per_expert.weight, local * k);
+  switch (kind) {
+    case OpKind::Forward: return fwd;
+    case OpKind::BackwardInput: return input;
+    case OpKind::BackwardWeight: return weight;
+    case OpKind::Backward: {
+      Work w = input;
+      w += weight;
+      return w;
+    }
+    default: return {};
+  }
+}
+
+double expert_activation_bytes(const ModelSpec& m, Recompute r) {
+  const double h = m.hidden, f = m.expert_width(), e = m.activation_bytes;
+  switch (r) {
+    case Recompute::Full: return 0;
+    case Recompute::Op: return m.gated_ffn ? e * (f + h) : e * f;
+    case Recompute::None:
+    case Recompute::Selective: break;
+  }
+  return (m.gated_ffn ? 3 : 2) * e * f;
+}
+
+}  // namespace trainsim::hw
