@@ -146,14 +146,14 @@ void HardwareCostModel::check_experts(const Op& op) const {
   if (expert_weight(op) && moe == 0)
     throw std::invalid_argument(fmt::format(
         "{}: it runs experts of layer {}, but the layer's {} of the model '{}' are dense (model.dense_blocks={}); "
-        "gen ep --dense-layers makes the first layers dense",
+        "--dense-layers of gen ep and gen 3d --ep makes the first layers dense",
         op.label(), op.layer, c.num_blocks == 0 ? std::string("no blocks") : blocks(), m.preset, m.dense_blocks));
   if (op.kind == OpKind::Forward && moe > 0 && !expert_weight(op) &&
       std::none_of(op.writes.begin(), op.writes.end(), [](const Tensor& t) { return t.route == Route::Routed; }))
     throw std::invalid_argument(fmt::format(
         "{}: layer {} holds {} with experts (the model '{}' has MoE blocks from block {}), but the schedule runs its "
-        "forward without them: its output is not routed to the experts; generate the schedule with gen ep, whose "
-        "--dense-layers follows the model's dense_blocks",
+        "forward without them: its output is not routed to the experts; generate the schedule with gen ep or gen 3d "
+        "--ep, whose --dense-layers follows the model's dense_blocks",
         op.label(), op.layer, moe == c.num_blocks ? blocks() : fmt::format("{} of its {}", moe, blocks()), m.preset,
         m.dense_blocks));
   for (const auto* list : {&op.reads, &op.writes})
@@ -402,7 +402,10 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::Backward:
     case OpKind::BackwardInput:
     case OpKind::BackwardWeight:
-    case OpKind::Loss: return compute_seconds(op) + tp_comm_seconds(op) + cp_comm_seconds(op);
+    case OpKind::Loss:
+      // An expert slice's op: its grouped GEMMs alone (no TP, and no ring attention: its all-to-alls are ops).
+      if (op.kind != OpKind::Loss && expert_weight(op)) return compute_seconds(op);
+      return compute_seconds(op) + tp_comm_seconds(op) + cp_comm_seconds(op);
     case OpKind::Update: return work_seconds(setting_.device, op_work(op)) + tied_embedding_seconds(op);
     case OpKind::Send: {
       if (op.reads.empty() || op.peer < 0) return 0;

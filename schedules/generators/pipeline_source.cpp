@@ -53,7 +53,9 @@ class PipelineSource final : public RankSource {
  private:
   // At most: a receive, a load, the pass, a loss or a send, two frees and an accumulation per step, and
   // per layer a load, an all-gather and the finish (free, reduce-scatter, free, update, free); with TP
-  // also the TP collectives (two all-gathers and a reduce-scatter or all-reduce) and their frees.
+  // also the TP collectives (two all-gathers and a reduce-scatter or all-reduce) and their frees; with EP an MoE
+  // layer's four all-to-alls, expert passes and frees per step, and per layer the expert slice's load, reduction
+  // and update.
   std::size_t ops_bound(int base) const {
     return (plan_.tp > 1 || plan_.ep > 1 ? 14 : 8) * plan_.steps[base].size() +
            (plan_.ep > 1 ? 16 : 8) * static_cast<std::size_t>(plan_.layers) + 8;
@@ -313,7 +315,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     return IdSet::from_runs(std::move(runs));
   };
   const int ep_group = E > 1 ? plan.ep_group[rank] : 0, edp_group = E > 1 ? plan.edp_group[rank] : 0;
-  auto expert_opt = [&](int step) { return ex(opt_shard(0, zero1 && edp > 1 ? eg : 0, zero1 ? edp : 1, step)); };
+  // The slice's optimizer state: whole, or with ZeRO-1 this replica's shard of its expert-data-parallel group.
+  auto expert_opt = [&](int l, int step) { return ex(opt_shard(l, zero1 && edp > 1 ? eg : 0, zero1 ? edp : 1, step)); };
 
   std::vector<int> mine;
   for (const Step& s : plan.steps[r])
@@ -326,9 +329,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
       state.push_back(slice(opt_shard(l, opt_shards > 1 ? d : 0, opt_shards)));
       if (moe(l)) {
         state.push_back(ex(weight_shard(l, 0, 1)));
-        Tensor o = expert_opt(0);
-        o.layer = l;
-        state.push_back(o);
+        state.push_back(expert_opt(l, 0));
       }
     }
     prog.load(std::move(state));
@@ -398,8 +399,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   };
   auto step_experts = [&](int l) {
     const Tensor w = ex(weight_shard(l, 0, 1));
-    Tensor o = expert_opt(0), o1 = expert_opt(1);
-    o.layer = o1.layer = l;
+    const Tensor o = expert_opt(l, 0), o1 = expert_opt(l, 1);
     const Tensor g = ex(weight_grad_tensor(l, all));
     if (zero1 && edp > 1) {
       Tensor w1 = ex(weight_shard(l, eg, edp, 1));
