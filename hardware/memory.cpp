@@ -1,8 +1,8 @@
 #include "hardware/memory.h"
 
-#include "hardware/experts.h"
-
 #include <algorithm>
+
+#include "hardware/experts.h"
 
 namespace trainsim::hw {
 
