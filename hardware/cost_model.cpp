@@ -204,7 +204,7 @@ Work HardwareCostModel::op_work(const Op& op) const {
 double HardwareCostModel::compute_seconds(const Op& op) const {
   // The same (layer, pass, microbatch count, TP degree, sequence parallelism) always costs the same: computed
   // once (a GEMM table lookup per linear layer and pass is too much for every op of a 16,384-rank schedule).
-  if (const Tensor* x = op.kind == OpKind::Loss ? nullptr : expert_weight(op)) {
+  if (const Tensor* x = !setting_.model.moe() || op.kind == OpKind::Loss ? nullptr : expert_weight(op)) {
     const std::array<int, 5> key{op.layer, static_cast<int>(op.kind), static_cast<int>(op.batches.size()), x->ep_size,
                                  x->ep_index};
     auto [it, fresh] = expert_cache_.try_emplace(key, 0.0);
@@ -404,7 +404,7 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::BackwardWeight:
     case OpKind::Loss:
       // An expert slice's op: its grouped GEMMs alone (no TP, and no ring attention: its all-to-alls are ops).
-      if (op.kind != OpKind::Loss && expert_weight(op)) return compute_seconds(op);
+      if (setting_.model.moe() && op.kind != OpKind::Loss && expert_weight(op)) return compute_seconds(op);
       return compute_seconds(op) + tp_comm_seconds(op) + cp_comm_seconds(op);
     case OpKind::Update: return work_seconds(setting_.device, op_work(op)) + tied_embedding_seconds(op);
     case OpKind::Send: {
@@ -417,11 +417,7 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::Barrier:
     case OpKind::Broadcast:
     case OpKind::Reduce: {
-      // Where the group's members sit (a group the model does not know: all on one node).
-      GroupShape shape = op.group >= 0 && op.group < static_cast<int>(shapes_.size()) && shapes_[op.group].ranks > 0
-                             ? shapes_[op.group]
-                             : GroupShape{group_size, 1, group_size};
-      shape.ranks = group_size;
+      const GroupShape shape = group_shape(op, group_size);
       double bytes = 0;
       Collective c = Collective::AllReduce;
       if (op.kind == OpKind::AllGather) {
@@ -455,6 +451,15 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
   }
 }
 
+GroupShape HardwareCostModel::group_shape(const Op& op, int group_size) const {
+  // Where the group's members sit (a group the model does not know: all on one node).
+  GroupShape shape = op.group >= 0 && op.group < static_cast<int>(shapes_.size()) && shapes_[op.group].ranks > 0
+                         ? shapes_[op.group]
+                         : GroupShape{group_size, 1, group_size};
+  shape.ranks = group_size;
+  return shape;
+}
+
 double HardwareCostModel::all_to_all_seconds(const Op& op, int group_size) const {
   // The tokens of the rank's own microbatches (the routed or the complete tensor) and the expert slice's EP degree.
   const Tensor* tokens = nullptr;
@@ -463,10 +468,7 @@ double HardwareCostModel::all_to_all_seconds(const Op& op, int group_size) const
     for (const Tensor& t : *list) (t.expert() ? slice : tokens) = &t;
   const int L = static_cast<int>(sizes_.layers().size());
   if (!tokens || !slice || op.layer < 0 || op.layer >= L) return 0;
-  GroupShape shape = op.group >= 0 && op.group < static_cast<int>(shapes_.size()) && shapes_[op.group].ranks > 0
-                         ? shapes_[op.group]
-                         : GroupShape{group_size, 1, group_size};
-  shape.ranks = group_size;
+  const GroupShape shape = group_shape(op, group_size);
   // Every member sends its tokens' top_k copies; the busiest slice receives max load times the balanced share,
   // and the all-to-all ends when it has: every member is priced at that member's (the collective's end).
   double busiest = 1;

@@ -138,6 +138,8 @@ class HardwareCostModel final : public CostModel {
   // schedule of a dense model, an EP degree that does not divide the experts, experts on a dense layer, an MoE
   // layer's forward without them, TP with experts.
   void check_experts(const Op& op) const;
+  // Where the members of the op's group sit, `group_size` of them (a group the model does not know: one node).
+  GroupShape group_shape(const Op& op, int group_size) const;
   // The TP group of a rank as the formulas see it (its header group's shape, or `degree` ranks on one node).
   GroupShape tp_shape(int rank, int degree) const;
   // Whether the rank splits the backward of `layer` into its halves (zero bubble's B and W).

@@ -49,6 +49,19 @@ std::string replaced(std::string text, const std::string& from, const std::strin
   return text.replace(at, from.size(), to);
 }
 
+// A generated version 3 schedule that prints back byte for byte and simulates valid on both engines.
+void check_round_trip_and_valid(const Schedule& s, const char* file) {
+  CHECK(s.header.version == 3);
+  const std::string text = print_schedule(s);
+  CHECK(print_schedule(parse_schedule(text, file)) == text);
+  for (const char* cost : {"unit", "puzzle"}) {
+    CAPTURE(cost);
+    SimResult r = simulate(with_cost(s, cost));
+    INFO(r.error);
+    CHECK(r.ok);
+  }
+}
+
 GenOptions ep_options(int dp, int ep, int layers, int dense, int m) {
   GenOptions o;
   o.dp = dp, o.ep = ep, o.layers = layers, o.dense_layers = dense, o.microbatches = m;
@@ -160,15 +173,7 @@ TEST_CASE("gen ep: every EP and data-parallel shape simulates under both engines
         CAPTURE(dense);
         const int L = 3, m = 2;
         Schedule s = generate("ep", ep_options(dp, ep, L, dense, m));
-        CHECK(s.header.version == 3);
-        const std::string text = print_schedule(s);
-        CHECK(print_schedule(parse_schedule(text, "ep.sched")) == text);
-        for (const char* cost : {"unit", "puzzle"}) {
-          CAPTURE(cost);
-          SimResult r = simulate(with_cost(s, cost));
-          INFO(r.error);
-          CHECK(r.ok);
-        }
+        check_round_trip_and_valid(s, "ep.sched");
         // Per rank: four all-to-alls per MoE layer and microbatch; an update of each layer and of each expert slice.
         for (int r = 0; r < dp; ++r) {
           int a2a = 0, updates = 0, expert_updates = 0;
@@ -210,15 +215,7 @@ TEST_CASE("gen 3d --ep: EP in every stage of 1F1B and interleaved 1F1B pipelines
               o.chunks = std::string(schedule) == "1f1b" ? 1 : 2;
               o.layers = 2 * pp * o.chunks, o.microbatches = 2 * pp;
               Schedule s = generate("3d", o);
-              CHECK(s.header.version == 3);
-              const std::string text = print_schedule(s);
-              CHECK(print_schedule(parse_schedule(text, "3d-ep.sched")) == text);
-              for (const char* cost : {"unit", "puzzle"}) {
-                CAPTURE(cost);
-                SimResult r = simulate(with_cost(s, cost));
-                INFO(r.error);
-                CHECK(r.ok);
-              }
+              check_round_trip_and_valid(s, "3d-ep.sched");
               // Rank d + dp·stage holds expert slice (d mod ep) of each MoE layer of its stage: four all-to-alls per
               // MoE layer and microbatch, one update of each of its expert slices.
               for (int r = 0; r < s.header.world_size; ++r) {

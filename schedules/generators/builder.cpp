@@ -198,6 +198,40 @@ Tensor RankProgram::take_grad(int layer, bool expert) {
                                      expert ? "'s experts" : ""));
 }
 
+// ---- Mixture of Experts --------------------------------------------------------------------------------
+
+void moe_forward(RankProgram& prog, int l, const IdSet& b, const IdSet& group_batches, const ExpertPlace& x,
+                 const Tensor& in, const Tensor& w, const Tensor& out) {
+  const Tensor routed = routed_as(activation_tensor(l + 1, b), Route::Routed);
+  const Tensor in_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertIn, x.slice, x.ep);
+  const Tensor out_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertOut, x.slice, x.ep);
+  prog.compute(OpKind::Forward, l, b, {in, w}, {routed});
+  prog.collective(OpKind::AllToAll, l, x.group, routed, in_e);
+  prog.free({routed});
+  prog.compute(OpKind::Forward, l, group_batches, {in_e, expert_slice(weight_tensor(l), x.slice, x.ep)}, {out_e});
+  prog.collective(OpKind::AllToAll, l, x.group, out_e, out);
+  prog.free({out_e});
+}
+
+Tensor moe_backward_experts(RankProgram& prog, int l, const IdSet& b, const IdSet& group_batches,
+                            const ExpertPlace& x, const Tensor& grad) {
+  auto tokens = [&](Tensor t, Route route) { return routed_as(std::move(t), route, x.slice, x.ep); };
+  const Tensor in_e = tokens(activation_tensor(l + 1, group_batches), Route::ExpertIn);
+  const Tensor grad_in = tokens(activation_grad_tensor(l + 1, group_batches), Route::ExpertIn);
+  const Tensor grad_out = tokens(activation_grad_tensor(l + 1, group_batches), Route::ExpertOut);
+  const Tensor expert_grad = expert_slice(weight_grad_tensor(l, group_batches), x.slice, x.ep);
+  prog.collective(OpKind::AllToAll, l, x.group, grad, grad_in);
+  prog.free({grad});
+  prog.compute(OpKind::Backward, l, group_batches, {in_e, grad_in, expert_slice(weight_tensor(l), x.slice, x.ep)},
+               {expert_grad, grad_out});
+  prog.free({in_e, grad_in});
+  prog.add_grad(expert_grad);
+  Tensor routed = routed_as(activation_grad_tensor(l + 1, b), Route::Routed);
+  prog.collective(OpKind::AllToAll, l, x.group, grad_out, routed);
+  prog.free({grad_out});
+  return routed;
+}
+
 // ---- pipelines ------------------------------------------------------------------------------------------
 
 std::vector<Step> one_f_one_b(int layer, int first, int m, int warmup) {

@@ -77,6 +77,26 @@ class RankProgram {
   std::vector<std::pair<int, Tensor>> sums_;  // (layer, running sum)
 };
 
+// ---- Mixture of Experts --------------------------------------------------------------------------------
+
+/// Where a rank's experts are (docs/design.md, "Mixture of Experts"): it is member `slice` of an EP group of `ep`
+/// ranks (header group `group`) and holds expert slice `slice` of each MoE layer.
+struct ExpertPlace {
+  int slice = 0, ep = 1, group = 0;
+};
+/// An MoE layer's forward over microbatches `b` (gen ep's and gen 3d --ep's): the dense part reads `in` and `w` and
+/// writes its output routed; the dispatch all-to-all gives the slice the EP group's `group_batches`; the slice's
+/// experts run; the combine writes `out` (the layer's output for `b`, complete). Leaves the experts' input
+/// resident for the backward and frees the rest.
+void moe_forward(RankProgram& prog, int layer, const IdSet& b, const IdSet& group_batches, const ExpertPlace& x,
+                 const Tensor& in, const Tensor& w, const Tensor& out);
+/// The experts' half of an MoE layer's backward: `grad` (the output's grad for `b`) dispatched and freed, the
+/// slice's experts' backward on the EP group's `group_batches` (their grad added to the slice's running sum, their
+/// input freed), the combine. Returns the routed grad the dense part's backward reads (resident; the caller
+/// frees it after that pass).
+Tensor moe_backward_experts(RankProgram& prog, int layer, const IdSet& b, const IdSet& group_batches,
+                            const ExpertPlace& x, const Tensor& grad);
+
 /// The expert slices' loads that `o` asks for (--expert-load, or --moe-imbalance R: slice 0 R, the others
 /// (e - R) / (e - 1)), for `e` slices; empty: balanced. Throws std::invalid_argument naming `kind` for both given,
 /// a count other than e, a load not above 0 and at most 1e6, or R not in [1, e).

@@ -97,7 +97,7 @@ Schedule gen_expert_parallel(const GenOptions& o) {
     RankProgram prog(r, L, M);
     prog.reserve(static_cast<std::size_t>(m) * L * 16 + 8 * L);
     auto expert = [&](Tensor t) { return expert_slice(std::move(t), j, e); };
-    auto tokens = [&](Tensor t, Route route) { return routed_as(std::move(t), route, j, e); };
+    const ExpertPlace place{j, e, ep_group[g]};
     TensorList state;
     for (int l = 0; l < L; ++l) {
       state.push_back(weight_tensor(l));
@@ -109,39 +109,17 @@ Schedule gen_expert_parallel(const GenOptions& o) {
       const IdSet b = one(i * n + r);
       const IdSet group_batches = IdSet::range(i * n + g * e, i * n + g * e + e);  // the EP group's microbatches
       prog.load({activation_tensor(0, b)});
-      for (int l = 0; l < L; ++l) {
-        if (!moe(l)) {
+      for (int l = 0; l < L; ++l)
+        if (moe(l))
+          moe_forward(prog, l, b, group_batches, place, activation_tensor(l, b), weight_tensor(l),
+                      activation_tensor(l + 1, b));
+        else
           prog.compute(OpKind::Forward, l, b, {activation_tensor(l, b), weight_tensor(l)}, {activation_tensor(l + 1, b)});
-          continue;
-        }
-        const Tensor routed = routed_as(activation_tensor(l + 1, b), Route::Routed);
-        const Tensor in = tokens(activation_tensor(l + 1, group_batches), Route::ExpertIn);
-        const Tensor out = tokens(activation_tensor(l + 1, group_batches), Route::ExpertOut);
-        prog.compute(OpKind::Forward, l, b, {activation_tensor(l, b), weight_tensor(l)}, {routed});
-        prog.collective(OpKind::AllToAll, l, ep_group[g], routed, in);
-        prog.free({routed});
-        prog.compute(OpKind::Forward, l, group_batches, {in, expert(weight_tensor(l))}, {out});
-        prog.collective(OpKind::AllToAll, l, ep_group[g], out, activation_tensor(l + 1, b));
-        prog.free({out});
-      }
       prog.compute(OpKind::Loss, L, b, {activation_tensor(L, b)}, {activation_grad_tensor(L, b)});
       prog.free({activation_tensor(L, b)});
       for (int l = L - 1; l >= 0; --l) {
         Tensor grad = activation_grad_tensor(l + 1, b);
-        if (moe(l)) {
-          const Tensor in = tokens(activation_tensor(l + 1, group_batches), Route::ExpertIn);
-          const Tensor grad_in = tokens(activation_grad_tensor(l + 1, group_batches), Route::ExpertIn);
-          const Tensor grad_out = tokens(activation_grad_tensor(l + 1, group_batches), Route::ExpertOut);
-          const Tensor expert_grad = expert(weight_grad_tensor(l, group_batches));
-          prog.collective(OpKind::AllToAll, l, ep_group[g], grad, grad_in);
-          prog.free({grad});
-          prog.compute(OpKind::Backward, l, group_batches, {in, grad_in, expert(weight_tensor(l))}, {expert_grad, grad_out});
-          prog.free({in, grad_in});
-          prog.add_grad(expert_grad);
-          grad = routed_as(activation_grad_tensor(l + 1, b), Route::Routed);
-          prog.collective(OpKind::AllToAll, l, ep_group[g], grad_out, grad);
-          prog.free({grad_out});
-        }
+        if (moe(l)) grad = moe_backward_experts(prog, l, b, group_batches, place, grad);
         prog.compute(OpKind::Backward, l, b, {activation_tensor(l, b), grad, weight_tensor(l)},
                      {weight_grad_tensor(l, b), activation_grad_tensor(l, b)});
         prog.free({activation_tensor(l, b), grad});

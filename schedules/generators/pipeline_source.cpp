@@ -314,7 +314,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     for (int k = 0; k < E; ++k) runs.emplace_back(mb + (eg * E + k) * Mr, mb + (eg * E + k) * Mr + 1);
     return IdSet::from_runs(std::move(runs));
   };
-  const int ep_group = E > 1 ? plan.ep_group[rank] : 0, edp_group = E > 1 ? plan.edp_group[rank] : 0;
+  const int edp_group = E > 1 ? plan.edp_group[rank] : 0;
+  const ExpertPlace place{ej, E, E > 1 ? plan.ep_group[rank] : 0};
   // The slice's optimizer state: whole, or with ZeRO-1 this replica's shard of its expert-data-parallel group.
   auto expert_opt = [&](int l, int step) { return ex(opt_shard(l, zero1 && edp > 1 ? eg : 0, zero1 ? edp : 1, step)); };
 
@@ -446,17 +447,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         if (moe(l)) {
           // The dense part writes its output routed; the dispatch, the slice's experts on the EP group's
           // microbatches of this step, the combine (gen ep's ops: docs/design.md, "Mixture of Experts").
-          const IdSet gb = group_batches(s.mb);
-          const Tensor routed = routed_as(activation_tensor(l + 1, b), Route::Routed);
-          const Tensor in_e = routed_as(activation_tensor(l + 1, gb), Route::ExpertIn, ej, E);
-          const Tensor out_e = routed_as(activation_tensor(l + 1, gb), Route::ExpertOut, ej, E);
-          prog.compute(OpKind::Forward, l, b, {in, w}, {routed});
-          prog.collective(OpKind::AllToAll, l, ep_group, routed, in_e);
-          prog.free({routed});
-          prog.compute(OpKind::Forward, l, gb, {in_e, ex(weight_shard(l, 0, 1))}, {out_e});
           const Tensor out = activation_tensor(l + 1, b);
-          prog.collective(OpKind::AllToAll, l, ep_group, out_e, out);
-          prog.free({out_e});
+          moe_forward(prog, l, b, group_batches(s.mb), place, in, w, out);
           if (l == L - 1) {
             prog.compute(OpKind::Loss, L, b, {out}, {activation_grad_tensor(L, b)});
             drop.push_back(out);
@@ -486,25 +478,9 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         bool full = s.pass == Pass::B;
         const Tensor in = gathered(a, l);
         Tensor grad = gathered(g_out, l);
-        bool routed_grad = false;
-        if (moe(l)) {
-          // The output's grad dispatched to the experts, their backward, the combine back: what the dense part's
-          // backward reads is the routed grad (freed with the pass).
-          const IdSet gb = group_batches(s.mb);
-          const Tensor in_e = routed_as(activation_tensor(l + 1, gb), Route::ExpertIn, ej, E);
-          const Tensor grad_in = routed_as(activation_grad_tensor(l + 1, gb), Route::ExpertIn, ej, E);
-          const Tensor grad_out = routed_as(activation_grad_tensor(l + 1, gb), Route::ExpertOut, ej, E);
-          const Tensor expert_grad = ex(weight_grad_tensor(l, gb));
-          prog.collective(OpKind::AllToAll, l, ep_group, grad, grad_in);
-          prog.free({grad});
-          prog.compute(OpKind::Backward, l, gb, {in_e, grad_in, ex(weight_shard(l, 0, 1))}, {expert_grad, grad_out});
-          prog.free({in_e, grad_in});
-          prog.add_grad(expert_grad, 0);
-          grad = routed_as(activation_grad_tensor(l + 1, b), Route::Routed);
-          prog.collective(OpKind::AllToAll, l, ep_group, grad_out, grad);
-          prog.free({grad_out});
-          routed_grad = true;
-        }
+        // An MoE layer: the output's grad dispatched to the experts (and freed), their backward, the combine back;
+        // the dense part's backward reads the routed grad (freed with the pass).
+        if (moe(l)) grad = moe_backward_experts(prog, l, b, group_batches(s.mb), place, grad);
         drop.reserve(5);
         if (in != a) drop.push_back(in);
         if (grad != g_out) drop.push_back(grad);
@@ -514,7 +490,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         writes.push_back(g_partial);
         prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {in, grad, w}, std::move(writes));
         if (full) drop.push_back(a);
-        if (full && !routed_grad) drop.push_back(g_out);
+        if (full && !moe(l)) drop.push_back(g_out);
         // The weight grad joins the running sum at once, as the frameworks accumulate inside the backward
         // (Megatron-LM's main_grad buffers, PyTorch's .grad): the microbatch's grad and the sum are never both
         // held past the pass. (The layer's update or DP reduction waits for the end of the step: grad_done.)

@@ -198,11 +198,8 @@ GenOptions model_dense_layers(const std::string& kind, GenOptions o, int blocks,
       if (b == 0) per_layer.push_back(0);
       else per_layer.insert(per_layer.end(), b, 1);
   } else if (!o.layout.empty()) {
-    try {
-      per_layer = hw::StageLayout::parse(o.layout).blocks_per_layer();
-    } catch (const hw::LayoutError& e) {
-      throw std::invalid_argument(fmt::format("{}: --layout '{}': {}", kind, shown(o.layout), e.what()));
-    }
+    GenOptions read = o;  // (read_layout may set its layers)
+    per_layer = read_layout(kind, read)->blocks_per_layer();
   } else {
     const int layers = o.layers == 0 ? 4 : o.layers;
     if (layers > blocks) return o;  // (the hardware model refuses a schedule of more layers than blocks)
