@@ -43,7 +43,7 @@ struct ReplayArgs {
   std::string backend = "cpu";
   std::string preset = "small";
   // Not given: the preset's (every option below that is a std::optional: not given = the default).
-  std::optional<int> blocks, dim, heads, ffn, seq, microbatch_size;
+  std::optional<int> blocks, dim, heads, ffn, seq, microbatch_size, experts, top_k, dense_blocks;
   int steps = 20;
   std::optional<int> stop_after;
   std::uint64_t seed = 1;
@@ -175,7 +175,8 @@ int run(const ReplayArgs& a) {
   bool modified = false;
   for (auto [given, field] : {std::pair{&a.blocks, &o.model.blocks}, {&a.dim, &o.model.dim}, {&a.heads, &o.model.heads},
                               {&a.ffn, &o.model.ffn}, {&a.seq, &o.model.seq},
-                              {&a.microbatch_size, &o.model.microbatch_size}})
+                              {&a.microbatch_size, &o.model.microbatch_size}, {&a.experts, &o.model.experts},
+                              {&a.top_k, &o.model.top_k}, {&a.dense_blocks, &o.model.dense_blocks}})
     if (*given) *field = **given, modified = true;
   if (modified) o.model.preset += " (modified)";
   if (a.lr) o.optimizer.lr = *a.lr, o.optimizer.min_lr = *a.lr / 10;
@@ -461,7 +462,11 @@ void add_replay_command(CLI::App& app, int* exit_code) {
                   "SLURM_PROCID/SLURM_NTASKS or OMPI_COMM_WORLD_RANK/SIZE say so, as `trainsim launch` does), or "
                   "cuda where built with it (logical ranks on one GPU; not yet run on a GPU)")
       ->capture_default_str();
-  cmd->add_option("--model", a->preset, "Model preset: tiny (tests) or small (trains visibly in about a minute)")
+  cmd->add_option("--model", a->preset,
+                  "Model preset: tiny (tests) or small (trains visibly in about a minute), or their Mixture-of-Experts "
+                  "variants tiny-moe (block 1 of 2 an MoE block of 4 experts, top-2) and small-moe (blocks 1-3 MoE, 8 "
+                  "experts of ffn 384, top-2); an expert-parallel schedule (gen ep, gen 3d --ep) needs one (docs/executor.md, "
+                  "Mixture of Experts)")
       ->capture_default_str();
   const CLI::Validator size = integer_in(1, std::numeric_limits<int>::max(), "", "N>=1");
   cmd->add_option("--blocks", a->blocks, "Transformer blocks (a multiple of the schedule's layers)")->check(size);
@@ -469,6 +474,11 @@ void add_replay_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--heads", a->heads, "Attention heads")->check(size);
   cmd->add_option("--ffn", a->ffn, "SwiGLU hidden size")->check(size);
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(size);
+  cmd->add_option("--experts", a->experts, "Routed experts of each MoE block (0: a dense model)")
+      ->check(integer_in(0, 1024, "", "N"));
+  cmd->add_option("--top-k", a->top_k, "Experts each token is routed to (MoE models)")->check(integer_in(0, 1024, "", "K"));
+  cmd->add_option("--dense-blocks", a->dense_blocks, "MoE models: the first blocks, which keep a dense FFN")
+      ->check(integer_in(0, std::numeric_limits<int>::max(), "", "N"));
   cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch")->check(size);
   const CLI::Validator steps = integer_in(1, kMaxSteps, "", "STEPS");
   cmd->add_option("--steps", a->steps,

@@ -32,6 +32,9 @@ class LocalBackend {
   /// Whether its kernels run tensor parallelism (the vocabulary-parallel embedding and cross-entropy of
   /// exec/kernels.h): a TP schedule on a backend without them is refused before it starts.
   virtual bool supports_tensor_parallel() const { return false; }
+  /// Whether its kernels and communicator run Mixture-of-Experts models (exec/moe.h's kernels of exec/kernels.h and
+  /// Communicator::all_to_all on its memory): an MoE model on a backend without them is refused before it starts.
+  virtual bool supports_moe() const { return false; }
 };
 
 /// The backends built into this binary: "cpu" (and "cuda" where it was built with CUDA).

@@ -6,7 +6,10 @@
 // work (exec/device.h) and block that stream until done.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -72,7 +75,67 @@ class Communicator {
   /// out (count floats, on the root only) = Σ over members of in, in member order (ncclReduce). `root` is a
   /// global rank, a member of the group; `out` is written on the root only (null elsewhere) and may be `in`.
   virtual void reduce(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) = 0;
+  /// The all-to-all of Mixture-of-Experts dispatch and combine (torch.distributed.all_to_all_single with split
+  /// sizes; NCCL has no primitive: grouped send/recv): `in` holds this rank's blocks for members 0..k-1 of the
+  /// group back to back, send_counts[j] floats for member j; `out` receives recv_counts[i] floats from member i,
+  /// back to back in member order. Every member's send_counts[me] must be this rank's recv_counts[its index]
+  /// (CommError otherwise). The default runs it as two all-gathers (every member's counts, then every member's
+  /// blocks padded to the longest), staged in host memory: k times the bytes of a real all-to-all, for backends
+  /// whose buffers are host memory (the TCP communicator); the threads' communicator overrides it.
+  virtual void all_to_all(StreamContext& s, const float* in, const std::vector<std::size_t>& send_counts, float* out,
+                          const std::vector<std::size_t>& recv_counts, int group);
 };
+
+// (inline: the CUDA backend's module links no exec/ library)
+inline void Communicator::all_to_all(StreamContext& s, const float* in, const std::vector<std::size_t>& send_counts,
+                                     float* out, const std::vector<std::size_t>& recv_counts, int group) {
+  const std::size_t k = send_counts.size();
+  const std::string who = "rank " + std::to_string(rank()) + ": all-to-all over group " + std::to_string(group);
+  if (recv_counts.size() != k) throw CommError(who + " with unequal count lists");
+  // 1. Every member's rank and send counts, each number as two floats holding its 32-bit halves (an all-gather
+  // copies bits); a member finds its index by its rank.
+  const std::size_t per = 2 * (k + 1);
+  std::vector<float> mine(per), all(per * k);
+  auto put = [&](std::size_t at, std::uint64_t v) {
+    const std::uint32_t half[2] = {static_cast<std::uint32_t>(v), static_cast<std::uint32_t>(v >> 32)};
+    std::memcpy(&mine[at], half, sizeof half);
+  };
+  auto get = [&](std::size_t at) {
+    std::uint32_t half[2];
+    std::memcpy(half, &all[at], sizeof half);
+    return static_cast<std::size_t>(half[0]) | static_cast<std::size_t>(half[1]) << 32;
+  };
+  put(0, static_cast<std::uint64_t>(rank()));
+  for (std::size_t j = 0; j < k; ++j) put(2 * (j + 1), send_counts[j]);
+  all_gather(s, mine.data(), all.data(), per, group);
+  auto count = [&](std::size_t from, std::size_t to) { return get(from * per + 2 * (to + 1)); };
+  std::size_t me = k;
+  for (std::size_t i = 0; i < k; ++i)
+    if (get(i * per) == static_cast<std::size_t>(rank())) me = i;
+  if (me == k) throw CommError(who + ": the group has another size than the count lists");
+  std::size_t longest = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    std::size_t total = 0;
+    for (std::size_t j = 0; j < k; ++j) total += count(i, j);
+    longest = std::max(longest, total);
+    if (count(i, me) != recv_counts[i])
+      throw CommError(who + " expects " + std::to_string(recv_counts[i]) + " floats from member " + std::to_string(i) +
+                      ", which sends " + std::to_string(count(i, me)));
+  }
+  // 2. Every member's blocks, padded to the longest.
+  std::vector<float> padded(longest, 0.0f), blocks(longest * k);
+  std::size_t mine_total = 0;
+  for (std::size_t c : send_counts) mine_total += c;
+  if (mine_total) std::memcpy(padded.data(), in, mine_total * sizeof(float));
+  all_gather(s, padded.data(), blocks.data(), longest, group);
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    std::size_t offset = 0;
+    for (std::size_t j = 0; j < me; ++j) offset += count(i, j);
+    if (recv_counts[i]) std::memcpy(out + at, blocks.data() + i * longest + offset, recv_counts[i] * sizeof(float));
+    at += recv_counts[i];
+  }
+}
 
 /// What the ranks of a job that live in this process share: it hands each rank its Communicator and can end
 /// every call of every rank at once.

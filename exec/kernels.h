@@ -9,6 +9,7 @@
 // T (the scalar) is float for training; the CPU backend also instantiates double for the gradient check.
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -167,10 +168,62 @@ class Kernels {
     missing("vocab_parallel_ce_finish");
   }
 
+  // ---- Mixture of Experts (exec/moe.h) ----
+  // A backend without them cannot replay MoE models: the defaults throw std::logic_error naming the kernel (the
+  // replay refuses such a model before it starts; exec/backend.h LocalBackend::supports_moe). Index arrays are int32
+  // in backend memory.
+
+  /// Routing of n tokens (Mixtral's): idx (n×k) = the k largest of each row of logits (n×E), largest first, the
+  /// lower expert first among equal logits; gates (n×k) = the softmax of those k logits.
+  virtual void moe_topk(const T* logits, int* idx, T* gates, long n, int E, int k) {
+    (void)logits, (void)idx, (void)gates, (void)n, (void)E, (void)k;
+    missing_moe("moe_topk");
+  }
+  /// dlogits (n×E) = the gradient of moe_topk's gates given dgates (n×k): zero outside the selected experts,
+  /// g_s·(dg_s − Σ_j g_j·dg_j) at expert idx[s].
+  virtual void moe_topk_backward(const int* idx, const T* gates, const T* dgates, T* dlogits, long n, int E, int k) {
+    (void)idx, (void)gates, (void)dgates, (void)dlogits, (void)n, (void)E, (void)k;
+    missing_moe("moe_topk_backward");
+  }
+  /// out row i (d) = x row rows[i], for i < count.
+  virtual void gather_rows(const T* x, const int* rows, T* out, long count, int d) {
+    (void)x, (void)rows, (void)out, (void)count, (void)d;
+    missing_moe("gather_rows");
+  }
+  /// The combine: out[t] = h[t] + Σ_{s<k} gates[t,s]·y[pair_row[t,s]] (rows of d; the sum in slot order).
+  virtual void moe_combine(const T* h, const T* y, const int* pair_row, const T* gates, T* out, long n, int k, int d) {
+    (void)h, (void)y, (void)pair_row, (void)gates, (void)out, (void)n, (void)k, (void)d;
+    missing_moe("moe_combine");
+  }
+  /// The combine's gradient given dout (n×d): dy[pair_row[t,s]] = gates[t,s]·dout[t], dgates[t,s] = dout[t]·y[...].
+  virtual void moe_combine_backward(const T* dout, const T* y, const int* pair_row, const T* gates, T* dy, T* dgates,
+                                    long n, int k, int d) {
+    (void)dout, (void)y, (void)pair_row, (void)gates, (void)dy, (void)dgates, (void)n, (void)k, (void)d;
+    missing_moe("moe_combine_backward");
+  }
+  /// dx[t] = Σ_{s<k} dpairs[pair_row[t,s]] (rows of d, in slot order): a token's grad from its k experts.
+  virtual void moe_sum_pairs(const T* dpairs, const int* pair_row, T* dx, long n, int k, int d) {
+    (void)dpairs, (void)pair_row, (void)dx, (void)n, (void)k, (void)d;
+    missing_moe("moe_sum_pairs");
+  }
+  /// Copies between backend and host memory (the routing's counts, which size the all-to-alls, are the host's).
+  virtual void to_host(void* dst, const void* src, std::size_t bytes) {
+    (void)dst, (void)src, (void)bytes;
+    missing_moe("to_host");
+  }
+  virtual void to_device(void* dst, const void* src, std::size_t bytes) {
+    (void)dst, (void)src, (void)bytes;
+    missing_moe("to_device");
+  }
+
  private:
   [[noreturn]] static void missing(const char* kernel) {
     throw std::logic_error(std::string("this backend has no ") + kernel +
                            " kernel, which tensor parallelism needs (the cpu backend has it)");
+  }
+  [[noreturn]] static void missing_moe(const char* kernel) {
+    throw std::logic_error(std::string("this backend has no ") + kernel +
+                           " kernel, which Mixture-of-Experts models need (the cpu backend has it)");
   }
 };
 

@@ -8,11 +8,30 @@
 
 namespace trainsim::exec {
 
-LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp_index, int tp_size)
-    : model_(model), spec_(spec), tp_index_(tp_index), tp_size_(tp_size) {
+LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp_index, int tp_size, ExpertSplit experts)
+    : model_(model), spec_(spec), tp_index_(tp_index), tp_size_(tp_size), experts_(experts) {
   const int t = tp_size, j = tp_index;
   if (t < 1 || j < 0 || j >= t)
     throw std::invalid_argument(fmt::format("TP slice {} of {} does not exist", j, t));
+  if (t > 1 && has_moe())
+    throw std::invalid_argument(fmt::format("layer {} holds MoE blocks: the executor runs them without tensor "
+                                            "parallelism (no expert tensor parallelism yet)",
+                                            spec.index));
+  if (experts.kind == ExpertSplit::Slice) {
+    if (!model.moe() || experts.count < 1 || model.experts % experts.count || experts.index < 0 ||
+        experts.index >= experts.count)
+      throw std::invalid_argument(fmt::format("expert slice {} of {} does not exist for a model of {} experts",
+                                              experts.index, experts.count, model.experts));
+    if (!has_moe())
+      throw std::invalid_argument(fmt::format("layer {} holds no MoE block, so no expert slice", spec.index));
+  }
+  if (experts.kind != ExpertSplit::Inside)  // (the dispatch and combine all-to-alls of a layer end it)
+    for (int k = 0; k + 1 < spec.num_blocks; ++k)
+      if (model.moe_block(spec.first_block + k))
+        throw std::invalid_argument(fmt::format(
+            "layer {} holds MoE block {} before other blocks: with expert parallelism each MoE block must be the last "
+            "block of its schedule layer (one schedule layer per block: --layers {})",
+            spec.index, spec.first_block + k, model.blocks));
   if (t > 1 && spec.num_blocks == 0)
     throw std::invalid_argument(fmt::format(
         "layer {} holds no transformer block (only the {}): the executor runs such a layer without tensor parallelism "
@@ -44,6 +63,29 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
     size_ += rows * cols;
     return params_.back().offset;
   };
+  // An MoE block's experts: those of the expert slice, all of them in the plain weight without expert
+  // parallelism, none in it with.
+  auto add_experts = [&](const std::string& p, int b, BlockOffsets& o) {
+    const int per = experts.kind == ExpertSplit::Slice ? model.experts / experts.count : model.experts;
+    o.first_expert = experts.kind == ExpertSplit::Slice ? experts.index * per : 0;
+    o.experts_held = experts.kind == ExpertSplit::Dense ? 0 : per;
+    o.experts = size_;
+    for (int e = o.first_expert; e < o.first_expert + o.experts_held; ++e) {
+      const std::string q = p + "experts." + std::to_string(e) + ".";
+      add(q + "wgu", ParamRole::ExpertGu, b, 2 * f, d, true, model.init_std, 2 * f, d);
+      add(q + "wdown", ParamRole::ExpertDown, b, d, f, true, out_std, d, f);
+    }
+  };
+  if (experts.kind == ExpertSplit::Slice) {  // the experts of the layer's MoE blocks, nothing else
+    for (int k = 0; k < spec.num_blocks; ++k) {
+      const int b = spec.first_block + k;
+      BlockOffsets o;
+      o.moe = model.moe_block(b);
+      if (o.moe) add_experts("blocks." + std::to_string(b) + ".", b, o);
+      blocks_.push_back(o);
+    }
+    return;
+  }
   if (spec.embedding) embedding_ = add("embedding", ParamRole::Embedding, -1, vl, d, true, model.init_std, v, d, 1, 0, j * vl);
   for (int k = 0; k < spec.num_blocks; ++k) {
     int b = spec.first_block + k;
@@ -53,14 +95,26 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
     o.wqkv = add(p + "wqkv", ParamRole::Wqkv, b, 3 * dl, d, true, model.init_std, 3 * d, d, 3, d, j * dl);
     o.wo = add(p + "wo", ParamRole::Wo, b, d, dl, true, out_std, d, d, 1, 0, 0, j * dl);
     o.ffn_norm = add(p + "ffn_norm", ParamRole::FfnNorm, b, d, 1, false, 0, d, 1);
-    o.wgu = add(p + "wgu", ParamRole::Wgu, b, 2 * fl, d, true, model.init_std, 2 * f, d, 2, f, j * fl);
-    o.wdown = add(p + "wdown", ParamRole::Wdown, b, d, fl, true, out_std, d, f, 1, 0, 0, j * fl);
+    o.moe = model.moe_block(b);
+    if (o.moe) {
+      o.router = add(p + "router", ParamRole::Router, b, model.experts, d, true, model.init_std, model.experts, d);
+      add_experts(p, b, o);
+    } else {
+      o.wgu = add(p + "wgu", ParamRole::Wgu, b, 2 * fl, d, true, model.init_std, 2 * f, d, 2, f, j * fl);
+      o.wdown = add(p + "wdown", ParamRole::Wdown, b, d, fl, true, out_std, d, f, 1, 0, 0, j * fl);
+    }
     blocks_.push_back(o);
   }
   if (spec.head) {
     final_norm_ = add("final_norm", ParamRole::FinalNorm, -1, d, 1, false, 0, d, 1);
     head_ = add("head", ParamRole::Head, -1, vl, d, true, model.init_std, v, d, 1, 0, j * vl);
   }
+}
+
+bool LayerLayout::has_moe() const {
+  for (int k = 0; k < spec_.num_blocks; ++k)
+    if (model_.moe_block(spec_.first_block + k)) return true;
+  return false;
 }
 
 long ParamSpec::full_index(long e) const {

@@ -16,6 +16,12 @@
 // (j+1)·f/t) of the gate and of the up projection (2·f/t rows); of Wdown those columns (d × f/t); the norm
 // gains whole (replicated on every slice). The slice's parameters are one flat buffer, sharded as above
 // (FSDP over a TP slice: W<j/t>[s/n]).
+//
+// Mixture of Experts (exec/moe.h): an MoE block holds [attention norm gain, Wqkv, Wo, FFN norm gain, router
+// (E×d)], then its experts, each [Wgu (2f×d), Wdown (d×f)] ("blocks.3.experts.5.wgu"), in expert order. With
+// expert parallelism (a schedule's expert slices W<ej/e>) a layer's plain weight holds everything but the
+// experts (ExpertSplit::Dense), and the layout of expert slice j of e holds the experts j·E/e .. (j+1)·E/e − 1
+// of the layer's MoE blocks, nothing else (ExpertSplit::Slice).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +34,10 @@
 namespace trainsim::exec {
 
 /// What a parameter is.
-enum class ParamRole : std::uint8_t { Embedding, AttnNorm, Wqkv, Wo, FfnNorm, Wgu, Wdown, FinalNorm, Head };
+enum class ParamRole : std::uint8_t {
+  Embedding, AttnNorm, Wqkv, Wo, FfnNorm, Wgu, Wdown, FinalNorm, Head,
+  Router, ExpertGu, ExpertDown  ///< an MoE block's router (E×d) and one expert's Wgu (2f×d) and Wdown (d×f)
+};
 
 /// One parameter tensor inside a layer's flat buffer.
 struct ParamSpec {
@@ -56,6 +65,18 @@ struct ParamSpec {
 /// Offsets of one block's parameters in its layer's flat buffer.
 struct BlockOffsets {
   long attn_norm = 0, wqkv = 0, wo = 0, ffn_norm = 0, wgu = 0, wdown = 0;
+  bool moe = false;        ///< an MoE block: router and experts instead of wgu and wdown
+  long router = 0;         ///< MoE: the router (E×d)
+  long experts = 0;        ///< MoE: expert first_expert's Wgu; expert first_expert + i's at experts + i·3fd
+  int first_expert = 0;    ///< MoE: the first expert the layout holds
+  int experts_held = 0;    ///< MoE: how many (0: they are in an expert slice's layout)
+};
+
+/// Where a layer's experts are (exec/moe.h): in its plain weight (Inside: no expert parallelism), in expert
+/// slices (Dense: the plain weight's layout, without them), or the layout of expert slice `index` of `count`.
+struct ExpertSplit {
+  enum Kind : std::uint8_t { Inside, Dense, Slice } kind = Inside;
+  int index = 0, count = 1;
 };
 
 /// The parameters of one schedule layer.
@@ -64,7 +85,12 @@ class LayerLayout {
   /// The layout of TP slice `tp_index` of `tp_size` of the layer (the whole layer when tp_size is 1). Throws
   /// std::invalid_argument when the heads, the FFN size or the vocabulary are not multiples of tp_size, naming
   /// them, and for a TP slice of a layer without blocks (a stage layout's embedding or head alone).
-  LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp_index = 0, int tp_size = 1);
+  ///
+  /// `experts` says where the layer's experts are (an MoE model). Throws std::invalid_argument for an expert slice
+  /// whose count does not divide the experts, or a TP slice of a layer with MoE blocks (the executor has no expert
+  /// tensor parallelism).
+  LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp_index = 0, int tp_size = 1,
+              ExpertSplit experts = {});
 
   const LayerSpec& spec() const { return spec_; }
   const ModelConfig& model() const { return model_; }
@@ -76,6 +102,9 @@ class LayerLayout {
   long head_offset() const { return head_; }                 ///< valid when spec().head
   /// Offsets of the k-th block of this layer (0 <= k < spec().num_blocks).
   const BlockOffsets& block(int k) const { return blocks_.at(k); }
+  const ExpertSplit& expert_split() const { return experts_; }
+  /// True when the layer holds an MoE block.
+  bool has_moe() const;
   int tp_index() const { return tp_index_; }  ///< TP slice j (0 without TP)
   int tp_size() const { return tp_size_; }    ///< TP degree t (1 without TP)
   int heads() const { return model_.heads / tp_size_; }             ///< attention heads of the slice
@@ -88,6 +117,7 @@ class LayerLayout {
   ModelConfig model_;
   LayerSpec spec_;
   int tp_index_ = 0, tp_size_ = 1;
+  ExpertSplit experts_;
   std::vector<ParamSpec> params_;
   std::vector<BlockOffsets> blocks_;
   long size_ = 0, embedding_ = 0, final_norm_ = 0, head_ = 0;

@@ -26,6 +26,8 @@ std::size_t LayerStash::bytes() const {
     for (const BufferPtr* b : {&s.x_in, &s.xn1, &s.rstd1, &s.q, &s.k, &s.v, &s.probs, &s.att, &s.h, &s.xn2, &s.rstd2,
                                &s.gu, &s.act, &s.d_out, &s.dgu, &s.dxn2, &s.dh, &s.dqkv, &s.dxn1})
       add(*b);
+  for (const BlockStash& s : blocks)
+    if (s.moe) n += s.moe->bytes();
   for (const BufferPtr* b : {&x_final, &xnf, &rstdf, &dxnf, &dx0}) add(*b);
   return n;
 }
@@ -101,6 +103,7 @@ struct Run {
     k().add(p(s.h), x_in, p(s.h), n * d);
     s.xn2 = make(n * d), s.rstd2 = make(n);
     k().rmsnorm_forward(p(s.h), W + o.ffn_norm, p(s.xn2), p(s.rstd2), n, d, static_cast<T>(m.norm_eps));
+    if (o.moe) return moe_forward(W, o, y, s, output);
     s.gu = make(n * 2 * f);
     k().gemm(false, true, n, 2 * f, d, T(1), p(s.xn2), d, W + o.wgu, d, T(0), p(s.gu), 2 * f);
     s.act = make(n * f);
@@ -113,6 +116,58 @@ struct Run {
     }
     reduce(y, n * d);
     k().add(y, p(s.h), y, n * d);
+  }
+
+  // An MoE block's FFN (exec/moe.h) from its normed input s.xn2: route; with its experts here, run them and write
+  // y = h + the gated sum of their outputs; with its experts in expert slices (split), write the packed tokens
+  // into y for the dispatch. (A split block is never recomputed: layer_forward keeps its stash whole.)
+  void moe_forward(const T* W, const BlockOffsets& o, T* y, BlockStash& s, bool output) {
+    auto st = std::make_shared<MoeState>();
+    st->routing = moe_route(k(), *c.alloc, p(s.xn2), W + o.router, n, d, m.experts, m.top_k);
+    const long pairs = st->routing.pairs();
+    s.moe = st;
+    if (o.experts_held == 0) {
+      st->split = true;
+      if (output) moe_pack(k(), st->routing, p(s.xn2), y, d);
+      return;
+    }
+    st->x_pairs = make(pairs * d), st->y_pairs = make(pairs * d);
+    st->gu_pairs = make(pairs * 2 * m.ffn), st->act_pairs = make(pairs * m.ffn);
+    moe_pack(k(), st->routing, p(s.xn2), p(st->x_pairs), d);
+    experts_forward(k(), *c.alloc, W + o.experts, d, m.ffn, st->routing.counts, p(st->x_pairs), p(st->y_pairs),
+                    p(st->gu_pairs), p(st->act_pairs));
+    if (output) combine(*st, p(s.h), y);
+  }
+  void combine(const MoeState& st, const T* h, T* y) {
+    k().moe_combine(h, p(st.y_pairs), st.routing.pair_row->as<int>(), p(st.routing.gates), y, n, m.top_k, d);
+  }
+
+  // An MoE block's FFN backward-input from dy (the block output's grad) into s.dxn2: the combine's and the
+  // experts' backward (with the experts here; split, the experts' input grads are st.split_dx_pairs and the gates'
+  // grads came with the dispatch's backward), then the router's. Keeps what backward-weight needs.
+  void moe_backward_input(const T* W, const BlockOffsets& o, const T* dy, BlockStash& s) {
+    MoeState& st = *s.moe;
+    const long pairs = st.routing.pairs();
+    const int K = m.top_k;
+    const int* pair_row = st.routing.pair_row->as<int>();
+    s.dxn2 = make(n * d);
+    if (st.split) {
+      if (!st.split_dx_pairs || !st.dgates) throw std::logic_error("an expert-parallel MoE block's backward without its experts' grads");
+      k().moe_sum_pairs(static_cast<const T*>(st.split_dx_pairs), pair_row, p(s.dxn2), n, K, d);
+    } else {
+      st.dgates = make(n * K), st.dy_pairs = make(pairs * d);
+      k().moe_combine_backward(dy, p(st.y_pairs), pair_row, p(st.routing.gates), p(st.dy_pairs), p(st.dgates), n, K, d);
+      BufferPtr dx_pairs = make(pairs * d);
+      st.experts_dw = make(static_cast<long>(o.experts_held) * expert_elements(d, m.ffn));
+      experts_backward(k(), *c.alloc, W + o.experts, d, m.ffn, st.routing.counts, p(st.x_pairs), p(st.dy_pairs),
+                       p(dx_pairs), p(st.experts_dw), p(st.gu_pairs), p(st.act_pairs));
+      k().moe_sum_pairs(p(dx_pairs), pair_row, p(s.dxn2), n, K, d);
+      st.x_pairs.reset(), st.gu_pairs.reset(), st.act_pairs.reset(), st.dy_pairs.reset();
+    }
+    st.y_pairs.reset();
+    st.dlogits = make(n * m.experts);
+    k().moe_topk_backward(st.routing.idx->as<int>(), p(st.routing.gates), p(st.dgates), p(st.dlogits), n, m.experts, K);
+    k().gemm(false, false, n, d, m.experts, T(1), p(st.dlogits), m.experts, W + o.router, d, T(1), p(s.dxn2), d);
   }
 
   // The attention probabilities of a block whose forward dropped them (selective recomputation): the forward's
@@ -141,14 +196,18 @@ struct Run {
                             bool partial_in, T* norm_dW = nullptr) {
     // Full recomputation kept the block's input only: its forward again, all but the down projection.
     if (!s.xn1) block_forward(W, o, x_in, nullptr, s, false, true, false);
-    BufferPtr dact = make(n * f);
-    k().gemm(false, false, n, f, d, T(1), dy, d, W + o.wdown, f, T(0), p(dact), f);
-    s.dgu = make(n * 2 * f);
-    k().swiglu_backward(p(s.gu), p(dact), p(s.dgu), n, f);
-    dact.reset();
-    s.dxn2 = make(n * d);
-    k().gemm(false, false, n, d, 2 * f, T(1), p(s.dgu), 2 * f, W + o.wgu, d, T(0), p(s.dxn2), d);
-    reduce(p(s.dxn2), n * d);
+    if (o.moe) {
+      moe_backward_input(W, o, dy, s);
+    } else {
+      BufferPtr dact = make(n * f);
+      k().gemm(false, false, n, f, d, T(1), dy, d, W + o.wdown, f, T(0), p(dact), f);
+      s.dgu = make(n * 2 * f);
+      k().swiglu_backward(p(s.gu), p(dact), p(s.dgu), n, f);
+      dact.reset();
+      s.dxn2 = make(n * d);
+      k().gemm(false, false, n, d, 2 * f, T(1), p(s.dgu), 2 * f, W + o.wgu, d, T(0), p(s.dxn2), d);
+      reduce(p(s.dxn2), n * d);
+    }
     s.dh = make(n * d);  // the residual's grad dy plus the FFN norm's
     norm_backward_onto(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), norm_dW, o.ffn_norm);
     BufferPtr datt = make(n * da);
@@ -183,8 +242,16 @@ struct Run {
   // One block's backward-weight into the layer's flat gradient dW; the norms' gains too unless `norms` is false
   // (block_backward_input wrote them).
   void block_backward_weight(const BlockOffsets& o, const T* x_in, const T* dy, T* dW, BlockStash& s, bool norms) {
-    k().gemm(true, false, d, f, n, T(1), dy, d, p(s.act), f, T(0), dW + o.wdown, f);
-    k().gemm(true, false, 2 * f, d, n, T(1), p(s.dgu), 2 * f, p(s.xn2), d, T(0), dW + o.wgu, d);
+    if (o.moe) {  // the router's grad; the experts' were computed with their input grads
+      MoeState& st = *s.moe;
+      k().gemm(true, false, m.experts, d, n, T(1), p(st.dlogits), m.experts, p(s.xn2), d, T(0), dW + o.router, d);
+      if (!st.split)
+        k().copy(p(st.experts_dw), dW + o.experts, static_cast<long>(o.experts_held) * expert_elements(d, m.ffn));
+      s.moe.reset();
+    } else {
+      k().gemm(true, false, d, f, n, T(1), dy, d, p(s.act), f, T(0), dW + o.wdown, f);
+      k().gemm(true, false, 2 * f, d, n, T(1), p(s.dgu), 2 * f, p(s.xn2), d, T(0), dW + o.wgu, d);
+    }
     if (norms) k().rmsnorm_backward_weight(p(s.dxn2), p(s.h), p(s.rstd2), dW + o.ffn_norm, n, d);
     k().gemm(true, false, d, da, n, T(1), p(s.dh), d, p(s.att), da, T(0), dW + o.wo, da);
     k().gemm(true, false, 3 * da, d, n, T(1), p(s.dqkv), 3 * da, p(s.xn1), d, T(0), dW + o.wqkv, d);
@@ -233,13 +300,14 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
       c.k->embedding_forward(static_cast<const int*>(in), W + layout.embedding_offset(), x0, r.n, r.d);
     }
   }
+  const bool split = moe_split_layer(layout);  // (the last block stops at its router: moe_layer_combine goes on)
   for (int b = 0; b < spec.num_blocks; ++b) {
     const bool last = b + 1 == spec.num_blocks;
     T* y;
     if (!last) {
       s.blocks[b + 1].x_in = r.make(r.n * r.d);
       y = Run<T>::p(s.blocks[b + 1].x_in);
-    } else if (spec.head) {
+    } else if (spec.head && !split) {
       s.x_final = r.make(r.n * r.d);
       y = Run<T>::p(s.x_final);
     } else {
@@ -248,13 +316,15 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
     r.block_forward(W, layout.block(b), block_input<T>(s, b, in), y, s.blocks[b], r.tp_size > 1 && last && !spec.head,
                     c.recompute != hw::Recompute::Selective);
     if (!stash && b > 0) s.blocks[b - 1] = BlockStash{};  // nothing to keep: free as we go
-    if (stash && c.recompute == hw::Recompute::Full) {   // keep the block's input only
+    // Full recomputation: keep the block's input only; but an expert-parallel MoE block keeps everything (its
+    // combine, later, needs the residual, and its routing cannot be recomputed apart from its experts' outputs).
+    if (stash && c.recompute == hw::Recompute::Full && !(split && last)) {
       BufferPtr x_in = s.blocks[b].x_in;
       s.blocks[b] = BlockStash{};
       s.blocks[b].x_in = x_in;
     }
   }
-  if (spec.head) {
+  if (spec.head && !split) {
     s.xnf = r.make(r.n * r.d), s.rstdf = r.make(r.n);
     c.k->rmsnorm_forward(Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.xnf), Run<T>::p(s.rstdf), r.n,
                          r.d, static_cast<T>(r.m.norm_eps));
@@ -336,10 +406,66 @@ struct LayerBackward {
 
 }  // namespace
 
+bool moe_split_layer(const LayerLayout& layout) {
+  const int n = layout.spec().num_blocks;
+  return layout.expert_split().kind == ExpertSplit::Dense && n > 0 && layout.block(n - 1).moe;
+}
+
+const MoeRouting& moe_layer_routing(const LayerStash& stash) {
+  if (stash.blocks.empty() || !stash.blocks.back().moe)
+    throw std::logic_error("the layer's forward kept no routing (not an expert-parallel MoE layer, or it ran elsewhere)");
+  return stash.blocks.back().moe->routing;
+}
+
+template <typename T>
+void moe_layer_combine(ModelContext<T>& c, const LayerLayout& layout, const T* W, BufferPtr y_pairs, T* out,
+                       LayerStash& s) {
+  if (!moe_split_layer(layout) || s.sequences == 0 || !s.blocks.back().moe)
+    throw std::logic_error("a combine without its expert-parallel MoE layer's forward");
+  Run<T> r(c, layout, s.sequences);
+  BlockStash& bs = s.blocks.back();
+  MoeState& st = *bs.moe;
+  if (static_cast<long>(y_pairs->bytes() / sizeof(T)) != st.routing.pairs() * r.d)
+    throw std::logic_error("the experts gave back a number of tokens other than the dispatch sent");
+  st.y_pairs = std::move(y_pairs);
+  if (!layout.spec().head) {
+    r.combine(st, Run<T>::p(bs.h), out);
+    return;
+  }
+  s.x_final = r.make(r.n * r.d);
+  r.combine(st, Run<T>::p(bs.h), Run<T>::p(s.x_final));
+  s.xnf = r.make(r.n * r.d), s.rstdf = r.make(r.n);
+  c.k->rmsnorm_forward(Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.xnf), Run<T>::p(s.rstdf), r.n,
+                       r.d, static_cast<T>(r.m.norm_eps));
+  c.k->gemm(false, true, r.n, r.V, r.d, T(1), Run<T>::p(s.xnf), r.d, W + layout.head_offset(), r.d, T(0), out, r.V);
+}
+
+template <typename T>
+void moe_layer_dispatch_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, BufferPtr dout, T* dy_pairs,
+                                 LayerStash& s) {
+  if (!moe_split_layer(layout) || s.sequences == 0 || !s.blocks.back().moe || !s.blocks.back().moe->y_pairs)
+    throw std::logic_error("an expert-parallel MoE layer's backward before its combine");
+  Run<T> r(c, layout, s.sequences);
+  LayerBackward<T> lb{r, layout, layout.spec(), s};
+  BlockStash& bs = s.blocks.back();
+  MoeState& st = *bs.moe;
+  if (layout.spec().head) {
+    lb.head_input(W, Run<T>::p(dout), nullptr);  // (the block's output grad into bs.d_out)
+    st.dlayer_out = std::move(dout);
+  } else {
+    bs.d_out = std::move(dout);
+  }
+  st.dgates = r.make(r.n * r.m.top_k);
+  c.k->moe_combine_backward(Run<T>::p(bs.d_out), Run<T>::p(st.y_pairs), st.routing.pair_row->as<int>(),
+                            Run<T>::p(st.routing.gates), dy_pairs, Run<T>::p(st.dgates), r.n, r.m.top_k, r.d);
+}
+
 template <typename T>
 void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout,
                           T* din, LayerStash& s) {
   if (s.sequences == 0) throw std::logic_error("backward-input without the forward's saved activations");
+  if (moe_split_layer(layout))
+    throw std::logic_error("an expert-parallel MoE layer runs its backward whole (no backward-input and -weight split)");
   Run<T> r(c, layout, s.sequences);
   LayerBackward<T> lb{r, layout, layout.spec(), s};
   const T* dy = dout;  // grad of the current block's output
@@ -368,7 +494,16 @@ void layer_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, c
   Run<T> r(c, layout, s.sequences);
   LayerBackward<T> lb{r, layout, layout.spec(), s};
   const T* dy = dout;
-  if (lb.spec.head) {
+  const bool split = moe_split_layer(layout);
+  if (split) {  // (after moe_layer_dispatch_backward: dout is the packed tokens' grads, the head's input grad done)
+    MoeState* st = s.blocks.back().moe.get();
+    if (!st || !st->dgates || !s.blocks.back().d_out)
+      throw std::logic_error("an expert-parallel MoE layer's backward before its dispatch's backward");
+    st->split_dx_pairs = dout;
+    dy = Run<T>::p(s.blocks.back().d_out);
+    if (lb.spec.head) lb.head_weight(Run<T>::p(st->dlayer_out), dW);
+    s.dxnf.reset(), s.xnf.reset(), s.rstdf.reset(), s.x_final.reset();
+  } else if (lb.spec.head) {
     dy = lb.head_input(W, dout, din);
     lb.head_weight(dout, dW);
     s.dxnf.reset(), s.xnf.reset(), s.rstdf.reset(), s.x_final.reset();
@@ -411,6 +546,7 @@ void loss_forward_backward(ModelContext<T>& c, const ModelConfig& model, const T
 
 long layer_output_elements(const LayerLayout& layout, int sequences) {
   const long n = static_cast<long>(sequences) * layout.model().seq;
+  if (moe_split_layer(layout)) return n * layout.model().top_k * layout.model().dim;
   return n * (layout.spec().head ? layout.vocab() : layout.model().dim);
 }
 
@@ -423,7 +559,9 @@ long layer_output_elements(const LayerLayout& layout, int sequences) {
   template void layer_backward<T>(ModelContext<T>&, const LayerLayout&, const T*, const void*, const T*, T*, T*,        \
                                   LayerStash&);                                                                       \
   template void loss_forward_backward<T>(ModelContext<T>&, const ModelConfig&, const T*, const int*, int, T, T*, double*, \
-                                         int);
+                                         int);                                                                         \
+  template void moe_layer_combine<T>(ModelContext<T>&, const LayerLayout&, const T*, BufferPtr, T*, LayerStash&);     \
+  template void moe_layer_dispatch_backward<T>(ModelContext<T>&, const LayerLayout&, const T*, BufferPtr, T*, LayerStash&);
 TRAINSIM_INSTANTIATE(float)
 TRAINSIM_INSTANTIATE(double)
 #undef TRAINSIM_INSTANTIATE

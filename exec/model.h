@@ -15,6 +15,7 @@
 #include "exec/buffer.h"
 #include "exec/kernels.h"
 #include "exec/layout.h"
+#include "exec/moe.h"
 #include "hardware/setting.h"
 
 namespace trainsim::exec {
@@ -59,6 +60,7 @@ void rope_tables(const ModelConfig& model, std::vector<T>& cos, std::vector<T>& 
 struct BlockStash {
   BufferPtr x_in, xn1, rstd1, q, k, v, probs, att, h, xn2, rstd2, gu, act;  // forward
   BufferPtr d_out, dgu, dxn2, dh, dqkv, dxn1;                                // backward-input, for backward-weight
+  std::shared_ptr<MoeState> moe;  // an MoE block: its routing and experts' activations (exec/moe.h)
 };
 
 /// Saved activations of one layer for one batch set.
@@ -83,8 +85,14 @@ long activation_elements(const ModelConfig& model, int l, int layers, int sequen
 long activation_grad_elements(const ModelConfig& model, int l, int layers, int sequences);
 
 /// Elements of the output of `layout`'s layer for B sequences: hidden states (n×d), or logits (n×V; the
-/// vocabulary slice n×V/t of a TP slice).
+/// vocabulary slice n×V/t of a TP slice); for a layer whose last block is an expert-parallel MoE block
+/// (moe_split_layer), the packed tokens for the dispatch (n·top_k × d).
 long layer_output_elements(const LayerLayout& layout, int sequences);
+
+/// True when `layout`'s layer ends in an MoE block whose experts are in expert slices (ExpertSplit::Dense): its
+/// forward stops at the router and writes the packed tokens for the dispatch all-to-all; moe_layer_combine
+/// finishes it after the experts ran (the rest of the layer: the residual sum, the final norm and LM head).
+bool moe_split_layer(const LayerLayout& layout);
 
 /// Forward of the layer for B = `sequences` sequences: `in` is tokens (int32, embedding layer) or hidden
 /// states (T elements); `out` receives hidden states or logits. With a stash, keeps the saved activations.
@@ -111,7 +119,8 @@ void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T
 /// layer_backward_weight, bit for bit, computed block by block from the last: each block's weight grads right
 /// after its input grad, its saved activations and output grads freed before the next block's (as autograd
 /// frees them), so that one block's grads are held at a time rather than every block's. Writes `din` (ignored
-/// for the embedding layer) and the whole flat gradient dW; empties the stash.
+/// for the embedding layer) and the whole flat gradient dW; empties the stash. For a moe_split_layer after
+/// moe_layer_dispatch_backward, `dout` is the grads of the packed tokens (n·k × d) that the experts gave back.
 template <typename T>
 void layer_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout, T* din,
                     T* dW, LayerStash& stash);
@@ -123,6 +132,30 @@ void layer_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, c
 template <typename T>
 void layer_backward_weight(ModelContext<T>& c, const LayerLayout& layout, const void* in, const T* dout, T* dW,
                            LayerStash& stash);
+
+// ---- Mixture of Experts with expert parallelism (exec/moe.h; docs/executor.md "Mixture of Experts") ----
+// A layer of moe_split_layer runs as: layer_forward (to the packed tokens) -> [dispatch, experts, combine
+// all-to-alls] -> moe_layer_combine; backward: moe_layer_dispatch_backward -> [dispatch, experts' backward,
+// combine] -> layer_backward with the packed tokens' grads as `dout`. The expert slices' ops run experts_forward
+// and experts_backward (exec/moe.h) on the rows their all-to-alls gathered.
+
+/// The routing the forward of such a layer chose (the last block's), for the dispatch (host counts per expert,
+/// packed order). Throws std::logic_error when the stash has none.
+const MoeRouting& moe_layer_routing(const LayerStash& stash);
+
+/// Finishes the forward of a moe_split_layer: `y_pairs` (n·k × d, packed order) are the experts' outputs,
+/// combined with the gates onto the residual; then the final norm and LM head when the layer has them. Writes the
+/// layer's output `out` (hidden states or logits) and keeps y_pairs in the stash.
+template <typename T>
+void moe_layer_combine(ModelContext<T>& c, const LayerLayout& layout, const T* W, BufferPtr y_pairs, T* out,
+                       LayerStash& stash);
+
+/// The first part of a moe_split_layer's backward: from `dout` (the layer output's grad, kept in the stash as the
+/// residual's), through the LM head when the layer has it, to the experts' output grads `dy_pairs` (n·k × d,
+/// packed order) and the gates' grads (kept).
+template <typename T>
+void moe_layer_dispatch_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, BufferPtr dout,
+                                 T* dy_pairs, LayerStash& stash);
 
 /// Softmax cross-entropy of `logits` (B·T × V) against `targets` (B·T): writes dlogits scaled by `scale`
 /// (1 / tokens of the whole step, so that grads summed over microbatches are the mean's) and adds each

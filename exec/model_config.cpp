@@ -30,6 +30,17 @@ void ModelConfig::validate() const {
   require(ffn >= 1, fmt::format("ffn must be at least 1, got {}", ffn));
   require(seq >= 1, fmt::format("seq must be at least 1, got {}", seq));
   require(microbatch_size >= 1, fmt::format("microbatch size must be at least 1, got {}", microbatch_size));
+  require(experts >= 0 && experts <= 1024, fmt::format("experts must be 0 (a dense model) to 1024, got {}", experts));
+  if (experts > 0) {
+    require(top_k >= 1 && top_k <= experts,
+            fmt::format("top_k must be 1 to experts ({}) for an MoE model, got {}", experts, top_k));
+    require(dense_blocks >= 0 && dense_blocks < blocks,
+            fmt::format("dense_blocks must be 0 to blocks - 1 ({}) for an MoE model (at least one MoE block), got {}",
+                        blocks - 1, dense_blocks));
+  } else {
+    require(top_k == 0 && dense_blocks == 0,
+            fmt::format("top_k ({}) and dense_blocks ({}) are for MoE models: set experts too", top_k, dense_blocks));
+  }
   // Keep every buffer's element count well inside int range (kernels index with int rows and long elements).
   // In double: the products of ints overflow int and long long before they can be compared.
   const double d = dim, f = ffn, v = vocab, t = seq, b = microbatch_size;
@@ -41,13 +52,17 @@ void ModelConfig::validate() const {
       {"a microbatch's FFN activations (microbatch size × seq × 2·ffn)", b * t * 2 * f},
       {"a microbatch's activations (microbatch size × seq × 3·dim)", b * t * 3 * d},
       {"a microbatch's logits (microbatch size × seq × vocab)", b * t * v},
+      {"a microbatch's router logits (microbatch size × seq × experts)", b * t * experts},
+      {"a microbatch's routed tokens (microbatch size × seq × top_k × 2·ffn)", b * t * top_k * 2 * f},
   };
   for (const auto& [what, n] : tensors)
     require(n <= kMaxTensorElements,
             fmt::format("the model is too large for the executor: {} would hold {:.3g} elements, more than the {:g} "
                         "one tensor may hold",
                         what, n, kMaxTensorElements));
-  const double params = blocks * (4 * d * d + 3 * f * d + 2 * d) + 2 * v * d + d;
+  const double moe_blocks = experts > 0 ? blocks - dense_blocks : 0;
+  const double params = blocks * (4 * d * d + 3 * f * d + 2 * d) + 2 * v * d + d +
+                        moe_blocks * (static_cast<double>(experts) * d + (experts - 1.0) * 3 * f * d);
   require(params <= kMaxParameters, fmt::format("the model is too large for the executor: {:.3g} parameters, more than "
                                                 "{:g}",
                                                 params, kMaxParameters));
@@ -56,24 +71,41 @@ void ModelConfig::validate() const {
           "norm_eps, rope_theta and init_std must be positive and finite");
 }
 
-long ModelConfig::parameters() const {
-  long d = dim, f = ffn, v = vocab;
-  long block = d + 3 * d * d + d * d + d + 2 * f * d + f * d;
-  return v * d + blocks * block + d + v * d;
+namespace {
+
+// Parameters of the model when each MoE block holds `experts_held` experts.
+long count_parameters(const ModelConfig& m, long experts_held) {
+  const long d = m.dim, f = m.ffn, v = m.vocab;
+  const long attention = d + 3 * d * d + d * d + d;  // norm, wqkv, wo, FFN norm
+  const long dense_block = attention + 3 * f * d;
+  const long moe_block = attention + static_cast<long>(m.experts) * d + experts_held * 3 * f * d;  // router, experts
+  const long moe = m.moe() ? m.blocks - m.dense_blocks : 0;
+  return v * d + (m.blocks - moe) * dense_block + moe * moe_block + d + v * d;
 }
 
+}  // namespace
+
+long ModelConfig::parameters() const { return count_parameters(*this, experts); }
+
+long ModelConfig::active_parameters() const { return count_parameters(*this, top_k); }
+
 double ModelConfig::flops_per_token() const {
-  double n = static_cast<double>(parameters()) - static_cast<double>(vocab) * dim;  // the embedding is a lookup
+  double n = static_cast<double>(active_parameters()) - static_cast<double>(vocab) * dim;  // the embedding is a lookup
   return 6.0 * n + 12.0 * blocks * dim * static_cast<double>(seq);
 }
 
 std::string ModelConfig::describe() const {
-  return fmt::format("{}: {} blocks, dim {}, {} heads, ffn {}, seq {}, {} sequences/microbatch, {:L} parameters",
-                     preset, blocks, dim, heads, ffn, seq, microbatch_size, parameters());
+  const std::string experts_part =
+      moe() ? fmt::format(", {} MoE block{} of {} experts (top-{})", blocks - dense_blocks,
+                          blocks - dense_blocks == 1 ? "" : "s", experts, top_k)
+            : "";
+  const std::string active = moe() ? fmt::format(" ({:L} active)", active_parameters()) : "";
+  return fmt::format("{}: {} blocks, dim {}, {} heads, ffn {}{}, seq {}, {} sequences/microbatch, {:L} parameters{}",
+                     preset, blocks, dim, heads, ffn, experts_part, seq, microbatch_size, parameters(), active);
 }
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names{"tiny", "small"};
+  static const std::vector<std::string> names{"tiny", "small", "tiny-moe", "small-moe"};
   return names;
 }
 
@@ -81,13 +113,18 @@ ModelConfig preset(const std::string& name) {
   ModelConfig m;
   m.preset = name;
   if (name == "tiny") return m;  // the defaults above
-  if (name == "small") {
+  if (name == "small" || name == "small-moe") {
     m.dim = 256;
     m.heads = 4;
     m.blocks = 4;
     m.ffn = 768;
     m.seq = 128;
     m.microbatch_size = 8;
+    if (name == "small-moe") m.ffn = 384, m.experts = 8, m.top_k = 2, m.dense_blocks = 1;
+    return m;
+  }
+  if (name == "tiny-moe") {
+    m.experts = 4, m.top_k = 2, m.dense_blocks = 1;
     return m;
   }
   std::string list;
@@ -131,12 +168,18 @@ std::vector<LayerSpec> partition(const ModelConfig& model, int layers, const hw:
 }
 
 nlohmann::json to_json(const ModelConfig& m) {
-  return nlohmann::json{{"preset", m.preset},     {"vocab", m.vocab},
-                        {"dim", m.dim},           {"heads", m.heads},
-                        {"blocks", m.blocks},     {"ffn", m.ffn},
-                        {"seq", m.seq},           {"microbatch_size", m.microbatch_size},
-                        {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps},
-                        {"init_std", m.init_std}};
+  nlohmann::json j{{"preset", m.preset},     {"vocab", m.vocab},
+                    {"dim", m.dim},           {"heads", m.heads},
+                    {"blocks", m.blocks},     {"ffn", m.ffn},
+                    {"seq", m.seq},           {"microbatch_size", m.microbatch_size},
+                    {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps},
+                    {"init_std", m.init_std}};
+  if (m.moe()) {  // (a dense model's manifest as before the MoE fields)
+    j["experts"] = m.experts;
+    j["top_k"] = m.top_k;
+    j["dense_blocks"] = m.dense_blocks;
+  }
+  return j;
 }
 
 namespace {
@@ -178,6 +221,10 @@ ModelConfig model_from_json(const nlohmann::json& j) {
     m.rope_theta = float_field(j, "rope_theta");
     m.norm_eps = float_field(j, "norm_eps");
     m.init_std = float_field(j, "init_std");
+    // (MoE fields: absent from the manifests of trainsim before them, whose models are dense)
+    if (j.contains("experts")) m.experts = int_field(j, "experts");
+    if (j.contains("top_k")) m.top_k = int_field(j, "top_k");
+    if (j.contains("dense_blocks")) m.dense_blocks = int_field(j, "dense_blocks");
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(fmt::format("model configuration: {}", e.what()));
   }

@@ -5,6 +5,11 @@
 // byte. Each block is pre-norm: x += Wo·attention(rope(Wqkv·rmsnorm(x))); x += Wdown·swiglu(Wgu·rmsnorm(x)),
 // with causal multi-head attention and rotary position embedding (Touvron et al. 2023, "LLaMA").
 //
+// Mixture of Experts (experts > 0; Jiang et al. 2024, "Mixtral of Experts"): the blocks after the first
+// `dense_blocks` are MoE blocks, whose FFN is a router and `experts` SwiGLU experts of `ffn` columns each:
+// x += Σ_{i in top-k} g_i · Wdown_i·swiglu(Wgu_i·rmsnorm(x)), the gates g the softmax of the router's k largest
+// logits (exec/moe.h).
+//
 // Schedule layer i of L holds blocks [i·B/L, (i+1)·B/L) (B blocks, divisible by L), or with a stage layout
 // (the header's `layout` line, hardware/stage_layout.h) the blocks it gives the layer, any number, none for a
 // layer of the embedding or the head alone; layer 0 also holds the embedding, layer L-1 the final norm and the
@@ -38,18 +43,28 @@ struct ModelConfig {
   float rope_theta = 10000.0f;    ///< rotary base
   float norm_eps = 1e-5f;         ///< RMSNorm epsilon
   float init_std = 0.02f;         ///< std of the normal initialisation of matrices (GPT-2's)
+  int experts = 0;                ///< routed experts of an MoE block (0: a dense model)
+  int top_k = 0;                  ///< experts each token goes to (1 .. experts; 0 for a dense model)
+  int dense_blocks = 0;           ///< MoE models: the first blocks, which have a dense FFN (DeepSeek-V3's first 3)
 
   int head_dim() const { return dim / heads; }
+  /// True for a Mixture-of-Experts model.
+  bool moe() const { return experts > 0; }
+  /// True when global block `b` is an MoE block (b >= dense_blocks of an MoE model).
+  bool moe_block(int b) const { return moe() && b >= dense_blocks; }
   /// Tokens in one microbatch: microbatch_size · seq.
   long tokens_per_microbatch() const { return static_cast<long>(microbatch_size) * seq; }
   /// Throws std::invalid_argument naming the first bad field, or the first matrix or per-microbatch tensor that
   /// would hold more than kMaxTensorElements, or a model of more than kMaxParameters.
   void validate() const;
-  /// Parameters of the whole model.
+  /// Parameters of the whole model (every expert's).
   long parameters() const;
-  /// Training FLOPs per token, as nanoGPT's and llm.c's MFU estimates count them: 6·N (N the parameters
-  /// without the embedding table, which is a lookup) plus attention 12·blocks·dim·seq (QK^T and PV, 4·T·d
-  /// per token and block in the forward, three times that with the backward; the causal mask not halved).
+  /// Parameters one token's forward uses: all but the experts it is not routed to (top_k of `experts`).
+  long active_parameters() const;
+  /// Training FLOPs per token, as nanoGPT's and llm.c's MFU estimates count them: 6·N (N the active parameters
+  /// without the embedding table, which is a lookup; Megatron-LM counts MoE so) plus attention
+  /// 12·blocks·dim·seq (QK^T and PV, 4·T·d per token and block in the forward, three times that with the
+  /// backward; the causal mask not halved).
   double flops_per_token() const;
   /// "tiny: 2 blocks, dim 32, 2 heads, ffn 64, seq 16, 2 sequences/microbatch, 37024 parameters".
   std::string describe() const;
@@ -58,7 +73,9 @@ struct ModelConfig {
 };
 
 /// The named presets: "tiny" (tests; a step takes milliseconds) and "small" (the default: trains visibly on
-/// a 2-core machine in about a minute).
+/// a 2-core machine in about a minute), and their Mixture-of-Experts variants "tiny-moe" (tiny with its second
+/// block an MoE block of 4 experts, top-2) and "small-moe" (small with blocks 1-3 MoE blocks of 8 experts of
+/// ffn 384, top-2: as many active FFN columns as small's).
 const std::vector<std::string>& preset_names();
 /// The preset called `name`. Throws std::invalid_argument listing the presets.
 ModelConfig preset(const std::string& name);

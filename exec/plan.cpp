@@ -132,9 +132,9 @@ std::vector<std::pair<long, long>> subtract(long b, long e, const std::vector<st
 }
 
 void assign_norm(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan) {
-  // Claimed ranges by (layer, TP degree, TP slice): slices are different parameters, but the norm gains every
-  // slice holds whole are one parameter, counted by slice 0 only.
-  std::map<std::tuple<int, int, int>, std::vector<std::pair<long, long>>> claimed;
+  // Claimed ranges by (layer, TP degree, TP slice, expert slice): slices are different parameters, but the norm
+  // gains every TP slice holds whole are one parameter, counted by slice 0 only.
+  std::map<std::tuple<int, int, int, int, int>, std::vector<std::pair<long, long>>> claimed;
   for (std::size_t r = 0; r < s.ranks.size(); ++r)
     for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
       const Op& op = s.ranks[r][i];
@@ -142,7 +142,8 @@ void assign_norm(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan)
       RankPlan& rp = plan.ranks[r];
       if (rp.first_update < 0) rp.first_update = static_cast<int>(i);
       const Tensor& ot = tensor_of(op.reads, TensorKind::OptState);
-      const auto key = std::make_tuple(op.layer, static_cast<int>(ot.tp_size), ot.tp_index());
+      const auto key = std::make_tuple(op.layer, static_cast<int>(ot.tp_size), ot.tp_index(), static_cast<int>(ot.ep_size),
+                                       static_cast<int>(ot.ep_index));
       auto [it, fresh] = claimed.try_emplace(key);
       auto& cl = it->second;
       if (fresh && ot.tp_index() > 0) {
@@ -233,7 +234,7 @@ void carry_state(const Schedule& s, const ModelShapes& shapes, ReplayPlan& plan)
       bool found = false;
       for (const auto& [u, n] : held)
         if (u.kind == t.kind && u.layer == t.layer && u.step == 1 && u.tp_size == t.tp_size &&
-            u.tp_slices == t.tp_slices &&
+            u.tp_slices == t.tp_slices && u.ep_size == t.ep_size && u.ep_index == t.ep_index &&
             ((t.kind == TensorKind::Weight && u.complete()) ||
              (u.num_shards == t.num_shards && u.shards.contains(t.shards))))
           found = true;
@@ -371,6 +372,45 @@ void plan_tensor_parallel(const Schedule& s, ReplayPlan& plan) {
   }
 }
 
+// Mixture of Experts: what the executor replays of it (docs/executor.md "Mixture of Experts"): an expert-parallel
+// MoE layer's and its expert slices' backward whole, the model's experts where the schedule puts them.
+void check_moe_op(const Op& op, const ModelShapes& shapes) {
+  const bool compute = op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput ||
+                       op.kind == OpKind::BackwardWeight;
+  if (!compute || op.layer < 0 || op.layer >= shapes.layers()) return;
+  const bool split = shapes.expert_parallel.count(op.layer) > 0;
+  if (split && (op.kind == OpKind::BackwardInput || op.kind == OpKind::BackwardWeight))
+    throw PlanError(fmt::format("{}: layer {} is expert-parallel, and the executor runs its backward and its expert "
+                                "slices' whole (a backward op, not backward-input and backward-weight)",
+                                op.label(), op.layer));
+  if (!split && shapes.model.moe() && shapes.layouts.at(op.layer).has_moe())
+    for (const auto* ts : {&op.reads, &op.writes})
+      for (const Tensor& t : *ts)
+        if (t.route != Route::None)
+          throw PlanError(fmt::format("{}: it reads or writes MoE tokens ({}) of layer {}, whose experts the schedule "
+                                      "does not put in expert slices",
+                                      op.label(), t.str(), op.layer));
+}
+
+// Each all-to-all's group: member i holds expert slice i of as many as the group has members (the executor
+// sends member i the tokens of slice i's experts).
+void check_all_to_alls(const Schedule& s, const ReplayPlan& plan) {
+  for (std::size_t r = 0; r < s.ranks.size(); ++r)
+    for (const Op& op : s.ranks[r]) {
+      if (op.kind != OpKind::AllToAll) continue;
+      const Tensor& side = op.writes.front().expert() ? op.writes.front() : op.reads.front();
+      const std::vector<int>& members = plan.groups.at(op.group);
+      const auto me = std::find(members.begin(), members.end(), static_cast<int>(r)) - members.begin();
+      if (!side.expert() || side.ep_size != members.size() || side.ep_index != me)
+        throw PlanError(fmt::format("{}: the executor runs an all-to-all over an EP group whose member i holds expert "
+                                    "slice i of as many as the group has ranks; rank {} is member {} of {} here and "
+                                    "{} is {}",
+                                    op.label(), r, me, members.size(), side.str(),
+                                    side.expert() ? fmt::format("slice {} of {}", side.ep_index, side.ep_size)
+                                                  : std::string("no expert slice's")));
+    }
+}
+
 }  // namespace
 
 int compute_tp_size(const Op& op) {
@@ -431,16 +471,7 @@ ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, b
     plan.ranks[r].reported_batches.assign(n, IdSet{});
     plan.ranks[r].gather_order.assign(n, {});
     for (const Op& op : s.ranks[r]) {
-      // Mixture of Experts is in the simulator and the schedule format so far (issue 35): the executor's model has
-      // no experts to replay it with.
-      const bool moe = op.kind == OpKind::AllToAll ||
-                       std::any_of(op.reads.begin(), op.reads.end(), [](const Tensor& t) { return t.expert() || t.route != Route::None; }) ||
-                       std::any_of(op.writes.begin(), op.writes.end(), [](const Tensor& t) { return t.expert() || t.route != Route::None; });
-      if (moe)
-        throw PlanError(fmt::format("{}: the schedule has Mixture-of-Experts layers (expert slices, routed tokens, "
-                                    "all-to-alls): the executor's model has no experts yet; simulate it with trainsim "
-                                    "sim",
-                                    op.label()));
+      check_moe_op(op, shapes);
       for (const auto* ts : {&op.reads, &op.writes})
         for (const Tensor& t : *ts) try {
             shapes.elements(t);
@@ -449,6 +480,7 @@ ReplayPlan make_plan(const Schedule& s, const ModelShapes& shapes, float clip, b
           }
     }
   }
+  check_all_to_alls(s, plan);
   resolve_peers(s, plan);
   assign_losses(s, plan);
   order_gathers(s, plan);

@@ -29,6 +29,32 @@ struct Slot {
   // shard's slot. The schedule frees the gathered tensor after each pass and gathers it again for the next
   // (Korthikanti et al. 2022), so the saved activations stay with the shard the rank keeps.
   SlotPtr source;
+  // Mixture of Experts: an expert slice's tokens (ExpertIn, ExpertOut), the rows each member of the EP group sent.
+  std::shared_ptr<struct ExpertRows> rows;
+};
+
+// The tokens an expert slice got from its EP group in one dispatch (filled when the dispatch runs): counts[i][e]
+// rows from member i for local expert e. The slice's buffers hold them by expert, then member (exec/moe.h).
+struct ExpertRows {
+  std::vector<std::vector<long>> counts;
+  std::vector<long> per_expert() const {
+    std::vector<long> out(counts.empty() ? 0 : counts.front().size(), 0);
+    for (const auto& c : counts)
+      for (std::size_t e = 0; e < c.size(); ++e) out[e] += c[e];
+    return out;
+  }
+  long total() const {
+    long n = 0;
+    for (long c : per_expert()) n += c;
+    return n;
+  }
+};
+
+// An expert-parallel MoE layer's forward on this rank, for its all-to-alls (filled when the forward runs): the
+// saved activations with the routing, and the layer's weight (the combine's LM head reads it).
+struct MoeSource {
+  std::shared_ptr<LayerStash> stash;
+  SlotPtr weight;
 };
 
 // The slot that keeps the saved activations of a forward that reads `a`.
@@ -57,6 +83,10 @@ struct RankExecutor::Impl {
   int step = 0;
   std::map<Tensor, std::deque<SlotPtr>> held;
   std::map<std::pair<int, IdSet>, EventPtr> last_forward, last_backward_input;
+  // Mixture of Experts: by (layer, batches), this rank's expert-parallel MoE forwards; by the expert slice's token
+  // tensor of the forward dispatch (layer, batches), the rows its group sent, for the backward's all-to-alls.
+  std::map<std::pair<int, IdSet>, std::shared_ptr<MoeSource>> moe_sources;
+  std::map<std::pair<int, IdSet>, std::shared_ptr<ExpertRows>> expert_rows;
   std::vector<std::shared_ptr<LossRecord>> losses;
   SlotPtr norm;
   // The last collective submitted over each communicator group. A communicator numbers a group's calls as the
@@ -257,7 +287,13 @@ struct RankExecutor::Impl {
     std::vector<EventPtr> deps;
     add_dep(deps, a->ready), add_dep(deps, w->ready);
     const int l = op.layer, sequences = A.batches.size() * model.microbatch_size;
-    out->ready = submit(op, index, deps, [this, a, w, out, sequences](StreamContext& s) {
+    std::shared_ptr<MoeSource> source;
+    if (moe_split_layer(layout(w->id))) {  // (its dispatch and combine find the routing here)
+      source = std::make_shared<MoeSource>();
+      source->weight = w;
+      moe_sources[{l, A.batches}] = source;
+    }
+    out->ready = submit(op, index, deps, [this, a, w, out, sequences, source](StreamContext& s) {
       out->buffer = alloc(out->id);
       auto stash = std::make_shared<LayerStash>();
       TpComm<float> tp = tp_comm(s, w->id.tp_size);
@@ -265,6 +301,7 @@ struct RankExecutor::Impl {
       layer_forward(mc, layout(w->id), w->buffer->as<float>(), a->buffer->data(), sequences, out->buffer->as<float>(),
                     stash.get());
       stash_holder(a).stash = stash;
+      if (source) source->stash = stash;
     });
     last_forward[{l, A.batches}] = out->ready;
   }
@@ -295,6 +332,9 @@ struct RankExecutor::Impl {
         if (!stash || !stash->input_grads_done)
           throw std::runtime_error("backward-weight needs the activations its backward-input saved on this rank, and "
                                    "there are none (run backward-input of the same layer and batches first)");
+      } else if ((!stash || stash->input_grads_done) && moe_split_layer(lay)) {
+        throw std::runtime_error("an expert-parallel MoE layer's backward needs the activations its forward and "
+                                 "combine saved on this rank, and there are none");
       } else if (!stash || stash->input_grads_done) {
         // No saved activations here (the forward ran elsewhere, or they were used): recompute them.
         stash = std::make_shared<LayerStash>();
@@ -329,6 +369,179 @@ struct RankExecutor::Impl {
     if (dw) dw->ready = done;
     if (da) da->ready = done;
     if (kind == OpKind::BackwardInput) last_backward_input[key] = done;
+    if (kind == OpKind::Backward) moe_sources.erase(key);
+  }
+
+  // ---- Mixture of Experts (exec/moe.h) ----
+  // An expert slice's forward: its experts on the rows the dispatch gathered, by expert.
+  void expert_forward(const Op& op, int index) {
+    SlotPtr a = find(op, tensor_of(op.reads, TensorKind::Activation)), w = find(op, tensor_of(op.reads, TensorKind::Weight));
+    SlotPtr out = make(op.writes.front());
+    out->rows = a->rows;
+    std::vector<EventPtr> deps;
+    add_dep(deps, a->ready), add_dep(deps, w->ready);
+    out->ready = submit(op, index, deps, [this, a, w, out](StreamContext& s) {
+      const std::vector<long> per = a->rows->per_expert();
+      out->buffer = dev.memory().allocate(static_cast<std::size_t>(a->rows->total()) * model.dim * sizeof(float));
+      const LayerLayout& lay = layout(w->id);
+      experts_forward(s.kernels(), dev.memory(), w->buffer->as<float>() + expert_offset(lay), model.dim, model.ffn, per,
+                      a->buffer->as<float>(), out->buffer->as<float>());
+    });
+  }
+
+  // An expert slice's backward: from its tokens (saved) and their output grads to its weight grads and the tokens'
+  // input grads.
+  void expert_backward(const Op& op, int index) {
+    if (op.kind != OpKind::Backward)
+      throw std::runtime_error(fmt::format("{}: the executor runs an expert slice's backward whole (no backward-input "
+                                           "and -weight split)",
+                                           op.label()));
+    SlotPtr a = find(op, tensor_of(op.reads, TensorKind::Activation));
+    SlotPtr g = find(op, tensor_of(op.reads, TensorKind::ActivationGrad));
+    SlotPtr w = find(op, tensor_of(op.reads, TensorKind::Weight));
+    SlotPtr dw, da;
+    for (const Tensor& t : op.writes) (t.kind == TensorKind::WeightGrad ? dw : da) = make(t);
+    da->rows = a->rows;
+    std::vector<EventPtr> deps;
+    add_dep(deps, a->ready), add_dep(deps, g->ready), add_dep(deps, w->ready);
+    EventPtr done = submit(op, index, deps, [this, a, g, w, dw, da](StreamContext& s) {
+      const std::vector<long> per = a->rows->per_expert();
+      const long rows = a->rows->total();
+      if (g->rows->total() != rows) throw std::runtime_error("the tokens' grads are not the tokens the experts ran");
+      da->buffer = dev.memory().allocate(static_cast<std::size_t>(rows) * model.dim * sizeof(float));
+      dw->buffer = alloc(dw->id);
+      s.zero(dw->buffer->data(), dw->buffer->bytes());  // (the padding of a sharded grad's buffer)
+      const LayerLayout& lay = layout(w->id);
+      const long off = expert_offset(lay);
+      experts_backward(s.kernels(), dev.memory(), w->buffer->as<float>() + off, model.dim, model.ffn, per,
+                       a->buffer->as<float>(), g->buffer->as<float>(), da->buffer->as<float>(),
+                       dw->buffer->as<float>() + off);
+    });
+    dw->ready = da->ready = done;
+  }
+
+  // The offset of the experts in an expert slice's layout (its layer's MoE block, the last).
+  static long expert_offset(const LayerLayout& lay) { return lay.block(lay.spec().num_blocks - 1).experts; }
+
+  // The dispatch and combine all-to-alls over the EP group, forward and backward (exec/moe.h, the packed order):
+  //   dispatch  A<routed> -> A<ej/e>        (forward: the packed tokens; backward: dA -> dA<ej/e>, the experts'
+  //   combine   A<ej/e:out> -> A            output grads, after the combine's and the LM head's backward)
+  //   backward combine  dA<ej/e:out> -> dA<routed>
+  // Member i of the group holds expert slice i (make_plan checks it). Each sends its rows for every member, by
+  // member; an expert slice's rows are then put in its order, by expert then member, and back for the return.
+  void all_to_all(const Op& op, int index) {
+    const Tensor &from = op.reads.front(), &to = op.writes.front();
+    SlotPtr in = find(op, from);
+    SlotPtr out = make(to);
+    std::vector<EventPtr> deps;
+    add_dep(deps, in->ready);
+    const int group = plan.comm_group[index];
+    const std::vector<int>& members = ctx.plan->groups.at(group);
+    const int k = static_cast<int>(members.size());
+    const int per = model.experts / k;  // experts per slice
+    const long d = model.dim;
+    const bool grad = from.kind == TensorKind::ActivationGrad;
+    const int layer = to.layer - 1;  // the MoE layer (its output's activation is layer + 1)
+    if (to.route == Route::ExpertIn) {  // a dispatch
+      const IdSet mine = from.batches;
+      std::shared_ptr<MoeSource> src = source_of(op, layer, mine);
+      std::shared_ptr<ExpertRows> rows;
+      if (!grad) {
+        rows = std::make_shared<ExpertRows>();
+        expert_rows[{to.layer, to.batches}] = rows;
+      } else {
+        auto it = expert_rows.find({to.layer, to.batches});
+        if (it == expert_rows.end())
+          throw std::runtime_error(fmt::format("{}: the backward dispatch of {} before its forward's", op.label(), to.str()));
+        rows = it->second;
+      }
+      out->rows = rows;
+      out->ready = submit_call(op, index, group, deps, [this, in, out, src, rows, group, k, per, d, grad](StreamContext& s) {
+        const MoeRouting& routing = moe_layer_routing(*src->stash);
+        const long pairs = routing.pairs();
+        BufferPtr packed = in->buffer;  // forward: the packed tokens; backward: the experts' output grads
+        if (grad) {
+          packed = dev.memory().allocate(static_cast<std::size_t>(pairs * d) * sizeof(float));
+          ModelContext<float> mc = model_ctx(s);
+          moe_layer_dispatch_backward(mc, layout(src->weight->id), src->weight->buffer->as<float>(), in->buffer,
+                                      packed->as<float>(), *src->stash);
+        }
+        if (!grad) {  // the counts each member gets, per local expert, first
+          std::vector<float> send(routing.counts.begin(), routing.counts.end()), recv(static_cast<std::size_t>(k) * per);
+          for (long c : routing.counts)
+            if (c >= (1L << 24)) throw std::runtime_error("an expert got more than 2^24 tokens");
+          comm.all_to_all(s, send.data(), std::vector<std::size_t>(k, per), recv.data(), std::vector<std::size_t>(k, per),
+                          group);
+          rows->counts.assign(k, std::vector<long>(per));
+          for (int i = 0; i < k; ++i)
+            for (int e = 0; e < per; ++e) rows->counts[i][e] = static_cast<long>(recv[static_cast<std::size_t>(i) * per + e]);
+        }
+        std::vector<std::size_t> send_n(k), recv_n(k);
+        for (int j = 0; j < k; ++j) {
+          for (int e = 0; e < per; ++e) send_n[j] += static_cast<std::size_t>(routing.counts[j * per + e] * d);
+          for (int e = 0; e < per; ++e) recv_n[j] += static_cast<std::size_t>(rows->counts[j][e] * d);
+        }
+        BufferPtr by_member = dev.memory().allocate(static_cast<std::size_t>(rows->total() * d) * sizeof(float));
+        comm.all_to_all(s, packed->as<float>(), send_n, by_member->as<float>(), recv_n, group);
+        out->buffer = dev.memory().allocate(by_member->bytes());
+        reorder(s, *rows, by_member->as<float>(), out->buffer->as<float>(), true);
+      });
+      return;
+    }
+    // A combine (forward or backward): the slice's rows go back to their members.
+    std::shared_ptr<MoeSource> src = source_of(op, layer, to.batches);
+    out->ready = submit_call(op, index, group, deps, [this, in, out, src, group, k, per, d, grad](StreamContext& s) {
+      const MoeRouting& routing = moe_layer_routing(*src->stash);
+      const ExpertRows& rows = *in->rows;
+      BufferPtr by_member = dev.memory().allocate(in->buffer->bytes());
+      reorder(s, rows, in->buffer->as<float>(), by_member->as<float>(), false);
+      std::vector<std::size_t> send_n(k), recv_n(k);
+      for (int j = 0; j < k; ++j) {
+        for (int e = 0; e < per; ++e) send_n[j] += static_cast<std::size_t>(rows.counts[j][e] * d);
+        for (int e = 0; e < per; ++e) recv_n[j] += static_cast<std::size_t>(routing.counts[j * per + e] * d);
+      }
+      BufferPtr packed = dev.memory().allocate(static_cast<std::size_t>(routing.pairs() * d) * sizeof(float));
+      comm.all_to_all(s, by_member->as<float>(), send_n, packed->as<float>(), recv_n, group);
+      if (grad) {  // the packed tokens' grads, for the MoE layer's backward
+        out->buffer = packed;
+        return;
+      }
+      out->buffer = alloc(out->id);
+      ModelContext<float> mc = model_ctx(s);
+      moe_layer_combine(mc, layout(src->weight->id), src->weight->buffer->as<float>(), packed, out->buffer->as<float>(),
+                        *src->stash);
+    });
+  }
+
+  std::shared_ptr<MoeSource> source_of(const Op& op, int layer, const IdSet& batches) {
+    auto it = moe_sources.find({layer, batches});
+    if (it == moe_sources.end())
+      throw std::runtime_error(fmt::format("{}: no expert-parallel MoE forward of layer {} for batches {} ran on this "
+                                           "rank before it",
+                                           op.label(), layer, batches.str()));
+    return it->second;
+  }
+
+  // An expert slice's rows between the all-to-all's order (by member, then expert) and the slice's (by expert,
+  // then member): `to_expert` for a dispatch, the other way for a combine.
+  void reorder(StreamContext& s, const ExpertRows& rows, const float* src, float* dst, bool to_expert) const {
+    const int k = static_cast<int>(rows.counts.size());
+    const int per = k ? static_cast<int>(rows.counts.front().size()) : 0;
+    const long d = model.dim;
+    std::vector<std::vector<long>> at_member(k, std::vector<long>(per)), at_expert(k, std::vector<long>(per));
+    long pos = 0;
+    for (int i = 0; i < k; ++i)
+      for (int e = 0; e < per; ++e) at_member[i][e] = pos, pos += rows.counts[i][e];
+    pos = 0;
+    for (int e = 0; e < per; ++e)
+      for (int i = 0; i < k; ++i) at_expert[i][e] = pos, pos += rows.counts[i][e];
+    for (int i = 0; i < k; ++i)
+      for (int e = 0; e < per; ++e) {
+        const long n = rows.counts[i][e];
+        if (!n) continue;
+        const long a = to_expert ? at_expert[i][e] : at_member[i][e], b = to_expert ? at_member[i][e] : at_expert[i][e];
+        s.copy(dst + a * d, src + b * d, static_cast<std::size_t>(n * d) * sizeof(float));
+      }
   }
 
   void loss(const Op& op, int index) {
@@ -665,10 +878,16 @@ struct RankExecutor::Impl {
       case OpKind::Free:
         for (const Tensor& t : op.reads) drop(op, t);
         break;
-      case OpKind::Forward: forward(op, i); break;
+      case OpKind::Forward:
+        if (expert_op(op)) expert_forward(op, i);
+        else forward(op, i);
+        break;
       case OpKind::Backward:
       case OpKind::BackwardInput:
-      case OpKind::BackwardWeight: backward(op, i); break;
+      case OpKind::BackwardWeight:
+        if (expert_op(op)) expert_backward(op, i);
+        else backward(op, i);
+        break;
       case OpKind::Loss: loss(op, i); break;
       case OpKind::Update: update(op, i); break;
       case OpKind::Accumulate: accumulate(op, i); break;
@@ -680,8 +899,16 @@ struct RankExecutor::Impl {
       case OpKind::Barrier: collective(op, i); break;
       case OpKind::Broadcast:
       case OpKind::Reduce: rooted(op, i); break;
-      case OpKind::AllToAll: throw std::logic_error("an all-to-all reached the executor (make_plan refuses them)");
+      case OpKind::AllToAll: all_to_all(op, i); break;
     }
+  }
+
+  // A compute op of an expert slice (its weight or weight grad is one).
+  static bool expert_op(const Op& op) {
+    for (const auto* ts : {&op.reads, &op.writes})
+      for (const Tensor& t : *ts)
+        if (t.expert() && (t.kind == TensorKind::Weight || t.kind == TensorKind::WeightGrad)) return true;
+    return false;
   }
 
   // ---- the step ----
@@ -694,7 +921,7 @@ struct RankExecutor::Impl {
     carried = std::move(st.tensors);
     st.tensors.clear();
     held.clear(), last_forward.clear(), last_backward_input.clear(), losses.clear(), norm.reset();
-    norm_parts_out.clear();
+    norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear();
     const auto& ops = ctx.schedule->ranks[rank];
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
@@ -725,7 +952,7 @@ struct RankExecutor::Impl {
     out.timings = dev.take_timings();
     st = next_state();
     held.clear(), losses.clear(), norm.reset(), last_forward.clear(), last_backward_input.clear();
-    norm_parts_out.clear();
+    norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear();
     return out;
   }
 
@@ -737,7 +964,7 @@ struct RankExecutor::Impl {
       SlotPtr best;
       for (const auto& [u, slots] : held) {
         if (u.kind != t.kind || u.layer != t.layer || u.step != 1 || slots.empty() || u.tp_size != t.tp_size ||
-            u.tp_slices != t.tp_slices)
+            u.tp_slices != t.tp_slices || u.ep_size != t.ep_size || u.ep_index != t.ep_index)
           continue;
         if (u.num_shards == t.num_shards && u.shards == t.shards) {
           best = slots.front();

@@ -10,10 +10,27 @@
 namespace trainsim::exec {
 
 ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int>& tp_sizes,
-                         const hw::StageLayout* stages)
-    : model(m) {
+                         const hw::StageLayout* stages, const std::map<int, int>& experts)
+    : model(m), expert_parallel(experts) {
   const std::vector<LayerSpec> specs = partition(m, layers, stages);
-  for (const LayerSpec& s : specs) layouts.emplace_back(m, s);
+  for (const auto& [l, e] : experts) {
+    if (l < 0 || l >= static_cast<int>(specs.size()))
+      throw std::invalid_argument(fmt::format("expert slices of layer {}, but the model has {} layers", l, specs.size()));
+    if (!m.moe())
+      throw std::invalid_argument(fmt::format(
+          "the schedule has expert slices (layer {}, EP {}) but the model ({}) has no experts: replay it with an MoE "
+          "model (--model tiny-moe, or --experts and --top-k)",
+          l, e, m.preset));
+  }
+  for (const LayerSpec& s : specs) {
+    if (auto it = experts.find(s.index); it != experts.end()) {
+      layouts.emplace_back(m, s, 0, 1, ExpertSplit{ExpertSplit::Dense, 0, 1});
+      for (int j = 0; j < it->second; ++j)
+        expert_layouts[s.index].emplace_back(m, s, 0, 1, ExpertSplit{ExpertSplit::Slice, j, it->second});
+    } else {
+      layouts.emplace_back(m, s);
+    }
+  }
   for (int t : tp_sizes) {
     if (t <= 1 || tp_layouts.count(t)) continue;
     auto& by_layer = tp_layouts[t];
@@ -27,6 +44,13 @@ ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int
 const LayerLayout& ModelShapes::layout(const Tensor& t) const {
   if (t.layer < 0 || t.layer >= layers())
     throw std::invalid_argument(fmt::format("{} names layer {}, but the model has {} layers", t.str(), t.layer, layers()));
+  if (t.expert()) {
+    auto it = expert_layouts.find(t.layer);
+    if (it == expert_layouts.end() || static_cast<int>(it->second.size()) != t.ep_size)
+      throw std::invalid_argument(fmt::format("{}: no layout for expert slice {} of {} of layer {}", t.str(), t.ep_index,
+                                              t.ep_size, t.layer));
+    return it->second.at(t.ep_index);
+  }
   if (t.tp_size <= 1) return layouts[t.layer];
   auto it = tp_layouts.find(t.tp_size);
   if (it == tp_layouts.end())
@@ -62,6 +86,10 @@ long ModelShapes::elements(const Tensor& t) const {
     }
     case TensorKind::Activation:
     case TensorKind::ActivationGrad: {
+      if (t.route != Route::None) {  // MoE tokens: the routed pairs, or an expert slice's share of its group's
+        const long pairs = static_cast<long>(sequences) * model.seq * model.top_k;
+        return (t.expert() ? pairs / t.ep_size : pairs) * model.dim;
+      }
       const long whole = (t.kind == TensorKind::Activation ? activation_elements(model, t.layer, L, sequences)
                                                            : activation_grad_elements(model, t.layer, L, sequences)) /
                          (vocab_slice ? t.tp_size : 1);
@@ -75,9 +103,25 @@ long ModelShapes::elements(const Tensor& t) const {
 
 long ModelShapes::row_width(const Tensor& t) const {
   const int L = layers();
+  if (t.route != Route::None) return model.dim;  // (the routed tokens of the last layer are hidden states too)
   if (t.layer == 0) return 1;
   if (t.layer == L) return model.vocab / (t.tp_sliced() ? t.tp_size : 1);  // the logits (their vocabulary slice)
   return model.dim;
+}
+
+std::map<int, int> expert_parallel_layers(const Schedule& schedule) {
+  std::map<int, int> out;
+  for (const auto& ops : schedule.ranks)
+    for (const Op& op : ops)
+      for (const auto* ts : {&op.reads, &op.writes})
+        for (const Tensor& t : *ts) {
+          if (!t.expert() || t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad) continue;
+          auto [it, fresh] = out.try_emplace(t.layer, t.ep_size);
+          if (!fresh && it->second != t.ep_size)
+            throw std::invalid_argument(fmt::format("{}: layer {}'s experts are sliced {} ways here and {} ways elsewhere",
+                                                    op.label(), t.layer, t.ep_size, it->second));
+        }
+  return out;
 }
 
 const Tensor& tensor_of(std::span<const Tensor> ts, TensorKind k) {

@@ -566,7 +566,7 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
       throw std::invalid_argument("--recompute op is the hardware cost model's (torchtitan's selective op "
                                   "checkpointing); the executor recomputes none, selective or full");
     ModelShapes shapes(o.model, schedule.header.layers, tp_degrees(schedule),
-                       schedule.header.layout ? &*schedule.header.layout : nullptr);
+                       schedule.header.layout ? &*schedule.header.layout : nullptr, expert_parallel_layers(schedule));
     TokenData data(o.data_files.empty() ? TokenData::default_files() : o.data_files);
     data.check_fits(o.model);
     res.model_description = o.model.describe();
@@ -613,6 +613,11 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
           "the {} backend does not run tensor parallelism yet (its kernels lack the vocabulary-parallel embedding and "
           "cross-entropy): replay this TP schedule with --backend cpu",
           backend->name()));
+    if (o.model.moe() && !backend->supports_moe())
+      throw std::invalid_argument(fmt::format(
+          "the {} backend does not run Mixture-of-Experts models yet (its kernels lack the router, the token "
+          "permutations and the combine, and its communicator the all-to-all): replay {} with --backend cpu",
+          backend->name(), o.model.preset));
     Job job(schedule, o, ctx, *backend, processes.get());
     if (!saved.empty()) job.load_state(saved);
     if (!job.run(first, last, res, progress)) {

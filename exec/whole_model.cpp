@@ -27,6 +27,9 @@ NamedParameters assemble(const ModelShapes& shapes, const std::vector<HostState>
   std::map<std::string, std::vector<char>> have;
   for (const LayerLayout& lay : shapes.layouts)
     for (const ParamSpec& p : lay.params()) out[p.name].assign(p.size(), 0.0f), have[p.name].assign(p.size(), 0);
+  for (const auto& [layer, slices] : shapes.expert_layouts)  // (expert parallelism: the experts' parameters)
+    for (const LayerLayout& lay : slices)
+      for (const ParamSpec& p : lay.params()) out[p.name].assign(p.size(), 0.0f), have[p.name].assign(p.size(), 0);
   for (const HostState& st : ranks)
     for (const auto& [t, v] : st) {
       if (t.kind != kind) continue;

@@ -33,6 +33,7 @@ class CpuBackend final : public LocalBackend {
     return std::make_unique<TcpHub>(processes, groups, timeout_seconds);
   }
   bool supports_tensor_parallel() const override { return true; }
+  bool supports_moe() const override { return true; }
 };
 
 // The environment's choices of the CPU kernels (TRAINSIM_GEMM, TRAINSIM_SIMD), checked before any rank starts: a

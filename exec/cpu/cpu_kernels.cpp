@@ -377,6 +377,100 @@ void CpuKernels<T>::vocab_parallel_ce_finish(const T* logits, const int* targets
   }
 }
 
+// ---- Mixture of Experts ----
+
+template <typename T>
+void CpuKernels<T>::moe_topk(const T* logits, int* idx, T* gates, long n, int E, int k) {
+  std::vector<int> order(E);
+  for (long t = 0; t < n; ++t) {
+    const T* z = logits + t * E;
+    for (int e = 0; e < E; ++e) order[e] = e;
+    // largest first; equal logits: the lower expert first (deterministic)
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [z](int a, int b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+    const T top = z[order[0]];
+    T sum = 0;
+    for (int s = 0; s < k; ++s) {
+      idx[t * k + s] = order[s];
+      gates[t * k + s] = std::exp(z[order[s]] - top);
+      sum += gates[t * k + s];
+    }
+    for (int s = 0; s < k; ++s) gates[t * k + s] /= sum;
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::moe_topk_backward(const int* idx, const T* gates, const T* dgates, T* dlogits, long n, int E, int k) {
+  std::fill(dlogits, dlogits + n * E, T(0));
+  for (long t = 0; t < n; ++t) {
+    const T* g = gates + t * k;
+    const T* dg = dgates + t * k;
+    T dot = 0;
+    for (int s = 0; s < k; ++s) dot += g[s] * dg[s];
+    for (int s = 0; s < k; ++s) dlogits[t * E + idx[t * k + s]] = g[s] * (dg[s] - dot);
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::gather_rows(const T* x, const int* rows, T* out, long count, int d) {
+  for (long i = 0; i < count; ++i) std::copy(x + static_cast<long>(rows[i]) * d, x + static_cast<long>(rows[i] + 1) * d, out + i * d);
+}
+
+template <typename T>
+void CpuKernels<T>::moe_combine(const T* h, const T* y, const int* pair_row, const T* gates, T* out, long n, int k, int d) {
+  for (long t = 0; t < n; ++t) {
+    T* o = out + t * d;
+    std::copy(h + t * d, h + (t + 1) * d, o);
+    for (int s = 0; s < k; ++s) {
+      const T g = gates[t * k + s];
+      const T* row = y + static_cast<long>(pair_row[t * k + s]) * d;
+      for (int c = 0; c < d; ++c) o[c] += g * row[c];
+    }
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::moe_combine_backward(const T* dout, const T* y, const int* pair_row, const T* gates, T* dy, T* dgates,
+                                         long n, int k, int d) {
+  for (long t = 0; t < n; ++t) {
+    const T* go = dout + t * d;
+    for (int s = 0; s < k; ++s) {
+      const long r = pair_row[t * k + s];
+      const T g = gates[t * k + s];
+      const T* row = y + r * d;
+      T* drow = dy + r * d;
+      T dot = 0;
+      for (int c = 0; c < d; ++c) {
+        drow[c] = g * go[c];
+        dot += go[c] * row[c];
+      }
+      dgates[t * k + s] = dot;
+    }
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::moe_sum_pairs(const T* dpairs, const int* pair_row, T* dx, long n, int k, int d) {
+  for (long t = 0; t < n; ++t) {
+    T* o = dx + t * d;
+    std::fill(o, o + d, T(0));
+    for (int s = 0; s < k; ++s) {
+      const T* row = dpairs + static_cast<long>(pair_row[t * k + s]) * d;
+      for (int c = 0; c < d; ++c) o[c] += row[c];
+    }
+  }
+}
+
+template <typename T>
+void CpuKernels<T>::to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+template <typename T>
+void CpuKernels<T>::to_device(void* dst, const void* src, std::size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
 template class CpuKernels<float>;
 template class CpuKernels<double>;
 

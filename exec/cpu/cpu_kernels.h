@@ -68,6 +68,15 @@ class CpuKernels : public Kernels<T> {
   void vocab_parallel_ce_finish(const T* logits, const int* targets, const T* maxes, int k, const double* stats,
                                 T* dlogits, double* loss_sums, long n, int V, int lo, long rows_per_segment,
                                 T scale) override;
+  void moe_topk(const T* logits, int* idx, T* gates, long n, int E, int k) override;
+  void moe_topk_backward(const int* idx, const T* gates, const T* dgates, T* dlogits, long n, int E, int k) override;
+  void gather_rows(const T* x, const int* rows, T* out, long count, int d) override;
+  void moe_combine(const T* h, const T* y, const int* pair_row, const T* gates, T* out, long n, int k, int d) override;
+  void moe_combine_backward(const T* dout, const T* y, const int* pair_row, const T* gates, T* dy, T* dgates, long n,
+                            int k, int d) override;
+  void moe_sum_pairs(const T* dpairs, const int* pair_row, T* dx, long n, int k, int d) override;
+  void to_host(void* dst, const void* src, std::size_t bytes) override;
+  void to_device(void* dst, const void* src, std::size_t bytes) override;
 };
 
 extern template class CpuKernels<float>;

@@ -1,0 +1,125 @@
+#include "exec/moe.h"
+
+#include <stdexcept>
+
+namespace trainsim::exec {
+
+std::size_t MoeState::bytes() const {
+  std::size_t n = 0;
+  for (const BufferPtr* b : {&routing.idx, &routing.gates, &routing.pair_row, &routing.pair_token, &x_pairs, &y_pairs,
+                             &gu_pairs, &act_pairs, &dgates, &dy_pairs, &dlogits, &dlayer_out, &experts_dw})
+    n += *b ? (*b)->bytes() : 0;
+  return n;
+}
+
+template <typename T>
+MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k) {
+  MoeRouting r;
+  r.tokens = n, r.experts = E, r.top_k = top_k;
+  const long pairs = n * top_k;
+  BufferPtr logits = alloc.allocate(static_cast<std::size_t>(n) * E * sizeof(T));
+  k.gemm(false, true, static_cast<int>(n), E, d, T(1), xn, d, Wr, d, T(0), logits->as<T>(), E);
+  r.idx = alloc.allocate(static_cast<std::size_t>(pairs) * sizeof(int));
+  r.gates = alloc.allocate(static_cast<std::size_t>(pairs) * sizeof(T));
+  k.moe_topk(logits->as<T>(), r.idx->as<int>(), r.gates->as<T>(), n, E, top_k);
+  // The packed order, on the host: by expert, then token.
+  std::vector<int> idx(pairs), pair_row(pairs), pair_token(pairs);
+  k.to_host(idx.data(), r.idx->data(), idx.size() * sizeof(int));
+  r.counts.assign(E, 0);
+  for (int e : idx) {
+    if (e < 0 || e >= E) throw std::logic_error("the router chose an expert out of range");
+    ++r.counts[e];
+  }
+  std::vector<long> next(E, 0);
+  for (int e = 1; e < E; ++e) next[e] = next[e - 1] + r.counts[e - 1];
+  for (long t = 0; t < n; ++t)  // (tokens in order: each expert's rows in token order)
+    for (int s = 0; s < top_k; ++s) {
+      const long row = next[idx[t * top_k + s]]++;
+      pair_row[t * top_k + s] = static_cast<int>(row);
+      pair_token[row] = static_cast<int>(t);
+    }
+  r.pair_row = alloc.allocate(static_cast<std::size_t>(pairs) * sizeof(int));
+  r.pair_token = alloc.allocate(static_cast<std::size_t>(pairs) * sizeof(int));
+  k.to_device(r.pair_row->data(), pair_row.data(), pair_row.size() * sizeof(int));
+  k.to_device(r.pair_token->data(), pair_token.data(), pair_token.size() * sizeof(int));
+  return r;
+}
+
+template <typename T>
+void moe_pack(Kernels<T>& k, const MoeRouting& r, const T* x, T* out, int d) {
+  k.gather_rows(x, r.pair_token->template as<int>(), out, r.pairs(), d);
+}
+
+template <typename T>
+void experts_forward(Kernels<T>& k, Allocator& alloc, const T* W, int d, int f, const std::vector<long>& counts,
+                     const T* x, T* y, T* gu, T* act) {
+  long row = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const long c = counts[i];
+    if (c == 0) continue;
+    const T* wgu = W + static_cast<long>(i) * expert_elements(d, f);
+    const T* wdown = wgu + 2L * f * d;
+    BufferPtr gu_local, act_local;
+    if (!gu) gu_local = alloc.allocate(static_cast<std::size_t>(c) * 2 * f * sizeof(T));
+    if (!act) act_local = alloc.allocate(static_cast<std::size_t>(c) * f * sizeof(T));
+    T* g = gu ? gu + row * 2 * f : gu_local->template as<T>();
+    T* a = act ? act + row * f : act_local->template as<T>();
+    const int rows = static_cast<int>(c);
+    k.gemm(false, true, rows, 2 * f, d, T(1), x + row * d, d, wgu, d, T(0), g, 2 * f);
+    k.swiglu_forward(g, a, c, f);
+    k.gemm(false, true, rows, d, f, T(1), a, f, wdown, f, T(0), y + row * d, d);
+    row += c;
+  }
+}
+
+template <typename T>
+void experts_backward(Kernels<T>& k, Allocator& alloc, const T* W, int d, int f, const std::vector<long>& counts,
+                      const T* x, const T* dy, T* dx, T* dW, const T* gu, const T* act) {
+  long row = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const long c = counts[i];
+    const long at = static_cast<long>(i) * expert_elements(d, f);
+    T* dwgu = dW + at;
+    T* dwdown = dwgu + 2L * f * d;
+    if (c == 0) {  // no token reached it: no grad
+      k.fill(dwgu, T(0), expert_elements(d, f));
+      continue;
+    }
+    const T* wgu = W + at;
+    const T* wdown = wgu + 2L * f * d;
+    const int rows = static_cast<int>(c);
+    const T* xi = x + row * d;
+    const T* dyi = dy + row * d;
+    BufferPtr gu_local, act_local;
+    const T* g = gu ? gu + row * 2 * f : nullptr;
+    const T* a = act ? act + row * f : nullptr;
+    if (!g || !a) {  // recompute the forward's pre-activations and activations (the same kernels: the same bits)
+      gu_local = alloc.allocate(static_cast<std::size_t>(c) * 2 * f * sizeof(T));
+      act_local = alloc.allocate(static_cast<std::size_t>(c) * f * sizeof(T));
+      k.gemm(false, true, rows, 2 * f, d, T(1), xi, d, wgu, d, T(0), gu_local->as<T>(), 2 * f);
+      k.swiglu_forward(gu_local->as<T>(), act_local->as<T>(), c, f);
+      g = gu_local->as<T>(), a = act_local->as<T>();
+    }
+    BufferPtr dact = alloc.allocate(static_cast<std::size_t>(c) * f * sizeof(T));
+    k.gemm(false, false, rows, f, d, T(1), dyi, d, wdown, f, T(0), dact->as<T>(), f);
+    BufferPtr dgu = alloc.allocate(static_cast<std::size_t>(c) * 2 * f * sizeof(T));
+    k.swiglu_backward(g, dact->as<T>(), dgu->as<T>(), c, f);
+    k.gemm(false, false, rows, d, 2 * f, T(1), dgu->as<T>(), 2 * f, wgu, d, T(0), dx + row * d, d);
+    k.gemm(true, false, d, f, rows, T(1), dyi, d, a, f, T(0), dwdown, f);
+    k.gemm(true, false, 2 * f, d, rows, T(1), dgu->as<T>(), 2 * f, xi, d, T(0), dwgu, d);
+    row += c;
+  }
+}
+
+#define TRAINSIM_INSTANTIATE(T)                                                                                        \
+  template MoeRouting moe_route<T>(Kernels<T>&, Allocator&, const T*, const T*, long, int, int, int);                  \
+  template void moe_pack<T>(Kernels<T>&, const MoeRouting&, const T*, T*, int);                                        \
+  template void experts_forward<T>(Kernels<T>&, Allocator&, const T*, int, int, const std::vector<long>&, const T*,   \
+                                   T*, T*, T*);                                                                        \
+  template void experts_backward<T>(Kernels<T>&, Allocator&, const T*, int, int, const std::vector<long>&, const T*,  \
+                                    const T*, T*, T*, const T*, const T*);
+TRAINSIM_INSTANTIATE(float)
+TRAINSIM_INSTANTIATE(double)
+#undef TRAINSIM_INSTANTIATE
+
+}  // namespace trainsim::exec

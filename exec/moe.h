@@ -1,0 +1,78 @@
+// The executor's Mixture-of-Experts FFN (DESIGN §1, §5; docs/executor.md "Mixture of Experts"), written once
+// against Kernels<T> as the rest of the model (exec/model.h), and used two ways: whole, inside an MoE block whose
+// layer holds its experts (one device, the reference, a schedule without expert parallelism), and cut at the
+// all-to-alls of an expert-parallel schedule, whose dense part routes and packs the tokens, whose expert slices
+// run on other ranks, and whose combine puts the outputs back.
+//
+// Routing (Jiang et al. 2024, Mixtral; Fedus et al. 2021): logits = rmsnorm(h)·Wrouter^T (n×E); each token goes
+// to the k experts of the largest logits (the lower expert first among equal ones), with gates the softmax of
+// those k logits; the block's output is h + Σ_s gate_s · expert_{idx_s}(rmsnorm(h)). Dropless: every token reaches
+// its k experts (no capacity factor), and no auxiliary load-balancing loss is added.
+//
+// The packed order of a forward's n·k (token, slot) pairs: by expert, then token (a token reaches an expert at
+// most once). An expert slice's rows are the packed rows of its experts from every member of its EP group, by
+// expert, then member (exec/rank_executor.cpp).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "exec/buffer.h"
+#include "exec/kernels.h"
+
+namespace trainsim::exec {
+
+/// Where one forward's tokens go (n tokens, k slots each, E experts).
+struct MoeRouting {
+  long tokens = 0;
+  int experts = 0, top_k = 0;
+  BufferPtr idx;        ///< n×k int32: the expert of (token, slot), slots in decreasing gate order
+  BufferPtr gates;      ///< n×k: the softmax of the k selected logits
+  BufferPtr pair_row;   ///< n×k int32: the packed row of (token, slot)
+  BufferPtr pair_token; ///< n·k int32: the token of each packed row
+  std::vector<long> counts;  ///< host: packed rows per expert (E), summing to n·k
+  long pairs() const { return tokens * top_k; }
+};
+
+/// What an MoE block keeps from its forward for its backward (BlockStash::moe).
+struct MoeState {
+  MoeRouting routing;
+  bool split = false;          ///< expert-parallel: the experts ran on the ranks of the EP group
+  BufferPtr x_pairs, y_pairs;  ///< n·k × d, packed: the experts' inputs (whole block only) and outputs
+  BufferPtr gu_pairs, act_pairs;  ///< whole block: the experts' pre-activations (n·k × 2f) and activations (n·k × f)
+  BufferPtr dgates;            ///< n×k: the gates' grad (the combine's backward)
+  BufferPtr dy_pairs;          ///< whole block: the experts' output grads, for their weight grads
+  BufferPtr dlogits;           ///< n×E: the router logits' grad, for the router's weight grad
+  BufferPtr dlayer_out;        ///< split, a layer with the LM head: the logits' grad, for the head's weight grad
+  BufferPtr experts_dw;        ///< whole block: the experts' weight grads (backward-input), for backward-weight
+  const void* split_dx_pairs = nullptr;  ///< split: during the backward, the grads of the packed tokens (n·k × d)
+  std::size_t bytes() const;
+};
+
+/// Routes `n` tokens (xn: n×d, the FFN norm's output) with the router `Wr` (E×d): logits, top-k, gates and the
+/// packed order (counts computed on the host from the indices). Source: Mixtral's router.
+template <typename T>
+MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k);
+
+/// out (n·k × d) = x's rows in the routing's packed order.
+template <typename T>
+void moe_pack(Kernels<T>& k, const MoeRouting& r, const T* x, T* out, int d);
+
+/// Experts on rows grouped by expert: counts[i] rows (back to back in `x`, rows×d) for the i-th expert of `W`
+/// (the first held expert's parameters; each expert Wgu 2f×d then Wdown d×f, exec/layout.h).
+/// y (rows×d) = Wdown_i·swiglu(Wgu_i·x). With gu and act (rows×2f, rows×f), keeps the pre-activations and
+/// activations there.
+template <typename T>
+void experts_forward(Kernels<T>& k, Allocator& alloc, const T* W, int d, int f, const std::vector<long>& counts,
+                     const T* x, T* y, T* gu = nullptr, T* act = nullptr);
+
+/// The experts' backward from dy (rows×d): dx (rows×d) and their weight grads into dW (the same layout as W;
+/// overwritten, zero for an expert without rows). With gu and act (experts_forward's), no recomputation.
+template <typename T>
+void experts_backward(Kernels<T>& k, Allocator& alloc, const T* W, int d, int f, const std::vector<long>& counts,
+                      const T* x, const T* dy, T* dx, T* dW, const T* gu = nullptr, const T* act = nullptr);
+
+/// Elements of one expert's parameters: Wgu (2f×d) and Wdown (d×f).
+inline long expert_elements(int d, int f) { return 3L * d * f; }
+
+}  // namespace trainsim::exec
