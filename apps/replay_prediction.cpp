@@ -12,6 +12,9 @@ hw::HardwareSetting replay_setting(const exec::ModelConfig& m, const std::string
   s.model = hw::model_preset("small");  // (the executor's model in fp32; its sizes set below)
   s.model.blocks = m.blocks, s.model.hidden = m.dim, s.model.heads = m.heads, s.model.kv_heads = m.heads;
   s.model.ffn = m.ffn, s.model.vocab = m.vocab, s.model.seq = m.seq;
+  if (m.moe())  // (the executor's experts: routed SwiGLU experts of ffn columns each, no shared expert)
+    s.model.experts = m.experts, s.model.top_k = m.top_k, s.model.expert_ffn = m.ffn, s.model.shared_experts = 0,
+    s.model.dense_blocks = m.dense_blocks;
   s.model.validate("the replay's model");
   s.device = hw::load_device(device);
   s.network = hw::load_network(network);

@@ -270,6 +270,11 @@ void save_checkpoint(const std::string& dir, const CheckpointInfo& info, const s
       m["layers"] = info.layers;
       m["stage_layout"] = info.stage_layout;
     }
+    if (!info.expert_parallel.empty()) {  // (a list of [layer, EP degree])
+      json ep = json::array();
+      for (const auto& [layer, degree] : info.expert_parallel) ep.push_back(json::array({layer, degree}));
+      m["expert_parallel"] = ep;
+    }
     m["ranks"] = files;
     // The hash is taken over the manifest as it will be read back: strings that are not UTF-8 are written
     // with U+FFFD in their place.
@@ -342,6 +347,23 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
   if (m.contains("layers")) {  // (recorded since issue 21)
     info.layers = static_cast<int>(f.integer("layers", 1, kMaxCount));
     info.stage_layout = f.text("stage_layout", 1 << 16);
+  }
+  if (m.contains("expert_parallel")) {  // (MoE checkpoints: [[layer, EP degree], ...])
+    const json& ep = f.at("expert_parallel");
+    if (!ep.is_array() || ep.size() > static_cast<std::size_t>(std::max(info.layers, 0)))
+      throw f.error(fmt::format("'expert_parallel' is {}, not a list of at most one [layer, EP degree] per layer",
+                                show(ep)));
+    for (const json& e : ep) {
+      const bool ok = e.is_array() && e.size() == 2 && e[0].is_number_unsigned() && e[1].is_number_unsigned() &&
+                      e[0].get<std::uint64_t>() < static_cast<std::uint64_t>(info.layers) &&
+                      e[1].get<std::uint64_t>() >= 1 && e[1].get<std::uint64_t>() <= 1024 &&
+                      !info.expert_parallel.count(static_cast<int>(e[0].get<std::uint64_t>()));
+      if (!ok)
+        throw f.error(fmt::format("'expert_parallel' holds {}, not a [layer, EP degree] of a layer below {} (once) and "
+                                  "a degree from 1 to 1024",
+                                  show(e), info.layers));
+      info.expert_parallel[static_cast<int>(e[0].get<std::uint64_t>())] = static_cast<int>(e[1].get<std::uint64_t>());
+    }
   }
   const json& ranks = f.at("ranks");
   if (!ranks.is_array() || ranks.size() != static_cast<std::size_t>(info.world_size))

@@ -71,6 +71,9 @@ struct CheckpointInfo {
   /// 0 layers: not recorded (a checkpoint of an older trainsim).
   int layers = 0;
   std::string stage_layout;
+  /// Expert parallelism: layer -> EP degree of the layers whose experts are in expert slices (ModelShapes'
+  /// expert_parallel; empty without, and then not in the manifest).
+  std::map<int, int> expert_parallel;
   std::vector<RankFile> rank_files;  ///< set by read_checkpoint_info(); save_checkpoint() ignores it
 };
 

@@ -60,6 +60,11 @@ std::string safetensors_bytes(const std::vector<NamedTensor>& tensors,
 }
 
 std::vector<NamedTensor> hf_llama_tensors(const ModelConfig& m, const NamedParameters& params, const std::string& prefix) {
+  if (m.moe())
+    throw std::invalid_argument(fmt::format(
+        "the model '{}' is a Mixture of Experts ({} experts, top-{}): export writes LlamaForCausalLM weights, which have "
+        "no experts (a Mixtral or Qwen3-MoE export is not written yet)",
+        m.preset, m.experts, m.top_k));
   auto get = [&](const std::string& name) -> const std::vector<float>& {
     auto it = params.find(name);
     if (it == params.end()) throw std::invalid_argument(fmt::format("the model has no parameter '{}'", name));

@@ -24,6 +24,15 @@ ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int
   }
   for (const LayerSpec& s : specs) {
     if (auto it = experts.find(s.index); it != experts.end()) {
+      if (s.num_blocks == 0 || !m.moe_block(s.first_block + s.num_blocks - 1))
+        throw std::invalid_argument(fmt::format(
+            "the schedule has expert slices of layer {}, but layer {}'s blocks ({}) are dense in the model ({}: its "
+            "first {} blocks are; --dense-blocks sets how many)",
+            s.index, s.index,
+            s.num_blocks == 0 ? std::string("none")
+                              : s.num_blocks == 1 ? std::to_string(s.first_block)
+                                                  : fmt::format("{}-{}", s.first_block, s.first_block + s.num_blocks - 1),
+            m.preset, m.dense_blocks));
       layouts.emplace_back(m, s, 0, 1, ExpertSplit{ExpertSplit::Dense, 0, 1});
       for (int j = 0; j < it->second; ++j)
         expert_layouts[s.index].emplace_back(m, s, 0, 1, ExpertSplit{ExpertSplit::Slice, j, it->second});

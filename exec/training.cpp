@@ -45,6 +45,7 @@ CheckpointInfo describe_run(const Schedule& s, const ReplayOptions& o, const Tok
   info.seed = o.seed;
   info.layers = s.header.layers;
   info.stage_layout = s.header.layout ? s.header.layout->str() : "";
+  info.expert_parallel = expert_parallel_layers(s);
   return info;
 }
 

@@ -97,7 +97,9 @@ SavedModel read_saved_model(const std::string& dir, bool moments) {
     std::map<int, std::unique_ptr<ModelShapes>> by_tp;
     auto shapes_for = [&](int t) -> const ModelShapes& {
       auto& sh = by_tp[t];
-      if (!sh) sh = std::make_unique<ModelShapes>(out.model, out.info.layers, t > 1 ? std::vector<int>{t} : std::vector<int>{}, lp);
+      if (!sh)
+        sh = std::make_unique<ModelShapes>(out.model, out.info.layers, t > 1 ? std::vector<int>{t} : std::vector<int>{},
+                                           lp, out.info.expert_parallel);
       return *sh;
     };
     std::vector<HostState> ranks = read_checkpoint_tensors(
@@ -107,7 +109,7 @@ SavedModel read_saved_model(const std::string& dir, bool moments) {
       for (const auto& [t, v] : st)
         if (t.tp_sliced() && std::find(degrees.begin(), degrees.end(), t.tp_size) == degrees.end()) degrees.push_back(t.tp_size);
     std::sort(degrees.begin(), degrees.end());
-    const ModelShapes shapes(out.model, out.info.layers, degrees, lp);
+    const ModelShapes shapes(out.model, out.info.layers, degrees, lp, out.info.expert_parallel);
     bool identical = true;
     out.weights = assemble_parameters(shapes, ranks, identical);
     if (moments) out.moments = assemble_moments(shapes, ranks);

@@ -138,8 +138,18 @@ TEST_CASE("dist: the TCP communicator gives ThreadHub's results bit for bit (ran
     std::vector<float> gathered, scattered, reduced, pair, broadcast, rooted_sum;
     std::vector<double> reduced64;
     std::vector<float> received;
+    std::vector<float> a2a, a2a_default;  // the all-to-all, native and the base class's two all-gathers
+  };
+  // All-to-all: member r sends (r+1)·(j+1) floats to member j of group 0 ({0, 1, 2}: member = rank).
+  auto a2a_counts = [](int r, bool send) {
+    std::vector<std::size_t> c(world);
+    for (int j = 0; j < world; ++j) c[j] = send ? (r + 1) * (j + 1) : (j + 1) * (r + 1);
+    return c;
   };
   auto body = [&](int r, exec::Communicator& c, exec::StreamContext& s, Out& o) {
+    o.a2a.resize(6 * (r + 1)), o.a2a_default.resize(6 * (r + 1));
+    c.all_to_all(s, in[r].data(), a2a_counts(r, true), o.a2a.data(), a2a_counts(r, false), 0);
+    c.exec::Communicator::all_to_all(s, in[r].data(), a2a_counts(r, true), o.a2a_default.data(), a2a_counts(r, false), 0);
     o.gathered.resize(3 * 50);
     c.all_gather(s, in[r].data(), o.gathered.data(), 50, 0);
     o.scattered.resize(50);
@@ -225,6 +235,17 @@ TEST_CASE("dist: the TCP communicator gives ThreadHub's results bit for bit (ran
     CHECK(same_bits(tcp[r].broadcast, threaded[r].broadcast));
     CHECK(same_bits(tcp[r].rooted_sum, threaded[r].rooted_sum));
     CHECK(same_bits(threaded[r].broadcast, std::vector<float>(in[1].begin(), in[1].begin() + 50)));
+    // the all-to-all: member i's block for r, in member order (written out here)
+    std::vector<float> expected;
+    for (int i = 0; i < world; ++i) {
+      std::size_t offset = 0;
+      for (int j = 0; j < r; ++j) offset += (i + 1) * (j + 1);
+      expected.insert(expected.end(), in[i].begin() + offset, in[i].begin() + offset + (i + 1) * (r + 1));
+    }
+    CHECK(same_bits(threaded[r].a2a, expected));
+    CHECK(same_bits(tcp[r].a2a, expected));
+    CHECK(same_bits(threaded[r].a2a_default, expected));
+    CHECK(same_bits(tcp[r].a2a_default, expected));
   }
   // the sum is not trivially order-independent here: member order matters in the last bits
   std::vector<float> reversed(in[0].size());

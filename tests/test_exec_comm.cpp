@@ -114,3 +114,21 @@ TEST_CASE("exec comm: a missing member times out naming who has not arrived; abo
   CHECK(why == "rank 1 failed");
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 }
+
+TEST_CASE("exec comm: an all-to-all whose members disagree on a block's size fails on the receiver, naming it") {
+  ThreadHub hub(2, {{0, 1}}, 30);
+  std::vector<std::string> errors(2);
+  on_ranks(hub, 2, [&](int r, Communicator& c, StreamContext& s) {
+    std::vector<float> in(8, float(r)), out(8);
+    // rank 0 sends 3 floats to rank 1, which expects 2
+    const std::vector<std::size_t> send = r == 0 ? std::vector<std::size_t>{1, 3} : std::vector<std::size_t>{2, 2};
+    const std::vector<std::size_t> recv = r == 0 ? std::vector<std::size_t>{1, 2} : std::vector<std::size_t>{3 - 1, 2};
+    try {
+      c.all_to_all(s, in.data(), send, out.data(), recv, 0);
+    } catch (const CommError& e) {
+      errors[r] = e.what();
+    }
+  });
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "rank 1: all-to-all over group 0 expects 2 floats from member 0, which sends 3");
+}

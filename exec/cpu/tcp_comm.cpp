@@ -97,7 +97,8 @@ std::string TcpHub::coordinate(Frame&& f) {
   const int root = tag_root(f.tag, pg_.world_size());
   if (f.tag == "all-gather" || f.tag == "all-reduce" || f.tag == "reduce-scatter" || root >= 0) element = sizeof(float);
   else if (f.tag == "all-reduce-f64") element = sizeof(double);
-  else if (f.tag != "barrier") return fmt::format("rank {} called an unknown collective over group {}", f.src, f.group);
+  else if (f.tag != "barrier" && f.tag != "all-to-all")
+    return fmt::format("rank {} called an unknown collective over group {}", f.src, f.group);
   if (f.group < 0 || f.group >= static_cast<int>(groups_.size()))
     return fmt::format("rank {} called a collective over unknown group {}", f.src, f.group);
   const std::vector<int>& members = groups_[f.group];
@@ -106,6 +107,21 @@ std::string TcpHub::coordinate(Frame&& f) {
   const std::size_t me = static_cast<std::size_t>(it - members.begin());
   if (root >= 0 && std::find(members.begin(), members.end(), root) == members.end())
     return fmt::format("rank {} called a {} over group {}, whose members do not include the root", f.src, f.tag, f.group);
+  if (f.tag == "all-to-all") {  // count = the group's size; data = its send counts (uint64, floats), then the floats
+    if (f.count != members.size() || f.data.size() < 8 * f.count)
+      return fmt::format("rank {} called an all-to-all over group {} of {} members with {} blocks", f.src, f.group,
+                         members.size(), f.count);
+    std::uint64_t floats = 0;
+    for (std::size_t j = 0; j < f.count; ++j) {
+      std::uint64_t c;
+      std::memcpy(&c, f.data.data() + 8 * j, 8);
+      if (c > f.data.size() / sizeof(float)) return fmt::format("rank {} sent an all-to-all block of {} floats: too many", f.src, c);
+      floats += c;
+    }
+    if (f.data.size() != 8 * f.count + floats * sizeof(float))
+      return fmt::format("rank {} sent {} bytes for an all-to-all of {} floats over group {}, expected {}", f.src,
+                         f.data.size(), floats, f.group, 8 * f.count + floats * sizeof(float));
+  }
   // Rank 0 reads exactly what the call's kind and count say of every input: check it is all there (a
   // broadcast's input comes from its root only).
   const std::uint64_t parts = f.tag == "reduce-scatter" ? members.size()
@@ -113,7 +129,7 @@ std::string TcpHub::coordinate(Frame&& f) {
                                                                                     : 1;
   if (element && parts && f.count > std::numeric_limits<std::uint64_t>::max() / element / parts)  // (no overflow below)
     return fmt::format("rank {} called a {} of {} elements over group {}: too many", f.src, f.tag, f.count, f.group);
-  if (f.data.size() != f.count * element * parts)
+  if (f.tag != "all-to-all" && f.data.size() != f.count * element * parts)
     return fmt::format("rank {} sent {} bytes for a {} of {} elements over group {}, expected {}", f.src, f.data.size(),
                        f.tag, f.count, f.group, f.count * element * parts);
   const std::pair<int, std::uint64_t> key{f.group, f.seq};
@@ -156,6 +172,22 @@ void TcpHub::finish(int group, std::uint64_t seq, Pending& p) {
   for (std::size_t i = 0; i < n; ++i) {
     Frame out;
     out.kind = kCollOut, out.src = 0, out.dst = members[i], out.group = group, out.seq = seq, out.tag = p.what;
+    if (p.what == "all-to-all") {  // member i's blocks from every member j: their counts, then the floats
+      out.data.resize(8 * n);
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::vector<unsigned char>& in = *p.inputs[j];
+        std::uint64_t offset = 0, c = 0;
+        for (std::size_t q = 0; q <= i; ++q) {
+          std::memcpy(&c, in.data() + 8 * q, 8);
+          if (q < i) offset += c;
+        }
+        std::memcpy(out.data.data() + 8 * j, &c, 8);
+        const unsigned char* from = in.data() + 8 * n + offset * sizeof(float);
+        out.data.insert(out.data.end(), from, from + c * sizeof(float));
+      }
+      pg_.post(std::move(out));
+      continue;
+    }
     out.data = p.what == "reduce-scatter" ? sum<float>(p.inputs, i * count, count) : common;
     if (root >= 0 && p.what.rfind("reduce ", 0) == 0 && i != root_index) out.data.clear();
     pg_.post(std::move(out));
@@ -225,6 +257,34 @@ class TcpCommunicator final : public Communicator {
     auto r = collective(group, tag.c_str(), count, in, is_root ? count * sizeof(float) : 0);
     expect(r, count * sizeof(float));
     if (out != in && !r.empty()) std::memcpy(out, r.data(), r.size());
+  }
+
+  void all_to_all(StreamContext&, const float* in, const std::vector<std::size_t>& send_counts, float* out,
+                  const std::vector<std::size_t>& recv_counts, int group) override {
+    member_index(hub_.groups_, group, rank_, "all-to-all");
+    const std::size_t k = group_size(group);
+    if (send_counts.size() != k || recv_counts.size() != k)
+      throw CommError(fmt::format("rank {}: all-to-all over group {} of {} members with {} send and {} receive counts",
+                                  rank_, group, k, send_counts.size(), recv_counts.size()));
+    std::size_t floats = 0, expected = 0;
+    for (std::size_t c : send_counts) floats += c;
+    for (std::size_t c : recv_counts) expected += c;
+    std::vector<unsigned char> payload(8 * k + floats * sizeof(float));
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::uint64_t c = send_counts[j];
+      std::memcpy(payload.data() + 8 * j, &c, 8);
+    }
+    if (floats) std::memcpy(payload.data() + 8 * k, in, floats * sizeof(float));
+    auto r = collective(group, "all-to-all", k, payload.data(), payload.size());
+    expect(r, 8 * k + expected * sizeof(float));
+    for (std::size_t j = 0; j < k; ++j) {
+      std::uint64_t c;
+      std::memcpy(&c, r.data() + 8 * j, 8);
+      if (c != recv_counts[j])
+        throw CommError(fmt::format("rank {}: all-to-all over group {} expects {} floats from member {}, which sends {}",
+                                    rank_, group, recv_counts[j], j, c));
+    }
+    if (expected) std::memcpy(out, r.data() + 8 * k, expected * sizeof(float));
   }
 
   void reduce(StreamContext&, const float* in, float* out, std::size_t count, int root, int group) override {
