@@ -137,6 +137,14 @@ nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult
     j["worst_parameter"] = r.worst_parameter;
     j["worst_parameter_rel_diff"] = r.worst_parameter_rel_diff;
     j["replicas_identical"] = r.replicas_identical;
+    if (r.routing_diverged_step) {  // (MoE: the steps compared end there; the weights are not compared)
+      j["routing_diverged_step"] = r.routing_diverged_step;
+      j["routing_margin"] = r.routing_margin;
+      j["routing_moved"] = r.routing_moved;
+      j.erase("max_rel_diff_weights");
+      j.erase("worst_parameter");
+      j.erase("worst_parameter_rel_diff");
+    }
   }
   return j;
 }
@@ -431,11 +439,25 @@ int run(const ReplayArgs& a) {
     } else if (!prediction_problem.empty() && !r.peak_bytes.empty()) {
       fmt::print("no prediction by the hardware cost model: {}\n", prediction_problem);
     }
-    if (r.checked)
+    if (r.checked && !r.routing_diverged_step)
       fmt::print("check against single-device training: largest relative difference {:.3g} in the losses, {:.3g} in the "
                  "weights (the most in {}: {:.3g}); replicas {}identical\n",
                  r.max_rel_diff_loss, r.max_rel_diff_weights, r.worst_parameter, r.worst_parameter_rel_diff,
                  r.replicas_identical ? "" : "not ");
+    else if (r.checked)
+      fmt::print("check against single-device training: {}; largest relative difference {:.3g} in those losses. Step {} "
+                 "routes {} token{} to another expert than one device does, or orders a token's experts otherwise ({} "
+                 "microbatch{}; the first: microbatch {} through MoE block {}, whose closest router logits were {:.3g} "
+                 "apart, relative): a near-tie within the "
+                 "replay's rounding (its sums run in another order), so from there the runs are different, equally "
+                 "valid trajectories and the final weights are not compared (docs/executor.md, Mixture of Experts)\n",
+                 r.reference_losses.empty() ? std::string("no step compared")
+                                            : fmt::format("the losses of the {} step{} before step {} compared",
+                                                          r.reference_losses.size(), r.reference_losses.size() == 1 ? "" : "s",
+                                                          r.routing_diverged_step),
+                 r.max_rel_diff_loss, r.routing_diverged_step, r.routing_moved, r.routing_moved == 1 ? "" : "s",
+                 r.routing_microbatches, r.routing_microbatches == 1 ? "" : "es", r.routing_microbatch, r.routing_block,
+                 r.routing_margin);
     if (!o.save_dir.empty() && r.ok) fmt::print("saved a checkpoint in {}\n", o.save_dir);
     if (!r.ok) fmt::print(stderr, "{}: {}\n", kCmd, r.error);
   }

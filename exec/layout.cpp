@@ -80,6 +80,7 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
     for (int k = 0; k < spec.num_blocks; ++k) {
       const int b = spec.first_block + k;
       BlockOffsets o;
+      o.block = b;
       o.moe = model.moe_block(b);
       if (o.moe) add_experts("blocks." + std::to_string(b) + ".", b, o);
       blocks_.push_back(o);
@@ -91,6 +92,7 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
     int b = spec.first_block + k;
     std::string p = "blocks." + std::to_string(b) + ".";
     BlockOffsets o;
+    o.block = b;
     o.attn_norm = add(p + "attn_norm", ParamRole::AttnNorm, b, d, 1, false, 0, d, 1);
     o.wqkv = add(p + "wqkv", ParamRole::Wqkv, b, 3 * dl, d, true, model.init_std, 3 * d, d, 3, d, j * dl);
     o.wo = add(p + "wo", ParamRole::Wo, b, d, dl, true, out_std, d, d, 1, 0, 0, j * dl);

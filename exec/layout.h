@@ -65,6 +65,7 @@ struct ParamSpec {
 /// Offsets of one block's parameters in its layer's flat buffer.
 struct BlockOffsets {
   long attn_norm = 0, wqkv = 0, wo = 0, ffn_norm = 0, wgu = 0, wdown = 0;
+  int block = -1;          ///< the global block index
   bool moe = false;        ///< an MoE block: router and experts instead of wgu and wdown
   long router = 0;         ///< MoE: the router (E×d)
   long experts = 0;        ///< MoE: expert first_expert's Wgu; expert first_expert + i's at experts + i·3fd

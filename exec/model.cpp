@@ -123,7 +123,9 @@ struct Run {
   // into y for the dispatch. (A split block is never recomputed: layer_forward keeps its stash whole.)
   void moe_forward(const T* W, const BlockOffsets& o, T* y, BlockStash& s, bool output) {
     auto st = std::make_shared<MoeState>();
-    st->routing = moe_route(k(), *c.alloc, p(s.xn2), W + o.router, n, d, m.experts, m.top_k);
+    st->routing = moe_route(k(), *c.alloc, p(s.xn2), W + o.router, n, d, m.experts, m.top_k, static_cast<bool>(c.on_route),
+                            c.misroute_tokens);
+    if (c.on_route) c.on_route(o.block, st->routing);
     const long pairs = st->routing.pairs();
     s.moe = st;
     if (o.experts_held == 0) {

@@ -50,6 +50,12 @@ struct ModelContext {
   /// recomputes the block's forward (all but its down projection, whose output it does not need) just before
   /// the block's backward. The recomputation is the same arithmetic redone, so results are bit-identical.
   hw::Recompute recompute = hw::Recompute::None;
+  /// Mixture of Experts: called with each MoE block's routing (global block index) as its forward routes, for
+  /// comparing two runs' routing (exec/training.h --check); empty: nothing is recorded.
+  std::function<void(int block, const MoeRouting& routing)> on_route;
+  /// Fault injection (tests, exec/rank_executor.h FaultInjection): the first N tokens of each MoE forward go to the
+  /// lowest expert not chosen in place of their k-th (moe_route's `misroute`).
+  int misroute_tokens = 0;
 };
 
 /// cos and sin of the rotary angles t·theta^(-2i/hd), t < seq, i < hd/2, row-major (host memory).

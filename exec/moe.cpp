@@ -1,5 +1,8 @@
 #include "exec/moe.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace trainsim::exec {
@@ -13,7 +16,8 @@ std::size_t MoeState::bytes() const {
 }
 
 template <typename T>
-MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k) {
+MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k,
+                     bool margins, int misroute) {
   MoeRouting r;
   r.tokens = n, r.experts = E, r.top_k = top_k;
   const long pairs = n * top_k;
@@ -25,6 +29,14 @@ MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, 
   // The packed order, on the host: by expert, then token.
   std::vector<int> idx(pairs), pair_row(pairs), pair_token(pairs);
   k.to_host(idx.data(), r.idx->data(), idx.size() * sizeof(int));
+  if (misroute > 0 && top_k < E) {  // (fault injection)
+    for (long t = 0; t < std::min<long>(misroute, n); ++t) {
+      int e = 0;
+      while (std::find(idx.begin() + t * top_k, idx.begin() + (t + 1) * top_k, e) != idx.begin() + (t + 1) * top_k) ++e;
+      idx[t * top_k + top_k - 1] = e;
+    }
+    k.to_device(r.idx->data(), idx.data(), idx.size() * sizeof(int));
+  }
   r.counts.assign(E, 0);
   for (int e : idx) {
     if (e < 0 || e >= E) throw std::logic_error("the router chose an expert out of range");
@@ -38,11 +50,45 @@ MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, 
       pair_row[t * top_k + s] = static_cast<int>(row);
       pair_token[row] = static_cast<int>(t);
     }
+  if (margins) {
+    std::vector<T> z(static_cast<std::size_t>(n) * E);
+    k.to_host(z.data(), logits->data(), z.size() * sizeof(T));
+    r.margins.assign(n, std::numeric_limits<double>::infinity());
+    for (long t = 0; t < n && top_k < E; ++t) {
+      const T* row = z.data() + t * E;
+      double kth = std::numeric_limits<double>::infinity(), scale = 0;
+      for (int s = 0; s < top_k; ++s) kth = std::min(kth, static_cast<double>(row[idx[t * top_k + s]]));
+      double next = -std::numeric_limits<double>::infinity();
+      for (int e = 0; e < E; ++e) {
+        scale = std::max(scale, std::abs(static_cast<double>(row[e])));
+        bool chosen = false;
+        for (int s = 0; s < top_k; ++s) chosen = chosen || idx[t * top_k + s] == e;
+        if (!chosen) next = std::max(next, static_cast<double>(row[e]));
+      }
+      r.margins[t] = (kth - next) / std::max(scale, 1e-30);
+    }
+  }
+  r.host_idx = std::move(idx);
   r.pair_row = alloc.allocate(static_cast<std::size_t>(pairs) * sizeof(int));
   r.pair_token = alloc.allocate(static_cast<std::size_t>(pairs) * sizeof(int));
   k.to_device(r.pair_row->data(), pair_row.data(), pair_row.size() * sizeof(int));
   k.to_device(r.pair_token->data(), pair_token.data(), pair_token.size() * sizeof(int));
   return r;
+}
+
+RoutingDigest routing_digest(const MoeRouting& r, long first, long count) {
+  RoutingDigest d;
+  d.hash = 0xcbf29ce484222325ull;
+  for (long i = first * r.top_k; i < (first + count) * r.top_k; ++i) {
+    const auto v = static_cast<std::uint32_t>(r.host_idx.at(static_cast<std::size_t>(i)));
+    for (int b = 0; b < 4; ++b) d.hash = (d.hash ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+  }
+  d.counts.assign(r.experts, 0);
+  for (long i = first * r.top_k; i < (first + count) * r.top_k; ++i) ++d.counts.at(r.host_idx.at(static_cast<std::size_t>(i)));
+  d.min_margin = std::numeric_limits<double>::infinity();
+  if (!r.margins.empty())
+    for (long t = first; t < first + count; ++t) d.min_margin = std::min(d.min_margin, r.margins.at(static_cast<std::size_t>(t)));
+  return d;
 }
 
 template <typename T>
@@ -112,7 +158,7 @@ void experts_backward(Kernels<T>& k, Allocator& alloc, const T* W, int d, int f,
 }
 
 #define TRAINSIM_INSTANTIATE(T)                                                                                        \
-  template MoeRouting moe_route<T>(Kernels<T>&, Allocator&, const T*, const T*, long, int, int, int);                  \
+  template MoeRouting moe_route<T>(Kernels<T>&, Allocator&, const T*, const T*, long, int, int, int, bool, int);       \
   template void moe_pack<T>(Kernels<T>&, const MoeRouting&, const T*, T*, int);                                        \
   template void experts_forward<T>(Kernels<T>&, Allocator&, const T*, int, int, const std::vector<long>&, const T*,   \
                                    T*, T*, T*);                                                                        \

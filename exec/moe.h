@@ -14,6 +14,7 @@
 // expert, then member (exec/rank_executor.cpp).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -31,8 +32,23 @@ struct MoeRouting {
   BufferPtr pair_row;   ///< n×k int32: the packed row of (token, slot)
   BufferPtr pair_token; ///< n·k int32: the token of each packed row
   std::vector<long> counts;  ///< host: packed rows per expert (E), summing to n·k
+  std::vector<int> host_idx; ///< host: idx
+  /// host, when asked for: per token, how far its k-th largest logit is above the next (the margin a rounding
+  /// difference must cross to send it elsewhere), over the largest magnitude of its logits; +inf for k = E
+  std::vector<double> margins;
   long pairs() const { return tokens * top_k; }
 };
+
+/// What a microbatch's routing was, for comparing two runs (the executor's --check, exec/training.h): a hash of
+/// its tokens' experts (FNV-1a over idx), how many of its (token, slot) pairs each expert got, and the smallest
+/// relative margin among its tokens (moe_route's margins; +inf when not taken).
+struct RoutingDigest {
+  std::uint64_t hash = 0;
+  std::vector<int> counts;
+  double min_margin = 0;
+};
+/// The digest of tokens [first, first + count) of `r`.
+RoutingDigest routing_digest(const MoeRouting& r, long first, long count);
 
 /// What an MoE block keeps from its forward for its backward (BlockStash::moe).
 struct MoeState {
@@ -51,8 +67,11 @@ struct MoeState {
 
 /// Routes `n` tokens (xn: n×d, the FFN norm's output) with the router `Wr` (E×d): logits, top-k, gates and the
 /// packed order (counts computed on the host from the indices). Source: Mixtral's router.
+/// With `margins`, also the tokens' margins (MoeRouting::margins; the logits read back to the host). `misroute`
+/// (fault injection, tests only): the first `misroute` tokens' k-th expert is replaced by the lowest one not chosen.
 template <typename T>
-MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k);
+MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k,
+                     bool margins = false, int misroute = 0);
 
 /// out (n·k × d) = x's rows in the routing's packed order.
 template <typename T>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -87,6 +88,9 @@ struct RankExecutor::Impl {
   // tensor of the forward dispatch (layer, batches), the rows its group sent, for the backward's all-to-alls.
   std::map<std::pair<int, IdSet>, std::shared_ptr<MoeSource>> moe_sources;
   std::map<std::pair<int, IdSet>, std::shared_ptr<ExpertRows>> expert_rows;
+  // With ctx.record_routing: (MoE block, microbatch) -> its routing's hash, written by the forwards' streams.
+  std::mutex routes_mu;
+  std::map<std::pair<int, int>, RoutingDigest> routes;
   std::vector<std::shared_ptr<LossRecord>> losses;
   SlotPtr norm;
   // The last collective submitted over each communicator group. A communicator numbers a group's calls as the
@@ -293,11 +297,14 @@ struct RankExecutor::Impl {
       source->weight = w;
       moe_sources[{l, A.batches}] = source;
     }
-    out->ready = submit(op, index, deps, [this, a, w, out, sequences, source](StreamContext& s) {
+    std::vector<int> batches = A.batches.ids();
+    out->ready = submit(op, index, deps, [this, a, w, out, sequences, source, batches](StreamContext& s) {
       out->buffer = alloc(out->id);
       auto stash = std::make_shared<LayerStash>();
       TpComm<float> tp = tp_comm(s, w->id.tp_size);
       ModelContext<float> mc = model_ctx(s, &tp);
+      if (ctx.record_routing) mc.on_route = [this, &batches](int block, const MoeRouting& r) { record(block, batches, r); };
+      if (ctx.fault.misroute_rank == rank && ctx.fault.misroute_step == step) mc.misroute_tokens = ctx.fault.misroute_tokens;
       layer_forward(mc, layout(w->id), w->buffer->as<float>(), a->buffer->data(), sequences, out->buffer->as<float>(),
                     stash.get());
       stash_holder(a).stash = stash;
@@ -373,6 +380,14 @@ struct RankExecutor::Impl {
   }
 
   // ---- Mixture of Experts (exec/moe.h) ----
+  // The routing of a forward over microbatches `batches` (in order), per microbatch.
+  void record(int block, const std::vector<int>& batches, const MoeRouting& r) {
+    const long per = model.tokens_per_microbatch();
+    std::lock_guard lock(routes_mu);
+    for (std::size_t i = 0; i < batches.size(); ++i)
+      routes.try_emplace({block, batches[i]}, routing_digest(r, static_cast<long>(i) * per, per));
+  }
+
   // An expert slice's forward: its experts on the rows the dispatch gathered, by expert.
   void expert_forward(const Op& op, int index) {
     SlotPtr a = find(op, tensor_of(op.reads, TensorKind::Activation)), w = find(op, tensor_of(op.reads, TensorKind::Weight));
@@ -921,7 +936,7 @@ struct RankExecutor::Impl {
     carried = std::move(st.tensors);
     st.tensors.clear();
     held.clear(), last_forward.clear(), last_backward_input.clear(), losses.clear(), norm.reset();
-    norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear();
+    norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear(), routes.clear();
     const auto& ops = ctx.schedule->ranks[rank];
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
@@ -950,6 +965,7 @@ struct RankExecutor::Impl {
       out.grad_norm_sq += v;
     }
     out.timings = dev.take_timings();
+    for (const auto& [key, digest] : routes) out.routing.push_back({key.first, key.second, digest.hash, digest.counts});
     st = next_state();
     held.clear(), losses.clear(), norm.reset(), last_forward.clear(), last_backward_input.clear();
     norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear();

@@ -31,6 +31,9 @@ struct FaultInjection {
   int kill_rank = -1;  ///< with kill_op: this rank's op number `kill_op` kills its process (SIGKILL): one process per rank only
   int kill_op = -1;
   int thread_fail_rank = -1;  ///< creating this rank's thread throws std::system_error (as when a process has no threads left)
+  /// MoE: in 0-based step `misroute_step`, this rank's MoE forwards send their first `misroute_tokens` tokens' last
+  /// expert to another one (ModelContext::misroute_tokens): a routing that differs from the reference's
+  int misroute_rank = -1, misroute_step = -1, misroute_tokens = 0;
 };
 
 /// What every rank of a replay shares, read-only.
@@ -44,6 +47,7 @@ struct ReplayContext {
   std::uint64_t seed = 0;  ///< initialisation seed
   FaultInjection fault;
   hw::Recompute recompute = hw::Recompute::None;  ///< activation recomputation (exec/model.h ModelContext)
+  bool record_routing = false;  ///< report each MoE block's routing per microbatch (StepOutput::routing; --check)
 };
 
 /// The weights and optimizer state one rank carries from a step to the next: its plan's `state` tensors
@@ -62,6 +66,14 @@ struct StepOutput {
   double grad_norm_sq = 0;
   std::size_t peak_bytes = 0;      ///< the most bytes the rank's device allocator had out during the step
   std::vector<WorkTiming> timings; ///< host-clock timing of each op's work (tag = op index; -1 = the gradient norm)
+  /// Mixture of Experts, with ReplayContext::record_routing: the routing of each (MoE block, microbatch) whose
+  /// forward ran on this rank (exec/moe.h RoutingDigest's hash), in (block, microbatch) order.
+  struct Route {
+    int block = 0, microbatch = 0;
+    std::uint64_t hash = 0;
+    std::vector<int> counts;  ///< (token, slot) pairs per expert
+  };
+  std::vector<Route> routing;
   /// The rank's carried state after the step (weights and optimizer state), when the job asked for it (to
   /// evaluate the model on the validation split); otherwise empty.
   std::optional<HostState> state;

@@ -17,6 +17,7 @@ struct ReferenceTrainer::Lane {
   std::vector<int> tokens, targets;
   std::vector<float> logits, dW;
   double loss_sum = 0;
+  std::map<std::pair<int, int>, RoutingDigest> routes;  // (MoE block, microbatch) -> its routing
 };
 
 ReferenceTrainer::ReferenceTrainer(const ModelConfig& model, const OptimizerConfig& optimizer, int total_steps,
@@ -50,6 +51,8 @@ double ReferenceTrainer::step(int step) {
   // Microbatch b's forward, loss and backward on `lane`: reads the weights, writes only the lane.
   auto run = [&](Lane& lane, int b) {
     ModelContext<float> c{&lane.k, &lane.alloc, cos_.data(), sin_.data()};
+    if (record_routing_)
+      c.on_route = [&lane, b, n](int block, const MoeRouting& r) { lane.routes[{block, b}] = routing_digest(r, 0, n); };
     data_.microbatch(model_, step, microbatches_, b, lane.tokens.data(), lane.targets.data());
     LayerStash stash;
     layer_forward(c, layout_, w_.data(), lane.tokens.data(), model_.microbatch_size, lane.logits.data(), &stash);
@@ -60,6 +63,7 @@ double ReferenceTrainer::step(int step) {
                    lane.dW.data(), stash);
   };
   double loss = 0;
+  routing_.clear();
   const int width = static_cast<int>(lanes_.size());
   for (int b0 = 0; b0 < microbatches_; b0 += width) {
     const int count = std::min(width, microbatches_ - b0);
@@ -93,8 +97,10 @@ double ReferenceTrainer::step(int step) {
     }
     // the sums in microbatch order, as one thread would add them
     for (int i = 0; i < count; ++i) {
-      const Lane& lane = *lanes_[i];
+      Lane& lane = *lanes_[i];
       loss += lane.loss_sum;
+      routing_.merge(lane.routes);
+      lane.routes.clear();
       if (b0 + i == 0) grad_ = lane.dW;
       else k_.add(grad_.data(), lane.dW.data(), grad_.data(), P);
     }

@@ -17,6 +17,7 @@
 #include "exec/cpu/cpu_kernels.h"
 #include "exec/data.h"
 #include "exec/layout.h"
+#include "exec/moe.h"
 #include "exec/optimizer.h"
 
 namespace trainsim::exec {
@@ -36,6 +37,10 @@ class ReferenceTrainer {
   double step(int step);
   /// The parameters by global name (exec/layout.h), row-major.
   std::map<std::string, std::vector<float>> parameters() const;
+  /// Mixture of Experts: the last step's routing, (MoE block, microbatch) -> its digest with the tokens' margins
+  /// (exec/moe.h), when record_routing(true) was set; empty for a dense model.
+  void record_routing(bool on) { record_routing_ = on; }
+  const std::map<std::pair<int, int>, RoutingDigest>& routing() const { return routing_; }
 
  private:
   ModelConfig model_;
@@ -48,6 +53,8 @@ class ReferenceTrainer {
   std::vector<float> w_, m_, v_, grad_, cos_, sin_;
   struct Lane;                               // what one microbatch in flight holds (reference.cpp)
   std::vector<std::unique_ptr<Lane>> lanes_;  // one per microbatch that may run at once
+  bool record_routing_ = false;
+  std::map<std::pair<int, int>, RoutingDigest> routing_;
 };
 
 }  // namespace trainsim::exec

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <limits>
 #include <map>
+#include <set>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -133,6 +134,8 @@ struct Job {
   int complete = 0;  // steps (from first) whose every rank's output has arrived; the ranks end steps in order
   int processed = 0;  // steps (from first) the collector has reported (and evaluated)
   std::vector<std::size_t> peaks;  // by rank: the allocator's peak over the run (from the other processes, too)
+  // MoE with --check: per step run (from first), (MoE block, microbatch) -> its routing's hash (StepOutput::routing)
+  std::vector<std::map<std::pair<int, int>, RoutingDigest>> routing;
 
   Job(const Schedule& sched, const ReplayOptions& opts, const ReplayContext& c, LocalBackend& b, ProcessGroup* processes)
       : s(sched), o(opts), ctx(c), backend(b), pg(processes), world(sched.header.world_size),
@@ -381,6 +384,12 @@ struct Job {
         rep.clip_coefficient = shortest(static_cast<float>(std::min(1.0, o.optimizer.grad_clip / (rep.grad_norm + 1e-6))));
       prev = now;
       res.losses.push_back(rep.loss);
+      if (ctx.record_routing) {
+        auto& step_routes = routing.emplace_back();
+        for (int r = 0; r < world; ++r)
+          for (const StepOutput::Route& x : row[r]->routing)
+            step_routes.try_emplace({x.block, x.microbatch}, RoutingDigest{x.hash, x.counts, 0});
+      }
       res.learning_rates.push_back(rep.learning_rate);
       res.grad_norms.push_back(rep.grad_norm);
       res.clip_coefficients.push_back(rep.clip_coefficient);
@@ -484,17 +493,41 @@ std::string settings_text(const ReplayOptions& o, const CheckpointInfo& info, in
 }
 
 void compare(const ReplayContext& ctx, const ReplayOptions& o, int first, int last, const std::vector<HostState>& finals,
-             ReplayResult& res) {
+             const std::vector<std::map<std::pair<int, int>, RoutingDigest>>& routing, ReplayResult& res) {
   res.checked = true;
   ReferenceTrainer ref(ctx.shapes->model, o.optimizer, o.steps, o.seed, *ctx.data, ctx.schedule->header.microbatches,
                        ctx.plan->clip);
+  ref.record_routing(ctx.record_routing);
   for (int step = 0; step < last; ++step) {
     double l = ref.step(step);
-    if (step >= first) res.reference_losses.push_back(l);
+    if (step < first) continue;
+    // MoE: the first step whose routing differs ends the comparison (exec/training.h): where, by how many
+    // (token, slot) pairs the experts' counts differ in each microbatch's first MoE block that differs (a token
+    // sent elsewhere changes what the later blocks of its microbatch see), and how near a tie the tokens were.
+    if (ctx.record_routing) {
+      const auto& mine = routing.at(step - first);
+      std::set<int> seen;  // microbatches counted
+      for (const auto& [key, digest] : ref.routing()) {  // (in block order)
+        auto it = mine.find(key);
+        if (it == mine.end() || it->second.hash == digest.hash || !seen.insert(key.second).second) continue;
+        if (!res.routing_diverged_step) {
+          res.routing_diverged_step = step + 1;
+          res.routing_block = key.first, res.routing_microbatch = key.second, res.routing_margin = digest.min_margin;
+        }
+        ++res.routing_microbatches;
+        long moved = 0;
+        for (std::size_t e = 0; e < digest.counts.size(); ++e)
+          moved += std::abs(digest.counts[e] - (e < it->second.counts.size() ? it->second.counts[e] : 0));
+        res.routing_moved += moved / 2 + moved % 2;
+      }
+    }
+    if (res.routing_diverged_step) break;
+    res.reference_losses.push_back(l);
   }
-  for (std::size_t i = 0; i < res.losses.size(); ++i)
+  for (std::size_t i = 0; i < res.reference_losses.size(); ++i)
     res.max_rel_diff_loss =
         std::max(res.max_rel_diff_loss, std::abs(res.losses[i] - res.reference_losses[i]) / std::abs(res.reference_losses[i]));
+  if (res.routing_diverged_step) return;  // (another trajectory from there: the final weights are not comparable)
   // The weights are compared as one vector (every parameter of the model), and each parameter tensor is
   // reported on its own to say where the difference sits. The model-wide norm is the criterion: AdamW divides
   // each gradient element by its own magnitude (plus eps = 1e-8), so an element whose gradient is within fp32
@@ -532,9 +565,18 @@ void finish(const ReplayContext& ctx, const ReplayOptions& o, CheckpointInfo inf
     save_checkpoint(o.save_dir, info, finals);
   }
   if (o.check) {
-    compare(ctx, o, first, last, finals, res);
+    compare(ctx, o, first, last, finals, job.routing, res);
+    if (res.routing_diverged_step && res.routing_moved > kRoutingFlipsPerMicrobatch * res.routing_microbatches) {
+      res.error = fmt::format(
+          "the replay routes step {} otherwise than single-device training does: {} (token, expert) pair{} moved in {} "
+          "microbatch{} (the first: MoE block {}, microbatch {}), more than the {} per microbatch a near-tie's rounding "
+          "flips: a wrong result",
+          res.routing_diverged_step, res.routing_moved, res.routing_moved == 1 ? "" : "s", res.routing_microbatches,
+          res.routing_microbatches == 1 ? "" : "es", res.routing_block, res.routing_microbatch, kRoutingFlipsPerMicrobatch);
+      return;
+    }
     // A NaN difference fails too (NaN > tolerance is false): a diverged run is never "within tolerance" (issue 38).
-    if (!(res.max_rel_diff_loss <= o.tolerance) || !(res.max_rel_diff_weights <= o.tolerance))
+    if (!(res.max_rel_diff_loss <= o.tolerance) || (!res.routing_diverged_step && !(res.max_rel_diff_weights <= o.tolerance)))
       res.error = fmt::format(
           "the replay differs from single-device training: largest relative difference {:.3g} in the losses, {:.3g} "
           "in the weights (the most in {}: {:.3g}); the tolerance is {:g}",
@@ -598,7 +640,8 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
     if (!plan.repeatable && (last - first > 1 || first > 0 || !o.save_dir.empty()))
       throw PlanError(plan.repeat_note + " (replay it with --steps 1)");
 
-    ReplayContext ctx{&schedule, &plan, &shapes, &data, o.optimizer, o.steps, o.seed, o.fault, o.recompute};
+    ReplayContext ctx{&schedule, &plan, &shapes, &data, o.optimizer, o.steps, o.seed, o.fault, o.recompute,
+                      o.check && o.model.moe()};
     std::unique_ptr<ProcessGroup> processes;  // outlives the job, whose communicator uses it
     if (o.join) {
       processes = o.join(JobIdentity{info.schedule_hash, to_json(o.model).dump(), settings_text(o, info, first)});

@@ -109,7 +109,23 @@ struct ReplayResult {
   std::string worst_parameter;           ///< the parameter tensor with the largest relative difference
   double worst_parameter_rel_diff = 0;   ///< its ‖w − ref‖₂ / ‖ref‖₂ (reported, not a criterion: see compare())
   bool replicas_identical = true;        ///< ranks holding copies of the same weights hold the same bits
+  /// Mixture of Experts: the first step (1-based) whose routing differs from single-device training's, 0 when
+  /// none does. A token whose two closest router logits are within the replay's rounding (its sums run in another
+  /// order) can go to another expert; from that step the runs are different trajectories, so only the losses of
+  /// the steps before it are compared, and not the final weights (docs/executor.md, "Mixture of Experts").
+  int routing_diverged_step = 0;
+  int routing_block = 0, routing_microbatch = 0;  ///< where first: the MoE block and the microbatch
+  double routing_margin = 0;  ///< the smallest relative router margin of that microbatch's tokens (exec/moe.h)
+  /// In that step: the microbatches whose routing differs, and the (token, expert) pairs moved in each one's first
+  /// MoE block that differs (half the L1 distance of the experts' counts). Rounding flips a near-tie token's k-th
+  /// expert, one or two of a microbatch's; more than kRoutingFlipsPerMicrobatch per microbatch is a wrong result,
+  /// and the check fails.
+  int routing_microbatches = 0;
+  long routing_moved = 0;
 };
+
+/// The (token, expert) pairs per microbatch a rounding difference may move where the routing first differs.
+inline constexpr int kRoutingFlipsPerMicrobatch = 2;
 
 /// Runs the replay. Never throws for a bad schedule, model, corpus or checkpoint: the problem goes into
 /// the result. `progress` (may be empty) is called after every step.

@@ -171,3 +171,37 @@ TEST_CASE("trainsim replay --model tiny-moe: an expert-parallel schedule, its ch
   CHECK(has(ex.out, "is a Mixture of Experts"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("exec MoE --check: a routing that differs from one device's ends the comparison, or fails it when broad") {
+  // Rounding can send a near-tie token to another expert (the replay's sums run in another order), after which the
+  // runs are different trajectories: the check then compares the steps before that one and not the final weights.
+  // Injected here (FaultInjection::misroute_*: whether a real near-tie flips depends on the machine's GEMM bits).
+  GenOptions g;
+  g.dp = 2, g.ep = 2, g.layers = 2, g.dense_layers = 1, g.microbatches = 2;
+  const Schedule s = gen_moe("ep", g);
+  exec::ReplayOptions o = moe_options(s, 1, 4);
+  o.check = true;
+  o.fault.misroute_rank = 1, o.fault.misroute_step = 2, o.fault.misroute_tokens = 1;
+  exec::ReplayResult r = exec::replay(s, o);
+  INFO(r.error);
+  CHECK(r.ok);
+  CHECK(r.routing_diverged_step == 3);
+  CHECK(r.routing_microbatches == 2);  // (rank 1's two forwards: microbatches 1 and 3 of gen ep)
+  CHECK(r.routing_moved == 2);
+  CHECK(r.routing_microbatch == 1);
+  CHECK(r.reference_losses.size() == 2);
+  CHECK(r.max_rel_diff_loss <= 1e-5);
+  // Many tokens sent elsewhere at once is no rounding: a wrong result.
+  o.fault.misroute_tokens = 20;
+  r = exec::replay(s, o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("the replay routes step 3 otherwise than single-device training does: ") != std::string::npos);
+  CHECK(r.error.find("moved in 2 microbatches (the first: MoE block 1, microbatch 1), more than the 2 per microbatch") !=
+        std::string::npos);
+  // A dense model records nothing.
+  exec::ReplayOptions d = tiny_options(generate("1f1b", GenOptions{}));
+  d.check = true;
+  const exec::ReplayResult dense = exec::replay(generate("1f1b", GenOptions{}), d);
+  CHECK(dense.ok);
+  CHECK(dense.routing_diverged_step == 0);
+}
