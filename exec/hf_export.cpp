@@ -60,11 +60,11 @@ std::string safetensors_bytes(const std::vector<NamedTensor>& tensors,
 }
 
 std::vector<NamedTensor> hf_llama_tensors(const ModelConfig& m, const NamedParameters& params, const std::string& prefix) {
-  if (m.moe())
+  if (m.moe() && m.dense_blocks > 0)
     throw std::invalid_argument(fmt::format(
-        "the model '{}' is a Mixture of Experts ({} experts, top-{}): export writes LlamaForCausalLM weights, which have "
-        "no experts (a Mixtral or Qwen3-MoE export is not written yet)",
-        m.preset, m.experts, m.top_k));
+        "the model '{}' is a Mixture of Experts whose first {} block{} dense: export writes a Mixture of Experts as "
+        "MixtralForCausalLM, whose every layer has experts (a model with --dense-blocks 0 exports)",
+        m.preset, m.dense_blocks, m.dense_blocks == 1 ? " is" : "s are"));
   auto get = [&](const std::string& name) -> const std::vector<float>& {
     auto it = params.find(name);
     if (it == params.end()) throw std::invalid_argument(fmt::format("the model has no parameter '{}'", name));
@@ -80,13 +80,24 @@ std::vector<NamedTensor> hf_llama_tensors(const ModelConfig& m, const NamedParam
   for (int b = 0; b < m.blocks; ++b) {
     const std::string t = "blocks." + std::to_string(b) + ".", h = "model.layers." + std::to_string(b) + ".";
     const std::vector<float>& qkv = get(t + "wqkv");
-    const std::vector<float>& gu = get(t + "wgu");
     add(h + "input_layernorm.weight", {d}, get(t + "attn_norm"));
     add(h + "self_attn.q_proj.weight", {d, d}, rows_of(qkv, d, 0, d, hd, true));
     add(h + "self_attn.k_proj.weight", {d, d}, rows_of(qkv, d, d, d, hd, true));
     add(h + "self_attn.v_proj.weight", {d, d}, rows_of(qkv, d, 2 * d, d, hd, false));
     add(h + "self_attn.o_proj.weight", {d, d}, get(t + "wo"));
     add(h + "post_attention_layernorm.weight", {d}, get(t + "ffn_norm"));
+    if (m.moe_block(b)) {  // Mixtral's block_sparse_moe: the router, then per expert w1 (gate), w2 (down), w3 (up)
+      add(h + "block_sparse_moe.gate.weight", {m.experts, d}, get(t + "router"));
+      for (int e = 0; e < m.experts; ++e) {
+        const std::string x = t + "experts." + std::to_string(e) + ".", y = h + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        const std::vector<float>& gu = get(x + "wgu");
+        add(y + "w1.weight", {f, d}, rows_of(gu, d, 0, f, hd, false));
+        add(y + "w2.weight", {d, f}, get(x + "wdown"));
+        add(y + "w3.weight", {f, d}, rows_of(gu, d, f, f, hd, false));
+      }
+      continue;
+    }
+    const std::vector<float>& gu = get(t + "wgu");
     add(h + "mlp.gate_proj.weight", {f, d}, rows_of(gu, d, 0, f, hd, false));
     add(h + "mlp.up_proj.weight", {f, d}, rows_of(gu, d, f, f, hd, false));
     add(h + "mlp.down_proj.weight", {d, f}, get(t + "wdown"));
@@ -98,8 +109,8 @@ std::vector<NamedTensor> hf_llama_tensors(const ModelConfig& m, const NamedParam
 
 std::string hf_llama_config(const ModelConfig& m) {
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["architectures"] = {m.moe() ? "MixtralForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = m.moe() ? "mixtral" : "llama";
   j["vocab_size"] = m.vocab;
   j["hidden_size"] = m.dim;
   j["intermediate_size"] = m.ffn;
@@ -111,8 +122,16 @@ std::string hf_llama_config(const ModelConfig& m) {
   j["max_position_embeddings"] = m.seq;
   j["rms_norm_eps"] = m.norm_eps;
   j["rope_theta"] = m.rope_theta;
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (m.moe()) {  // (Mixtral: softmax over every expert, top-k, renormalised: the softmax of the k logits, as here)
+    j["num_local_experts"] = m.experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.0;
+    j["sliding_window"] = nullptr;
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
   j["tie_word_embeddings"] = false;
   j["initializer_range"] = m.init_std;
   j["torch_dtype"] = "float32";

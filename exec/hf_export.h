@@ -9,6 +9,12 @@
 //   model.layers.i.mlp.{gate,up}_proj.weight [f, d], model.layers.i.mlp.down_proj.weight [d, f];
 //   model.norm.weight [d]; lm_head.weight [V, d] (untied). trainsim's Wqkv is q, k and v's rows stacked, its
 //   Wgu the gate's and the up projection's.
+// A Mixture-of-Experts model (exec/moe.h) is written as MixtralForCausalLM (Jiang et al. 2024): in place of mlp,
+//   model.layers.i.block_sparse_moe.gate.weight [E, d] (the router) and per expert e
+//   model.layers.i.block_sparse_moe.experts.e.{w1,w3}.weight [f, d] (gate, up) and .w2.weight [d, f] (down);
+//   Mixtral's routing (softmax over every expert, top-k, renormalised) is the softmax of the k largest logits, as
+//   trainsim's. Mixtral has experts in every layer: a model with dense blocks is refused. Not yet loaded in PyTorch
+//   here (examples/hf_llama_torch.py reads Llama only; transformers' MixtralForCausalLM reads these names).
 //
 // Rotary pairing: trainsim rotates adjacent pairs (2i, 2i+1) of each head (Meta's Llama), Hugging Face's
 // rotate_half the pairs (i, i + hd/2). The rows of q_proj and k_proj are permuted within each head so that HF's
@@ -45,7 +51,8 @@ std::string safetensors_bytes(const std::vector<NamedTensor>& tensors,
 std::vector<NamedTensor> hf_llama_tensors(const ModelConfig& model, const NamedParameters& params,
                                           const std::string& prefix = "");
 
-/// config.json of LlamaForCausalLM for `model` (fp32, untied head, no biases, rope_theta, rms_norm_eps).
+/// config.json of LlamaForCausalLM for `model` (fp32, untied head, no biases, rope_theta, rms_norm_eps); of
+/// MixtralForCausalLM for an MoE model (num_local_experts, num_experts_per_tok, no auxiliary loss).
 std::string hf_llama_config(const ModelConfig& model);
 
 /// Writes DIR/model.safetensors, DIR/config.json and the byte-level tokenizer's tokenizer.json,

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "cli_helpers.h"
+#include "exec/hf_export.h"
 #include "exec/whole_model.h"
 #include "exec_helpers.h"
 #include "schedules/generators.h"
@@ -168,7 +169,7 @@ TEST_CASE("trainsim replay --model tiny-moe: an expert-parallel schedule, its ch
   CHECK_FALSE(has(r.out, "no prediction"));  // the hardware model prices the experts too
   const CommandResult ex = run_trainsim("export --model tiny-moe -o " + (dir / "hf").string(), true);
   CHECK(ex.exit_code == 2);
-  CHECK(has(ex.out, "is a Mixture of Experts"));
+  CHECK(has(ex.out, "whose every layer has experts"));  // (tiny-moe's block 0 is dense: Mixtral has none)
   std::filesystem::remove_all(dir);
 }
 
@@ -204,4 +205,45 @@ TEST_CASE("exec MoE --check: a routing that differs from one device's ends the c
   const exec::ReplayResult dense = exec::replay(generate("1f1b", GenOptions{}), d);
   CHECK(dense.ok);
   CHECK(dense.routing_diverged_step == 0);
+}
+
+TEST_CASE("export: an MoE model is written as MixtralForCausalLM (router, w1/w2/w3 per expert), dense blocks refused") {
+  exec::ModelConfig m = exec::preset("tiny-moe");
+  m.dense_blocks = 0;
+  const exec::LayerLayout lay = exec::whole_model_layout(m);
+  std::vector<float> flat(lay.size());
+  exec::init_parameters(lay, 3, 0, lay.size(), flat.data());
+  exec::NamedParameters params;
+  for (const exec::ParamSpec& p : lay.params()) params[p.name].assign(flat.begin() + p.offset, flat.begin() + p.offset + p.size());
+  const std::vector<exec::NamedTensor> ts = exec::hf_llama_tensors(m, params);
+  auto find = [&](const std::string& name) -> const exec::NamedTensor* {
+    for (const auto& t : ts)
+      if (t.name == name) return &t;
+    return nullptr;
+  };
+  const long d = m.dim, f = m.ffn;
+  const exec::NamedTensor* gate = find("model.layers.1.block_sparse_moe.gate.weight");
+  REQUIRE(gate);
+  CHECK(gate->shape == std::vector<long>{m.experts, d});
+  CHECK(gate->data == params.at("blocks.1.router"));
+  const exec::NamedTensor *w1 = find("model.layers.1.block_sparse_moe.experts.3.w1.weight"),
+                          *w2 = find("model.layers.1.block_sparse_moe.experts.3.w2.weight"),
+                          *w3 = find("model.layers.1.block_sparse_moe.experts.3.w3.weight");
+  REQUIRE((w1 && w2 && w3));
+  const std::vector<float>& gu = params.at("blocks.1.experts.3.wgu");  // [gate rows; up rows]
+  CHECK(w1->data == std::vector<float>(gu.begin(), gu.begin() + f * d));
+  CHECK(w3->data == std::vector<float>(gu.begin() + f * d, gu.end()));
+  CHECK(w2->data == params.at("blocks.1.experts.3.wdown"));
+  CHECK_FALSE(find("model.layers.0.mlp.gate_proj.weight"));
+  // every parameter written once: the experts' count and the rest as for Llama
+  long written = 0;
+  for (const auto& t : ts) written += static_cast<long>(t.data.size());
+  CHECK(written == m.parameters());
+  const std::string config = exec::hf_llama_config(m);
+  CHECK(config.find("\"model_type\": \"mixtral\"") != std::string::npos);
+  CHECK(config.find("\"num_local_experts\": 4") != std::string::npos);
+  CHECK(config.find("\"num_experts_per_tok\": 2") != std::string::npos);
+  m.dense_blocks = 1;
+  CHECK_THROWS_WITH_AS(exec::hf_llama_tensors(m, params), doctest::Contains("whose every layer has experts"),
+                       std::invalid_argument);
 }
