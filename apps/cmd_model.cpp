@@ -194,7 +194,7 @@ void add_model_commands(CLI::App& app, int* exit_code) {
       "so that it loads in PyTorch and transformers (examples/hf_llama_torch.py loads it without transformers). Exit status: 0 written; 2 a bad option, a checkpoint that "
       "cannot be read or an output that cannot be written.");
   exp->add_option("--checkpoint", e->checkpoint, "The checkpoint directory (trainsim replay --save DIR)");
-  exp->add_option("--model", e->preset, "Instead of a checkpoint: the preset (tiny, small) initialised from --seed");
+  exp->add_option("--model", e->preset, "Instead of a checkpoint: the preset (tiny, small, tiny-moe, small-moe) initialised from --seed");
   exp->add_option("--seed", e->seed, "With --model: the initialisation seed (trainsim replay's --seed)")
       ->check(integer_in(0, std::numeric_limits<std::uint64_t>::max(), "", "SEED"))
       ->capture_default_str();

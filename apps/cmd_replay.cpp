@@ -486,9 +486,8 @@ void add_replay_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--model", a->preset,
                   "Model preset: tiny (tests) or small (trains visibly in about a minute), or their Mixture-of-Experts "
-                  "variants tiny-moe (block 1 of 2 an MoE block of 4 experts, top-2) and small-moe (blocks 1-3 MoE, 8 "
-                  "experts of ffn 384, top-2); an expert-parallel schedule (gen ep, gen 3d --ep) needs one (docs/executor.md, "
-                  "Mixture of Experts)")
+                  "variants tiny-moe (4 experts, top-2, in every block) and small-moe (8 experts of ffn 384, top-2); an "
+                  "expert-parallel schedule (gen ep, gen 3d --ep) needs one (docs/executor.md, Mixture of Experts)")
       ->capture_default_str();
   const CLI::Validator size = integer_in(1, std::numeric_limits<int>::max(), "", "N>=1");
   cmd->add_option("--blocks", a->blocks, "Transformer blocks (a multiple of the schedule's layers)")->check(size);

@@ -120,11 +120,11 @@ ModelConfig preset(const std::string& name) {
     m.ffn = 768;
     m.seq = 128;
     m.microbatch_size = 8;
-    if (name == "small-moe") m.ffn = 384, m.experts = 8, m.top_k = 2, m.dense_blocks = 1;
+    if (name == "small-moe") m.ffn = 384, m.experts = 8, m.top_k = 2;
     return m;
   }
   if (name == "tiny-moe") {
-    m.experts = 4, m.top_k = 2, m.dense_blocks = 1;
+    m.experts = 4, m.top_k = 2;
     return m;
   }
   std::string list;

@@ -73,9 +73,9 @@ struct ModelConfig {
 };
 
 /// The named presets: "tiny" (tests; a step takes milliseconds) and "small" (the default: trains visibly on
-/// a 2-core machine in about a minute), and their Mixture-of-Experts variants "tiny-moe" (tiny with its second
-/// block an MoE block of 4 experts, top-2) and "small-moe" (small with ffn 384 and blocks 1-3 MoE blocks of 8
-/// experts, top-2: an MoE block's token runs 2 × 384 FFN columns, as small's blocks run 768).
+/// a 2-core machine in about a minute), and their Mixture-of-Experts variants, Mixtral-like (every block an MoE
+/// block; --dense-blocks makes the first ones dense): "tiny-moe" (tiny with 4 experts, top-2) and "small-moe"
+/// (small with 8 experts of ffn 384, top-2: a token runs 2 × 384 FFN columns per block, as small's run 768).
 const std::vector<std::string>& preset_names();
 /// The preset called `name`. Throws std::invalid_argument listing the presets.
 ModelConfig preset(const std::string& name);

@@ -91,7 +91,7 @@ TEST_CASE("trainsim replay: save half-way, resume, and the losses continue") {
 TEST_CASE("trainsim replay: bad options and inputs are clear errors") {
   CommandResult r = run_trainsim("replay ddp --model huge", true);
   CHECK(r.exit_code == 2);
-  CHECK(r.out.find("unknown model preset 'huge' (presets: tiny, small)") != std::string::npos);
+  CHECK(r.out.find("unknown model preset 'huge' (presets: tiny, small, tiny-moe, small-moe)") != std::string::npos);
   r = run_trainsim("replay ddp --backend tpu", true);
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("unknown backend 'tpu'") != std::string::npos);

@@ -18,8 +18,12 @@ each parameter's gradient ||g_torch - g_trainsim|| / ||g_torch|| <= 1e-5; the we
 whole model as trainsim's --check compares them, ||w_torch - w_trainsim|| / ||w_torch|| <= 1e-5.
 
 Cases: the tiny model on one rank, and on a 4-rank 3D schedule (TP 2 x PP 2: its checkpoint's TP slices and
-pipeline layers gathered by export). A negative control runs the same comparison with the other rotary
-pairing (adjacent pairs on the exported weights) and requires it to FAIL: the comparison can tell.
+pipeline layers gathered by export); the Mixture-of-Experts model tiny-moe (exported as MixtralForCausalLM:
+top-2 of 4 experts per block, the gates the softmax of the two largest router logits, as Mixtral's renormalised
+top-k) on a 4-rank expert-parallel schedule (gen ep: EP 2, expert-data-parallel groups of 2, real all-to-alls).
+A negative control runs the same comparison with the other rotary pairing (adjacent pairs on the exported
+weights), and one with Mixtral's gates left unnormalised (the softmax over every expert), and requires each to
+FAIL: the comparison can tell.
 
 Usage: reference_test.py TRAINSIM CORPUS WORKDIR. Exit 0: passed; 1: failed; 77: skipped (no torch).
 """
@@ -74,10 +78,11 @@ def read_safetensors(path):
 class Llama:
     """LlamaForCausalLM's forward (Hugging Face's names and conventions), fp32, written for this test."""
 
-    def __init__(self, weights, config, pairing="rotate_half"):
+    def __init__(self, weights, config, pairing="rotate_half", normalize_gates=True):
         self.p = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
         self.c = config
         self.pairing = pairing
+        self.normalize_gates = normalize_gates
 
     def rope(self, x, T):
         hd = x.shape[-1]
@@ -91,6 +96,23 @@ class Llama:
             return x * cos2 + torch.cat((-x2, x1), -1) * sin2
         a, b = x[..., 0::2], x[..., 1::2]  # adjacent pairs (2i, 2i + 1)
         return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
+
+    def moe(self, h, M):
+        """MixtralSparseMoeBlock: softmax over the experts, the top k renormalised; every expert's SwiGLU output
+        weighted by its gate (zero for the experts a token does not reach)."""
+        p, c = self.p, self.c
+        E, k = c["num_local_experts"], c["num_experts_per_tok"]
+        probs = torch.softmax(torch.nn.functional.linear(h, p[M + "gate.weight"]), -1)
+        top, idx = torch.topk(probs, k, -1)
+        if self.normalize_gates:
+            top = top / top.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for e in range(E):
+            X = M + "experts.%d." % e
+            y = torch.nn.functional.linear(torch.nn.functional.silu(torch.nn.functional.linear(h, p[X + "w1.weight"])) *
+                                           torch.nn.functional.linear(h, p[X + "w3.weight"]), p[X + "w2.weight"])
+            out = out + (top * (idx == e)).sum(-1, keepdim=True) * y
+        return out
 
     def rms(self, x, w):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.c["rms_norm_eps"]) * w
@@ -111,6 +133,9 @@ class Llama:
             att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd) + mask, -1) @ v
             x = x + torch.nn.functional.linear(att.transpose(1, 2).reshape(B, T, d), p[L + "self_attn.o_proj.weight"])
             h = self.rms(x, p[L + "post_attention_layernorm.weight"])
+            if L + "block_sparse_moe.gate.weight" in p:
+                x = x + self.moe(h, L + "block_sparse_moe.")
+                continue
             g = torch.nn.functional.linear(h, p[L + "mlp.gate_proj.weight"])
             u = torch.nn.functional.linear(h, p[L + "mlp.up_proj.weight"])
             x = x + torch.nn.functional.linear(torch.nn.functional.silu(g) * u, p[L + "mlp.down_proj.weight"])
@@ -140,15 +165,17 @@ def rel(a, b):
     return (a - b).norm().item() / (n if n > 0 else 1.0)
 
 
-def compare(case, init, after, opt_state, config, replay, corpus, microbatches, pairing="rotate_half", verbose=True):
+def compare(case, init, after, opt_state, config, replay, corpus, microbatches, pairing="rotate_half", verbose=True,
+            normalize_gates=True):
     """One training step in PyTorch against trainsim's; returns the list of failures (empty: it agrees)."""
     mb, T = 2, config["max_position_embeddings"]
     tokens, targets = step_batch(corpus, 0, microbatches, mb, T)
-    model = Llama(init, config, pairing)
+    model = Llama(init, config, pairing, normalize_gates)
     loss = model.loss(tokens, targets)
     loss.backward()
     params = list(model.p.values())
-    norm = torch.nn.utils.clip_grad_norm_(params, 1.0).item()
+    # (clipping as the replay ran it: a schedule whose first update comes before its last grad runs without)
+    norm = torch.nn.utils.clip_grad_norm_(params, 1.0 if replay["grad_clip"] else float("inf")).item()
     failures = []
 
     def check(what, err, tol):
@@ -181,15 +208,15 @@ def compare(case, init, after, opt_state, config, replay, corpus, microbatches, 
     return failures
 
 
-def case(name, trainsim, corpus_path, work, gen_args):
+def case(name, trainsim, corpus_path, work, gen_args, model="tiny"):
     print("%s:" % name)
     d = os.path.join(work, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     sched = os.path.join(d, "s.sched")
     run(trainsim, "gen", *gen_args, "-o", sched)
-    run(trainsim, "export", "--model", "tiny", "--seed", "7", "-o", os.path.join(d, "init"))
-    replay = json.loads(run(trainsim, "replay", sched, "--model", "tiny", "--seed", "7", "--steps", "2", "--stop-after",
+    run(trainsim, "export", "--model", model, "--seed", "7", "-o", os.path.join(d, "init"))
+    replay = json.loads(run(trainsim, "replay", sched, "--model", model, "--seed", "7", "--steps", "2", "--stop-after",
                             "1", "--save", os.path.join(d, "ck"), "--json", "--data", corpus_path))
     assert replay["ok"], replay["error"]
     run(trainsim, "export", "--checkpoint", os.path.join(d, "ck"), "-o", os.path.join(d, "after"), "--optimizer")
@@ -214,11 +241,20 @@ def main():
     failures += f
     f, _ = case("3d-tp2-pp2", trainsim, corpus, work, ["3d", "--tp", "2", "--pp", "2", "--microbatches", "2"])
     failures += f
+    f, moe = case("moe-ep2-dp4", trainsim, corpus, work, ["ep", "--dp", "4", "--ep", "2", "--layers", "2",
+                                                           "--microbatches", "1"], model="tiny-moe")
+    failures += f
     # Negative control: the other rotary pairing on the same weights must not pass.
     print("negative control (adjacent rotary pairs on the exported weights, which are laid out for rotate_half):")
     wrong = compare("negative control", *one_rank, pairing="adjacent")
     if not wrong:
         failures.append("the negative control passed: the comparison cannot tell the rotary pairings apart")
+    else:
+        print("  the comparison fails, as it must: %s" % wrong[0])
+    print("negative control (Mixtral's gates not renormalised over the top k: the softmax over every expert):")
+    wrong = compare("negative control", *moe, normalize_gates=False)
+    if not wrong:
+        failures.append("the MoE negative control passed: the comparison cannot tell the gates' normalisation apart")
     else:
         print("  the comparison fails, as it must: %s" % wrong[0])
     if failures:
