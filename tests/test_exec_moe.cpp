@@ -159,12 +159,12 @@ TEST_CASE("exec MoE: what does not fit the model is refused before any rank star
 TEST_CASE("trainsim replay --model tiny-moe: an expert-parallel schedule, its check and the model's description") {
   const auto dir = fresh_dir("moe-cli");
   const std::string sched = (dir / "ep.sched").string();
-  REQUIRE(run_trainsim("gen ep --dp 2 --ep 2 --layers 2 --dense-layers 1 --microbatches 2 -o " + sched).exit_code == 0);
+  REQUIRE(run_trainsim("gen ep --dp 2 --ep 2 --layers 2 --microbatches 2 -o " + sched).exit_code == 0);
   const CommandResult r =
       run_trainsim("replay " + sched + " --model tiny-moe --steps 2 --check --data " + test_corpus(), true);
   INFO(r.out);
   CHECK(r.exit_code == 0);
-  CHECK(has(r.out, "2 MoE blocks of 4 experts (top-2)"));  // (block 0 runs its experts itself, block 1 over EP)
+  CHECK(has(r.out, "2 MoE blocks of 4 experts (top-2)"));
   CHECK(has(r.out, "check against single-device training"));
   CHECK_FALSE(has(r.out, "no prediction"));  // the hardware model prices the experts too
   const CommandResult ex = run_trainsim("export --model tiny-moe -o " + (dir / "hf").string(), true);
