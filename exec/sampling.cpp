@@ -1,5 +1,7 @@
 #include "exec/sampling.h"
 
+#include "exec/moe.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -33,6 +35,7 @@ Generator::Generator(const ModelConfig& model, std::vector<float> flat)
   x_.resize(d), xn_.resize(d), qkv_.resize(3 * d), q_.resize(d), k_.resize(d), v_.resize(d), att_.resize(d);
   h_.resize(d), gu_.resize(2 * f), act_.resize(f), y_.resize(d), scores_.resize(model_.seq);
   logits_.resize(model_.vocab);
+  router_.resize(model_.experts), idx_.resize(model_.top_k), gates_.resize(model_.top_k);
 }
 
 const std::vector<float>& Generator::feed(int token) {
@@ -79,6 +82,20 @@ const std::vector<float>& Generator::feed(int token) {
     k.gemm(false, true, 1, d, d, 1.0f, att_.data(), d, W + o.wo, d, 0.0f, h_.data(), d);
     k.add(h_.data(), x_.data(), h_.data(), d);
     k.rmsnorm_forward(h_.data(), W + o.ffn_norm, xn_.data(), &rstd_, 1, d, eps);
+    if (o.moe) {  // the token's top-k experts, gated (exec/moe.h: the same router and kernels)
+      const int E = model_.experts, K = model_.top_k;
+      k.gemm(false, true, 1, E, d, 1.0f, xn_.data(), d, W + o.router, d, 0.0f, router_.data(), E);
+      k.moe_topk(router_.data(), idx_.data(), gates_.data(), 1, E, K);
+      std::copy_n(h_.data(), d, x_.data());
+      for (int s = 0; s < K; ++s) {
+        const float* wgu = W + o.experts + static_cast<long>(idx_[s]) * expert_elements(d, f);
+        k.gemm(false, true, 1, 2 * f, d, 1.0f, xn_.data(), d, wgu, d, 0.0f, gu_.data(), 2 * f);
+        k.swiglu_forward(gu_.data(), act_.data(), 1, f);
+        k.gemm(false, true, 1, d, f, 1.0f, act_.data(), f, wgu + 2L * f * d, f, 0.0f, y_.data(), d);
+        for (int i = 0; i < d; ++i) x_[i] += gates_[s] * y_[i];
+      }
+      continue;
+    }
     k.gemm(false, true, 1, 2 * f, d, 1.0f, xn_.data(), d, W + o.wgu, d, 0.0f, gu_.data(), 2 * f);
     k.swiglu_forward(gu_.data(), act_.data(), 1, f);
     k.gemm(false, true, 1, d, f, 1.0f, act_.data(), f, W + o.wdown, f, 0.0f, y_.data(), d);

@@ -46,6 +46,8 @@ class Generator {
   std::vector<float> w_, cos_, sin_;
   std::vector<float> k_cache_, v_cache_;  // [block][head][position][head_dim]
   std::vector<float> x_, xn_, qkv_, q_, k_, v_, att_, h_, gu_, act_, y_, scores_, logits_;
+  std::vector<float> router_, gates_;  // MoE blocks: the router's logits and the chosen experts' gates
+  std::vector<int> idx_;               // and which experts
   float rstd_ = 0;
   int pos_ = 0;
 };

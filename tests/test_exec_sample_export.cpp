@@ -35,6 +35,8 @@ std::vector<float> fresh_model(const exec::ModelConfig& m, std::uint64_t seed) {
 TEST_CASE("sample: the KV cache gives the batched forward's logits, token by token") {
   exec::ModelConfig m = exec::preset("tiny");
   m.blocks = 3;
+  SUBCASE("dense") {}
+  SUBCASE("Mixture of Experts, block 0 dense") { m.experts = 4, m.top_k = 2, m.dense_blocks = 1; }
   const std::vector<float> flat = fresh_model(m, 11);
   std::vector<int> tokens(m.seq);
   for (int t = 0; t < m.seq; ++t) tokens[t] = (t * 37 + 5) % m.vocab;
