@@ -53,6 +53,9 @@ class Llama:
     def __init__(self, directory):
         with open(os.path.join(directory, "config.json")) as f:
             self.c = json.load(f)
+        if self.c.get("model_type") != "llama":
+            sys.exit("%s holds a %s model: this loader reads Llama exports only (a Mixture of Experts export is "
+                     "MixtralForCausalLM: load it with transformers)" % (directory, self.c.get("model_type")))
         self.w = read_safetensors(os.path.join(directory, "model.safetensors"))
 
     def logits(self, tokens):
