@@ -19,6 +19,7 @@ exec::StepOutput sample_step() {
   out.timings = {exec::WorkTiming{3, 10, 20, 4096}, exec::WorkTiming{-1, 25, 30, 0}};
   out.grad_norm_sq = 0.75;
   out.peak_bytes = 99;
+  out.routing = {{1, 0, 0x1234567890abcdefull, {3, 0, 5}}, {2, 7, 42, {}}};
   return out;
 }
 
@@ -42,6 +43,12 @@ TEST_CASE("job wire: steps and states round-trip bit for bit") {
   CHECK(back.timings[1].end_ns == 30);
   CHECK(back.grad_norm_sq == 0.75);
   CHECK(back.peak_bytes == 99);
+  REQUIRE(back.routing.size() == 2);
+  CHECK(back.routing[0].block == 1);
+  CHECK(back.routing[0].hash == 0x1234567890abcdefull);
+  CHECK(back.routing[0].counts == std::vector<int>{3, 0, 5});
+  CHECK(back.routing[1].microbatch == 7);
+  CHECK(back.routing[1].counts.empty());
   CHECK_FALSE(back.state.has_value());
   CHECK(exec::decode_state(exec::encode_state(sample_state())) == sample_state());
   // A step that carries the rank's state (to evaluate the model after it).
@@ -66,11 +73,15 @@ TEST_CASE("job wire: malformed steps and states are refused, not misread") {
   const std::uint64_t twelve = 12, none = 0;
   odd.append(reinterpret_cast<const char*>(&twelve), 8).append(12, '\0').append(reinterpret_cast<const char*>(&none), 8);
   CHECK_THROWS_WITH(exec::decode_step(odd, peak), doctest::Contains("its losses"));
-  // A count of timings far beyond the bytes that follow is refused before any is read.
+  // A count of timings or of routing records far beyond the bytes that follow is refused before any is read
+  // (an empty step ends with the two counts).
   std::string huge = exec::encode_step(exec::StepOutput{}, 1);
   const std::uint64_t many = ~std::uint64_t{0};
-  std::memcpy(huge.data() + huge.size() - 8, &many, 8);
+  std::memcpy(huge.data() + huge.size() - 16, &many, 8);
   CHECK_THROWS_WITH(exec::decode_step(huge, peak), doctest::Contains("truncated"));
+  huge = exec::encode_step(exec::StepOutput{}, 1);
+  std::memcpy(huge.data() + huge.size() - 8, &many, 8);
+  CHECK_THROWS_WITH(exec::decode_step(huge, peak), doctest::Contains("truncated (its routing)"));
 
   const std::string state = exec::encode_state(sample_state());
   CHECK_THROWS_AS(exec::decode_state(state.substr(0, state.size() - 3)), std::runtime_error);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "checkpoint_helpers.h"
 #include "cli_helpers.h"
 #include "exec/hf_export.h"
 #include "exec/whole_model.h"
@@ -131,6 +132,16 @@ TEST_CASE("exec MoE: an expert-parallel checkpoint resumes bit for bit and reads
   CHECK(saved.info.expert_parallel == std::map<int, int>{{1, 2}});
   for (int e = 0; e < 4; ++e) CHECK(saved.weights.count("blocks.1.experts." + std::to_string(e) + ".wgu") == 1);
   CHECK(saved.weights.count("blocks.1.router") == 1);
+  // A manifest whose expert_parallel is not [layer, EP degree] pairs of its layers is refused, naming the field.
+  const nlohmann::json manifest = checkpoint_manifest(dir);
+  for (const char* bad : {R"([[2, 2]])", R"([[1, 0]])", R"([[1, 2], [1, 2]])", R"([["1", 2]])", R"({"1": 2})",
+                          R"([[0, 2], [1, 2], [1, 4]])"}) {
+    CAPTURE(bad);
+    nlohmann::json m = manifest;
+    m["expert_parallel"] = nlohmann::json::parse(bad);
+    write_sealed_manifest(dir, m);
+    CHECK_THROWS_WITH_AS(exec::read_checkpoint_info(dir), doctest::Contains("'expert_parallel'"), exec::CheckpointError);
+  }
   std::filesystem::remove_all(dir);
 }
 
