@@ -21,6 +21,7 @@ class CudaBackend final : public LocalBackend {
   /// The vocabulary-parallel kernels are written (exec/cuda/cuda_kernels.cu); like the rest of the backend they
   /// have been compiled, never run on a GPU (docs/executor.md §7).
   bool supports_tensor_parallel() const override { return true; }
+  bool supports_moe() const override { return true; }  // (exec/moe.h's kernels and the all-to-all: never run on a GPU)
   std::unique_ptr<Device> make_device(int, std::chrono::steady_clock::time_point epoch) override {
     return std::make_unique<CudaDevice>(device_, epoch);
   }

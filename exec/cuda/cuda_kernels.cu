@@ -383,6 +383,85 @@ struct Inputs {
   const void* p[kMaxInputs];
 };
 
+// ---- Mixture of Experts ----
+
+__global__ void moe_topk_k(const float* logits, int* idx, float* gates, long n, int E, int k) {
+  GRID_STRIDE(t, n) {
+    const float* z = logits + t * E;
+    int* id = idx + t * k;
+    for (int s = 0; s < k; ++s) {  // the s-th largest: the lower expert first among equal logits
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int q = 0; q < s; ++q) taken = taken || id[q] == e;
+        if (!taken && (best < 0 || z[e] > z[best])) best = e;
+      }
+      id[s] = best;
+    }
+    const float top = z[id[0]];
+    float sum = 0;
+    for (int s = 0; s < k; ++s) {
+      gates[t * k + s] = expf(z[id[s]] - top);
+      sum += gates[t * k + s];
+    }
+    for (int s = 0; s < k; ++s) gates[t * k + s] /= sum;
+  }
+}
+
+__global__ void moe_topk_backward_k(const int* idx, const float* gates, const float* dgates, float* dlogits, long n,
+                                    int E, int k) {
+  GRID_STRIDE(t, n) {
+    const float* g = gates + t * k;
+    const float* dg = dgates + t * k;
+    float dot = 0;
+    for (int s = 0; s < k; ++s) dot += g[s] * dg[s];
+    for (int e = 0; e < E; ++e) dlogits[t * E + e] = 0;
+    for (int s = 0; s < k; ++s) dlogits[t * E + idx[t * k + s]] = g[s] * (dg[s] - dot);
+  }
+}
+
+__global__ void gather_rows_k(const float* x, const int* rows, float* out, long count, int d) {
+  GRID_STRIDE(e, count * d) out[e] = x[static_cast<long>(rows[e / d]) * d + e % d];
+}
+
+__global__ void moe_combine_k(const float* h, const float* y, const int* pair_row, const float* gates, float* out,
+                              long n, int k, int d) {
+  GRID_STRIDE(e, n * d) {
+    const long t = e / d, c = e % d;
+    float o = h[e];
+    for (int s = 0; s < k; ++s) o += gates[t * k + s] * y[static_cast<long>(pair_row[t * k + s]) * d + c];
+    out[e] = o;
+  }
+}
+
+__global__ void moe_scale_pairs_k(const float* dout, const int* pair_row, const float* gates, float* dy, long n, int k,
+                                  int d) {
+  GRID_STRIDE(e, n * k * d) {
+    const long ts = e / d, c = e % d, t = ts / k;
+    dy[static_cast<long>(pair_row[ts]) * d + c] = gates[ts] * dout[t * d + c];
+  }
+}
+
+__global__ void moe_gate_grads_k(const float* dout, const float* y, const int* pair_row, float* dgates, long n, int k,
+                                 int d) {
+  GRID_STRIDE(ts, n * k) {
+    const float* go = dout + (ts / k) * d;
+    const float* row = y + static_cast<long>(pair_row[ts]) * d;
+    float dot = 0;
+    for (int c = 0; c < d; ++c) dot += go[c] * row[c];
+    dgates[ts] = dot;
+  }
+}
+
+__global__ void moe_sum_pairs_k(const float* dpairs, const int* pair_row, float* dx, long n, int k, int d) {
+  GRID_STRIDE(e, n * d) {
+    const long t = e / d, c = e % d;
+    float o = 0;
+    for (int s = 0; s < k; ++s) o += dpairs[static_cast<long>(pair_row[t * k + s]) * d + c];
+    dx[e] = o;
+  }
+}
+
 template <typename T>
 __global__ void sum_inputs_k(Inputs in, int k, std::size_t offset, std::size_t count, T* out, bool accumulate) {
   GRID_STRIDE(e, static_cast<long>(count)) {
@@ -622,6 +701,59 @@ void CudaKernels::vocab_parallel_ce_finish(const float* logits, const int* targe
   segment_sums_k<<<static_cast<unsigned>((segments + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(
       row_loss.as<double>(), loss_sums, n, rows_per_segment);
   TS_LAUNCHED();
+}
+
+void CudaKernels::moe_topk(const float* logits, int* idx, float* gates, long n, int E, int k) {
+  if (n == 0) return;
+  moe_topk_k<<<grid_for(n), kThreads, 0, stream_>>>(logits, idx, gates, n, E, k);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::moe_topk_backward(const int* idx, const float* gates, const float* dgates, float* dlogits, long n,
+                                    int E, int k) {
+  if (n == 0) return;
+  moe_topk_backward_k<<<grid_for(n), kThreads, 0, stream_>>>(idx, gates, dgates, dlogits, n, E, k);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::gather_rows(const float* x, const int* rows, float* out, long count, int d) {
+  if (count == 0 || d == 0) return;
+  gather_rows_k<<<grid_for(count * d), kThreads, 0, stream_>>>(x, rows, out, count, d);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::moe_combine(const float* h, const float* y, const int* pair_row, const float* gates, float* out, long n,
+                              int k, int d) {
+  if (n == 0) return;
+  moe_combine_k<<<grid_for(n * d), kThreads, 0, stream_>>>(h, y, pair_row, gates, out, n, k, d);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::moe_combine_backward(const float* dout, const float* y, const int* pair_row, const float* gates,
+                                       float* dy, float* dgates, long n, int k, int d) {
+  if (n == 0) return;
+  moe_scale_pairs_k<<<grid_for(n * k * d), kThreads, 0, stream_>>>(dout, pair_row, gates, dy, n, k, d);
+  TS_LAUNCHED();
+  moe_gate_grads_k<<<grid_for(n * k), kThreads, 0, stream_>>>(dout, y, pair_row, dgates, n, k, d);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::moe_sum_pairs(const float* dpairs, const int* pair_row, float* dx, long n, int k, int d) {
+  if (n == 0) return;
+  moe_sum_pairs_k<<<grid_for(n * d), kThreads, 0, stream_>>>(dpairs, pair_row, dx, n, k, d);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::to_host(void* dst, const void* src, std::size_t bytes) {
+  if (!bytes) return;
+  TS_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  TS_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaKernels::to_device(void* dst, const void* src, std::size_t bytes) {
+  if (!bytes) return;
+  TS_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  TS_CUDA(cudaStreamSynchronize(stream_));  // (`src` is the caller's host buffer)
 }
 
 void sum_inputs(const void* const* inputs, int k, std::size_t offset, std::size_t count, void* out, bool is_double,

@@ -71,6 +71,20 @@ class CudaKernels final : public Kernels<float> {
   void vocab_parallel_ce_finish(const float* logits, const int* targets, const float* maxes, int k, const double* stats,
                                 float* dlogits, double* loss_sums, long n, int V, int lo, long rows_per_segment,
                                 float scale) override;
+  // Mixture of Experts (exec/moe.h): one thread per token (top-k, its gradient, the gates' dot products) or per
+  // element, each sum in slot order or element order as the CPU's, so the same bits as exec/cpu's.
+  void moe_topk(const float* logits, int* idx, float* gates, long n, int E, int k) override;
+  void moe_topk_backward(const int* idx, const float* gates, const float* dgates, float* dlogits, long n, int E,
+                         int k) override;
+  void gather_rows(const float* x, const int* rows, float* out, long count, int d) override;
+  void moe_combine(const float* h, const float* y, const int* pair_row, const float* gates, float* out, long n, int k,
+                   int d) override;
+  void moe_combine_backward(const float* dout, const float* y, const int* pair_row, const float* gates, float* dy,
+                            float* dgates, long n, int k, int d) override;
+  void moe_sum_pairs(const float* dpairs, const int* pair_row, float* dx, long n, int k, int d) override;
+  /// Synchronous on the object's stream (the host buffer is the caller's once it returns).
+  void to_host(void* dst, const void* src, std::size_t bytes) override;
+  void to_device(void* dst, const void* src, std::size_t bytes) override;
 
  private:
   cudaStream_t stream_;

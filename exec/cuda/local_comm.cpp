@@ -50,11 +50,15 @@ class LocalCommunicator final : public Communicator {
   void barrier(StreamContext& s, int group) override;
   void broadcast(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) override;
   void reduce(StreamContext& s, const float* in, float* out, std::size_t count, int root, int group) override;
+  void all_to_all(StreamContext& s, const float* in, const std::vector<std::size_t>& send_counts, float* out,
+                  const std::vector<std::size_t>& recv_counts, int group) override;
 
  private:
-  enum class Kind { AllGather, ReduceScatter, AllReduceF, AllReduceD, Barrier, Broadcast, Reduce };
-  // `root`: a broadcast's or reduce's root, a global rank (-1 for the others).
-  void collective(StreamContext& s, Kind kind, const void* in, void* out, std::size_t count, int group, int root = -1);
+  enum class Kind { AllGather, ReduceScatter, AllReduceF, AllReduceD, Barrier, Broadcast, Reduce, AllToAll };
+  // `root`: a broadcast's or reduce's root, a global rank (-1 for the others). All-to-all: each member's send
+  // counts (`send`, published with its input) and this member's receive counts (`recv`).
+  void collective(StreamContext& s, Kind kind, const void* in, void* out, std::size_t count, int group, int root = -1,
+                  const std::vector<std::size_t>* send = nullptr, const std::vector<std::size_t>* recv = nullptr);
   template <typename Pred, typename Describe>
   void wait(std::unique_lock<std::mutex>& lock, Pred done, Describe describe);
 
@@ -109,6 +113,7 @@ class LocalHub final : public CommHub {
     int root = -1;
     std::size_t count = 0;
     std::vector<const void*> inputs;
+    std::vector<const std::vector<std::size_t>*> sends;  // all-to-all: each member's send counts
     std::vector<cudaEvent_t> ready, read;
     std::vector<bool> present;
     int arrived = 0, finished = 0, departed = 0;
@@ -205,9 +210,21 @@ void LocalCommunicator::reduce(StreamContext& s, const float* in, float* out, st
   collective(s, Kind::Reduce, in, out, count, group, root);
 }
 
+void LocalCommunicator::all_to_all(StreamContext& s, const float* in, const std::vector<std::size_t>& send_counts,
+                                   float* out, const std::vector<std::size_t>& recv_counts, int group) {
+  member_index(hub_.groups_, group, rank_, "all-to-all");
+  const std::size_t k = hub_.groups_[group].size();
+  if (send_counts.size() != k || recv_counts.size() != k)
+    throw CommError(fmt::format("rank {}: all-to-all over group {} of {} members with {} send and {} receive counts",
+                                rank_, group, k, send_counts.size(), recv_counts.size()));
+  collective(s, Kind::AllToAll, in, out, 0, group, -1, &send_counts, &recv_counts);
+}
+
 void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, void* out, std::size_t count, int group,
-                                   int root) {
-  static const char* names[] = {"all-gather", "reduce-scatter", "all-reduce", "all-reduce", "barrier", "broadcast", "reduce"};
+                                   int root, const std::vector<std::size_t>* send,
+                                   const std::vector<std::size_t>* recv) {
+  static const char* names[] = {"all-gather", "reduce-scatter", "all-reduce", "all-reduce", "barrier", "broadcast", "reduce",
+                                "all-to-all"};
   const char* what = names[static_cast<int>(kind)];
   const int me = member_index(hub_.groups_, group, rank_, what);
   const std::vector<int>& members = hub_.groups_[group];
@@ -239,7 +256,7 @@ void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, 
     if (!slot) {
       slot = std::make_shared<LocalHub::Call>();
       slot->kind = static_cast<int>(kind), slot->count = count, slot->root = root;
-      slot->inputs.assign(n, nullptr), slot->present.assign(n, false);
+      slot->inputs.assign(n, nullptr), slot->present.assign(n, false), slot->sends.assign(n, nullptr);
       slot->ready.assign(n, nullptr), slot->read.assign(n, nullptr);
     }
     call = slot;
@@ -247,7 +264,7 @@ void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, 
       throw CommError(fmt::format("rank {}: call {} over group {} is a {} of {} (root {}) here but a {} of {} (root {}) "
                                   "on another member",
                                   rank_, key.second, group, what, count, root, names[call->kind], call->count, call->root));
-    call->inputs[me] = in, call->ready[me] = ready, call->present[me] = true;
+    call->inputs[me] = in, call->ready[me] = ready, call->present[me] = true, call->sends[me] = send;
     ++call->arrived;
     hub_.cv_.notify_all();
     wait(lock, [&] { return call->arrived == n; },
@@ -255,6 +272,7 @@ void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, 
   }
   // 2. compute this member's result from every member's input, on this stream.
   void* tmp = nullptr;
+  std::string failure;  // an all-to-all whose members disagree on a block's size
   if (st) {
     for (int j = 0; j < n; ++j)
       if (j != me) TS_CUDA(cudaStreamWaitEvent(st, call->ready[j], 0));
@@ -288,6 +306,25 @@ void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, 
           sum_inputs(call->inputs.data(), n, 0, count, tmp, false, st);
         }
         break;
+      case Kind::AllToAll: {  // member j's block for this member, after j's blocks for the members before it
+        std::size_t at = 0;
+        for (int j = 0; j < n; ++j) {
+          const std::vector<std::size_t>& theirs = *call->sends[j];
+          if (theirs.size() != static_cast<std::size_t>(n) || theirs[me] != (*recv)[j]) {  // (thrown once all departed)
+            failure = fmt::format("rank {}: all-to-all over group {} expects {} floats from member {}, which sends {}",
+                                  rank_, group, (*recv)[j], j,
+                                  theirs.size() == static_cast<std::size_t>(n) ? theirs[me] : std::size_t{0});
+            break;
+          }
+          std::size_t offset = 0;
+          for (int q = 0; q < me; ++q) offset += theirs[q];
+          if ((*recv)[j])
+            TS_CUDA(cudaMemcpyAsync(static_cast<float*>(out) + at, static_cast<const float*>(call->inputs[j]) + offset,
+                                    (*recv)[j] * fsz, cudaMemcpyDeviceToDevice, st));
+          at += (*recv)[j];
+        }
+        break;
+      }
       case Kind::Barrier:
         break;
     }
@@ -318,6 +355,7 @@ void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, 
       if (ev) cudaEventDestroy(ev);
     hub_.calls_.erase(key);
   }
+  if (!failure.empty()) throw CommError(failure);
 }
 
 }  // namespace

@@ -103,6 +103,26 @@ class NcclCommunicator final : public Communicator {
     TS_NCCL(ncclReduce(in, out, count, ncclFloat32, ncclSum, root_index(group, root, "reduce"), c, st));
     finish(st, group, fmt::format("reduce to rank {} over group {}", root, group));
   }
+  // NCCL has no all-to-all primitive: grouped send/recv to and from every member, as PyTorch's all_to_all_single
+  // does (member j of the group is NCCL rank j of its communicator, ncclCommSplit's key).
+  void all_to_all(StreamContext& s, const float* in, const std::vector<std::size_t>& send_counts, float* out,
+                  const std::vector<std::size_t>& recv_counts, int group) override {
+    cudaStream_t st = stream_of(s);
+    ncclComm_t c = comm(group, "all-to-all");
+    const std::size_t k = groups_.at(group).size();
+    if (send_counts.size() != k || recv_counts.size() != k)
+      throw CommError(fmt::format("rank {}: all-to-all over group {} of {} members with {} send and {} receive counts",
+                                  rank_, group, k, send_counts.size(), recv_counts.size()));
+    std::size_t sent = 0, received = 0;
+    TS_NCCL(ncclGroupStart());
+    for (std::size_t j = 0; j < k; ++j) {
+      if (send_counts[j]) TS_NCCL(ncclSend(in + sent, send_counts[j], ncclFloat32, static_cast<int>(j), c, st));
+      if (recv_counts[j]) TS_NCCL(ncclRecv(out + received, recv_counts[j], ncclFloat32, static_cast<int>(j), c, st));
+      sent += send_counts[j], received += recv_counts[j];
+    }
+    TS_NCCL(ncclGroupEnd());
+    finish(st, group, fmt::format("all-to-all over group {}", group));
+  }
   void barrier(StreamContext& s, int group) override {
     cudaStream_t st = stream_of(s);
     TS_NCCL(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm(group, "barrier"), st));

@@ -299,3 +299,65 @@ TEST_CASE("cuda kernels: the vocabulary-parallel embedding and cross-entropy (te
     close(got, expected, 1e-6, "vocabulary-parallel gradient against the whole vocabulary's");
   }
 }
+
+TEST_CASE("cuda kernels: Mixture of Experts (router top-k and its gradient, gather, combine and its gradient)") {
+  // Same rules: the selections exactly, the gates (expf) at 1e-6, sums in the CPU's order at 1e-6.
+  Gpu g;
+  cuda::CudaKernels k(g.s);
+  CpuKernels<float> c;
+  const long n = 29;
+  const int E = 6, K = 2, d = 20;
+  auto logits = rnd(n * E, 200, -3, 3);
+  logits[3 * E + 1] = logits[3 * E + 4] = 9.0f;  // a tie: the lower expert first
+  std::vector<int> idx(n * K), didx_h(n * K);
+  std::vector<float> gates(n * K);
+  int* didx = g.up(didx_h);
+  float* dgates_out = g.up(gates);
+  k.moe_topk(g.up(logits), didx, dgates_out, n, E, K);
+  c.moe_topk(logits.data(), idx.data(), gates.data(), n, E, K);
+  CHECK(g.down(didx, idx.size()) == idx);
+  close(g.down(dgates_out, gates.size()), gates, 1e-6, "moe_topk gates");
+  auto dg = rnd(n * K, 201);
+  std::vector<float> dl(n * E, 5.0f);
+  float* ddl = g.up(dl);
+  k.moe_topk_backward(g.up(idx), g.up(gates), g.up(dg), ddl, n, E, K);
+  c.moe_topk_backward(idx.data(), gates.data(), dg.data(), dl.data(), n, E, K);
+  close(g.down(ddl, dl.size()), dl, 1e-6, "moe_topk_backward");
+  // The packed order: by expert, then token (exec/moe.cpp moe_route).
+  std::vector<int> pair_row(n * K), pair_token(n * K);
+  {
+    std::vector<long> next(E, 0), count(E, 0);
+    for (int e : idx) ++count[e];
+    for (int e = 1; e < E; ++e) next[e] = next[e - 1] + count[e - 1];
+    for (long t = 0; t < n; ++t)
+      for (int s = 0; s < K; ++s) pair_row[t * K + s] = static_cast<int>(next[idx[t * K + s]]++), pair_token[pair_row[t * K + s]] = static_cast<int>(t);
+  }
+  const int* dpr = g.up(pair_row);
+  auto x = rnd(n * d, 202);
+  std::vector<float> packed(n * K * d);
+  float* dpacked = g.up(packed);
+  k.gather_rows(g.up(x), g.up(pair_token), dpacked, n * K, d);
+  c.gather_rows(x.data(), pair_token.data(), packed.data(), n * K, d);
+  close(g.down(dpacked, packed.size()), packed, 0, "gather_rows");
+  auto h = rnd(n * d, 203), y = rnd(n * K * d, 204);
+  std::vector<float> out(n * d);
+  float* dout = g.up(out);
+  const float* dy = g.up(y);
+  const float* dgt = g.up(gates);
+  k.moe_combine(g.up(h), dy, dpr, dgt, dout, n, K, d);
+  c.moe_combine(h.data(), y.data(), pair_row.data(), gates.data(), out.data(), n, K, d);
+  close(g.down(dout, out.size()), out, 1e-6, "moe_combine");
+  auto go = rnd(n * d, 205);
+  std::vector<float> dyp(n * K * d), dgs(n * K);
+  float* ddyp = g.up(dyp);
+  float* ddgs = g.up(dgs);
+  k.moe_combine_backward(g.up(go), dy, dpr, dgt, ddyp, ddgs, n, K, d);
+  c.moe_combine_backward(go.data(), y.data(), pair_row.data(), gates.data(), dyp.data(), dgs.data(), n, K, d);
+  close(g.down(ddyp, dyp.size()), dyp, 1e-6, "moe_combine_backward dy");
+  close(g.down(ddgs, dgs.size()), dgs, 1e-6, "moe_combine_backward dgates");
+  std::vector<float> dx(n * d);
+  float* ddx = g.up(dx);
+  k.moe_sum_pairs(dy, dpr, ddx, n, K, d);
+  c.moe_sum_pairs(y.data(), pair_row.data(), dx.data(), n, K, d);
+  close(g.down(ddx, dx.size()), dx, 1e-6, "moe_sum_pairs");
+}

@@ -67,6 +67,27 @@ TEST_CASE("cuda replay: tensor-parallel schedules (with and without sequence par
   on_cuda(gen_tp("3d", 2, 2, 2, 3, true), "gen 3d --tp 2 --pp 2 --dp 2 --sp --zero 3", 4);
 }
 
+TEST_CASE("cuda replay: Mixture-of-Experts schedules (expert parallelism, all-to-alls) equal one device") {
+  for (int ep : {2, 4}) {
+    GenOptions g;
+    g.dp = 4, g.ep = ep, g.layers = 2, g.microbatches = 2;
+    const Schedule s = generate("ep", g);
+    exec::ReplayOptions o;
+    o.backend = "cuda";
+    o.model = exec::preset("tiny-moe");
+    o.steps = 3;
+    o.data_files = {std::string(TRAINSIM_SOURCE_DIR) + "/tests/data/corpus.txt"};
+    o.timeout_seconds = 60;
+    o.check = true;
+    const exec::ReplayResult r = exec::replay(s, o);
+    CAPTURE(ep);
+    INFO(r.error);
+    CHECK(r.ok);
+    CHECK(r.max_rel_diff_loss <= 1e-5);
+    if (!r.routing_diverged_step) CHECK(r.max_rel_diff_weights <= 1e-5);
+  }
+}
+
 TEST_CASE("cuda replay: the measured timeline and memory come from the GPU") {
   exec::ReplayResult r = on_cuda(gen("gpipe", 2, 4), "gpipe p=2");
   CHECK(r.peak_bytes.size() == 2);
