@@ -58,8 +58,17 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
   // With SP: the layers whose input the rank all-gathers again for the backward (gen 3d's schedules) rather than
   // keeping the gathered whole (tp_comm_seconds: only a re-gather runs under the backward's GEMMs).
   std::map<std::pair<int, IdSet>, int> input_gathers;
+  // Mixture of Experts without expert parallelism (EP 1): in a schedule with no expert slice on this rank, an MoE
+  // layer's forward runs every expert itself (TensorSizes::set_experts_inside). With expert slices elsewhere, an
+  // MoE layer run so is refused (check_experts): a layer split by mistake (--dense-layers) more likely than meant.
+  const bool expert_parallel = setting_.model.moe() && std::any_of(ops.begin(), ops.end(), [](const Op& op) {
+    return op.kind == OpKind::AllToAll || expert_weight(op) != nullptr;
+  });
   for (const Op& op : ops) {
-    check_experts(op);
+    check_experts(op, expert_parallel);
+    if (!expert_parallel && op.kind == OpKind::Forward && setting_.model.moe() && op.layer >= 0 && op.layer < layers &&
+        sizes_.layer_moe_blocks(op.layer) > 0)
+      sizes_.set_experts_inside(op.layer);
     if (is_compute(op.kind) && op.kind != OpKind::Update) {
       int degree = 1;
       const Tensor* sliced = nullptr;
@@ -114,7 +123,7 @@ double HardwareCostModel::load_of(const Tensor* t) const {
   return t && t->expert() ? expert_load_factor(t->ep_index, t->ep_size) : 1.0;
 }
 
-void HardwareCostModel::check_experts(const Op& op) const {
+void HardwareCostModel::check_experts(const Op& op, bool expert_parallel) const {
   const ModelSpec& m = setting_.model;
   const int L = static_cast<int>(sizes_.layers().size());
   auto routed = [](const Tensor& t) { return t.expert() || t.route != Route::None; };
@@ -148,12 +157,13 @@ void HardwareCostModel::check_experts(const Op& op) const {
         "{}: it runs experts of layer {}, but the layer's {} of the model '{}' are dense (model.dense_blocks={}); "
         "--dense-layers of gen ep and gen 3d --ep makes the first layers dense",
         op.label(), op.layer, c.num_blocks == 0 ? std::string("no blocks") : blocks(), m.preset, m.dense_blocks));
-  if (op.kind == OpKind::Forward && moe > 0 && !expert_weight(op) &&
+  if (expert_parallel && op.kind == OpKind::Forward && moe > 0 && !expert_weight(op) &&
       std::none_of(op.writes.begin(), op.writes.end(), [](const Tensor& t) { return t.route == Route::Routed; }))
     throw std::invalid_argument(fmt::format(
         "{}: layer {} holds {} with experts (the model '{}' has MoE blocks from block {}), but the schedule runs its "
-        "forward without them: its output is not routed to the experts; generate the schedule with gen ep or gen 3d "
-        "--ep, whose --dense-layers follows the model's dense_blocks",
+        "forward without them while its other MoE layers are expert-parallel: its output is not routed to the "
+        "experts; generate the schedule with gen ep or gen 3d --ep, whose --dense-layers follows the model's "
+        "dense_blocks (a schedule with no expert slice runs every expert on its ranks: EP 1)",
         op.label(), op.layer, moe == c.num_blocks ? blocks() : fmt::format("{} of its {}", moe, blocks()), m.preset,
         m.dense_blocks));
   for (const auto* list : {&op.reads, &op.writes})
@@ -186,8 +196,11 @@ Work HardwareCostModel::op_work(const Op& op) const {
       if (const Tensor* x = op.kind == OpKind::Loss ? nullptr : expert_weight(op))
         return expert_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()),
                            ExpertSplit{x->ep_size, load_of(x)});
-      return compute_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()), 0,
-                          tp_split(op));
+      Work w = compute_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()), 0,
+                            tp_split(op));
+      if (op.kind != OpKind::Loss && sizes_.experts_inside(layer))  // EP 1: every expert's share of the tokens here
+        w += expert_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()), ExpertSplit{1, 1});
+      return w;
     }
     case OpKind::Update: {
       // The shards it updates: those of the optimizer state it reads (of its TP slice: 1/t of the layer's; of its

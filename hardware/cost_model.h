@@ -136,8 +136,9 @@ class HardwareCostModel final : public CostModel {
   double load_of(const Tensor* t) const;
   // Throws std::invalid_argument for an op that does not fit the model's experts (prepare_rank): experts in a
   // schedule of a dense model, an EP degree that does not divide the experts, experts on a dense layer, an MoE
-  // layer's forward without them, TP with experts.
-  void check_experts(const Op& op) const;
+  // layer's forward without them on a rank whose other MoE layers are expert-parallel (`expert_parallel`; without
+  // any expert slice the layers run their experts themselves: EP 1), TP with experts.
+  void check_experts(const Op& op, bool expert_parallel) const;
   // Where the members of the op's group sit, `group_size` of them (a group the model does not know: one node).
   GroupShape group_shape(const Op& op, int group_size) const;
   // The TP group of a rank as the formulas see it (its header group's shape, or `degree` ranks on one node).

@@ -56,9 +56,23 @@ double TensorSizes::layer_parameters(int l) const {
   const ModelSpec& m = s_.model;
   const double copy = c.head && tied_copy_ ? static_cast<double>(m.vocab) * m.hidden : 0;
   const int moe = layer_moe_blocks(l);
-  const double blocks = moe == 0 ? c.num_blocks * m.block_parameters()
-                                 : (c.num_blocks - moe) * m.block_parameters() + moe * m.dense_part_parameters(m.blocks - 1);
+  const double blocks = (moe == 0 ? c.num_blocks * m.block_parameters()
+                                  : (c.num_blocks - moe) * m.block_parameters() + moe * m.dense_part_parameters(m.blocks - 1)) +
+                        (experts_inside(l) ? layer_expert_parameters(l) : 0);
   return blocks + (c.embedding ? m.embedding_parameters() : 0) + (c.head ? m.head_parameters() : 0) + copy;
+}
+
+void TensorSizes::set_experts_inside(int l) {
+  if (l < 0 || l >= static_cast<int>(layers_.size()) || layer_moe_blocks(l) == 0) return;
+  if (inside_.empty()) inside_.assign(layers_.size(), 0);
+  inside_[l] = 1;
+}
+
+// Bytes the routed pairs of `tokens` tokens keep per MoE block with EP 1: each pair's gathered input (none under
+// full recomputation) and its expert's saved activations (expert_activation_bytes).
+static double inside_pair_bytes(const ModelSpec& m, double tokens, Recompute r) {
+  const double pairs = routed_pairs(m, tokens, ExpertSplit{1, 1});
+  return pairs * ((r == Recompute::Full ? 0 : m.hidden * m.activation_bytes) + expert_activation_bytes(m, r));
 }
 
 int TensorSizes::layer_moe_blocks(int l) const {
@@ -137,6 +151,7 @@ double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here, TpSp
   if (moe > 0)
     bytes += moe * activation_bytes_per_block(s_.model, s, b, s_.recompute, tp.degree, tp.sequence_parallel,
                                               s_.attention, BlockPart::MoeShared);
+  if (moe > 0 && experts_inside(t.layer)) bytes += moe * inside_pair_bytes(s_.model, s * b, s_.recompute);
   if (c.head)
     bytes += 2.0 * s * b * s_.model.hidden * s_.model.activation_bytes / (tp.sequence_parallel ? tp.degree : 1);
   if (c.embedding) bytes += wire_bytes(t);  // the token ids; the embedding's output is block 0's input
@@ -166,7 +181,8 @@ double TensorSizes::workspace_bytes(const Op& op, TpSplit tp, double load) const
     return activation_bytes_per_block(s_.model, s, b, Recompute::None, t, tp.sequence_parallel, s_.attention,
                                       BlockPart::MoeShared) -
            activation_bytes_per_block(s_.model, s, b, Recompute::Full, t, tp.sequence_parallel, s_.attention,
-                                      BlockPart::MoeShared);
+                                      BlockPart::MoeShared) +
+           (experts_inside(op.layer) ? inside_pair_bytes(s_.model, s * b, Recompute::None) : 0);
   return activation_bytes_per_block(s_.model, s, b, Recompute::None, t, tp.sequence_parallel, s_.attention) -
          activation_bytes_per_block(s_.model, s, b, Recompute::Full, t, tp.sequence_parallel, s_.attention);
 }

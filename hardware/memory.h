@@ -61,6 +61,12 @@ class TensorSizes {
   double layer_parameters(int l) const;
   /// Parameters of the routed experts of layer l's MoE blocks (what its expert slices split); 0 without.
   double layer_expert_parameters(int l) const;
+  /// Mixture of Experts without expert parallelism (EP 1): layer l's ops run its MoE blocks' experts themselves,
+  /// which the schedule puts in no expert slice (HardwareCostModel::prepare_rank sets it from the ops). Its
+  /// weights, grads and optimizer state then hold every expert (layer_parameters), and its input's saved
+  /// activations the routed pairs' (resident_bytes).
+  void set_experts_inside(int l);
+  bool experts_inside(int l) const { return l >= 0 && l < static_cast<int>(inside_.size()) && inside_[l] != 0; }
   /// MoE blocks of layer l.
   int layer_moe_blocks(int l) const;
   /// True when the last layer holds a copy of the tied embedding matrix (the constructor's `tied_copy`).
@@ -115,6 +121,7 @@ class TensorSizes {
   HardwareSetting s_;
   std::vector<LayerContent> layers_;
   bool tied_copy_ = false;
+  std::vector<char> inside_;  // by layer: experts inside (set_experts_inside)
 };
 
 }  // namespace trainsim::hw

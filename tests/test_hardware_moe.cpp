@@ -307,7 +307,43 @@ TEST_CASE("the command line: gen ep on an MoE model, its dense layers from the m
   REQUIRE(r.exit_code == 0);
   CHECK_FALSE(has(r.out, "all-to-all L2 "));
   CHECK(has(r.out, "all-to-all L3 "));
-  r = testing::run_trainsim("gen ddp --dp 2 --microbatches 1 --model mixtral-8x7b --set model.blocks=2 --sim", true);
-  CHECK(r.exit_code == 1);
-  CHECK(has(r.out, "runs its forward without them"));
+  // A schedule without expert slices runs every expert on its ranks (EP 1): priced, not refused.
+  r = testing::run_trainsim("gen ddp --dp 2 --microbatches 1 --model mixtral-8x7b --set model.blocks=2 --seq 512 --sim",
+                            true);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "step time"));
+}
+
+TEST_CASE("EP 1: a schedule without expert slices runs every expert itself, as gen ep --ep 1 does, and pays for them") {
+  // gen ddp of an MoE model (every expert on every rank) against gen ep --ep 1 (the same placement written with
+  // expert slices of all the experts and all-to-alls over groups of one): the same FLOPs, 6·N_active + attention
+  // per token; the same weights, grads and optimizer state per layer.
+  HardwareSetting hs = small_mixtral();
+  const int dp = 2, m = 2;
+  GenOptions o;
+  o.dp = dp, o.layers = hs.model.blocks, o.microbatches = m;
+  Schedule ddp = generate("ddp", o);
+  ddp.header.cost_model = "hardware", ddp.header.hardware = hs;
+  const Schedule ep = ep_step(hs, dp, 1, m);
+  const std::unique_ptr<CostModel> cd = make_schedule_cost_model(ddp), ce = make_schedule_cost_model(ep);
+  double fd = 0, fe = 0;
+  for (const auto& ops : ddp.ranks)
+    for (const Op& op : ops) fd += hw_cost(cd).op_work(op).flops();
+  for (const auto& ops : ep.ranks)
+    for (const Op& op : ops) fe += hw_cost(ce).op_work(op).flops();
+  const double tokens = dp * m * hs.tokens_per_microbatch();
+  CHECK(fd == doctest::Approx(tokens * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+  CHECK(fd == doctest::Approx(fe).epsilon(1e-12));
+  // Layer 1 (an MoE block): its weight holds the dense part and every expert, as W1 and W1<e0/1> of gen ep do.
+  for (const char* t : {"W1", "O1", "dW1{0}"}) {
+    CAPTURE(t);
+    const Tensor whole = parse_tensor(t);
+    const Tensor slice = expert_slice(whole, 0, 1);
+    CHECK(hw_cost(cd).memory(whole, 0) ==
+          doctest::Approx(hw_cost(ce).memory(whole, 0) + hw_cost(ce).memory(slice, 0)).epsilon(1e-12));
+    CHECK(hw_cost(cd).memory(whole, 0) > 2 * hw_cost(ce).memory(whole, 0));  // (the experts are most of it)
+  }
+  HardwareRun run = simulate_hardware(ddp);
+  INFO(run.result.error);
+  CHECK(run.result.ok);
 }
