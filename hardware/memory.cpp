@@ -68,11 +68,12 @@ void TensorSizes::set_experts_inside(int l) {
   inside_[l] = 1;
 }
 
-// Bytes the routed pairs of `tokens` tokens keep per MoE block with EP 1: each pair's gathered input (none under
-// full recomputation) and its expert's saved activations (expert_activation_bytes).
+// Bytes the routed pairs of `tokens` tokens keep per MoE block with EP 1: each pair's gathered input and its
+// expert's output (which the gates' grad reads, as Megatron-Core's unpermute keeps it), none under full
+// recomputation, and its expert's saved activations (expert_activation_bytes).
 static double inside_pair_bytes(const ModelSpec& m, double tokens, Recompute r) {
   const double pairs = routed_pairs(m, tokens, ExpertSplit{1, 1});
-  return pairs * ((r == Recompute::Full ? 0 : m.hidden * m.activation_bytes) + expert_activation_bytes(m, r));
+  return pairs * ((r == Recompute::Full ? 0 : 2.0 * m.hidden * m.activation_bytes) + expert_activation_bytes(m, r));
 }
 
 int TensorSizes::layer_moe_blocks(int l) const {

@@ -64,7 +64,7 @@ class TensorSizes {
   /// Mixture of Experts without expert parallelism (EP 1): layer l's ops run its MoE blocks' experts themselves,
   /// which the schedule puts in no expert slice (HardwareCostModel::prepare_rank sets it from the ops). Its
   /// weights, grads and optimizer state then hold every expert (layer_parameters), and its input's saved
-  /// activations the routed pairs' (resident_bytes).
+  /// activations the routed pairs' inputs, outputs and experts' terms (resident_bytes).
   void set_experts_inside(int l);
   bool experts_inside(int l) const { return l >= 0 && l < static_cast<int>(inside_.size()) && inside_[l] != 0; }
   /// MoE blocks of layer l.

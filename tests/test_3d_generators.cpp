@@ -215,7 +215,7 @@ TEST_CASE("gen tp: one TP group, each rank's slice, Megatron's collectives and n
   CHECK(has(text, "update L0 : dW0{0-2}<2/4> W0<2/4> O0<2/4>"));
 }
 
-TEST_CASE("gen tp: memory stays bounded as the microbatches grow; TP slices hold 1/T of the weights") {
+TEST_CASE("gen tp: memory stays bounded as the microbatches grow, TP slices hold 1/T of the weights") {
   auto peak = [](int tp, int m, bool sp) {
     GenOptions o;
     o.tp = tp, o.microbatches = m, o.sequence_parallel = sp;
@@ -285,7 +285,7 @@ TEST_CASE("gen 3d --sp: sequence shards are what a rank keeps, sends and receive
   CHECK(has(text, "reduce-scatter L1 group 2 : dA1{0}<+1/2> -> dA1{0}[1/2]"));
 }
 
-TEST_CASE("gen 3d --zero: FSDP shards each TP slice over the data-parallel group; ZeRO-1 the optimizer state") {
+TEST_CASE("gen 3d --zero: FSDP shards each TP slice over the data-parallel group, ZeRO-1 the optimizer state") {
   GenOptions o = three_d(2, 1, 2, 1);
   o.layers = 2;
   o.zero = 3;
@@ -332,7 +332,7 @@ TEST_CASE("gen tp and 3d refuse bad options, naming them") {
   CHECK(has(rejection("3d", o), "times TP ranks"));
 }
 
-TEST_CASE("trainsim gen 3d: written, validated and simulated from the command line; exit status 2 for bad values") {
+TEST_CASE("trainsim gen 3d: written, validated and simulated from the command line, exit status 2 for bad values") {
   auto dir = fresh_dir("gen-3d");
   const std::string file = (dir / "x.sched").string();
   CommandResult g = run_trainsim("gen 3d --tp 2 --pp 2 --dp 2 --microbatches 4 --sp --zero 3 -o " + file, true);

@@ -97,7 +97,7 @@ TEST_CASE("broadcast, reduce: the syntax prints back byte for byte and names the
   CHECK(print_schedule(parse_schedule(printed, "again.sched")) == printed);
 }
 
-TEST_CASE("broadcast, reduce: version 1 refuses them; a root is required, and only there") {
+TEST_CASE("broadcast, reduce: version 1 refuses them, a root is required, and only there") {
   CHECK(parse_error(head("puzzle", 1) + "\nrank 0\n  broadcast L0 root 0 : W0\nrank 1\n") ==
         "bc.sched:10:3: broadcast needs format version 2 (write 'trainsim-schedule 2' on the first line)");
   CHECK(parse_error(head("puzzle", 1) + "\nrank 0\n  reduce L0 root 0 : dW0{}\nrank 1\n").find("reduce needs format version 2") !=
@@ -277,7 +277,7 @@ TEST_CASE("broadcast, reduce: the threaded communicator gives the root's values 
   CHECK(sum[2] == std::vector<float>{-1, -1});  // untouched elsewhere
 }
 
-TEST_CASE("gen zero3-owner: validates, simulates and round-trips; owners load, broadcast, receive and update") {
+TEST_CASE("gen zero3-owner: validates, simulates and round-trips, owners load, broadcast, receive and update") {
   for (int dp = 1; dp <= 5; ++dp)
     for (int m = 1; m <= 3; ++m)
       for (int layers : {0, 1, 3, 6}) {

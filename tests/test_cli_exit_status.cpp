@@ -53,9 +53,10 @@ TEST_CASE("a mistyped flag prints only our lines: the closest option and where t
   CHECK(!has(r.out, "'--model'"));
 }
 
-TEST_CASE("a mistyped sub-command gets the closest one and the list; none at all gets the list") {
+TEST_CASE("a mistyped sub-command gets the closest one and the list, none at all gets the list") {
   const std::string list =
-      "trainsim: the commands are puzzles, validate, sim, gen, convert, replay, launch, calibrate, sample, export\n";
+      "trainsim: the commands are puzzles, validate, sim, gen, plan, convert, replay, launch, calibrate, sample, score, "
+      "export\n";
   CommandResult r = run_trainsim("simm x.sched", true);
   CHECK(r.exit_code == 2);
   CHECK(r.out == "trainsim: unknown command 'simm': did you mean sim?\n" + list +

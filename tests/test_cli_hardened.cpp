@@ -120,7 +120,7 @@ TEST_CASE("trainsim validate: 500,000 batch ids on one line are parsed in about 
   CHECK(r.out.find("layer 0 is never updated") != std::string::npos);
 }
 
-TEST_CASE("trainsim convert: blank lines after a CSV are no ranks; rows beyond the world-size limit are refused") {
+TEST_CASE("trainsim convert: blank lines after a CSV are no ranks, rows beyond the world-size limit are refused") {
   // A CSV that was read and does not import exits 1 (README, "Exit status").
   auto dir = fresh_dir("hardened-csv");
   std::string trailing = write(dir / "trailing.csv", kZeroBubbleV + std::string(1'000'000, '\n'));

@@ -81,7 +81,7 @@ TEST_CASE("launch: a rank that exits with a code is named exactly, the others ar
   fs::remove_all(dir);
 }
 
-TEST_CASE("launch: a job whose ranks all succeed exits 0; lines are prefixed on their own stream; the variables") {
+TEST_CASE("launch: a job whose ranks all succeed exits 0, lines are prefixed on their own stream, the variables") {
   const fs::path dir = fresh_dir("launch-ok");
   Run r = run_launch(launch_sh({"--nproc", "3"}, "echo \"out $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR\"; "
                                                  "echo \"port $MASTER_PORT token $TRAINSIM_TOKEN\"; echo \"err $RANK\" >&2"),
@@ -174,7 +174,7 @@ TEST_CASE("launch: the ranks die with the launcher when it is killed (SIGKILL)")
   fs::remove_all(dir);
 }
 
-TEST_CASE("launch: SIGINT (Ctrl-C) and SIGTERM to the launcher stop every rank, and what they started; exit 130 and 143") {
+TEST_CASE("launch: SIGINT (Ctrl-C) and SIGTERM to the launcher stop every rank, and what they started, exit 130 and 143") {
   for (int sig : {SIGINT, SIGTERM}) {
     CAPTURE(sig);
     OrphanCatcher catcher;
@@ -301,7 +301,7 @@ TEST_CASE("launch: 64 MiB without a newline comes out whole, in prefixed pieces 
   fs::remove_all(dir);
 }
 
-TEST_CASE("launch: a long line is cut before a UTF-8 sequence, not inside one; a line of 64 KiB stays whole") {
+TEST_CASE("launch: a long line is cut before a UTF-8 sequence, not inside one, a line of 64 KiB stays whole") {
   const fs::path dir = fresh_dir("launch-utf8");
   Run r = run_launch(launch_sh({"--nproc", "1"}, "head -c 65536 /dev/zero | tr '\\000' a; echo; "
                                                  "head -c 65535 /dev/zero | tr '\\000' b; printf '\\303\\251yz'"),
@@ -370,7 +370,7 @@ TEST_CASE("launch: each rank gets /dev/null as stdin, its own pipes as stdout an
   fs::remove_all(dir);
 }
 
-TEST_CASE("launch: a closed stdout of the launcher is reported once; the job runs on and its stderr still comes out") {
+TEST_CASE("launch: a closed stdout of the launcher is reported once, the job runs on and its stderr still comes out") {
   OrphanCatcher catcher;
   const fs::path dir = fresh_dir("launch-epipe");
   int p[2];
@@ -403,7 +403,7 @@ TEST_CASE("launch: the ranks get SIGPIPE at its default (the launcher ignores it
   fs::remove_all(dir);
 }
 
-TEST_CASE("launch: a program that cannot run is named; nothing else starts (exit 127, 126)") {
+TEST_CASE("launch: a program that cannot run is named, nothing else starts (exit 127, 126)") {
   const fs::path dir = fresh_dir("launch-noexec");
   Run missing = run_launch({"launch", "--nproc", "3", "--", "/nonexistent/trainsim-test-program", "x"}, dir);
   CHECK(missing.launcher.exit_code == 127);

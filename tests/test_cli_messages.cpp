@@ -47,7 +47,7 @@ TEST_CASE("a mistyped flag names the closest option of the sub-command it was gi
   CHECK(r.out == "trainsim gen: unknown option '--zzzzzzzz'\nRun `trainsim gen --help` for the options.\n");
 }
 
-TEST_CASE("a missing input names the command and the path; an unwritable output says why") {
+TEST_CASE("a missing input names the command and the path, an unwritable output says why") {
   auto dir = fresh_dir("cli-messages-io");
   CommandResult r = run_trainsim("sim /nonexistent/x.sched", true);
   CHECK(r.exit_code == 2);

@@ -257,7 +257,7 @@ TEST_CASE("dist: the TCP communicator gives ThreadHub's results bit for bit (ran
   CHECK(same_bits(std::vector<float>(50, 0.0f), threaded[0].rooted_sum));  // not the root: untouched
 }
 
-TEST_CASE("dist: ranks that meet agree and train; a rank with another token is turned away and the job goes on") {
+TEST_CASE("dist: ranks that meet agree and train, a rank with another token is turned away and the job goes on") {
   Job job("token");
   const int port = free_local_port();
   Process r0 = job.rank(0, 4, port);

@@ -240,7 +240,7 @@ TEST_CASE("dist security: lengths a peer claims before proving the token are ref
   CHECK(log.lines().size() == 5);  // one line per connection, and the job went on
 }
 
-TEST_CASE("dist security: malformed hellos are turned away, each logged once in one clean line; the job goes on") {
+TEST_CASE("dist security: malformed hellos are turned away, each logged once in one clean line, the job goes on") {
   LogSink log;
   const int port = free_local_port();
   auto rank0 = start_member(0, 2, port, options(60, &log));

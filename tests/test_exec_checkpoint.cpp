@@ -262,7 +262,7 @@ TEST_CASE("exec checkpoint: a write that fails half-way (a full disk) leaves the
   CHECK(exec::read_checkpoint_info(dir.path.string()).step == 1);
 }
 
-TEST_CASE("exec checkpoint: a save replaces the one before and removes its files; two saves at once are refused") {
+TEST_CASE("exec checkpoint: a save replaces the one before and removes its files, two saves at once are refused") {
   ScopedDir dir("ckpt-replace");
   exec::save_checkpoint(dir.path.string(), small_info(1), small_states(1.0f));
   std::ofstream(dir.path / ".rank0.tmp") << "left by a save that was killed";
@@ -471,7 +471,7 @@ TEST_CASE("exec checkpoint: a forged rank file with the right hashes is still ch
           "a value is not finite (W1: NaN (element 1)): the checkpoint comes from a run that diverged");
 }
 
-TEST_CASE("exec checkpoint: a state that is not finite is not saved; the previous checkpoint stays the latest") {
+TEST_CASE("exec checkpoint: a state that is not finite is not saved, the previous checkpoint stays the latest") {
   ScopedDir dir("ckpt-diverged");
   const auto first = small_states(1.0f);
   exec::save_checkpoint(dir.path.string(), small_info(1), first);

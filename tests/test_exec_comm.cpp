@@ -82,7 +82,7 @@ TEST_CASE("exec comm: point-to-point messages arrive in order per pair, with the
   CHECK(error.find("got y") != std::string::npos);
 }
 
-TEST_CASE("exec comm: a missing member times out naming who has not arrived; abort ends waiting calls") {
+TEST_CASE("exec comm: a missing member times out naming who has not arrived, abort ends waiting calls") {
   ThreadHub hub(3, {{0, 1, 2}}, 0.3);
   std::string error;
   on_ranks(hub, 2, [&](int, Communicator& c, StreamContext& s) {  // rank 2 never comes

@@ -94,7 +94,7 @@ TEST_CASE("exec data: the default corpus is the fortunes package, and the tiny m
   CHECK(last10 < first - 1.5);  // byte-level English is far more predictable than uniform
 }
 
-TEST_CASE("exec data: the corpus is read once; a file truncated or rewritten afterwards changes nothing (no SIGBUS)") {
+TEST_CASE("exec data: the corpus is read once, a file truncated or rewritten afterwards changes nothing (no SIGBUS)") {
   ScopedDir dir("corpus-shrinks");
   const std::string text = slurp(test_corpus());
   const std::filesystem::path path = dir.path / "c.txt";

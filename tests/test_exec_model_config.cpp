@@ -25,7 +25,7 @@ std::string refusal(const nlohmann::json& j) {
 
 }  // namespace
 
-TEST_CASE("model manifest: a configuration round-trips; out-of-range fields are refused by name") {
+TEST_CASE("model manifest: a configuration round-trips, out-of-range fields are refused by name") {
   const exec::ModelConfig tiny = exec::preset("tiny");
   const nlohmann::json good = exec::to_json(tiny);
   CHECK(refusal(good) == "(accepted)");

@@ -88,7 +88,7 @@ TEST_CASE("exec MoE: gen 3d --ep (PP x DP x EP, DDP and ZeRO-1, 1F1B and interle
   }
 }
 
-TEST_CASE("exec MoE: without expert parallelism a layer runs its experts itself, in any order; recomputation too") {
+TEST_CASE("exec MoE: without expert parallelism a layer runs its experts itself, in any order, recomputation too") {
   GenOptions g;
   g.stages = 2, g.microbatches = 4;
   for (const char* kind : {"1f1b", "zb-h1"}) {  // (zb-h1: an MoE block's backward-input and backward-weight)

@@ -18,7 +18,7 @@
 using namespace trainsim;
 using namespace trainsim::testing;
 
-TEST_CASE("score: an initialised model is near ln 256; the figures are one loss in three units") {
+TEST_CASE("score: an initialised model is near ln 256, the figures are one loss in three units") {
   const exec::ModelConfig model = exec::preset("tiny");
   const exec::LayerLayout layout = exec::whole_model_layout(model);
   std::vector<float> flat(static_cast<std::size_t>(layout.size()));
@@ -42,7 +42,7 @@ TEST_CASE("score: an initialised model is near ln 256; the figures are one loss 
   CHECK_THROWS_AS(exec::score_text(model, flat, "x"), std::invalid_argument);
 }
 
-TEST_CASE("trainsim score: a trained checkpoint scores its corpus lower than the start; --logits agree with log_prob") {
+TEST_CASE("trainsim score: a trained checkpoint scores its corpus lower than the start, --logits agree with log_prob") {
   const auto dir = fresh_dir("score");
   const std::string ck = (dir / "ck").string(), start = (dir / "start").string(), logits = (dir / "l.json").string();
   const std::string corpus = std::string(TRAINSIM_SOURCE_DIR) + "/tests/data/corpus.txt";

@@ -215,7 +215,7 @@ TEST_CASE("exec simd: every instruction set's kernels match fp64 loops") {
   }
 }
 
-TEST_CASE("exec simd: AVX2 and AVX-512 agree bit for bit; the generic path too where no exp is taken") {
+TEST_CASE("exec simd: AVX2 and AVX-512 agree bit for bit, the generic path too where no exp is taken") {
   const std::vector<const simd::Table*> ts = tables();
   if (ts.size() < 2) {
     MESSAGE("only the generic path runs on this CPU: nothing to compare");
@@ -245,7 +245,7 @@ TEST_CASE("exec simd: AVX2 and AVX-512 agree bit for bit; the generic path too w
   }
 }
 
-TEST_CASE("exec cpu: the RMSNorm input grad onto a residual equals it added onto a copy, bit for bit; with the gain grad "
+TEST_CASE("exec cpu: the RMSNorm input grad onto a residual equals it added onto a copy, bit for bit, with the gain grad "
           "in the same pass, the two kernels' bits") {
   // rmsnorm_backward_input_onto(res -> dx) reads res in the same pass as the norm's grad: the bits of copying res
   // into dx and adding there (Kernels' default, which the CUDA backend runs), on every instruction set and in fp64.

@@ -100,7 +100,7 @@ visualize::TimelineOptions fixed_scale(double width) {
 
 }  // namespace
 
-TEST_CASE("interval helpers: merge sorts, joins touching and overlapping, drops empty; subtract is exact") {
+TEST_CASE("interval helpers: merge sorts, joins touching and overlapping, drops empty, subtract is exact") {
   CHECK(merge_intervals({{5, 7}, {0, 2}, {2, 3}, {6, 9}, {4, 4}, {8, 1}}) == Iv{{0, 3}, {5, 9}});
   CHECK(merge_intervals({}).empty());
   CHECK(subtract_intervals({{0, 10}}, {{2, 3}, {5, 12}}) == Iv{{0, 2}, {3, 5}});
@@ -158,7 +158,7 @@ TEST_CASE("exposed strips: narrow gaps join, titles give span and length") {
   CHECK(visualize::exposed_strip_title(4, s[0]).find("2 intervals from 0 s to 3 s, 2.5 s in all") != std::string::npos);
 }
 
-TEST_CASE("timeline svg: exposed strips at their exact places, totals per rank; none when hidden") {
+TEST_CASE("timeline svg: exposed strips at their exact places, totals per rank, none when hidden") {
   const Trace t = three_ranks("hardware");
   // 25 s over 1000 px: 40 px per second from x = 100.
   const std::string svg = visualize::timeline_svg(t, fixed_scale(1000));

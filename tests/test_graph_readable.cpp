@@ -175,7 +175,7 @@ TEST_CASE("dependency dot with streams: a sub-cluster per stream, program order 
   CHECK(svg.find(">compute<") != std::string::npos);
 }
 
-TEST_CASE("dependency dot with streams: only ranks using several streams get sub-clusters; one stream has none") {
+TEST_CASE("dependency dot with streams: only ranks using several streams get sub-clusters, one stream has none") {
   GenOptions o;
   o.stages = 2;
   o.microbatches = 3;

@@ -129,7 +129,7 @@ TEST_CASE("a linear's time: FLOPs over the shape factor, no less than its memory
   CHECK(cpu.attention_forward_weighted == doctest::Approx(F));
 }
 
-TEST_CASE("attention: flash keeps no s x s scores, eager does; independent of --recompute") {
+TEST_CASE("attention: flash keeps no s x s scores, eager does, independent of --recompute") {
   const ModelSpec m = model_preset("llama3-8b");
   const double s = 8192, b = 1, h = 4096, a = 32;
   const double eager = activation_bytes_per_block(m, s, b, Recompute::None, 1, false, Attention::Eager);

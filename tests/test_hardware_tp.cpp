@@ -250,7 +250,7 @@ TEST_CASE("TP: a TP rank's saved activations follow Korthikanti et al. 2022, Tab
   CHECK(cost_of(full_sp)->memory(shard(activation_tensor(1, {0}), 0, 8), 0) == doctest::Approx(2 * sbh / 8));
 }
 
-TEST_CASE("TP: a slice holds 1/t of the parameters, grads and optimizer state; collectives move whole activations") {
+TEST_CASE("TP: a slice holds 1/t of the parameters, grads and optimizer state, collectives move whole activations") {
   HardwareSetting hs = setting(model_preset("llama3-8b"), 1);
   hs.seq = 8192;
   TensorSizes sizes(hs, 4);
@@ -272,7 +272,7 @@ TEST_CASE("TP: a slice holds 1/t of the parameters, grads and optimizer state; c
   CHECK(sizes.wire_bytes(tp_slice(activation_grad_tensor(4, {0}), 1, 4)) == doctest::Approx(8192.0 * 2 * 128256 / 4));
 }
 
-TEST_CASE("TP: compute ops do 1/t of the work; explicit TP collectives take the ring formula over NVLink") {
+TEST_CASE("TP: compute ops do 1/t of the work, explicit TP collectives take the ring formula over NVLink") {
   const int t = 4, b = 2;
   HardwareSetting hs = setting(gpt(4, 4096, 32, 51200), b);
   hs.seq = 2048;
@@ -340,7 +340,7 @@ TEST_CASE("TP: the step report's MFU counts the model once over all ranks, and s
   CHECK(j["ranks"][1]["tp_comm_inside_s"].get<double>() == doctest::Approx(r.tp_comm_inside_s));
 }
 
-TEST_CASE("TP: a schedule without TP has no TP figures; a TP op on a rank without a TP group is refused") {
+TEST_CASE("TP: a schedule without TP has no TP figures, a TP op on a rank without a TP group is refused") {
   HardwareSetting hs = setting(gpt(4, 1024, 16, 1000), 1);
   hs.seq = 256;
   // The same 2-rank step with the group not named tp...: no TP group holds rank 0.

@@ -128,7 +128,7 @@ const char* kQwen3Moe = R"({
 
 }  // namespace
 
-TEST_CASE("hf config: Mixtral's and Qwen3-30B-A3B's config.json are the MoE presets; layouts it cannot hold are refused") {
+TEST_CASE("hf config: Mixtral's and Qwen3-30B-A3B's config.json are the MoE presets, layouts it cannot hold are refused") {
   hw::ModelSpec mixtral = interop::model_from_hf_config(nlohmann::json::parse(kMixtral), "config.json");
   mixtral.preset = "mixtral-8x7b";
   CHECK(mixtral == hw::model_preset("mixtral-8x7b"));

@@ -317,7 +317,7 @@ TEST_CASE("MoE schedules that skip a step are refused by both engines, naming ra
   }
 }
 
-TEST_CASE("PyTorch's CSV refuses an all-to-all; Chakra traces carry it and read back") {
+TEST_CASE("PyTorch's CSV refuses an all-to-all, Chakra traces carry it and read back") {
   Schedule s = generate("ep", ep_options(2, 2, 2, 0, 1));
   Schedule staged = s;
   staged.header.stage_map = {0, 0};  // (a CSV needs one; the all-to-all is what it cannot hold)
@@ -329,7 +329,7 @@ TEST_CASE("PyTorch's CSV refuses an all-to-all; Chakra traces carry it and read 
   CHECK(print_schedule(schedule_from_chakra(ranks, names)) == print_schedule(s));
 }
 
-TEST_CASE("the command line: gen ep writes and simulates; replay refuses MoE, the hardware model a dense model, with a reason") {
+TEST_CASE("the command line: gen ep writes and simulates, replay refuses a dense model, the hardware model too, with a reason") {
   const auto dir = testing::fresh_dir("moe_cli");
   const std::string file = (dir / "ep.sched").string();
   auto r = testing::run_trainsim("gen ep --dp 4 --ep 2 --layers 3 --dense-layers 1 --microbatches 2 -o " + file);
@@ -340,9 +340,9 @@ TEST_CASE("the command line: gen ep writes and simulates; replay refuses MoE, th
   r = testing::run_trainsim("sim " + file + " --model llama3-8b --device h100-sxm --network nvlink8-ib400", true);
   CHECK(r.exit_code == 1);
   CHECK(has(r.out, "the schedule routes tokens to experts, but the model 'llama3-8b' has none"));
-  r = testing::run_trainsim("replay " + file + " --model tiny --blocks 3 --steps 1", true);
+  r = testing::run_trainsim("replay " + file + " --model tiny --blocks 3 --steps 1", true);  // (a dense model)
   CHECK(r.exit_code == 1);
-  CHECK(has(r.out, "the executor's model has no experts yet"));
+  CHECK(has(r.out, "the schedule has expert slices (layer 1, EP 2) but the model (tiny (modified)) has no experts"));
   r = testing::run_trainsim("gen ep --dp 4 --ep 3 -o -", true);
   CHECK(r.exit_code == 2);
   CHECK(has(r.out, "--ep 3 must divide --dp 4"));

@@ -259,7 +259,7 @@ TEST_CASE("pytorch csv: export of a hand-written schedule, and its import keeps 
   }
 }
 
-TEST_CASE("pytorch csv: export needs a stage map and one microbatch per action; FSDP ops map to actions") {
+TEST_CASE("pytorch csv: export needs a stage map and one microbatch per action, FSDP ops map to actions") {
   Schedule s = parse_schedule(kGPipeSched, "gpipe.sched");
   s.header.stage_map.clear();
   CHECK_THROWS_WITH_AS(export_pytorch_csv(s, CsvForm::ComputeOnly), doctest::Contains("no stage map"), std::invalid_argument);

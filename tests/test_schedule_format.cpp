@@ -79,7 +79,7 @@ TEST_CASE("every recorded puzzle schedule round-trips through text") {
   }
 }
 
-TEST_CASE("comments and blank lines are ignored; explicit tensors are kept") {
+TEST_CASE("comments and blank lines are ignored, explicit tensors are kept") {
   Schedule s = parse_schedule(header(1, 1, 1) + "# a comment\n\nrank 0   # the only rank\n  load -> W0[0-1/2] O0 A0{0}\n"
                               "  forward L0 {0} : A0{0} W0[0-1/2]   # a complete weight in two shards\n");
   REQUIRE(s.ranks[0].size() == 2);

@@ -42,7 +42,7 @@ TEST_CASE("compute ops take the puzzle's time: one step per batch, update 0.5, l
   CHECK(to_seconds(t.makespan()) == 4.5);
 }
 
-TEST_CASE("a pass costs 0.2 on the sender; the receiver starts at max(its time, the sender's time after its pass)") {
+TEST_CASE("a pass costs 0.2 on the sender, the receiver starts at max(its time, the sender's time after its pass)") {
   SUBCASE("receiver waiting") {
     Trace t = run_world(2, [](Rank me) -> Task {
       if (me.id() == 0) {

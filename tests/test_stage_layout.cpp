@@ -441,7 +441,7 @@ TEST_CASE("stage layout: hostile layouts end with a clear error at once, not a c
   CHECK_THROWS_AS(trainsim::hw::StageLayout::parse("E(t|)*1048576tL"), trainsim::hw::LayoutError);
 }
 
-TEST_CASE("a long layout in an error is quoted in at most 80 bytes; an empty TP slice list is named") {
+TEST_CASE("a long layout in an error is quoted in at most 80 bytes, an empty TP slice list is named") {
   // Issue 38: `gen --layout` echoed a 10 KB layout in full; "<+/4>" said "TP slices  are out of range".
   std::string layout = "E";
   for (int i = 0; i < 5000; ++i) layout += "t|";

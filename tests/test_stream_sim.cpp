@@ -63,7 +63,7 @@ SimResult sim(const Schedule& s) {
 
 }  // namespace
 
-TEST_CASE("stream semantics: a receive on its own stream only posts; on the compute stream it blocks") {
+TEST_CASE("stream semantics: a receive on its own stream only posts, on the compute stream it blocks") {
   Schedule s = gen("gpipe", 3, 4);
   SimResult base = sim(s);
   REQUIRE(base.ok);
@@ -115,7 +115,7 @@ TEST_CASE("stream semantics: an exchange that deadlocks on one stream runs with 
   CHECK(posted.error == "layer 0 is never updated");
 }
 
-TEST_CASE("PyTorch CSV: early RECV cells post; the makespan is the runtime's, as with compute-only rows") {
+TEST_CASE("PyTorch CSV: early RECV cells post, the makespan is the runtime's, as with compute-only rows") {
   for (auto [p, m, v] : {std::tuple{4, 8, 2}, std::tuple{8, 16, 2}, std::tuple{4, 8, 1}}) {
     CAPTURE(p);
     CAPTURE(m);

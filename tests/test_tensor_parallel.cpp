@@ -108,7 +108,7 @@ TEST_CASE("TP tensors in the schedule format: version 2, round trip, clear error
   CHECK(print_schedule(parse_schedule(print_schedule(s), "again.sched")) == print_schedule(s));
 }
 
-TEST_CASE("groups have names in version 2; a rank's TP group is the group named tp... that holds it") {
+TEST_CASE("groups have names in version 2, a rank's TP group is the group named tp... that holds it") {
   Schedule s = parse_schedule(tp_schedule(tp_rank(0), tp_rank(1)), "tp.sched");
   REQUIRE(s.header.group_names == std::vector<std::string>{"tp0"});
   CHECK(tp_groups_by_rank(s.header) == std::vector<int>{1, 1});
@@ -142,7 +142,7 @@ TEST_CASE("groups have names in version 2; a rank's TP group is the group named 
             "g.sched:5"));
 }
 
-TEST_CASE("tp_groups_by_rank: each rank's TP group in one pass; a rank in two TP groups is refused, naming both") {
+TEST_CASE("tp_groups_by_rank: each rank's TP group in one pass, a rank in two TP groups is refused, naming both") {
   ScheduleHeader h;
   h.version = 2;
   h.world_size = 6;

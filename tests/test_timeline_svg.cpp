@@ -323,7 +323,7 @@ TEST_CASE("timeline svg: an empty trace gives a small valid svg saying no ops") 
   CHECK(svg2.find("<title>") == std::string::npos);
 }
 
-TEST_CASE("timeline svg: narrow boxes shorten or drop their labels; sub-pixel ops are merged") {
+TEST_CASE("timeline svg: narrow boxes shorten or drop their labels, sub-pixel ops are merged") {
   Trace t;
   t.layers = 1;
   t.batches = 8;
