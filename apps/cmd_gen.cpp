@@ -119,7 +119,8 @@ constexpr double kDdpBucketMb = 25;
 // generator's unit is the schedule layer: a layer's grads are never split between buckets). A middle layer's
 // grads are the measure (the first and last also hold the embedding and the LM head).
 int ddp_bucket_layers(const hw::HardwareSetting& setting, int layers, double mb) {
-  const hw::TensorSizes sizes(setting, layers);
+  hw::TensorSizes sizes(setting, layers);
+  for (int l = 0; l < layers; ++l) sizes.set_experts_inside(l);  // (an MoE model under DDP: every expert's grads, EP 1)
   const double layer_bytes = sizes.wire_bytes(weight_grad_tensor(layers / 2, IdSet::range(0, 1)));
   const double cap = mb * 1024 * 1024;
   if (layer_bytes <= 0 || layer_bytes >= cap) return 1;
