@@ -45,6 +45,21 @@ inline void check_received(int rank, int peer, const std::string& tag, std::size
                     " bytes)");
 }
 
+/// Throws CommError unless an all-to-all of `rank` over `group`, of `k` members, has a send and a receive count per
+/// member (`sends`, `receives` of them). Shared by every communicator.
+inline void check_all_to_all_counts(int rank, int group, std::size_t k, std::size_t sends, std::size_t receives) {
+  if (sends != k || receives != k)
+    throw CommError("rank " + std::to_string(rank) + ": all-to-all over group " + std::to_string(group) + " of " +
+                    std::to_string(k) + " members with " + std::to_string(sends) + " send and " +
+                    std::to_string(receives) + " receive counts");
+}
+/// The error of an all-to-all of `rank` over `group` that expects `expected` floats from member `member`, which
+/// sends `sent`. Shared by every communicator.
+inline CommError all_to_all_mismatch(int rank, int group, std::size_t expected, std::size_t member, std::size_t sent) {
+  return CommError("rank " + std::to_string(rank) + ": all-to-all over group " + std::to_string(group) + " expects " +
+                   std::to_string(expected) + " floats from member " + std::to_string(member) + ", which sends " +
+                   std::to_string(sent));
+}
 /// One rank's end of the job's communicator. Groups are indices into the list the communicator was made
 /// with (group 0 = every rank, in rank order).
 class Communicator {
@@ -118,9 +133,7 @@ inline void Communicator::all_to_all(StreamContext& s, const float* in, const st
     std::size_t total = 0;
     for (std::size_t j = 0; j < k; ++j) total += count(i, j);
     longest = std::max(longest, total);
-    if (count(i, me) != recv_counts[i])
-      throw CommError(who + " expects " + std::to_string(recv_counts[i]) + " floats from member " + std::to_string(i) +
-                      ", which sends " + std::to_string(count(i, me)));
+    if (count(i, me) != recv_counts[i]) throw all_to_all_mismatch(rank(), group, recv_counts[i], i, count(i, me));
   }
   // 2. Every member's blocks, padded to the longest.
   std::vector<float> padded(longest, 0.0f), blocks(longest * k);

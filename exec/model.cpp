@@ -145,25 +145,26 @@ struct Run {
   }
 
   // An MoE block's FFN backward-input from dy (the block output's grad) into s.dxn2: the combine's and the
-  // experts' backward (with the experts here; split, the experts' input grads are st.split_dx_pairs and the gates'
-  // grads came with the dispatch's backward), then the router's. Keeps what backward-weight needs.
-  void moe_backward_input(const T* W, const BlockOffsets& o, const T* dy, BlockStash& s) {
+  // experts' backward (with the experts here; split, the experts' input grads are `dx_pairs`, the packed tokens'
+  // grads the experts gave back, and the gates' grads came with the dispatch's backward), then the router's. Keeps
+  // what backward-weight needs.
+  void moe_backward_input(const T* W, const BlockOffsets& o, const T* dy, BlockStash& s, const T* dx_pairs) {
     MoeState& st = *s.moe;
     const long pairs = st.routing.pairs();
     const int K = m.top_k;
     const int* pair_row = st.routing.pair_row->as<int>();
     s.dxn2 = make(n * d);
     if (st.split) {
-      if (!st.split_dx_pairs || !st.dgates) throw std::logic_error("an expert-parallel MoE block's backward without its experts' grads");
-      k().moe_sum_pairs(static_cast<const T*>(st.split_dx_pairs), pair_row, p(s.dxn2), n, K, d);
+      if (!dx_pairs || !st.dgates) throw std::logic_error("an expert-parallel MoE block's backward without its experts' grads");
+      k().moe_sum_pairs(dx_pairs, pair_row, p(s.dxn2), n, K, d);
     } else {
       st.dgates = make(n * K), st.dy_pairs = make(pairs * d);
       k().moe_combine_backward(dy, p(st.y_pairs), pair_row, p(st.routing.gates), p(st.dy_pairs), p(st.dgates), n, K, d);
-      BufferPtr dx_pairs = make(pairs * d);
+      BufferPtr dx = make(pairs * d);
       st.experts_dw = make(static_cast<long>(o.experts_held) * expert_elements(d, m.ffn));
-      experts_backward(k(), *c.alloc, W + o.experts, d, m.ffn, st.routing.counts, p(st.x_pairs), p(st.dy_pairs),
-                       p(dx_pairs), p(st.experts_dw), p(st.gu_pairs), p(st.act_pairs));
-      k().moe_sum_pairs(p(dx_pairs), pair_row, p(s.dxn2), n, K, d);
+      experts_backward(k(), *c.alloc, W + o.experts, d, m.ffn, st.routing.counts, p(st.x_pairs), p(st.dy_pairs), p(dx),
+                       p(st.experts_dw), p(st.gu_pairs), p(st.act_pairs));
+      k().moe_sum_pairs(p(dx), pair_row, p(s.dxn2), n, K, d);
       st.x_pairs.reset(), st.gu_pairs.reset(), st.act_pairs.reset(), st.dy_pairs.reset();
     }
     st.y_pairs.reset();
@@ -194,12 +195,13 @@ struct Run {
   // `partial_in` (TP: the first block of a layer without the embedding), dx is this slice's partial sum: the
   // attention's input grad is not all-reduced, and slice 0 adds the residual's grad. With `norm_dW` (the whole
   // backward), the two norms' gain grads go there too, from the same pass (block_backward_weight then skips them).
+  // `dx_pairs`: an expert-parallel MoE block's packed tokens' grads (moe_backward_input).
   void block_backward_input(const T* W, const BlockOffsets& o, const T* x_in, const T* dy, T* dx, BlockStash& s,
-                            bool partial_in, T* norm_dW = nullptr) {
+                            bool partial_in, T* norm_dW = nullptr, const T* dx_pairs = nullptr) {
     // Full recomputation kept the block's input only: its forward again, all but the down projection.
     if (!s.xn1) block_forward(W, o, x_in, nullptr, s, false, true, false);
     if (o.moe) {
-      moe_backward_input(W, o, dy, s);
+      moe_backward_input(W, o, dy, s, dx_pairs);
     } else {
       BufferPtr dact = make(n * f);
       k().gemm(false, false, n, f, d, T(1), dy, d, W + o.wdown, f, T(0), p(dact), f);
@@ -268,6 +270,16 @@ const T* block_input(const LayerStash& s, int b, const void* in) {
   return s.blocks[b].x_in ? s.blocks[b].x_in->as<T>() : static_cast<const T*>(in);
 }
 
+// The final norm and the LM head on the last block's output s.x_final, into `out` (the logits, n × V/t); keeps
+// the norm's output and rstd for the backward.
+template <typename T>
+void head_forward(Run<T>& r, const LayerLayout& layout, const T* W, LayerStash& s, T* out) {
+  s.xnf = r.make(r.n * r.d), s.rstdf = r.make(r.n);
+  r.k().rmsnorm_forward(Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.xnf), Run<T>::p(s.rstdf),
+                        r.n, r.d, static_cast<T>(r.m.norm_eps));
+  r.k().gemm(false, true, r.n, r.V, r.d, T(1), Run<T>::p(s.xnf), r.d, W + layout.head_offset(), r.d, T(0), out, r.V);
+}
+
 }  // namespace
 
 template <typename T>
@@ -327,10 +339,7 @@ void layer_forward(ModelContext<T>& c, const LayerLayout& layout, const T* W, co
     }
   }
   if (spec.head && !split) {
-    s.xnf = r.make(r.n * r.d), s.rstdf = r.make(r.n);
-    c.k->rmsnorm_forward(Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.xnf), Run<T>::p(s.rstdf), r.n,
-                         r.d, static_cast<T>(r.m.norm_eps));
-    c.k->gemm(false, true, r.n, r.V, r.d, T(1), Run<T>::p(s.xnf), r.d, W + layout.head_offset(), r.d, T(0), out, r.V);
+    head_forward(r, layout, W, s, out);
   }
 }
 
@@ -368,7 +377,8 @@ struct LayerBackward {
 
   // Block b's backward-input from dy, into the grad of its input: the d_out of the block before, the
   // embedding's dx0, or din (and its norms' gain grads into norm_dW, when given). Returns that grad.
-  T* block_input_grad(const T* W, const void* in, const T* dy, T* din, int b, T* norm_dW = nullptr) {
+  T* block_input_grad(const T* W, const void* in, const T* dy, T* din, int b, T* norm_dW = nullptr,
+                      const T* dx_pairs = nullptr) {
     T* dx;
     if (b > 0) {
       s.blocks[b - 1].d_out = r.make(r.n * r.d);
@@ -380,7 +390,8 @@ struct LayerBackward {
       dx = din;
     }
     const bool partial_in = r.tp_size > 1 && b == 0 && !spec.embedding;
-    r.block_backward_input(W, layout.block(b), block_input<T>(s, b, in), dy, dx, s.blocks[b], partial_in, norm_dW);
+    r.block_backward_input(W, layout.block(b), block_input<T>(s, b, in), dy, dx, s.blocks[b], partial_in, norm_dW,
+                           dx_pairs);
     return dx;
   }
 
@@ -436,10 +447,7 @@ void moe_layer_combine(ModelContext<T>& c, const LayerLayout& layout, const T* W
   }
   s.x_final = r.make(r.n * r.d);
   r.combine(st, Run<T>::p(bs.h), Run<T>::p(s.x_final));
-  s.xnf = r.make(r.n * r.d), s.rstdf = r.make(r.n);
-  c.k->rmsnorm_forward(Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.xnf), Run<T>::p(s.rstdf), r.n,
-                       r.d, static_cast<T>(r.m.norm_eps));
-  c.k->gemm(false, true, r.n, r.V, r.d, T(1), Run<T>::p(s.xnf), r.d, W + layout.head_offset(), r.d, T(0), out, r.V);
+  head_forward(r, layout, W, s, out);
 }
 
 template <typename T>
@@ -496,12 +504,12 @@ void layer_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, c
   Run<T> r(c, layout, s.sequences);
   LayerBackward<T> lb{r, layout, layout.spec(), s};
   const T* dy = dout;
-  const bool split = moe_split_layer(layout);
-  if (split) {  // (after moe_layer_dispatch_backward: dout is the packed tokens' grads, the head's input grad done)
+  const T* dx_pairs = nullptr;  // an expert-parallel MoE layer's: its last block's packed tokens' grads
+  if (moe_split_layer(layout)) {  // (after moe_layer_dispatch_backward: dout is those grads, the head's input grad done)
     MoeState* st = s.blocks.back().moe.get();
     if (!st || !st->dgates || !s.blocks.back().d_out)
       throw std::logic_error("an expert-parallel MoE layer's backward before its dispatch's backward");
-    st->split_dx_pairs = dout;
+    dx_pairs = dout;
     dy = Run<T>::p(s.blocks.back().d_out);
     if (lb.spec.head) lb.head_weight(Run<T>::p(st->dlayer_out), dW);
     s.dxnf.reset(), s.xnf.reset(), s.rstdf.reset(), s.x_final.reset();
@@ -512,7 +520,7 @@ void layer_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, c
   }
   for (int b = lb.spec.num_blocks - 1; b >= 0; --b) {
     // (the norms' gain grads with their input grads, in one pass: the same bits as backward-weight's)
-    const T* dx = lb.block_input_grad(W, in, dy, din, b, dW);
+    const T* dx = lb.block_input_grad(W, in, dy, din, b, dW, b + 1 == lb.spec.num_blocks ? dx_pairs : nullptr);
     lb.block_weight(in, dout, dW, b, false);
     // Block b is done: its saved activations and grads go (its input, the block before's output, too; the first
     // block's input grad stays for the embedding).

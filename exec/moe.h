@@ -61,7 +61,6 @@ struct MoeState {
   BufferPtr dlogits;           ///< n×E: the router logits' grad, for the router's weight grad
   BufferPtr dlayer_out;        ///< split, a layer with the LM head: the logits' grad, for the head's weight grad
   BufferPtr experts_dw;        ///< whole block: the experts' weight grads (backward-input), for backward-weight
-  const void* split_dx_pairs = nullptr;  ///< split: during the backward, the grads of the packed tokens (n·k × d)
   std::size_t bytes() const;
 };
 

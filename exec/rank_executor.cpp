@@ -491,13 +491,9 @@ struct RankExecutor::Impl {
           for (int i = 0; i < k; ++i)
             for (int e = 0; e < per; ++e) rows->counts[i][e] = static_cast<long>(recv[static_cast<std::size_t>(i) * per + e]);
         }
-        std::vector<std::size_t> send_n(k), recv_n(k);
-        for (int j = 0; j < k; ++j) {
-          for (int e = 0; e < per; ++e) send_n[j] += static_cast<std::size_t>(routing.counts[j * per + e] * d);
-          for (int e = 0; e < per; ++e) recv_n[j] += static_cast<std::size_t>(rows->counts[j][e] * d);
-        }
         BufferPtr by_member = dev.memory().allocate(static_cast<std::size_t>(rows->total() * d) * sizeof(float));
-        comm.all_to_all(s, packed->as<float>(), send_n, by_member->as<float>(), recv_n, group);
+        comm.all_to_all(s, packed->as<float>(), to_slices(routing, k, per), by_member->as<float>(), from_members(*rows),
+                        group);
         out->buffer = dev.memory().allocate(by_member->bytes());
         reorder(s, *rows, by_member->as<float>(), out->buffer->as<float>(), true);
       });
@@ -510,13 +506,8 @@ struct RankExecutor::Impl {
       const ExpertRows& rows = *in->rows;
       BufferPtr by_member = dev.memory().allocate(in->buffer->bytes());
       reorder(s, rows, in->buffer->as<float>(), by_member->as<float>(), false);
-      std::vector<std::size_t> send_n(k), recv_n(k);
-      for (int j = 0; j < k; ++j) {
-        for (int e = 0; e < per; ++e) send_n[j] += static_cast<std::size_t>(rows.counts[j][e] * d);
-        for (int e = 0; e < per; ++e) recv_n[j] += static_cast<std::size_t>(routing.counts[j * per + e] * d);
-      }
       BufferPtr packed = dev.memory().allocate(static_cast<std::size_t>(routing.pairs() * d) * sizeof(float));
-      comm.all_to_all(s, by_member->as<float>(), send_n, packed->as<float>(), recv_n, group);
+      comm.all_to_all(s, by_member->as<float>(), from_members(rows), packed->as<float>(), to_slices(routing, k, per), group);
       if (grad) {  // the packed tokens' grads, for the MoE layer's backward
         out->buffer = packed;
         return;
@@ -526,6 +517,23 @@ struct RankExecutor::Impl {
       moe_layer_combine(mc, layout(src->weight->id), src->weight->buffer->as<float>(), packed, out->buffer->as<float>(),
                         *src->stash);
     });
+  }
+
+  // Floats of this rank's packed tokens for each of the `k` expert slices of `per` experts (the dispatch sends
+  // them, the combine returns them), and floats of each member's tokens an expert slice got (`rows`).
+  std::vector<std::size_t> to_slices(const MoeRouting& routing, int k, int per) const {
+    std::vector<std::size_t> out(k, 0);
+    for (int e = 0; e < k * per; ++e) out[e / per] += static_cast<std::size_t>(routing.counts[e] * model.dim);
+    return out;
+  }
+  std::vector<std::size_t> from_members(const ExpertRows& rows) const {
+    std::vector<std::size_t> out;
+    for (const std::vector<long>& member : rows.counts) {
+      long n = 0;
+      for (long c : member) n += c;
+      out.push_back(static_cast<std::size_t>(n * model.dim));
+    }
+    return out;
   }
 
   std::shared_ptr<MoeSource> source_of(const Op& op, int layer, const IdSet& batches) {
@@ -894,13 +902,13 @@ struct RankExecutor::Impl {
         for (const Tensor& t : op.reads) drop(op, t);
         break;
       case OpKind::Forward:
-        if (expert_op(op)) expert_forward(op, i);
+        if (expert_weight(op)) expert_forward(op, i);
         else forward(op, i);
         break;
       case OpKind::Backward:
       case OpKind::BackwardInput:
-      case OpKind::BackwardWeight:
-        if (expert_op(op)) expert_backward(op, i);
+      case OpKind::BackwardWeight:  // (an expert slice's split backward: make_plan refuses it)
+        if (expert_weight(op)) expert_backward(op, i);
         else backward(op, i);
         break;
       case OpKind::Loss: loss(op, i); break;
@@ -918,13 +926,6 @@ struct RankExecutor::Impl {
     }
   }
 
-  // A compute op of an expert slice (its weight or weight grad is one).
-  static bool expert_op(const Op& op) {
-    for (const auto* ts : {&op.reads, &op.writes})
-      for (const Tensor& t : *ts)
-        if (t.expert() && (t.kind == TensorKind::Weight || t.kind == TensorKind::WeightGrad)) return true;
-    return false;
-  }
 
   // ---- the step ----
   StepOutput run(int step_index, RankState& st) {

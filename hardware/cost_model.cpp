@@ -113,12 +113,6 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
   }
 }
 
-const Tensor* HardwareCostModel::expert_weight(const Op& op) {
-  for (const Tensor& t : op.reads)
-    if (t.expert() && (t.kind == TensorKind::Weight || t.kind == TensorKind::OptState)) return &t;
-  return nullptr;
-}
-
 double HardwareCostModel::load_of(const Tensor* t) const {
   return t && t->expert() ? expert_load_factor(t->ep_index, t->ep_size) : 1.0;
 }

@@ -121,9 +121,6 @@ class HardwareCostModel final : public CostModel {
   /// for its microbatches), times the busiest expert slice's load (expert_load_factor: that slice receives the
   /// most and the collective ends with it). The dispatch and the combine, forward and backward, cost alike.
   double all_to_all_seconds(const Op& op, int group_size) const;
-  /// The expert slice whose weights or optimizer state an op reads (an expert's forward, backward or update),
-  /// or null.
-  static const Tensor* expert_weight(const Op& op);
 
   /// Seconds of an op (before rounding to nanoseconds): its busy time plus, for a timed op, dispatch_s.
   double seconds_of(const Op& op, int group_size) const;

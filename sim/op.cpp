@@ -8,6 +8,12 @@ namespace trainsim {
 
 std::string Op::where_suffix() const { return where.empty() ? std::string() : fmt::format(" ({})", where); }
 
+const Tensor* expert_weight(const Op& op) {
+  for (const Tensor& t : op.reads)
+    if (t.expert() && (t.kind == TensorKind::Weight || t.kind == TensorKind::OptState)) return &t;
+  return nullptr;
+}
+
 std::string Op::label() const { return fmt::format("rank {}: {}{}", rank, describe(), where_suffix()); }
 
 SimError op_error(const Op& op, const std::string& what) { return SimError(fmt::format("{}: {}", op.label(), what)); }

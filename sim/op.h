@@ -94,4 +94,8 @@ struct Op {
   std::string label() const;
 };
 
+/// Mixture of Experts: the expert slice whose weights or optimizer state `op` reads (`W3<e1/4>`, `O3<e1/4>`: the
+/// op is an expert slice's forward, backward or update), or null.
+const Tensor* expert_weight(const Op& op);
+
 }  // namespace trainsim

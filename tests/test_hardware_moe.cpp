@@ -150,7 +150,7 @@ TEST_CASE("a gen ep step's FLOPs are 6·N_active + attention per token, and an e
       const double load = imbalance == 0 ? 1 : imbalance;
       const ModelSpec& model = hs.model;
       for (const Op& op : s.ranks[0])
-        if (op.kind == OpKind::Forward && HardwareCostModel::expert_weight(op)) {
+        if (op.kind == OpKind::Forward && expert_weight(op)) {
           const double pairs = 4 * hs.tokens_per_microbatch() * model.top_k / 4.0 * load;
           CHECK(cost.op_work(op).forward_flops ==
                 doctest::Approx(pairs * 2 * 3 * static_cast<double>(model.hidden) * model.expert_ffn));

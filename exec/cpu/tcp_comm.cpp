@@ -263,9 +263,7 @@ class TcpCommunicator final : public Communicator {
                   const std::vector<std::size_t>& recv_counts, int group) override {
     member_index(hub_.groups_, group, rank_, "all-to-all");
     const std::size_t k = group_size(group);
-    if (send_counts.size() != k || recv_counts.size() != k)
-      throw CommError(fmt::format("rank {}: all-to-all over group {} of {} members with {} send and {} receive counts",
-                                  rank_, group, k, send_counts.size(), recv_counts.size()));
+    check_all_to_all_counts(rank_, group, k, send_counts.size(), recv_counts.size());
     std::size_t floats = 0, expected = 0;
     for (std::size_t c : send_counts) floats += c;
     for (std::size_t c : recv_counts) expected += c;
@@ -280,9 +278,7 @@ class TcpCommunicator final : public Communicator {
     for (std::size_t j = 0; j < k; ++j) {
       std::uint64_t c;
       std::memcpy(&c, r.data() + 8 * j, 8);
-      if (c != recv_counts[j])
-        throw CommError(fmt::format("rank {}: all-to-all over group {} expects {} floats from member {}, which sends {}",
-                                    rank_, group, recv_counts[j], j, c));
+      if (c != recv_counts[j]) throw all_to_all_mismatch(rank_, group, recv_counts[j], j, c);
     }
     if (expected) std::memcpy(out, r.data() + 8 * k, expected * sizeof(float));
   }

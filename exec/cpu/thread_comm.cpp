@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -118,30 +119,23 @@ class ThreadCommunicator final : public Communicator {
       const std::vector<std::size_t>* send;
     } mine{in, &send_counts};
     member_index(hub_.groups_, group, rank_, "all-to-all");  // (an unknown group or a non-member, named)
-    const std::size_t k = hub_.groups_[group].size();
-    if (send_counts.size() != k || recv_counts.size() != k)
-      throw CommError(fmt::format("rank {}: all-to-all over group {} of {} members with {} send and {} receive counts",
-                                  rank_, group, k, send_counts.size(), recv_counts.size()));
-    std::string error;
+    check_all_to_all_counts(rank_, group, hub_.groups_[group].size(), send_counts.size(), recv_counts.size());
+    std::optional<CommError> error;  // (every member checked its own counts' number before publishing them)
     collective(group, "all-to-all", 0, &mine, [&](const std::vector<const void*>& inputs, int me) {
       std::size_t at = 0;
       for (std::size_t i = 0; i < inputs.size(); ++i) {
         const Part& p = *static_cast<const Part*>(inputs[i]);
-        if (p.send->size() != inputs.size()) {
-          error = fmt::format("member {} sends {} blocks over a group of {}", i, p.send->size(), inputs.size());
-          return;
-        }
         std::size_t offset = 0;
         for (int j = 0; j < me; ++j) offset += (*p.send)[j];
         if ((*p.send)[me] != recv_counts[i]) {
-          error = fmt::format("expects {} floats from member {}, which sends {}", recv_counts[i], i, (*p.send)[me]);
+          error = all_to_all_mismatch(rank_, group, recv_counts[i], i, (*p.send)[me]);
           return;
         }
         if (recv_counts[i]) std::memcpy(out + at, p.in + offset, recv_counts[i] * sizeof(float));
         at += recv_counts[i];
       }
     });
-    if (!error.empty()) throw CommError(fmt::format("rank {}: all-to-all over group {} {}", rank_, group, error));
+    if (error) throw *error;
   }
 
  private:

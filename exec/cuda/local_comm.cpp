@@ -213,10 +213,7 @@ void LocalCommunicator::reduce(StreamContext& s, const float* in, float* out, st
 void LocalCommunicator::all_to_all(StreamContext& s, const float* in, const std::vector<std::size_t>& send_counts,
                                    float* out, const std::vector<std::size_t>& recv_counts, int group) {
   member_index(hub_.groups_, group, rank_, "all-to-all");
-  const std::size_t k = hub_.groups_[group].size();
-  if (send_counts.size() != k || recv_counts.size() != k)
-    throw CommError(fmt::format("rank {}: all-to-all over group {} of {} members with {} send and {} receive counts",
-                                rank_, group, k, send_counts.size(), recv_counts.size()));
+  check_all_to_all_counts(rank_, group, hub_.groups_[group].size(), send_counts.size(), recv_counts.size());
   collective(s, Kind::AllToAll, in, out, 0, group, -1, &send_counts, &recv_counts);
 }
 
@@ -310,10 +307,8 @@ void LocalCommunicator::collective(StreamContext& s, Kind kind, const void* in, 
         std::size_t at = 0;
         for (int j = 0; j < n; ++j) {
           const std::vector<std::size_t>& theirs = *call->sends[j];
-          if (theirs.size() != static_cast<std::size_t>(n) || theirs[me] != (*recv)[j]) {  // (thrown once all departed)
-            failure = fmt::format("rank {}: all-to-all over group {} expects {} floats from member {}, which sends {}",
-                                  rank_, group, (*recv)[j], j,
-                                  theirs.size() == static_cast<std::size_t>(n) ? theirs[me] : std::size_t{0});
+          if (theirs[me] != (*recv)[j]) {  // (thrown once every member departed; the counts' number each checked)
+            failure = all_to_all_mismatch(rank_, group, (*recv)[j], j, theirs[me]).what();
             break;
           }
           std::size_t offset = 0;

@@ -110,9 +110,7 @@ class NcclCommunicator final : public Communicator {
     cudaStream_t st = stream_of(s);
     ncclComm_t c = comm(group, "all-to-all");
     const std::size_t k = groups_.at(group).size();
-    if (send_counts.size() != k || recv_counts.size() != k)
-      throw CommError(fmt::format("rank {}: all-to-all over group {} of {} members with {} send and {} receive counts",
-                                  rank_, group, k, send_counts.size(), recv_counts.size()));
+    check_all_to_all_counts(rank_, group, k, send_counts.size(), recv_counts.size());
     std::size_t sent = 0, received = 0;
     TS_NCCL(ncclGroupStart());
     for (std::size_t j = 0; j < k; ++j) {
