@@ -37,7 +37,8 @@ struct PlanArgs {
   unsigned threads = 0;
   long long global_batch = 0;
   double reserve_gib = -1;
-  std::string tp, cp, pp, dp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout;
+  std::string tp, cp, pp, dp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout, ep;
+  double moe_imbalance = 0;
   bool json = false;
   std::string csv, svg, timelines;
 };
@@ -84,11 +85,6 @@ plan::PlanRequest request_of(const PlanArgs& a) {
   } catch (const hw::SpecError& e) {
     throw hw::SpecError(fmt::format("--model: {}", e.what()));
   }
-  if (r.model.moe())  // (its candidates are dense gen 3d schedules, which the hardware model refuses for experts)
-    throw hw::SpecError(fmt::format("--model: '{}' is a Mixture of Experts, and the planner does not search expert "
-                                    "parallelism yet (issue 35); time one configuration with trainsim gen ep --model "
-                                    "{} --dp D --ep E ... --sim",
-                                    r.model.preset, a.model));
   try {
     r.device = hw::load_device(a.device);
   } catch (const hw::SpecError& e) {
@@ -111,6 +107,8 @@ plan::PlanRequest request_of(const PlanArgs& a) {
   s.dp = int_list(a.dp, "--dp");
   s.chunks = int_list(a.chunks, "--chunks"), s.microbatch_size = int_list(a.microbatch_size, "--microbatch-size");
   s.zero = int_list(a.zero, "--zero");
+  s.ep = int_list(a.ep, "--ep");
+  r.moe_imbalance = a.moe_imbalance;
   for (int z : s.zero)
     if (z != 0 && z != 1 && z != 3) throw hw::SpecError(fmt::format("--zero: {} is 0 (DDP), 1 (ZeRO-1) or 3 (FSDP)", z));
   static const std::vector<std::string> kSchedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"};
@@ -155,11 +153,13 @@ Launch launch_of(const plan::PlanRow& row, const PlanArgs& a) {
   return l;
 }
 
-nlohmann::ordered_json row_json(const plan::PlanRow& row) {
+// `moe`: the model has experts (the rows then say their EP degree).
+nlohmann::ordered_json row_json(const plan::PlanRow& row, bool moe) {
   const plan::Knobs& k = row.candidate.knobs;
   const plan::Evaluation& e = row.eval;
   nlohmann::ordered_json j;
   j["tp"] = k.tp, j["cp"] = k.cp, j["pp"] = k.pp, j["chunks"] = k.chunks, j["dp"] = k.dp;
+  if (moe) j["ep"] = k.ep;
   j["microbatch_size"] = k.microbatch_size, j["microbatches"] = k.microbatches;
   j["schedule"] = k.schedule, j["zero"] = k.zero, j["recompute"] = hw::recompute_name(k.recompute);
   j["sp"] = k.sp, j["fp8"] = k.fp8, j["layout"] = k.layout;
@@ -180,17 +180,17 @@ nlohmann::ordered_json row_json(const plan::PlanRow& row) {
   return j;
 }
 
-std::string csv_text(const plan::PlanResult& res) {
-  std::string s =
-      "rank,tp,cp,pp,chunks,dp,microbatch_size,microbatches,schedule,zero,recompute,sp,fp8,layout,fits,step_time_s,"
+std::string csv_text(const plan::PlanResult& res, bool moe) {
+  std::string s = std::string("rank,tp,cp,pp,chunks,dp,") + (moe ? "ep," : "") +
+      "microbatch_size,microbatches,schedule,zero,recompute,sp,fp8,layout,fits,step_time_s,"
       "tokens_per_s_per_gpu,mfu,peak_memory_bytes,weights_bytes,grads_bytes,optimizer_bytes,activations_bytes,"
       "workspace_bytes,bubble_fraction,exposed_comm_share\n";
   for (std::size_t i = 0; i < res.rows.size(); ++i) {
     const plan::Knobs& k = res.rows[i].candidate.knobs;
     const plan::Evaluation& e = res.rows[i].eval;
-    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},"
+    s += fmt::format("{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},"
                      "{:.17g},{:.17g},{:.17g},{:.17g}\n",
-                     i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, k.microbatch_size, k.microbatches, k.schedule, k.zero,
+                     i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, moe ? fmt::format("{},", k.ep) : "", k.microbatch_size, k.microbatches, k.schedule, k.zero,
                      hw::recompute_name(k.recompute), k.sp ? 1 : 0, k.fp8 ? 1 : 0, k.layout, res.rows[i].fits() ? 1 : 0,
                      e.step_time_s, e.tokens_per_s_per_gpu, e.mfu, e.peak_memory_bytes, e.peak_breakdown.weights,
                      e.peak_breakdown.grads, e.peak_breakdown.optimizer, e.peak_breakdown.activations,
@@ -218,9 +218,10 @@ bool write_timelines(const plan::PlanResult& res, const plan::PlanRequest& r, co
     seen.push_back(k.schedule);
     plan::ReplicaTrace t = plan::replica_trace(row.candidate, r);
     visualize::StackedTimeline part;
-    part.title = fmt::format("#{} {}: TP {} CP {} PP {} VP {} DP {}, {} x {} microbatches, ZeRO {}, recompute {}, {} "
+    part.title = fmt::format("#{} {}: TP {} CP {} PP {} VP {} DP {}{}, {} x {} microbatches, ZeRO {}, recompute {}, {} "
                              "layout; step {:.3f} s, bubble {:.1f} %, stage peaks {} GiB",
-                             i + 1, k.schedule, k.tp, k.cp, k.pp, k.chunks, k.dp, k.microbatches, k.microbatch_size,
+                             i + 1, k.schedule, k.tp, k.cp, k.pp, k.chunks, k.dp,
+                             r.model.moe() ? fmt::format(" EP {}", k.ep) : "", k.microbatches, k.microbatch_size,
                              k.zero, hw::recompute_name(k.recompute), k.layout, row.eval.step_time_s,
                              100 * row.eval.bubble_fraction, stage_peaks(row.eval));
     part.trace = std::move(t.trace);
@@ -273,9 +274,13 @@ int run(const PlanArgs& a) {
   for (std::size_t i = 0; i < emitted; ++i)
     if (res.rows[i].fits()) launches.push_back(launch_of(res.rows[i], a));
   const std::string seq = fmt::format("{}", r.seq > 0 ? r.seq : r.model.seq);
-  const std::string title = fmt::format("{} on {} x {} ({}), global batch {} x {} tokens", r.model.preset, r.gpus,
-                                        r.device.preset, r.network.preset, r.global_batch, seq);
-  if (!a.csv.empty() && !write_output("trainsim plan", a.csv, csv_text(res))) return 2;
+  const bool moe = r.model.moe();
+  const std::string title =
+      fmt::format("{} on {} x {} ({}), global batch {} x {} tokens{}", r.model.preset, r.gpus, r.device.preset,
+                  r.network.preset, r.global_batch, seq,
+                  moe && r.moe_imbalance > 1 ? fmt::format(", busiest expert slice at {:g} x the mean load", r.moe_imbalance)
+                                             : "");
+  if (!a.csv.empty() && !write_output("trainsim plan", a.csv, csv_text(res, moe))) return 2;
   if (!a.svg.empty()) {
     std::vector<visualize::PlanPoint> points;
     for (std::size_t i = 0; i < res.rows.size(); ++i)
@@ -293,6 +298,7 @@ int run(const PlanArgs& a) {
     nlohmann::ordered_json j;
     j["model"] = r.model.preset, j["gpus"] = r.gpus, j["device"] = r.device.preset, j["network"] = r.network.preset;
     j["global_batch"] = r.global_batch, j["seq"] = r.seq > 0 ? r.seq : r.model.seq, j["framework"] = a.framework;
+    if (moe) j["moe_imbalance"] = r.moe_imbalance > 1 ? r.moe_imbalance : 1.0;
     j["device_fitted_to"] = r.device.fitted_to.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.device.fitted_to);
     j["memory_capacity_bytes"] = r.device.memory_bytes, j["memory_reserve_bytes"] = r.device.memory_reserve_bytes;
     j["combinations"] = res.combinations;
@@ -300,7 +306,7 @@ int run(const PlanArgs& a) {
     j["rejected"] = res.rejected;
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < res.rows.size(); ++i) {
-      nlohmann::ordered_json row = row_json(res.rows[i]);
+      nlohmann::ordered_json row = row_json(res.rows[i], moe);
       if (i < launches.size()) {
         row["gen_command"] = launches[i].gen;
         auto put = [&](const char* key, const FrameworkLaunch& l) {
@@ -328,19 +334,25 @@ int run(const PlanArgs& a) {
   bool one_shape = shown > 0;
   for (std::size_t i = 1; i < shown; ++i) {
     const plan::Knobs &k = res.rows[i].candidate.knobs, &k0 = res.rows[0].candidate.knobs;
-    one_shape = one_shape && k.tp == k0.tp && k.cp == k0.cp && k.pp == k0.pp && k.dp == k0.dp;
+    one_shape = one_shape && k.tp == k0.tp && k.cp == k0.cp && k.pp == k0.pp && k.dp == k0.dp && k.ep == k0.ep;
   }
-  fmt::print("\n{:>3} {:>2} {:>2} {:>3} {:>2} {:>4} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8} {:>9} {:>5} "
+  if (moe)
+    fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP 1, 1F1B and "
+               "interleaved 1F1B, DDP and ZeRO-1; {} (docs/planning.md, \"Mixture of Experts\")\n",
+               r.model.preset, r.model.experts, r.model.top_k,
+               r.moe_imbalance > 1 ? fmt::format("every expert slice ranked with the busiest at {:g} x the mean load", r.moe_imbalance)
+                                   : std::string("routing balanced (--moe-imbalance 1.5 ranks them as a router before it balances)"));
+  fmt::print("\n{:>3} {:>2} {:>2} {:>3} {:>2} {:>4}{} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8} {:>9} {:>5} "
              "{:>6} {:<23} {:>6} {:>7}{}\n",
-             "#", "TP", "CP", "PP", "VP", "DP", "mbs", "mb", "schedule", "ZeRO", "recompute", "SP", "FP8", "layout",
+             "#", "TP", "CP", "PP", "VP", "DP", moe ? fmt::format(" {:>3}", "EP") : "", "mbs", "mb", "schedule", "ZeRO", "recompute", "SP", "FP8", "layout",
              "step s", "tok/s/GPU", "MFU", "peak", "GiB: W/G/O/A", "bubble", "exposed", one_shape ? "  stage peaks GiB" : "");
   for (std::size_t i = 0; i < shown; ++i) {
     const plan::Knobs& k = res.rows[i].candidate.knobs;
     const plan::Evaluation& e = res.rows[i].eval;
     const MemoryByKind& m = e.peak_breakdown;
-    fmt::print("{:>3} {:>2} {:>2} {:>3} {:>2} {:>4} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8.3f} {:>9.0f} "
+    fmt::print("{:>3} {:>2} {:>2} {:>3} {:>2} {:>4}{} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8.3f} {:>9.0f} "
                "{:>4.1f}% {:>6} {:<23} {:>5.1f}% {:>6.1f}%{}{}\n",
-               i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, k.microbatch_size, k.microbatches, k.schedule, k.zero,
+               i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, moe ? fmt::format(" {:>3}", k.ep) : "", k.microbatch_size, k.microbatches, k.schedule, k.zero,
                hw::recompute_name(k.recompute), k.sp ? "y" : "n", k.fp8 ? "y" : "n", k.layout, e.step_time_s,
                e.tokens_per_s_per_gpu, 100 * e.mfu, gib(e.peak_memory_bytes),
                fmt::format("{}/{}/{}/{}", gib(m.weights), gib(m.grads), gib(m.optimizer), gib(m.activations)),
@@ -404,7 +416,13 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--dp", a->dp, "Data-parallel degrees to keep (DP is the GPUs the others leave: a constraint)");
   cmd->add_option("--chunks", a->chunks, "Virtual stages per rank of the interleaved schedules (default 2,4)");
   cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch (default 1,2,4)");
-  cmd->add_option("--zero", a->zero, "0 (DDP), 1 (ZeRO-1), 3 (FSDP) (default: 1,3; megatron 1; torchtitan 3)");
+  cmd->add_option("--zero", a->zero, "0 (DDP), 1 (ZeRO-1), 3 (FSDP) (default: 1,3; megatron 1; torchtitan 3; MoE 1)");
+  cmd->add_option("--ep", a->ep,
+                  "Expert-parallel degrees of an MoE model (default: every divisor of its experts; each must divide DP)");
+  cmd->add_option("--moe-imbalance", a->moe_imbalance,
+                  "An MoE model's busiest expert slice's tokens over the mean, for every candidate with expert "
+                  "slices (default 1: balanced; 1.5: a router before it balances)")
+      ->check(finite_number(1, false, "", "X>=1"));
   cmd->add_option("--schedules", a->schedules,
                   "Pipeline schedules: 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev, interleaved-zb, or all "
                   "(default: the framework's); with the degrees fixed, a comparison of schedules");

@@ -269,6 +269,25 @@ const std::map<std::string, Arg>& megatron_flags() {
       {"tp-comm-overlap", Arg::Flag},
       {"no-async-tensor-model-parallel-allreduce", Arg::Flag},
       {"fp8-format", Arg::Value},
+      // Mixture of Experts (megatron/core/transformer/transformer_config.py's moe_* fields)
+      {"num-experts", Arg::Value},
+      {"moe-router-topk", Arg::Value},
+      {"moe-ffn-hidden-size", Arg::Value},
+      {"moe-shared-expert-intermediate-size", Arg::Value},
+      {"moe-layer-freq", Arg::Value},
+      {"expert-tensor-parallel-size", Arg::Value},
+      {"moe-token-dispatcher-type", Arg::Value},
+      {"moe-grouped-gemm", Arg::Flag},
+      {"moe-expert-capacity-factor", Arg::Value},
+      {"moe-router-num-groups", Arg::Value},
+      {"moe-router-group-topk", Arg::Value},
+      // multi-head latent attention (MLATransformerConfig)
+      {"multi-latent-attention", Arg::Flag},
+      {"q-lora-rank", Arg::Value},
+      {"kv-lora-rank", Arg::Value},
+      {"qk-head-dim", Arg::Value},
+      {"qk-pos-emb-head-dim", Arg::Value},
+      {"v-head-dim", Arg::Value},
   };
   return m;
 }
@@ -304,13 +323,136 @@ const std::set<std::string>& megatron_ignored() {
       "tp-comm-split-ag", "tp-comm-split-rs", "overlap-p2p-communication", "align-grad-reduce", "align-param-gather",
       "ddp-bucket-size", "ddp-average-in-collective", "accumulate-allreduce-grads-in-fp32", "gradient-accumulation-fusion",
       "calculate-per-token-loss", "defer-embedding-wgrad-compute", "wgrad-deferral-limit", "empty-unused-memory-level",
-      "no-rope-fusion", "rope-scaling-factor", "use-rope-scaling"};
+      "no-rope-fusion", "rope-scaling-factor", "use-rope-scaling",
+      // the router's numerics and losses, and fusions of the MoE layer's permutations (a step's work as modelled)
+      "moe-router-load-balancing-type", "moe-aux-loss-coeff", "moe-z-loss-coeff", "moe-router-score-function",
+      "moe-router-enable-expert-bias", "moe-router-bias-update-rate", "moe-router-topk-scaling-factor",
+      "moe-router-pre-softmax", "moe-router-dtype", "moe-permute-fusion", "moe-router-fusion", "moe-token-drop-policy",
+      "moe-input-jitter-eps", "moe-per-layer-logging", "qk-layernorm"};
   return s;
 }
 
 constexpr const char* kMegatronDoc = "docs/frameworks.md, Megatron-LM";
 
 std::string meg(const std::string& name) { return "--from-megatron: --" + name; }
+
+// --moe-layer-freq as Megatron-LM's moe_freq_type reads it: an integer k (layer i has experts when i % k == 0) or
+// a Python list expression of a 0 or 1 per layer ("([0]*3+[1]*58)", "[0,1,1,1]"), quoted or not. Returns the
+// dense blocks before the first MoE one; refuses a pattern trainsim's models cannot hold (their dense blocks come
+// first, the rest all have experts) and text that is neither form.
+int moe_dense_blocks(const std::string& given, int layers) {
+  std::string t;
+  for (char ch : given)
+    if (!std::isspace(static_cast<unsigned char>(ch)) && ch != '\'' && ch != '"') t += ch;
+  const std::string bad = fmt::format("{} '{}' is an integer or a list expression such as ([0]*3+[1]*58)",
+                                      meg("moe-layer-freq"), given);
+  if (!t.empty() && std::all_of(t.begin(), t.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
+    if (t.size() > 9) refuse(bad);
+    const int k = std::stoi(t);
+    if (k == 1) return 0;
+    refuse(fmt::format("{} {}: experts in every {}th layer are not modelled (trainsim's MoE models have their dense "
+                       "blocks first; write the pattern as a list, e.g. ([0]*3+[1]*58))",
+                       meg("moe-layer-freq"), k, k));
+  }
+  while (t.size() >= 2 && t.front() == '(' && t.back() == ')') t = t.substr(1, t.size() - 2);
+  std::vector<int> pattern;
+  std::size_t at = 0;
+  while (at < t.size()) {
+    if (t[at] != '[') refuse(bad);
+    const std::size_t close = t.find(']', at);
+    if (close == std::string::npos) refuse(bad);
+    std::vector<int> items;
+    for (std::size_t i = at + 1; i < close; ++i) {
+      if (t[i] == ',') continue;
+      if (t[i] != '0' && t[i] != '1') refuse(bad);
+      if (i + 1 < close && t[i + 1] != ',') refuse(bad);
+      items.push_back(t[i] - '0');
+    }
+    at = close + 1;
+    long long times = 1;
+    if (at < t.size() && t[at] == '*') {
+      std::size_t end = at + 1;
+      while (end < t.size() && std::isdigit(static_cast<unsigned char>(t[end]))) ++end;
+      if (end == at + 1 || end - at > 10) refuse(bad);  // (at most 9 digits: no overflow below)
+      times = std::stoll(t.substr(at + 1, end - at - 1));
+      at = end;
+    }
+    if (static_cast<long long>(pattern.size()) + times * static_cast<long long>(items.size()) > layers) {
+      refuse(fmt::format("{} '{}' gives more layers than --num-layers {} (Megatron-LM refuses it too)",
+                         meg("moe-layer-freq"), given, layers));
+    }
+    for (long long n = 0; n < times; ++n) pattern.insert(pattern.end(), items.begin(), items.end());
+    if (at < t.size()) {
+      if (t[at] != '+') refuse(bad);
+      ++at;
+    }
+  }
+  if (static_cast<int>(pattern.size()) != layers)
+    refuse(fmt::format("{} '{}' gives {} layers, not --num-layers {} (Megatron-LM refuses it too)", meg("moe-layer-freq"),
+                       given, pattern.size(), layers));
+  const int dense = static_cast<int>(std::find(pattern.begin(), pattern.end(), 1) - pattern.begin());
+  if (std::find(pattern.begin() + dense, pattern.end(), 0) != pattern.end())
+    refuse(fmt::format("{} '{}': a dense layer after an MoE layer is not modelled (trainsim's MoE models have their "
+                       "dense blocks first)",
+                       meg("moe-layer-freq"), given));
+  if (dense == layers) refuse(fmt::format("{} '{}' has no MoE layer", meg("moe-layer-freq"), given));
+  return dense;
+}
+
+// The multi-head latent attention flags applied to `m`: each one given sets its field (trainsim assumes none of
+// MLATransformerConfig's defaults: a model without MLA needs --kv-lora-rank with --multi-latent-attention).
+void read_megatron_mla(const Flags& f, hw::ModelSpec& m) {
+  const std::string fw = "megatron";
+  const char* fields[] = {"q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim"};
+  if (!flag(f, "multi-latent-attention")) {
+    for (const char* n : fields)
+      if (f.has(n)) refuse(meg(n) + " goes with --multi-latent-attention");
+    return;
+  }
+  if (!m.mla() && !f.has("kv-lora-rank"))
+    refuse(meg("multi-latent-attention") + " on a model without it needs --kv-lora-rank (and --q-lora-rank, "
+           "--qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim: trainsim assumes none of Megatron-LM's defaults)");
+  if (f.has("q-lora-rank")) m.q_lora_rank = static_cast<int>(integer(f, fw, "q-lora-rank", 0, 0));
+  if (f.has("kv-lora-rank")) m.kv_lora_rank = static_cast<int>(integer(f, fw, "kv-lora-rank", 1));
+  if (f.has("qk-head-dim")) m.head_channels = static_cast<int>(integer(f, fw, "qk-head-dim", 1));
+  if (f.has("qk-pos-emb-head-dim")) m.rope_head_dim = static_cast<int>(integer(f, fw, "qk-pos-emb-head-dim", 1));
+  if (f.has("v-head-dim")) m.v_head_dim = static_cast<int>(integer(f, fw, "v-head-dim", 1));
+}
+
+// The MoE flags applied to `m` (the experts, their width, the router's k, shared experts, the dense blocks).
+void read_megatron_moe(const Flags& f, hw::ModelSpec& m, FrameworkPlan& plan) {
+  const std::string fw = "megatron";
+  if (f.has("num-experts")) m.experts = static_cast<int>(integer(f, fw, "num-experts", 1));
+  for (const char* n : {"moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "moe-layer-freq",
+                        "moe-grouped-gemm", "moe-token-dispatcher-type", "moe-expert-capacity-factor",
+                        "moe-router-num-groups", "moe-router-group-topk", "expert-tensor-parallel-size"})
+    if (f.has(n) && !m.moe())
+      refuse(fmt::format("{} needs experts: give --num-experts (or gen --model with an MoE preset)", meg(n)));
+  if (!m.moe()) return;
+  // With --num-experts the flags describe the MoE layer, Megatron-LM's defaults for the rest (top-2, experts of
+  // --ffn-hidden-size, no shared expert, experts in every layer); without it they change gen --model's.
+  if (f.has("num-experts")) m.top_k = 2, m.expert_ffn = 0, m.shared_experts = 0, m.dense_blocks = 0;
+  if (f.has("moe-router-topk")) m.top_k = static_cast<int>(integer(f, fw, "moe-router-topk", 2));
+  if (f.has("moe-ffn-hidden-size")) m.expert_ffn = static_cast<int>(integer(f, fw, "moe-ffn-hidden-size", 1));
+  if (f.has("moe-shared-expert-intermediate-size")) {
+    const long long shared = integer(f, fw, "moe-shared-expert-intermediate-size", 0, 0);
+    if (shared % m.expert_width() != 0)
+      refuse(fmt::format("{} {} is not a whole number of experts of width {} (trainsim's shared experts are routed "
+                         "experts' width)",
+                         meg("moe-shared-expert-intermediate-size"), shared, m.expert_width()));
+    m.shared_experts = static_cast<int>(shared / m.expert_width());
+  }
+  if (f.has("moe-layer-freq")) m.dense_blocks = moe_dense_blocks(text(f, "moe-layer-freq", "1"), m.blocks);
+  if (f.has("moe-expert-capacity-factor"))
+    refuse(meg("moe-expert-capacity-factor") + ": token dropping at an expert capacity is not modelled (trainsim's "
+           "routing is dropless, Megatron-LM's default)");
+  if (!flag(f, "moe-grouped-gemm"))
+    plan.notes.push_back("the experts' GEMMs timed as grouped GEMMs (--moe-grouped-gemm); without it Megatron-LM runs "
+                         "a rank's experts one after another");
+  if (f.has("moe-router-num-groups") || f.has("moe-router-group-topk"))
+    plan.notes.push_back("--moe-router-num-groups/--moe-router-group-topk (group-limited routing): the all-to-alls "
+                         "sized as unrestricted top-k routing's");
+}
 
 // The blocks of each of `stages` stage chunks when Megatron-LM splits them itself.
 std::vector<int> megatron_split(const Flags& f, int blocks, int p, int v, FrameworkPlan& plan) {
@@ -365,8 +507,7 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   const int t = static_cast<int>(integer(f, fw, "tensor-model-parallel-size", 1));
   const int p = static_cast<int>(integer(f, fw, "pipeline-model-parallel-size", 1));
   const int c = static_cast<int>(integer(f, fw, "context-parallel-size", 1));
-  if (integer(f, fw, "expert-model-parallel-size", 1) != 1)
-    refuse(meg("expert-model-parallel-size") + " above 1: trainsim's models have no experts");
+  const int e = static_cast<int>(integer(f, fw, "expert-model-parallel-size", 1));
   if (!f.has("micro-batch-size")) refuse(meg("micro-batch-size") + " is required (Megatron-LM requires it too)");
   const int b = static_cast<int>(integer(f, fw, "micro-batch-size", 1));
   const int d = in.dp;
@@ -399,8 +540,10 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   if (f.has("swiglu") || custom) m.gated_ffn = flag(f, "swiglu");
   if (f.has("ffn-hidden-size")) m.ffn = static_cast<int>(integer(f, fw, "ffn-hidden-size", 1));
   else if (custom) m.ffn = m.gated_ffn ? static_cast<int>(4.0 * m.hidden * 2 / 3 / 64) * 64 : 4 * m.hidden;
-  if (f.has("kv-channels") && integer(f, fw, "kv-channels", 1) * m.heads != m.hidden)
-    refuse(meg("kv-channels") + " other than --hidden-size / --num-attention-heads is not modelled");
+  if (f.has("kv-channels")) {  // a head's channels (Qwen3: 128 where hidden / heads is 64)
+    const long long k = integer(f, fw, "kv-channels", 1);
+    m.head_channels = k * m.heads == m.hidden ? 0 : static_cast<int>(k);
+  }
   if (f.has("vocab-size") || f.has("make-vocab-size-divisible-by")) {
     // Megatron-LM pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP (vocab_utils.py).
     const long long v = f.has("vocab-size") ? integer(f, fw, "vocab-size", 1) : m.vocab;
@@ -435,6 +578,8 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
     m.grad_bytes = 4;
     plan.notes.push_back("weight grads in fp32, as Megatron-LM accumulates and all-reduces them with --bf16");
   }
+  read_megatron_moe(f, m, plan);
+  read_megatron_mla(f, m);
   try {
     m.validate("--from-megatron");
   } catch (const hw::SpecError& e) {
@@ -529,6 +674,38 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   // One schedule layer per block: the stage chunks' blocks (Megatron-LM's split or the layout's).
   if (p > 1) o.chunk_blocks = blocks;
   else o.layers = m.blocks;
+  // Expert parallelism: EP groups of e consecutive DP ranks (tp-cp-ep-dp-pp with TP and CP 1).
+  if (e > 1 && !m.moe()) refuse(meg("expert-model-parallel-size") + " above 1 needs experts: give --num-experts");
+  if (m.moe()) {
+    if (t > 1 || c > 1)
+      refuse(fmt::format("{} {} with experts: tensor{} parallelism with a Mixture of Experts is not modelled yet "
+                         "(issue 35: nor expert tensor parallelism)",
+                         t > 1 ? meg("tensor-model-parallel-size") : meg("context-parallel-size"), t > 1 ? t : c,
+                         t > 1 ? "" : " (context)"));
+    if (integer(f, fw, "expert-tensor-parallel-size", 1) != 1)
+      refuse(meg("expert-tensor-parallel-size") + " above 1: expert tensor parallelism is not modelled yet");
+    if (m.experts % e != 0)
+      refuse(fmt::format("{} {} does not divide --num-experts {} (Megatron-LM refuses it too)",
+                         meg("expert-model-parallel-size"), e, m.experts));
+    if (d % e != 0)
+      refuse(fmt::format("{} {} does not divide the data-parallel degree {}: Megatron-LM carves the EP groups out of "
+                         "the data-parallel ranks",
+                         meg("expert-model-parallel-size"), e, d));
+    if (e > 1) {
+      o.ep = e;
+      o = model_dense_layers("3d", o, m.blocks, m.dense_blocks);
+      const std::string dispatcher = text(f, "moe-token-dispatcher-type", "");
+      if (dispatcher == "allgather" || dispatcher == "flex")
+        refuse(fmt::format("{} {}: trainsim times the alltoall dispatcher's two all-to-alls (give "
+                           "--moe-token-dispatcher-type alltoall)",
+                           meg("moe-token-dispatcher-type"), dispatcher));
+      if (!dispatcher.empty() && dispatcher != "alltoall")
+        refuse(meg("moe-token-dispatcher-type") + " is alltoall, allgather or flex, not '" + dispatcher + "'");
+      if (dispatcher.empty())
+        plan.notes.push_back("the tokens dispatched by all-to-all (--moe-token-dispatcher-type alltoall); Megatron-LM's "
+                             "default dispatcher is allgather");
+    }
+  }
   if (flag(f, "use-distributed-optimizer"))
     plan.notes.push_back("--use-distributed-optimizer as gen 3d --zero 1: optimizer state sharded over the data-parallel "
                          "group, the whole grad buffer kept; trainsim all-reduces the grads where Megatron-LM "
@@ -778,7 +955,9 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
     refuse(tt("parallelism.disable_loss_parallel") + ": trainsim's TP computes the loss vocabulary-parallel");
   const int c = static_cast<int>(integer(f, fw, "parallelism.context_parallel_degree", 1));
   if (integer(f, fw, "parallelism.expert_parallel_degree", 1) != 1)
-    refuse(tt("parallelism.expert_parallel_degree") + " above 1: trainsim's models have no experts");
+    refuse(tt("parallelism.expert_parallel_degree") + " above 1: torchtitan runs expert parallelism with FSDP, which "
+           "trainsim's expert parallelism (DDP or ZeRO-1, gen 3d --ep) does not model yet; torchtitan's MoE models "
+           "are not read either (issue 35)");
   hw::ModelSpec m = hw::model_preset(preset);
   m.grad_bytes = 4;  // mixed_precision_reduce float32
   plan.notes.push_back("weight grads in fp32 (torchtitan's mixed_precision_reduce float32)");

@@ -43,6 +43,16 @@ std::string gen_command(const FrameworkPlan& p) {
   if (o.chunks > 1) s += fmt::format(" --chunks {}", o.chunks);
   if (p.kind == "3d" && o.schedule != "1f1b") s += " --schedule " + o.schedule;
   if (p.kind == "3d" && o.zero != 0) s += fmt::format(" --zero {}", o.zero);
+  if (p.kind == "3d" && o.ep > 1) {
+    s += fmt::format(" --ep {}", o.ep);
+    if (!o.expert_load.empty()) {
+      std::string loads;
+      for (double x : o.expert_load) loads += fmt::format("{}{}", loads.empty() ? "" : ",", x);
+      s += " --expert-load " + loads;
+    } else if (o.moe_imbalance > 0) {
+      s += fmt::format(" --moe-imbalance {}", o.moe_imbalance);
+    }
+  }
   if (o.sequence_parallel) s += " --sp";
   if (p.kind == "fsdp" && !o.reshard_after_forward) s += " --no-reshard-after-forward";
   s += fmt::format(" --microbatches {}", o.microbatches);
@@ -127,6 +137,23 @@ FrameworkLaunch to_megatron(const FrameworkPlan& p) {
   s += fmt::format(" --num-layers {} --hidden-size {} --ffn-hidden-size {} --num-attention-heads {}", m.blocks, m.hidden,
                    m.ffn, m.heads);
   if (m.kv_heads > 0 && m.kv_heads != m.heads) s += fmt::format(" --group-query-attention --num-query-groups {}", m.kv_heads);
+  if (m.mla())
+    s += fmt::format(" --multi-latent-attention --q-lora-rank {} --kv-lora-rank {} --qk-head-dim {} --qk-pos-emb-head-dim {} "
+                     "--v-head-dim {}",
+                     m.q_lora_rank, m.kv_lora_rank, m.head_dim(), m.rope_head_dim, m.value_head_dim());
+  else if (m.head_channels > 0 && static_cast<long long>(m.head_channels) * m.heads != m.hidden)
+    s += fmt::format(" --kv-channels {}", m.head_channels);
+  if (m.moe()) {
+    // Megatron-Core's MoE layer: the experts, their width, the router's k, shared experts, the dense layers first;
+    // grouped GEMMs and the all-to-all dispatcher, as trainsim times them.
+    s += fmt::format(" --num-experts {} --moe-router-topk {}", m.experts, m.top_k);
+    if (m.expert_ffn > 0) s += fmt::format(" --moe-ffn-hidden-size {}", m.expert_ffn);
+    if (m.shared_experts > 0)
+      s += fmt::format(" --moe-shared-expert-intermediate-size {}", static_cast<long long>(m.shared_experts) * m.expert_width());
+    if (m.dense_blocks > 0) s += fmt::format(" --moe-layer-freq '([0]*{}+[1]*{})'", m.dense_blocks, m.blocks - m.dense_blocks);
+    s += " --moe-grouped-gemm --moe-token-dispatcher-type alltoall";
+    if (o.ep > 1) s += fmt::format(" --expert-model-parallel-size {}", o.ep);
+  }
   if (m.gated_ffn) s += " --swiglu";
   s += m.layernorm ? " --normalization LayerNorm" : " --normalization RMSNorm";
   s += m.learned_positions ? " --position-embedding-type learned_absolute" : " --position-embedding-type rope";

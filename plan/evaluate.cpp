@@ -9,6 +9,7 @@
 #include "schedules/generators/builder.h"
 #include "schedules/hardware_sim.h"
 #include "schedules/symmetry.h"
+#include "sim/tensor.h"
 
 namespace trainsim::plan {
 
@@ -28,7 +29,7 @@ Prepared prepare(const Candidate& c, const PlanRequest& r) {
   h.cost_model = "hardware";
   h.hardware = std::move(setting);
   const GenOptions& o = c.config.options;
-  p.mirror = symmetric_mirror(h, RankGrid{o.tp, o.cp, o.dp, o.pp});
+  p.mirror = symmetric_mirror(h, *rank_grid("3d", o));
   return p;
 }
 
@@ -99,18 +100,34 @@ double memory_lower_bound(const Candidate& c, const PlanRequest& r) {
   }
   const hw::StageLayout layout(per_layer);
   const int layers = static_cast<int>(per_layer.size());
-  const hw::TensorSizes sizes(s, layers, &layout);
+  hw::TensorSizes sizes(s, layers, &layout);
   const int replicas = k.dp * k.cp;  // gen 3d's data-parallel groups hold dp x cp ranks
   const int weight_shards = k.zero == 3 && replicas > 1 ? replicas : 1;
   const int opt_shards = k.zero != 0 && replicas > 1 ? replicas : 1;
-  const double act_per_block = hw::activation_bytes_per_block(s.model, static_cast<double>(s.seq_len()) / k.cp,
-                                                              s.microbatch_size, s.recompute, k.tp, k.sp, s.attention);
+  // An MoE model: with EP 1 every layer holds its experts (as the cost model learns from the ops); with EP e a
+  // rank holds 1/e of them, their optimizer state sharded with ZeRO-1 over the e-th of the replicas holding the same
+  // slice (gen 3d --ep's expert-data-parallel groups).
+  if (s.model.moe() && k.ep == 1)
+    for (int l = 0; l < layers; ++l) sizes.set_experts_inside(l);
+  const int expert_opt_shards = k.zero != 0 && replicas / k.ep > 1 ? replicas / k.ep : 1;
+  const double seq = static_cast<double>(s.seq_len()) / k.cp;
+  // A block's saved activations: a dense block's, or an MoE block's attention, router and shared experts (its
+  // routed experts' share, which only adds, left out).
+  const double act_dense = hw::activation_bytes_per_block(s.model, seq, s.microbatch_size, s.recompute, k.tp, k.sp,
+                                                          s.attention),
+               act_moe = hw::activation_bytes_per_block(s.model, seq, s.microbatch_size, s.recompute, k.tp, k.sp,
+                                                        s.attention, hw::BlockPart::MoeShared);
   std::vector<double> bytes(k.pp, 0.0);
   for (int l = 0; l < layers; ++l) {
     const int q = layer_rank[l];
     bytes[q] += sizes.wire_bytes(tp_slice(gen::weight_shard(l, 0, weight_shards), 0, k.tp));
     bytes[q] += sizes.wire_bytes(tp_slice(gen::opt_shard(l, 0, opt_shards), 0, k.tp));
-    bytes[q] += per_layer[l] * act_per_block;
+    const int moe = sizes.layer_moe_blocks(l);
+    if (moe > 0 && k.ep > 1) {
+      bytes[q] += sizes.wire_bytes(expert_slice(gen::weight_shard(l, 0, 1), 0, k.ep));
+      bytes[q] += sizes.wire_bytes(expert_slice(gen::opt_shard(l, 0, expert_opt_shards), 0, k.ep));
+    }
+    bytes[q] += (per_layer[l] - moe) * act_dense + moe * act_moe;
   }
   return *std::max_element(bytes.begin(), bytes.end());
 }
@@ -119,8 +136,10 @@ double time_lower_bound(const Candidate& c, const PlanRequest& r) {
   const hw::HardwareSetting s = setting_of(c.config, r.device, r.network);
   const double tokens = static_cast<double>(r.global_batch) * s.seq_len();
   double flops = tokens * s.model.flops_per_token(s.seq_len());
-  // Full recomputation runs every block's forward again: a third of the blocks' dense FLOPs (6·N per token).
-  if (s.recompute == hw::Recompute::Full) flops += tokens * 2 * s.model.blocks * s.model.block_parameters();
+  // Full recomputation runs every block's forward again: a third of the blocks' FLOPs (6·N per token; of an MoE
+  // block its active parameters, the dense part and top_k experts).
+  if (s.recompute == hw::Recompute::Full)
+    for (int b = 0; b < s.model.blocks; ++b) flops += tokens * 2 * s.model.active_parameters(b);
   const double peak = s.fp8 && r.device.fp8_peak_flops > 0 ? std::max(r.device.fp8_peak_flops, r.device.peak_flops)
                                                           : r.device.peak_flops;
   return flops / (static_cast<double>(r.gpus) * peak);

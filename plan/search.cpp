@@ -65,8 +65,73 @@ SearchSpace default_space(const PlanRequest& r) {
   s.sp = {true};
   s.fp8 = {false};
   s.layouts = {"even", "balanced"};
+  if (r.model.moe()) {
+    // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP and CP 1, 1F1B and interleaved 1F1B,
+    // DDP and ZeRO-1. EP: every divisor of the experts up to the GPUs (the ones that do not divide DP are removed
+    // as indivisible).
+    s.tp = {1};
+    s.cp = {1};
+    s.schedules = {"1f1b", "interleaved-1f1b"};
+    s.zero = {1};
+    for (int e = 1; e <= r.model.experts && e <= r.gpus; ++e)
+      if (r.model.experts % e == 0) s.ep.push_back(e);
+  } else {
+    s.ep = {1};
+  }
   return s;
 }
+
+namespace {
+
+// What the planner cannot search for an MoE model (gen 3d --ep's reach, schedules/generators.h), given anyway.
+void check_moe_space(const PlanRequest& r, const std::vector<int>& tps, const std::vector<int>& cps,
+                     const std::vector<int>& zeros, const std::vector<std::string>& schedules) {
+  const std::string& name = r.model.preset;
+  if (!r.model.moe()) {
+    if (!r.space.ep.empty() && r.space.ep != std::vector<int>{1})
+      throw hw::SpecError(fmt::format("plan: --ep: the model '{}' has no experts (expert parallelism needs a Mixture "
+                                      "of Experts: mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, or a config.json with "
+                                      "experts)",
+                                      name));
+    if (r.moe_imbalance > 0)
+      throw hw::SpecError(fmt::format("plan: --moe-imbalance: the model '{}' has no experts to route to", name));
+    return;
+  }
+  if (r.framework == Framework::Torchtitan)
+    throw hw::SpecError(fmt::format("plan: --framework torchtitan: torchtitan trains a Mixture of Experts with FSDP, "
+                                    "and trainsim's expert parallelism runs with DDP or ZeRO-1 only (issue 35); plan "
+                                    "'{}' with --framework megatron or any",
+                                    name));
+  for (int t : tps)
+    if (t != 1)
+      throw hw::SpecError(fmt::format("plan: --tp {}: tensor parallelism with a Mixture of Experts ('{}') is not "
+                                      "modelled yet (nor expert tensor parallelism); the planner searches TP 1",
+                                      t, name));
+  for (int c : cps)
+    if (c != 1)
+      throw hw::SpecError(fmt::format("plan: --cp {}: context parallelism with a Mixture of Experts ('{}') is not "
+                                      "modelled yet; the planner searches CP 1",
+                                      c, name));
+  for (int z : zeros)
+    if (z == 3)
+      throw hw::SpecError(fmt::format("plan: --zero 3: FSDP with a Mixture of Experts ('{}') is not modelled yet; "
+                                      "the planner searches DDP (0) and ZeRO-1 (1)",
+                                      name));
+  for (const std::string& sc : schedules)
+    if (sc != "1f1b" && sc != "interleaved-1f1b")
+      throw hw::SpecError(fmt::format("plan: --schedules {}: with a Mixture of Experts ('{}') the planner searches "
+                                      "1f1b and interleaved-1f1b (the schedules gen 3d --ep runs)",
+                                      sc, name));
+  for (int e : r.space.ep)
+    if (e < 1 || r.model.experts % e != 0)
+      throw hw::SpecError(fmt::format("plan: --ep {}: the EP degree must divide the model's {} experts", e,
+                                      r.model.experts));
+  if (r.moe_imbalance != 0 && !(r.moe_imbalance >= 1))
+    throw hw::SpecError(fmt::format("plan: --moe-imbalance {}: the busiest slice's load over the mean is at least 1",
+                                    r.moe_imbalance));
+}
+
+}  // namespace
 
 std::vector<int> layout_blocks(const std::string& layout, int blocks, int chunks) {
   if (chunks < 1) return {};
@@ -106,6 +171,8 @@ Enumeration enumerate(const PlanRequest& r) {
   const std::vector<hw::Recompute> recomputes = pick(g.recompute, d.recompute);
   const std::vector<bool> sps = pick(g.sp, d.sp), fp8s = pick(g.fp8, d.fp8);
   const std::vector<std::string> layouts = pick(g.layouts, d.layouts);
+  const std::vector<int> eps = pick(g.ep, d.ep);
+  check_moe_space(r, tps, cps, zeros, schedules);
   if (std::find(fp8s.begin(), fp8s.end(), true) != fp8s.end() && r.device.fp8_peak_flops <= 0)
     throw hw::SpecError(fmt::format("plan: --fp8: the device '{}' has no FP8 tensor cores", r.device.preset));
   const hw::TpOverlap overlap = r.tp_overlap ? *r.tp_overlap
@@ -115,8 +182,9 @@ Enumeration enumerate(const PlanRequest& r) {
   Enumeration out;
   auto remove = [&](const char* why, long long n = 1) { out.removed[why] += n; };
   // How many combinations of the knobs below the parallel degrees one (tp, cp, pp) stands for.
-  const long long per_shape = static_cast<long long>(mbss.size()) * zeros.size() * recomputes.size() * sps.size() *
-                              fp8s.size() * layouts.size();
+  const long long per_shape = static_cast<long long>(eps.size()) * mbss.size() * zeros.size() * recomputes.size() *
+                              sps.size() * fp8s.size() * layouts.size();
+  const long long per_ep = per_shape / static_cast<long long>(eps.size());
   for (int tp : tps)
     for (int cp : cps)
       for (int pp : pps)
@@ -144,6 +212,10 @@ Enumeration enumerate(const PlanRequest& r) {
             if (pipelined && interleaved_schedule(schedule) && chunks < 2) { remove("indivisible", per_shape); continue; }
             if (static_cast<long long>(pp) * v > r.model.blocks) { remove("indivisible", per_shape); continue; }
             const int dp = static_cast<int>(r.gpus / ranks);
+            for (int ep : eps) {
+            // EP groups of ep DP ranks (gen 3d --ep), each holding experts / ep of every MoE block's experts.
+            if (dp % ep != 0 || r.model.experts % std::max(ep, 1) != 0) { remove("indivisible", per_ep); continue; }
+            if (ep > 1 && r.moe_imbalance > ep) { remove("imbalance", per_ep); continue; }
             for (int mbs : mbss)
               for (int zero : zeros)
                 for (hw::Recompute rc : recomputes)
@@ -172,7 +244,7 @@ Enumeration enumerate(const PlanRequest& r) {
                         k.tp = tp, k.cp = cp, k.pp = pp, k.chunks = v, k.dp = dp, k.microbatch_size = mbs;
                         k.microbatches = static_cast<int>(m), k.zero = dp * cp == 1 ? 0 : zero;
                         k.schedule = pipelined ? schedule : "1f1b", k.layout = pp * v == 1 ? "even" : layout;
-                        k.recompute = rc, k.sp = tp > 1 && sp, k.fp8 = fp8;
+                        k.recompute = rc, k.sp = tp > 1 && sp, k.fp8 = fp8, k.ep = ep;
                         FrameworkPlan& f = c.config;
                         f.kind = "3d";
                         f.model = r.model;
@@ -189,8 +261,14 @@ Enumeration enumerate(const PlanRequest& r) {
                         o.sequence_parallel = k.sp;
                         o.microbatches = k.microbatches;
                         o.chunk_blocks = std::move(blocks);
+                        if (ep > 1) {
+                          o.ep = ep;
+                          o.moe_imbalance = r.moe_imbalance > 1 ? r.moe_imbalance : 0;
+                          o = model_dense_layers("3d", o, r.model.blocks, r.model.dense_blocks);
+                        }
                         out.candidates.push_back(std::move(c));
                       }
+            }
           }
         }
   return out;

@@ -27,6 +27,9 @@ const char* framework_name(Framework f);
 /// microbatch size in sequences.
 struct SearchSpace {
   std::vector<int> tp, cp, pp, dp, chunks, microbatch_size, zero;  ///< dp: a constraint (the rest of the GPUs)
+  /// Expert-parallel degrees (an MoE model only): EP groups of that many DP ranks of a stage (gen 3d --ep), 1 for
+  /// every expert on every rank.
+  std::vector<int> ep;
   std::vector<std::string> schedules;  ///< 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev, interleaved-zb
   std::vector<hw::Recompute> recompute;
   std::vector<bool> sp, fp8;
@@ -47,18 +50,24 @@ struct PlanRequest {
   std::optional<hw::TpOverlap> tp_overlap;
   SearchSpace space;
   int top = 10;             ///< rows the ranking keeps in full and the dominance rule protects
+  /// An MoE model's routing for every candidate with expert slices: the busiest slice's tokens over the mean
+  /// (gen 3d --moe-imbalance; 0 or 1: balanced). A candidate whose EP degree is below it cannot have it and is not
+  /// generated ("imbalance").
+  double moe_imbalance = 0;
 };
 
 /// The default values of each knob for `r` (docs/planning.md, "The search space"): TP the powers of two up to the
 /// GPUs of a node that divide the heads and key/value heads; CP 1 (and 2, 4, 8 from 32,768 tokens); PP every
 /// divisor of the GPUs left up to the blocks; virtual stages 2 and 4 for the interleaved schedules; microbatch
 /// sizes 1, 2, 4; the framework's schedules and ZeRO; recomputation none, selective and full; SP with TP; FP8 off;
-/// layouts even and balanced.
+/// layouts even and balanced. An MoE model (docs/planning.md, "Mixture of Experts"): EP every divisor of its
+/// experts up to the GPUs, TP and CP 1, 1F1B and interleaved 1F1B, DDP and ZeRO-1 (what gen 3d --ep runs).
 SearchSpace default_space(const PlanRequest& r);
 
 /// The knobs of a candidate under their flag names, for tables and JSON.
 struct Knobs {
   int tp = 1, cp = 1, pp = 1, chunks = 1, dp = 1, microbatch_size = 1, microbatches = 1, zero = 0;
+  int ep = 1;  ///< expert-parallel degree (an MoE model; 1: every expert on every rank)
   std::string schedule = "1f1b", layout = "even";
   hw::Recompute recompute = hw::Recompute::None;
   bool sp = false, fp8 = false;
@@ -74,14 +83,16 @@ struct Candidate {
 /// What enumeration produced: the candidates, in a fixed order (the knobs' nesting order, every list sorted),
 /// and how many combinations each rule removed before any simulation ("indivisible": a degree or the global
 /// batch does not divide, more stage chunks than blocks, a schedule's microbatch need; "tp_across_nodes": TP
-/// wider than a node; "redundant": a knob that means nothing for the rest, e.g. a layout with one stage).
+/// wider than a node; "redundant": a knob that means nothing for the rest, e.g. a layout with one stage;
+/// "imbalance": an EP degree below the request's moe_imbalance).
 struct Enumeration {
   std::vector<Candidate> candidates;
   std::map<std::string, long long> removed;
 };
 
 /// Every combination of `r`'s search space (default_space for the lists left empty). Throws hw::SpecError for
-/// a request that cannot be planned (no GPUs, a global batch below 1, FP8 on a device without it).
+/// a request that cannot be planned (no GPUs, a global batch below 1, FP8 on a device without it; --ep for a dense
+/// model; for an MoE model, TP, CP, FSDP or a schedule gen 3d --ep does not run, a --moe-imbalance below 1).
 Enumeration enumerate(const PlanRequest& r);
 
 /// The blocks of each of `chunks` stage chunks under a layout: "even" (StageLayout::even), or "balanced": the

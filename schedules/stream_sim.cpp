@@ -203,8 +203,10 @@ struct NeedsHeldSchedule {};
 
 class StreamSim {
  public:
-  StreamSim(const RankSource& src, const SimOptions& o)
-      : src_(src), h_(src.header()), o_(o), streaming_(!src.holds_all()),
+  // `prepare`: the model learns each rank from its ops here even though the source holds them all (a model given
+  // by the caller for a streaming source, which the held retry of simulate_streams simulates again).
+  StreamSim(const RankSource& src, const SimOptions& o, bool prepare = false)
+      : src_(src), h_(src.header()), o_(o), streaming_(!src.holds_all()), prepare_(streaming_ || (prepare && o.cost)),
         owned_cost_(o.cost ? nullptr : make_schedule_cost_model(src)), cost_(o.cost ? o.cost : owned_cost_.get()),
         updates_(h_.layers) {
     for (const auto& [limit, name] : {std::pair{o.memory_limit, "memory limit"}, {o.memory_capacity, "memory capacity"}})
@@ -256,7 +258,7 @@ class StreamSim {
       if (simulated(r)) {  // (symmetric simulation: the others get their representative's figures, fill_trace)
         const std::vector<Op>& ops = src_.ops(r);
         // The model learns each rank before pricing it (make_schedule_cost_model did so for held ranks).
-        if (streaming_) cost_->prepare_rank(r, ops);
+        if (prepare_) cost_->prepare_rank(r, ops);
         issue(r, ops);
       }
       offset_.push_back(static_cast<int>(nodes_.size()));
@@ -1369,6 +1371,7 @@ class StreamSim {
   const ScheduleHeader& h_;
   const SimOptions& o_;
   const bool streaming_;  // the source makes each rank's ops when asked (RankSource::holds_all() is false)
+  const bool prepare_;    // the model learns each rank as it is issued (CostModel::prepare_rank)
   std::unique_ptr<CostModel> owned_cost_;  // the header's model, unless SimOptions::cost replaces it
   CostModel* cost_;
   std::vector<int> offset_;
@@ -1435,9 +1438,20 @@ SimResult simulate_streams(const Schedule& schedule, const SimOptions& options) 
   return simulate_streams(ScheduleView(schedule), options);
 }
 
-SimResult simulate_streams(const RankSource& source, const SimOptions& options) {
+namespace {
+
+// simulate_streams, `prepare` as StreamSim takes it.
+SimResult run_streams(const RankSource& source, const SimOptions& options, bool prepare) {
   SimResult result;
-  StreamSim sim(source, options);
+  StreamSim sim(source, options, prepare);
+  // A streaming source's problem is found again with every rank's ops held. The caller's cost model learnt only
+  // the ranks the streaming pass reached (up to the one that failed, whose refusal the model may have raised
+  // itself), so the held pass prepares it again: else it would time the held ranks unprepared, e.g. an MoE
+  // layer without its experts and without the refusal that stopped the streaming pass.
+  auto held_again = [&] {
+    const Schedule held = RankSource::collect(source);
+    return run_streams(ScheduleView(held), options, true);
+  };
   try {
     sim.run();
     sim.fill_trace();
@@ -1447,12 +1461,11 @@ SimResult simulate_streams(const RankSource& source, const SimOptions& options) 
     result.over_capacity = sim.over_capacity();
   } catch (const NeedsHeldSchedule&) {
     // Every rank's ops at once: the same problem, in the same words, with what ran before it.
-    const Schedule held = RankSource::collect(source);
-    return simulate_streams(held, options);
+    return held_again();
   } catch (const MemoryLimitError& e) {
     result.error = e.what();
   } catch (const std::exception& e) {
-    if (!source.holds_all()) return simulate_streams(RankSource::collect(source), options);
+    if (!source.holds_all()) return held_again();
     result.error = e.what();
     if (sim.timed()) sim.fill_trace();  // what ran before the problem (a deadlock, a lost message)
   }
@@ -1461,6 +1474,12 @@ SimResult simulate_streams(const RankSource& source, const SimOptions& options) 
   result.blocked = std::move(sim.blocked());
   result.op_count = sim.op_count();
   return result;
+}
+
+}  // namespace
+
+SimResult simulate_streams(const RankSource& source, const SimOptions& options) {
+  return run_streams(source, options, false);
 }
 
 }  // namespace trainsim

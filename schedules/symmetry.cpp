@@ -1,19 +1,27 @@
 #include "schedules/symmetry.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "hardware/setting.h"
 
 namespace trainsim {
 
 std::optional<RankGrid> rank_grid(const std::string& kind, const GenOptions& o) {
-  // (With expert parallelism the ranks of a stage hold different expert slices: every rank is simulated.)
-  if (kind == "3d") return o.ep > 1 ? std::nullopt : std::optional<RankGrid>(RankGrid{o.tp, o.cp, o.dp, o.pp});
+  if (kind == "3d") return RankGrid{o.tp, o.cp, o.dp, o.pp, std::max(o.ep, 1)};
   if (kind == "tp") return RankGrid{o.tp, 1, 1, 1};
   return std::nullopt;
 }
 
 std::vector<int> symmetric_mirror(const ScheduleHeader& h, const RankGrid& grid) {
   const long long world = grid.world();
-  if (world != h.world_size || world <= 0 || world == grid.pp) return {};
+  // The expert-slice classes of a stage: one under balanced routing (each slice computes 1/ep of its group's
+  // tokens, its ops cost what slice 0's do), else one per slice, whose loads differ.
+  const bool balanced = std::adjacent_find(h.expert_load.begin(), h.expert_load.end(), std::not_equal_to<>()) ==
+                        h.expert_load.end();
+  const int classes = grid.ep > 1 && !balanced ? grid.ep : 1;
+  if (world != h.world_size || world <= 0 || world == static_cast<long long>(grid.pp) * classes) return {};
+  if (classes > 1 && (grid.tp != 1 || grid.cp != 1 || grid.dp % classes != 0)) return {};
   const int stride = grid.tp * grid.cp * grid.dp;  // ranks per stage
   const hw::NetworkSpec* net = h.hardware ? &h.hardware->network : nullptr;
   // Each rank's groups, in the header's order (group 0, every rank, is alike for all).
@@ -32,7 +40,7 @@ std::vector<int> symmetric_mirror(const ScheduleHeader& h, const RankGrid& grid)
   };
   std::vector<int> mirror(world);
   for (int r = 0; r < world; ++r) {
-    const int s = r / stride, q = s * stride;
+    const int s = r / stride, q = s * stride + (r - s * stride) % classes;  // (classes > 1: tp = cp = 1)
     mirror[r] = q;
     if (r == q) continue;
     if (groups_of[r].size() != groups_of[q].size()) return {};

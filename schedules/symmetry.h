@@ -5,7 +5,8 @@
 // compares the two to the last bit). docs/planning.md, "Symmetry".
 //
 // The programs are alike by construction of the generators that name a grid (rank_grid): rank (t, c, d, s)
-// runs rank (0, 0, 0, s)'s ops with its own TP, CP and DP groups and the same stages' ranks as peers. What can
+// runs rank (0, 0, 0, s)'s ops with its own TP, CP and DP groups and the same stages' ranks as peers (with expert
+// parallelism, on its own expert slice: alike when routing is balanced, else rank (0, 0, d mod ep, s)'s). What can
 // still differ is where the ranks sit: a group spread over two nodes where its representative's sits in one, or a
 // message that crosses nodes where the representative's does not. symmetric_mirror checks both on the schedule's
 // network and gives no map (simulate every rank) when any class is not alike.
@@ -24,6 +25,9 @@ namespace trainsim {
 /// DP index d < D and stage s < P (gen 3d's order, schedules/generators.h).
 struct RankGrid {
   int tp = 1, cp = 1, dp = 1, pp = 1;
+  /// Expert parallelism (gen 3d --ep): EP groups of `ep` consecutive DP indices, DP index d holding expert slice
+  /// d mod ep. 1: no expert slices.
+  int ep = 1;
   /// T·C·D·P ranks.
   long long world() const { return static_cast<long long>(tp) * cp * dp * pp; }
 };
@@ -33,7 +37,9 @@ struct RankGrid {
 std::optional<RankGrid> rank_grid(const std::string& kind, const GenOptions& options);
 
 /// The map SimOptions::mirror takes for a schedule with header `h` whose ranks lie on `grid`: each rank's
-/// representative, the lowest rank of its stage. Empty when the simulation must run every rank: the header's world
+/// representative, the lowest rank of its stage. With expert slices (grid.ep > 1) under balanced routing (the
+/// header's expert_load empty or all equal) every slice runs alike, the stage's lowest rank stands for all; under
+/// imbalance the lowest rank of the stage that holds the same slice does (ep classes a stage). Empty when the simulation must run every rank: the header's world
 /// size is not the grid's, a class has only one rank, or some rank's groups (in the header's order) differ from
 /// its representative's in size or, with the hardware cost model, in where their members sit (GroupShape on the
 /// header's network), or a rank and a rank of another stage sit on one node where their representatives do not

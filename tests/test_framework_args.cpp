@@ -132,8 +132,8 @@ TEST_CASE("framework args: a Megatron-LM argument line becomes gen 3d and a mode
 TEST_CASE("framework args: Megatron-LM flags outside the subset, or configurations it refuses, are refused by name") {
   FrameworkInputs in = dp(1);
   in.model = hw::model_preset("llama3-8b");
-  CHECK(refusal([&] { from_megatron("--micro-batch-size 1 --bf16 --moe-router-topk 2", in); }) ==
-        "--from-megatron: --moe-router-topk is not in the subset trainsim reads (docs/frameworks.md, Megatron-LM lists it, "
+  CHECK(refusal([&] { from_megatron("--micro-batch-size 1 --bf16 --moe-shared-expert-overlap", in); }) ==
+        "--from-megatron: --moe-shared-expert-overlap is not in the subset trainsim reads (docs/frameworks.md, Megatron-LM lists it, "
         "flag by flag: the flags that change a step and are modelled, and those accepted because they do not change it)");
   CHECK(refusal([&] { from_megatron("--bf16", in); }).find("--micro-batch-size is required") != std::string::npos);
   CHECK(refusal([&] { from_megatron("--micro-batch-size 1", in); }).find("give --bf16 or --fp16") != std::string::npos);
@@ -275,8 +275,10 @@ TEST_CASE("framework args: a realistic Megatron-LM line is read, benign flags li
   CHECK(has_note(p, "--cross-entropy-loss-fusion"));
   CHECK(has_note(p, "--distributed-timeout-minutes"));
   // Flags that change the step and are not modelled are refused, every one in one message.
-  const std::string e = refusal([&] { from_megatron(line + " --moe-router-topk 2 --num-experts 8 --use-torch-fsdp2", in); });
-  CHECK(e.find("--moe-router-topk, --num-experts, --use-torch-fsdp2 are not in the subset") != std::string::npos);
+  const std::string e =
+      refusal([&] { from_megatron(line + " --moe-shared-expert-overlap --mtp-num-layers 1 --use-torch-fsdp2", in); });
+  CHECK(e.find("--moe-shared-expert-overlap, --mtp-num-layers, --use-torch-fsdp2 are not in the subset") !=
+        std::string::npos);
   // Megatron-LM's own rules: TP overlap needs sequence parallelism; the asynchronous all-reduce can be turned off.
   CHECK(refusal([&] { from_megatron("--tensor-model-parallel-size 2 --micro-batch-size 1 --bf16 --tp-comm-overlap", in); })
             .find("--tp-comm-overlap needs --sequence-parallel") != std::string::npos);
@@ -404,4 +406,83 @@ TEST_CASE("framework args: a Megatron-LM line and the gen 3d command it prints g
   CHECK(ja["peak_memory_bytes"] == jb["peak_memory_bytes"]);
   CHECK(ja["layers"] == 32);  // one schedule layer per block on both paths
   CHECK(jb["layers"] == 32);
+}
+
+TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, and what is not modelled refused") {
+  // Qwen3-30B-A3B as a public Megatron-LM script writes it (slime's scripts/models/qwen3-30B-A3B.sh), on 16 GPUs
+  // with EP 8: the flags describe the same model as trainsim's preset.
+  const std::string qwen3 =
+      "--disable-bias-linear --qk-layernorm --group-query-attention --num-attention-heads 32 --num-query-groups 4 "
+      "--kv-channels 128 --num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144 --normalization RMSNorm "
+      "--position-embedding-type rope --norm-epsilon 1e-6 --swiglu --untie-embeddings-and-output-weights "
+      "--vocab-size 151936 --make-vocab-size-divisible-by 1 --rotary-base 1000000 --moe-ffn-hidden-size 768 "
+      "--moe-router-score-function softmax --moe-token-dispatcher-type alltoall --moe-router-topk 8 "
+      "--moe-layer-freq \"'([1]*48)'\" --num-experts 128 --moe-grouped-gemm --moe-token-drop-policy probs "
+      "--moe-router-dtype fp32 --moe-permute-fusion --moe-aux-loss-coeff 0 --expert-model-parallel-size 8 "
+      "--micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 --use-distributed-optimizer "
+      "--attention-dropout 0 --hidden-dropout 0";
+  const FrameworkPlan p = from_megatron(qwen3, dp(16));
+  hw::ModelSpec want = hw::model_preset("qwen3-30b-a3b");
+  want.preset = "custom", want.seq = 4096;
+  CHECK(hw::spec_text(p.model) == hw::spec_text(want));
+  CHECK(p.model == want);
+  CHECK(p.kind == "3d");
+  CHECK(p.options.ep == 8);
+  CHECK(p.options.dp == 16);
+  CHECK(p.options.dense_layers == 0);
+  CHECK(p.options.zero == 1);
+  CHECK(p.options.microbatches == 4);
+  CHECK(!has_note(p, "default dispatcher is allgather"));
+  CHECK(!has_note(p, "grouped GEMMs"));
+  // DeepSeek-V3's dense first layers, written as Megatron-LM's list expression; a shared expert.
+  FrameworkInputs in = dp(8);
+  in.model = hw::model_preset("deepseek-v3");
+  const std::string ds = "--micro-batch-size 1 --bf16 --pipeline-model-parallel-size 1 --num-experts 256 "
+                         "--moe-router-topk 8 --moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 "
+                         "--moe-layer-freq [0]*3+[1]*58 --expert-model-parallel-size 8";
+  const FrameworkPlan d = from_megatron(ds, in);
+  CHECK(d.model == hw::model_preset("deepseek-v3"));
+  CHECK(d.options.ep == 8);
+  CHECK(d.options.dense_layers == 3);
+  CHECK(has_note(d, "default dispatcher is allgather"));
+  CHECK(has_note(d, "grouped GEMMs"));
+  CHECK(from_megatron("--micro-batch-size 1 --bf16 --moe-layer-freq '[0,0,0]+[1]*58'", in).model.dense_blocks == 3);
+  CHECK(from_megatron("--micro-batch-size 1 --bf16 --moe-layer-freq 1", in).model.dense_blocks == 0);
+  // --num-experts alone takes Megatron-LM's defaults: top-2, experts of --ffn-hidden-size, in every layer.
+  FrameworkInputs llama = dp(4);
+  llama.model = hw::model_preset("llama3-8b");
+  const hw::ModelSpec m = from_megatron("--micro-batch-size 1 --bf16 --num-experts 8", llama).model;
+  CHECK(m.experts == 8);
+  CHECK(m.top_k == 2);
+  CHECK(m.expert_width() == m.ffn);
+  CHECK(m.dense_blocks == 0);
+  // Refused, naming the flag: what trainsim does not model, and what Megatron-LM refuses too.
+  auto refused = [&](const std::string& flags, const FrameworkInputs& with) {
+    return refusal([&] { from_megatron("--micro-batch-size 1 --bf16 " + flags, with); });
+  };
+  CHECK(refused("--moe-layer-freq 2", in).find("--moe-layer-freq 2: experts in every 2th layer are not modelled") !=
+        std::string::npos);
+  CHECK(refused("--moe-layer-freq [0]*3+[1]*57+[0]", in).find("a dense layer after an MoE layer is not modelled") !=
+        std::string::npos);
+  CHECK(refused("--moe-layer-freq [0]*3+[1]*50", in).find("gives 53 layers, not --num-layers 61") != std::string::npos);
+  CHECK(refused("--moe-layer-freq [0]*3+[1]*5000000", in).find("gives more layers than --num-layers 61") !=
+        std::string::npos);
+  CHECK(refused("--moe-layer-freq [2]*61", in).find("is an integer or a list expression") != std::string::npos);
+  CHECK(refused("--moe-expert-capacity-factor 1.25", in).find("not modelled (trainsim's routing is dropless") !=
+        std::string::npos);
+  CHECK(refused("--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather", in)
+            .find("trainsim times the alltoall dispatcher") != std::string::npos);
+  CHECK(refused("--tensor-model-parallel-size 2", in).find("tensor parallelism with a Mixture of Experts is not "
+                                                           "modelled yet") != std::string::npos);
+  CHECK(refused("--expert-tensor-parallel-size 2", in).find("expert tensor parallelism is not modelled yet") !=
+        std::string::npos);
+  CHECK(refused("--expert-model-parallel-size 3", in).find("does not divide --num-experts 256") != std::string::npos);
+  CHECK(refused("--expert-model-parallel-size 16", in).find("does not divide the data-parallel degree 8") !=
+        std::string::npos);
+  CHECK(refused("--moe-shared-expert-intermediate-size 3000", in).find("not a whole number of experts of width 2048") !=
+        std::string::npos);
+  CHECK(refused("--expert-model-parallel-size 2", llama).find("needs experts: give --num-experts") != std::string::npos);
+  CHECK(refused("--moe-router-topk 2", llama).find("--moe-router-topk needs experts") != std::string::npos);
+  CHECK(refused("--multi-latent-attention", llama).find("needs --kv-lora-rank") != std::string::npos);
+  CHECK(refused("--kv-lora-rank 512", llama).find("goes with --multi-latent-attention") != std::string::npos);
 }

@@ -14,6 +14,7 @@
 #include "schedules/cost_models.h"
 #include "schedules/generators.h"
 #include "schedules/hardware_sim.h"
+#include "schedules/symmetry.h"
 #include "schedules/text_format.h"
 
 using namespace trainsim;
@@ -358,4 +359,33 @@ TEST_CASE("gen ddp --bucket-mb on an MoE model: a layer's grads are every expert
   REQUIRE(reduce3 != std::string::npos);
   REQUIRE(backward2 != std::string::npos);
   CHECK(reduce3 < backward2);
+}
+
+TEST_CASE("a streaming source the model refuses is refused again when simulated held, not timed unprepared") {
+  // gen 3d's source makes each rank's ops when asked. TP with an MoE model is refused as the model learns rank 0;
+  // the simulator then retries with every rank's ops held, and that pass must prepare the model again: before, it
+  // timed the step with no experts at all (a tenth of the step, a sixth of the memory) and no error.
+  HardwareSetting hs = small_mixtral();
+  GenOptions o;
+  o.tp = 2, o.dp = 1, o.layers = hs.model.blocks, o.microbatches = 1;
+  std::unique_ptr<RankSource> src = generate_ranks("3d", o);
+  REQUIRE_FALSE(src->holds_all());
+  src->header().cost_model = "hardware";
+  src->header().hardware = hs;
+  const std::vector<int> mirror = symmetric_mirror(src->header(), RankGrid{2, 1, 1, 1});
+  REQUIRE_FALSE(mirror.empty());
+  for (bool symmetric : {false, true}) {
+    CAPTURE(symmetric);
+    const HardwareRun run = simulate_hardware(*src, false, {}, symmetric ? mirror : std::vector<int>{});
+    CHECK_FALSE(run.result.ok);
+    CHECK_FALSE(run.report);
+    CHECK(has(run.result.error, "tensor parallelism with a Mixture-of-Experts model is not modelled yet"));
+    CHECK(has(run.result.error, "rank 0: forward layer 0"));
+  }
+  // The same source of a dense model simulates (the retry is only for problems).
+  hs.model.experts = hs.model.top_k = hs.model.dense_blocks = 0, hs.model.expert_ffn = 0;
+  src->header().hardware = hs;
+  const HardwareRun dense = simulate_hardware(*src, false, {}, {});
+  INFO(dense.result.error);
+  CHECK(dense.result.ok);
 }

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -271,4 +272,155 @@ TEST_CASE("plan: without pipelining one candidate stands for every layout, whate
   const Enumeration en = enumerate(r);
   REQUIRE(en.candidates.size() == 1);
   CHECK(en.candidates.front().knobs.layout == "even");
+}
+
+namespace {
+
+// Mixtral's blocks cut to 4, the first dense, on 16 H100s at 1,024 tokens: small enough to simulate every candidate.
+PlanRequest moe_request() {
+  PlanRequest r = small_request();
+  r.model = hw::model_preset("mixtral-8x7b");
+  r.model.blocks = 4, r.model.dense_blocks = 1;
+  r.model.preset = "custom";
+  r.seq = 1024;
+  r.global_batch = 32;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts and DP, the rest refused by name") {
+  PlanRequest r = moe_request();
+  const SearchSpace d = default_space(r);
+  CHECK(d.ep == std::vector<int>{1, 2, 4, 8});
+  CHECK(d.tp == std::vector<int>{1});
+  CHECK(d.cp == std::vector<int>{1});
+  CHECK(d.zero == std::vector<int>{1});
+  CHECK(d.schedules == std::vector<std::string>{"1f1b", "interleaved-1f1b"});
+  const Enumeration en = enumerate(r);
+  std::set<int> eps;
+  for (const Candidate& c : en.candidates) {
+    const Knobs& k = c.knobs;
+    const GenOptions& o = c.config.options;
+    INFO(gen_command(c.config));
+    CHECK(k.tp == 1);
+    CHECK(k.dp % k.ep == 0);
+    CHECK(o.ep == k.ep);
+    CHECK((gen_command(c.config).find(" --ep ") != std::string::npos) == (k.ep > 1));
+    // The dense first block stays dense: gen 3d --ep's --dense-layers from the model, as gen takes it.
+    if (k.ep > 1) CHECK(o.dense_layers == model_dense_layers("3d", o, 4, 1).dense_layers);
+    if (k.ep > 1) CHECK(o.dense_layers == 1);
+    eps.insert(k.ep);
+  }
+  CHECK(eps == std::set<int>{1, 2, 4, 8});
+  CHECK(en.removed.at("indivisible") > 0);  // EP 8 over the 2 or 4 DP ranks of 8 or 4 stages
+  // An imbalance above a slice's reach (all its group's tokens) removes that EP degree, counted.
+  r.moe_imbalance = 3;
+  const Enumeration skewed = enumerate(r);
+  CHECK(skewed.removed.at("imbalance") > 0);
+  for (const Candidate& c : skewed.candidates) {
+    CHECK(c.knobs.ep != 2);
+    CHECK(c.config.options.moe_imbalance == (c.knobs.ep > 1 ? 3.0 : 0.0));
+  }
+  r.moe_imbalance = 0;
+  // What gen 3d --ep does not run, given anyway: a clear error naming the flag.
+  auto refused = [&](const std::function<void(PlanRequest&)>& change) {
+    PlanRequest q = moe_request();
+    change(q);
+    try {
+      enumerate(q);
+    } catch (const hw::SpecError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto contains = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
+  CHECK(contains(refused([](PlanRequest& q) { q.space.tp = {2}; }), "--tp 2: tensor parallelism with a Mixture of Experts"));
+  CHECK(contains(refused([](PlanRequest& q) { q.space.cp = {2}; }), "--cp 2: context parallelism"));
+  CHECK(contains(refused([](PlanRequest& q) { q.space.zero = {3}; }), "--zero 3: FSDP with a Mixture of Experts"));
+  CHECK(contains(refused([](PlanRequest& q) { q.space.schedules = {"zbv"}; }), "--schedules zbv"));
+  CHECK(contains(refused([](PlanRequest& q) { q.space.ep = {3}; }), "--ep 3: the EP degree must divide the model's 8"));
+  CHECK(contains(refused([](PlanRequest& q) { q.framework = Framework::Torchtitan; }), "torchtitan trains a Mixture"));
+  CHECK(contains(refused([](PlanRequest& q) { q.moe_imbalance = 0.5; }), "--moe-imbalance 0.5"));
+  CHECK(contains(refused([](PlanRequest& q) { q.model = hw::model_preset("llama3-8b"), q.space.ep = {2}; }),
+                 "--ep: the model 'llama3-8b' has no experts"));
+}
+
+TEST_CASE("plan, Mixture of Experts: bounds below the simulation, the symmetric figures the full simulation's") {
+  PlanRequest r = moe_request();
+  r.space.microbatch_size = {1};
+  r.space.recompute = {hw::Recompute::None, hw::Recompute::Full};
+  const Enumeration en = enumerate(r);
+  REQUIRE(en.candidates.size() > 20);
+  int checked = 0, full = 0;
+  for (const Candidate& c : en.candidates) {
+    const Evaluation e = evaluate(c, r);
+    INFO(gen_command(c.config));
+    REQUIRE(e.simulated());
+    CHECK(memory_lower_bound(c, r) <= e.peak_memory_bytes);
+    CHECK(time_lower_bound(c, r) <= e.step_time_s);
+    // Balanced routing: one rank a stage stands for every expert slice.
+    if (c.knobs.dp > 1) CHECK(e.simulated_ranks == c.knobs.pp);
+    // One configuration, one answer: every rank simulated gives the same figures (a few candidates of each EP).
+    if (checked % 4 == 0) {
+      auto source = generate_ranks("3d", c.config.options);
+      source->header().cost_model = "hardware";
+      source->header().hardware = setting_of(c.config, r.device, r.network);
+      const HardwareRun run = simulate_hardware(*source, false);
+      REQUIRE(run.report);
+      CHECK(run.report->step_time_s == e.step_time_s);
+      CHECK(run.report->peak_memory_bytes == e.peak_memory_bytes);
+      ++full;
+    }
+    ++checked;
+  }
+  CHECK(full > 5);
+  // The imbalance costs time on the same configuration: the busiest slice sets the step.
+  PlanRequest skewed = r;
+  skewed.moe_imbalance = 1.5;
+  int slower = 0;
+  const Enumeration en2 = enumerate(skewed);
+  REQUIRE(en2.candidates.size() == en.candidates.size());
+  for (std::size_t i = 0; i < en.candidates.size(); ++i) {
+    if (en.candidates[i].knobs.ep == 1) continue;
+    INFO(gen_command(en2.candidates[i].config));
+    const Evaluation a = evaluate(en.candidates[i], r), b = evaluate(en2.candidates[i], skewed);
+    CHECK(b.step_time_s > a.step_time_s);
+    CHECK(b.peak_memory_bytes > a.peak_memory_bytes);
+    if (en2.candidates[i].knobs.dp > 1) CHECK(b.simulated_ranks == en2.candidates[i].knobs.pp * en2.candidates[i].knobs.ep);
+    ++slower;
+    if (slower == 6) break;
+  }
+  CHECK(slower == 6);
+}
+
+TEST_CASE("plan, Mixture of Experts: the winner's Megatron-LM line reads back to the same configuration and step") {
+  PlanRequest r = moe_request();
+  r.model = hw::model_preset("mixtral-8x7b");  // a preset, as gen --from-megatron --model mixtral-8x7b takes it
+  r.model.blocks = 4;  // (then custom: its MoE fields written out)
+  r.gpus = 16;
+  r.framework = Framework::Megatron;
+  r.space.microbatch_size = {1};
+  r.space.recompute = {hw::Recompute::Full};
+  r.space.ep = {4};
+  const Enumeration en = enumerate(r);
+  REQUIRE(!en.candidates.empty());
+  int read = 0;
+  for (const Candidate& c : en.candidates) {
+    INFO(gen_command(c.config));
+    const FrameworkLaunch l = to_megatron(c.config);
+    INFO(l.text << " / " << l.note);
+    REQUIRE(l.exact);
+    CHECK(l.text.find("--num-experts 8 --moe-router-topk 2") != std::string::npos);
+    CHECK(l.text.find("--expert-model-parallel-size 4") != std::string::npos);
+    CHECK(l.text.find("--moe-token-dispatcher-type alltoall") != std::string::npos);
+    FrameworkInputs in;
+    in.dp = c.knobs.dp, in.dp_given = true, in.model = r.model;
+    const FrameworkPlan back = from_megatron(l.text, in);
+    CHECK(same_configuration(c.config, back));
+    CHECK(back.options.ep == 4);
+    if (read < 3) CHECK(simulated_step(back, r) == evaluate(c, r).step_time_s);
+    ++read;
+  }
+  CHECK(read > 3);
 }

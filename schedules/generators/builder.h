@@ -174,6 +174,9 @@ struct PipelinePlan {
   /// there. Per schedule rank.
   int ep = 1;
   int dense_layers = 0;
+  /// Layers that hold no transformer block (a stage chunk of the embedding or the LM head alone): never MoE layers,
+  /// wherever they sit. Empty: every layer holds blocks.
+  std::vector<char> blockless;
   std::vector<int> ep_group, edp_group;
 };
 

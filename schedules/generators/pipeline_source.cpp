@@ -307,7 +307,9 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   const int E = plan.ep, ej = rep % std::max(E, 1), eg = rep / std::max(E, 1), Mr = M / R;
   const int edp = E > 1 ? dp / E : 1;  // the expert-data-parallel degree
   const bool zero1 = plan.dp_mode == DpMode::Zero1;
-  auto moe = [&](int l) { return E > 1 && l >= plan.dense_layers; };
+  auto moe = [&](int l) {
+    return E > 1 && l >= plan.dense_layers && !(l < static_cast<int>(plan.blockless.size()) && plan.blockless[l]);
+  };
   auto ex = [&](Tensor t) { return expert_slice(std::move(t), ej, E); };
   auto group_batches = [&](int mb) {
     std::vector<std::pair<int, int>> runs;

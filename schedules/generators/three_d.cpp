@@ -223,15 +223,18 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
   const PipelinePlan order = refine_layers(pipeline_order("3d", o.schedule, P, sh.chunks, M), sh.layers_per_chunk);
   const DpMode mode = o.zero == 3 ? DpMode::Fsdp : o.zero == 1 ? DpMode::Zero1 : DpMode::Replicate;
   PipelinePlan plan = replicate_pipeline(order, T, C, D, o.sequence_parallel, mode);
+  std::vector<int> blocks_per_layer;  // one layer per block: the header's layout says which layer holds which
+  for (int b : o.chunk_blocks)
+    if (b == 0) blocks_per_layer.push_back(0);
+    else blocks_per_layer.insert(blocks_per_layer.end(), b, 1);
   std::vector<double> loads;
-  if (o.ep > 1) loads = add_expert_parallel(plan, o, P, D, order.layers);
+  if (o.ep > 1) {
+    loads = add_expert_parallel(plan, o, P, D, order.layers);
+    for (int b : blocks_per_layer) plan.blockless.push_back(b == 0);  // (the LM head's chunk alone: no experts)
+  }
   auto source = build_pipeline(std::move(plan));
   if (o.ep > 1) source->header().version = 3, source->header().expert_load = std::move(loads);
-  if (!o.chunk_blocks.empty()) {  // one layer per block: the header's layout says which layer holds which
-    std::vector<int> blocks_per_layer;
-    for (int b : o.chunk_blocks)
-      if (b == 0) blocks_per_layer.push_back(0);
-      else blocks_per_layer.insert(blocks_per_layer.end(), b, 1);
+  if (!o.chunk_blocks.empty()) {
     source->header().layout = hw::StageLayout(std::move(blocks_per_layer));
   }
   return source;
