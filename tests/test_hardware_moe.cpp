@@ -389,3 +389,32 @@ TEST_CASE("a streaming source the model refuses is refused again when simulated 
   INFO(dense.result.error);
   CHECK(dense.result.ok);
 }
+
+TEST_CASE("gen 3d --ep: a stage chunk of the LM head alone holds no experts, and the step simulates") {
+  // Stage 0 holds the 4 blocks (the first dense), stage 1 only the final norm and the LM head (a layout's "L"
+  // chunk, as the planner's balanced layout makes): before, its one layer got expert slices and the model refused it.
+  HardwareSetting hs = small_mixtral();
+  GenOptions o;
+  o.pp = 2, o.dp = 4, o.ep = 2, o.zero = 1, o.microbatches = 4;
+  o.chunk_blocks = {4, 0};
+  o = model_dense_layers("3d", o, hs.model.blocks, hs.model.dense_blocks);
+  CHECK(o.dense_layers == 1);
+  Schedule s = generate("3d", o);
+  s.header.cost_model = "hardware";
+  s.header.hardware = hs;
+  REQUIRE(s.header.layers == 5);
+  int expert_ops = 0;
+  for (const auto& ops : s.ranks)
+    for (const Op& op : ops)
+      for (const auto* list : {&op.reads, &op.writes})
+        for (const Tensor& t : *list) {
+          if (!t.expert() || t.kind != TensorKind::Weight) continue;
+          CHECK(t.layer >= 1);
+          CHECK(t.layer <= 3);  // layers 1-3: the MoE blocks; layer 4 is the head's alone
+          ++expert_ops;
+        }
+  CHECK(expert_ops > 0);
+  const HardwareRun run = simulate_hardware(s);
+  INFO(run.result.error);
+  CHECK(run.result.ok);
+}
