@@ -338,7 +338,8 @@ int run(const PlanArgs& a) {
   }
   if (moe)
     fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP 1, 1F1B and "
-               "interleaved 1F1B, DDP and ZeRO-1; {} (docs/planning.md, \"Mixture of Experts\")\n",
+               "interleaved 1F1B, DDP and ZeRO-1; {}; its step times are optimistic bounds, fine-grained experts the most "
+               "(docs/planning.md, \"Mixture of Experts\")\n",
                r.model.preset, r.model.experts, r.model.top_k,
                r.moe_imbalance > 1 ? fmt::format("every expert slice ranked with the busiest at {:g} x the mean load", r.moe_imbalance)
                                    : std::string("routing balanced (--moe-imbalance 1.5 ranks them as a router before it balances)"));
