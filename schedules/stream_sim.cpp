@@ -619,6 +619,9 @@ class StreamSim {
     std::vector<int> call;   // k -> its index in calls_
     std::vector<int> callers;                            // k -> members that made call k so far
     std::vector<std::pair<Tensor, int>> first_output;  // k -> (output, member) of the first to expect one (-1: none yet)
+    // k -> each member's input and expected output of an all-to-all call, until every member has made it (then
+    // checked as combine_inputs checks it, and let go)
+    std::vector<std::vector<Tensor>> a2a_in, a2a_out;
   };
 
   // Collectives: the k-th call of every member of a group forms call k; members must agree on the kind and
@@ -677,8 +680,7 @@ class StreamSim {
       c.nodes.assign(groups_[g].size(), -1);
     }
     Call& c = calls_[f.call[k]];
-    // An all-to-all gives each member its own tokens: its group is formed call by call (form_group_in_order).
-    if (op.kind == OpKind::AllToAll) f.failed = true;
+    const bool a2a = op.kind == OpKind::AllToAll;  // each member gets its own tokens (no folded result)
     try {
       if (f.callers[k]++ == 0) {
         c.kind = op.kind, c.layer = op.layer, c.root = root_of(op);
@@ -691,7 +693,7 @@ class StreamSim {
     } catch (const TensorError&) {
       f.failed = true;
     }
-    if (!op.writes.empty()) {
+    if (!op.writes.empty() && !a2a) {
       auto& [out, at] = f.first_output[k];
       if (at < 0) out = op.writes.front(), at = m;
       else if (!same_output(c.kind, out, op.writes.front(), m, static_cast<int>(c.nodes.size()))) f.failed = true;
@@ -699,6 +701,35 @@ class StreamSim {
     c.nodes[m] = id;
     nodes_[id].call = f.call[k];
     nodes_[id].member = m;
+    if (a2a && !f.failed) add_all_to_all(f, g, m, k, op);
+  }
+
+  // An all-to-all's member `m` of call `k` of group `g` (add_member): its input and expected output are kept
+  // until every member has made the call, which is then checked in call order as combine_inputs checks it
+  // (sim/all_to_all.h: the dispatch's per-destination blocks, the combine's return). A problem marks `f` failed.
+  void add_all_to_all(Forming& f, int g, int m, int k, const Op& op) {
+    const int n = static_cast<int>(groups_[g].size());
+    if (static_cast<int>(f.a2a_in.size()) <= k) f.a2a_in.resize(k + 1), f.a2a_out.resize(k + 1);
+    std::vector<Tensor>&in = f.a2a_in[k], &out = f.a2a_out[k];
+    if (in.empty()) in.assign(n, Tensor{}), out.assign(n, Tensor{});
+    in[m] = input_of(op);
+    if (op.writes.empty()) {
+      f.failed = true;
+      return;
+    }
+    out[m] = op.writes.front();
+    if (f.callers[k] != n) return;
+    std::vector<const Tensor*> inputs;
+    for (const Tensor& t : in) inputs.push_back(&t);
+    try {
+      const std::vector<Tensor> got = all_to_all_[g].call(inputs);
+      for (int i = 0; i < n; ++i)
+        if (got[i] != out[i]) f.failed = true;
+    } catch (const TensorError&) {  // (AllToAllError too)
+      f.failed = true;
+    }
+    std::vector<Tensor>().swap(in);
+    std::vector<Tensor>().swap(out);
   }
 
   // The checks left once every member of group `g` was added: a call every member makes is combined, and
