@@ -14,8 +14,10 @@ namespace {
 // The model types whose config fields and block are the Llama family's (transformers' LlamaConfig,
 // MistralConfig, Qwen2Config, Qwen3Config: RMSNorm, rotary embedding, SwiGLU with gate, up and down projections),
 // and the two whose MoE blocks are that block with its MLP made experts (MixtralConfig: num_local_experts of
-// intermediate_size, num_experts_per_tok; Qwen3MoeConfig: num_experts of moe_intermediate_size, no shared expert).
-const char* const kFamilies[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"};
+// intermediate_size, num_experts_per_tok; Qwen3MoeConfig: num_experts of moe_intermediate_size, no shared expert);
+// and DeepSeek-V3's (DeepseekV3Config: multi-head latent attention, n_routed_experts and n_shared_experts of
+// moe_intermediate_size after first_k_dense_replace dense blocks).
+const char* const kFamilies[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "deepseek_v3"};
 
 // An integer field of at least `min` (at most INT_MAX), or `fallback` when absent (fallback < min: required).
 int integer(const nlohmann::json& j, const std::string& where, const char* field, long long fallback, long long min = 1) {
@@ -45,15 +47,15 @@ hw::ModelSpec model_from_hf_config(const nlohmann::json& j, const std::string& w
   if (std::find(std::begin(kFamilies), std::end(kFamilies), type) == std::end(kFamilies))
     throw hw::SpecError(fmt::format(
         "{}: field 'model_type': '{}' is not a family trainsim reads (llama, mistral, qwen2, qwen3: RMSNorm, rotary "
-        "positions, a SwiGLU MLP; mixtral, qwen3_moe: their Mixtures of Experts); describe the model as trainsim's "
-        "model JSON instead (docs/hardware-model.md)",
+        "positions, a SwiGLU MLP; mixtral, qwen3_moe, deepseek_v3: their Mixtures of Experts); describe the model "
+        "as trainsim's model JSON instead (docs/hardware-model.md)",
         where, type));
-  const bool moe_family = type == "mixtral" || type == "qwen3_moe";
+  const bool moe_family = type == "mixtral" || type == "qwen3_moe" || type == "deepseek_v3";
   if (!moe_family)
     for (const char* moe : {"num_local_experts", "num_experts", "n_routed_experts"})
       if (j.contains(moe) && !j[moe].is_null() && !(j[moe].is_number() && j[moe].get<double>() <= 1))
         throw hw::SpecError(fmt::format("{}: field '{}': experts in a '{}' model are not read (trainsim reads the "
-                                        "experts of mixtral and qwen3_moe configs)",
+                                        "experts of mixtral, qwen3_moe and deepseek_v3 configs)",
                                         where, moe, type));
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
     throw hw::SpecError(fmt::format("{}: field 'hidden_act': {} is not modelled (the families' SwiGLU uses silu)", where,
@@ -95,6 +97,30 @@ hw::ModelSpec model_from_hf_config(const nlohmann::json& j, const std::string& w
                                         "the first ones ([], [0], [0, 1], ...)",
                                         where, dense.dump()));
       m.dense_blocks = static_cast<int>(dense.size());
+    }
+  }
+  if (type == "deepseek_v3") {
+    // Multi-head latent attention (DeepSeek-V2 §2.1): every head's key and value from one latent, so no key/value
+    // head count of its own; a head's query and key are qk_nope_head_dim + qk_rope_head_dim wide.
+    m.kv_heads = 0;
+    m.q_lora_rank = j.contains("q_lora_rank") && j["q_lora_rank"].is_null() ? 0 : integer(j, where, "q_lora_rank", 0, 0);
+    m.kv_lora_rank = integer(j, where, "kv_lora_rank", 0);
+    m.head_channels = integer(j, where, "qk_nope_head_dim", 0);
+    m.rope_head_dim = integer(j, where, "qk_rope_head_dim", 0);
+    m.v_head_dim = integer(j, where, "v_head_dim", 0);
+    m.experts = integer(j, where, "n_routed_experts", 0);
+    m.top_k = integer(j, where, "num_experts_per_tok", 0);
+    m.expert_ffn = integer(j, where, "moe_intermediate_size", 0);
+    m.shared_experts = integer(j, where, "n_shared_experts", 0, 0);
+    m.dense_blocks = integer(j, where, "first_k_dense_replace", 0, 0);
+    if (integer(j, where, "moe_layer_freq", 1) != 1)
+      throw hw::SpecError(fmt::format("{}: field 'moe_layer_freq': {} (experts in every k-th block after the dense "
+                                      "ones) is not modelled: trainsim's MoE blocks follow the dense ones (1 is)",
+                                      where, j["moe_layer_freq"].dump()));
+    if (notes) {
+      if (integer(j, where, "num_nextn_predict_layers", 0, 0) > 0)
+        notes->push_back("the multi-token-prediction module (num_nextn_predict_layers) is left out");
+      notes->push_back("the router's sigmoid scores, bias and group-limited routing are timed as a softmax router's");
     }
   }
   // The length it was trained with: before a rope scaling extended the context, else the position limit.

@@ -1,5 +1,6 @@
 // A Hugging Face transformers `config.json` as a trainsim model: the file users have for their models (the Llama,
-// Mistral and Qwen families: transformers' LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config fields).
+// Mistral and Qwen families: transformers' LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config fields; the
+// Mixtures of Experts of MixtralConfig, Qwen3MoeConfig and DeepSeek-V3's DeepseekV3Config, docs/frameworks.md).
 //
 // num_hidden_layers -> blocks, hidden_size -> hidden, num_attention_heads -> heads, num_key_value_heads ->
 // kv_heads (absent: heads), intermediate_size -> ffn (gated: these families' MLP is SwiGLU, gate_proj, up_proj and
@@ -10,9 +11,9 @@
 // max_position_embeddings; `--seq` sets another. Precision as trainsim's presets (bf16 weights and activations,
 // fp32 grads and AdamW state).
 //
-// Refused, naming the field: a mixture of experts (num_local_experts, num_experts; issue 35), a head_dim other than
-// hidden_size / num_attention_heads (trainsim's attention width is the hidden size), an activation other than
-// SiLU, a model_type outside the families above.
+// head_dim -> head_channels (Qwen3's 128 where hidden / heads is 64). Refused, naming the field: experts in a
+// family without them, experts that are not the blocks after the dense ones, an activation other than SiLU, a
+// model_type outside the families above.
 #pragma once
 
 #include <string>

@@ -213,61 +213,61 @@ Enumeration enumerate(const PlanRequest& r) {
             if (static_cast<long long>(pp) * v > r.model.blocks) { remove("indivisible", per_shape); continue; }
             const int dp = static_cast<int>(r.gpus / ranks);
             for (int ep : eps) {
-            // EP groups of ep DP ranks (gen 3d --ep), each holding experts / ep of every MoE block's experts.
-            if (dp % ep != 0 || r.model.experts % std::max(ep, 1) != 0) { remove("indivisible", per_ep); continue; }
-            if (ep > 1 && r.moe_imbalance > ep) { remove("imbalance", per_ep); continue; }
-            for (int mbs : mbss)
-              for (int zero : zeros)
-                for (hw::Recompute rc : recomputes)
-                  for (bool sp : sps)
-                    for (bool fp8 : fp8s)
-                      for (const std::string& layout : layouts) {
-                        const long long per_replica = static_cast<long long>(dp) * mbs;
-                        if (r.global_batch % per_replica != 0) { remove("indivisible"); continue; }
-                        const long long m = r.global_batch / per_replica;
-                        if (m > INT32_MAX) { remove("indivisible"); continue; }
-                        // Knobs that mean nothing here are kept at one value: ZeRO without data parallelism, SP
-                        // without TP, a layout of one stage chunk.
-                        if ((dp * cp == 1 && zero != zeros.front()) || (tp == 1 && sp != sps.front()) ||
-                            (pp * v == 1 && layout != layouts.front())) {
-                          remove("redundant");
-                          continue;
+              // EP groups of ep DP ranks (gen 3d --ep), each holding experts / ep of every MoE block's experts.
+              if (dp % ep != 0 || r.model.experts % std::max(ep, 1) != 0) { remove("indivisible", per_ep); continue; }
+              if (ep > 1 && r.moe_imbalance > ep) { remove("imbalance", per_ep); continue; }
+              for (int mbs : mbss)
+                for (int zero : zeros)
+                  for (hw::Recompute rc : recomputes)
+                    for (bool sp : sps)
+                      for (bool fp8 : fp8s)
+                        for (const std::string& layout : layouts) {
+                          const long long per_replica = static_cast<long long>(dp) * mbs;
+                          if (r.global_batch % per_replica != 0) { remove("indivisible"); continue; }
+                          const long long m = r.global_batch / per_replica;
+                          if (m > INT32_MAX) { remove("indivisible"); continue; }
+                          // Knobs that mean nothing here are kept at one value: ZeRO without data parallelism, SP
+                          // without TP, a layout of one stage chunk.
+                          if ((dp * cp == 1 && zero != zeros.front()) || (tp == 1 && sp != sps.front()) ||
+                              (pp * v == 1 && layout != layouts.front())) {
+                            remove("redundant");
+                            continue;
+                          }
+                          std::vector<int> blocks = layout_blocks(layout, r.model.blocks, pp * v);
+                          if (blocks.empty()) { remove("indivisible"); continue; }
+                          if (layout != "even" && pp * v > 1 && blocks == layout_blocks("even", r.model.blocks, pp * v)) {
+                            remove("redundant");
+                            continue;
+                          }
+                          Candidate c;
+                          Knobs& k = c.knobs;
+                          k.tp = tp, k.cp = cp, k.pp = pp, k.chunks = v, k.dp = dp, k.microbatch_size = mbs;
+                          k.microbatches = static_cast<int>(m), k.zero = dp * cp == 1 ? 0 : zero;
+                          k.schedule = pipelined ? schedule : "1f1b", k.layout = pp * v == 1 ? "even" : layout;
+                          k.recompute = rc, k.sp = tp > 1 && sp, k.fp8 = fp8, k.ep = ep;
+                          FrameworkPlan& f = c.config;
+                          f.kind = "3d";
+                          f.model = r.model;
+                          f.microbatch_size = mbs;
+                          f.seq = seq;
+                          f.recompute = rc;
+                          f.tp_overlap = overlap;
+                          f.fp8 = fp8;
+                          f.elementwise = hw::Elementwise::Fused;
+                          GenOptions& o = f.options;
+                          o.tp = tp, o.cp = cp, o.pp = pp, o.dp = dp, o.zero = k.zero;
+                          o.schedule = k.schedule;
+                          o.chunks = interleaved_schedule(k.schedule) ? chunks : 1;
+                          o.sequence_parallel = k.sp;
+                          o.microbatches = k.microbatches;
+                          o.chunk_blocks = std::move(blocks);
+                          if (ep > 1) {
+                            o.ep = ep;
+                            o.moe_imbalance = r.moe_imbalance > 1 ? r.moe_imbalance : 0;
+                            o = model_dense_layers("3d", o, r.model.blocks, r.model.dense_blocks);
+                          }
+                          out.candidates.push_back(std::move(c));
                         }
-                        std::vector<int> blocks = layout_blocks(layout, r.model.blocks, pp * v);
-                        if (blocks.empty()) { remove("indivisible"); continue; }
-                        if (layout != "even" && pp * v > 1 && blocks == layout_blocks("even", r.model.blocks, pp * v)) {
-                          remove("redundant");
-                          continue;
-                        }
-                        Candidate c;
-                        Knobs& k = c.knobs;
-                        k.tp = tp, k.cp = cp, k.pp = pp, k.chunks = v, k.dp = dp, k.microbatch_size = mbs;
-                        k.microbatches = static_cast<int>(m), k.zero = dp * cp == 1 ? 0 : zero;
-                        k.schedule = pipelined ? schedule : "1f1b", k.layout = pp * v == 1 ? "even" : layout;
-                        k.recompute = rc, k.sp = tp > 1 && sp, k.fp8 = fp8, k.ep = ep;
-                        FrameworkPlan& f = c.config;
-                        f.kind = "3d";
-                        f.model = r.model;
-                        f.microbatch_size = mbs;
-                        f.seq = seq;
-                        f.recompute = rc;
-                        f.tp_overlap = overlap;
-                        f.fp8 = fp8;
-                        f.elementwise = hw::Elementwise::Fused;
-                        GenOptions& o = f.options;
-                        o.tp = tp, o.cp = cp, o.pp = pp, o.dp = dp, o.zero = k.zero;
-                        o.schedule = k.schedule;
-                        o.chunks = interleaved_schedule(k.schedule) ? chunks : 1;
-                        o.sequence_parallel = k.sp;
-                        o.microbatches = k.microbatches;
-                        o.chunk_blocks = std::move(blocks);
-                        if (ep > 1) {
-                          o.ep = ep;
-                          o.moe_imbalance = r.moe_imbalance > 1 ? r.moe_imbalance : 0;
-                          o = model_dense_layers("3d", o, r.model.blocks, r.model.dense_blocks);
-                        }
-                        out.candidates.push_back(std::move(c));
-                      }
             }
           }
         }

@@ -10,6 +10,7 @@
 
 #include "cli_helpers.h"
 #include "hardware/model.h"
+#include "hardware/setting.h"
 #include "interop/hf_config.h"
 
 using namespace trainsim;
@@ -81,7 +82,7 @@ TEST_CASE("hf config: the families' variants and what is not modelled are said")
   nlohmann::json moe = nlohmann::json::parse(kLlama31_8b);
   moe["model_type"] = "mistral", moe["num_local_experts"] = 8;
   CHECK(refusal(moe) == "config.json: field 'num_local_experts': experts in a 'mistral' model are not read (trainsim "
-                        "reads the experts of mixtral and qwen3_moe configs)");
+                        "reads the experts of mixtral, qwen3_moe and deepseek_v3 configs)");
   // A head size of its own is read (Qwen3's); hidden / heads is the default and stays unset.
   nlohmann::json head = nlohmann::json::parse(kLlama31_8b);
   head["head_dim"] = 256;
@@ -161,4 +162,44 @@ TEST_CASE("hf config: gen --model config.json predicts what --model llama3-8b do
   const auto a = nlohmann::json::parse(by_file.out), b = nlohmann::json::parse(by_preset.out);
   CHECK(a["step_time_s"] == b["step_time_s"]);
   CHECK(a["peak_memory_bytes"] == b["peak_memory_bytes"]);
+}
+
+namespace {
+
+// deepseek-ai/DeepSeek-V3's config.json, as published (its auto_map and quantization_config left out).
+const char* kDeepSeekV3 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3,
+  "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432,
+  "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": true,
+  "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+  "num_nextn_predict_layers": 1, "pretraining_tp": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "original_max_position_embeddings": 4096, "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+  "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+  "transformers_version": "4.33.1", "use_cache": true, "v_head_dim": 128, "vocab_size": 129280
+})";
+
+}  // namespace
+
+TEST_CASE("hf config: DeepSeek-V3's config.json is the deepseek-v3 preset, its latent attention and experts read") {
+  std::vector<std::string> notes;
+  hw::ModelSpec ds = interop::model_from_hf_config(nlohmann::json::parse(kDeepSeekV3), "config.json", &notes);
+  ds.preset = "deepseek-v3";
+  CHECK(hw::spec_text(ds) == hw::spec_text(hw::model_preset("deepseek-v3")));
+  CHECK(ds == hw::model_preset("deepseek-v3"));
+  CHECK(ds.parameters() == doctest::Approx(671e9).epsilon(0.01));  // the report's 671B (the MTP module left out)
+  REQUIRE(notes.size() == 2);
+  CHECK(notes[0].find("multi-token-prediction") != std::string::npos);
+  nlohmann::json j = nlohmann::json::parse(kDeepSeekV3);
+  j["moe_layer_freq"] = 2;
+  CHECK(refusal(j).find("field 'moe_layer_freq': 2") != std::string::npos);
+  j = nlohmann::json::parse(kDeepSeekV3);
+  j["q_lora_rank"] = nullptr;  // DeepSeek-V2-Lite's: one query projection
+  CHECK(interop::model_from_hf_config(j, "config.json").q_lora_rank == 0);
+  j.erase("kv_lora_rank");
+  CHECK(refusal(j) == "config.json: field 'kv_lora_rank': needed for the model, and missing");
 }
