@@ -470,7 +470,7 @@ void add_gen_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--ep", args->options.ep,
                   "Expert-parallel degree (ep, 3d): ranks per EP group, dividing --dp; each holds 1/ep of every MoE "
                   "layer's experts and reaches the others with all-to-alls (docs/design.md, Mixture of Experts). 3d: "
-                  "with --tp 1 and --cp 1, --schedule 1f1b or interleaved-1f1b, DDP or --zero 1; the EP groups are "
+                  "with --tp 1 and --cp 1, every --schedule, DDP or --zero 1; the EP groups are "
                   "consecutive dp ranks of a stage")
       ->check(count)
       ->capture_default_str();

@@ -66,12 +66,11 @@ SearchSpace default_space(const PlanRequest& r) {
   s.fp8 = {false};
   s.layouts = {"even", "balanced"};
   if (r.model.moe()) {
-    // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP and CP 1, 1F1B and interleaved 1F1B,
-    // DDP and ZeRO-1. EP: every divisor of the experts up to the GPUs (the ones that do not divide DP are removed
-    // as indivisible).
+    // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP and CP 1, DDP and ZeRO-1, the
+    // framework's schedules (torchtitan's are refused: it trains MoE models with FSDP). EP: every divisor of the
+    // experts up to the GPUs (the ones that do not divide DP are removed as indivisible).
     s.tp = {1};
     s.cp = {1};
-    s.schedules = {"1f1b", "interleaved-1f1b"};
     s.zero = {1};
     for (int e = 1; e <= r.model.experts && e <= r.gpus; ++e)
       if (r.model.experts % e == 0) s.ep.push_back(e);
@@ -85,7 +84,7 @@ namespace {
 
 // What the planner cannot search for an MoE model (gen 3d --ep's reach, schedules/generators.h), given anyway.
 void check_moe_space(const PlanRequest& r, const std::vector<int>& tps, const std::vector<int>& cps,
-                     const std::vector<int>& zeros, const std::vector<std::string>& schedules) {
+                     const std::vector<int>& zeros) {
   const std::string& name = r.model.preset;
   if (!r.model.moe()) {
     if (!r.space.ep.empty() && r.space.ep != std::vector<int>{1})
@@ -117,11 +116,6 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& tps, const st
       throw hw::SpecError(fmt::format("plan: --zero 3: FSDP with a Mixture of Experts ('{}') is not modelled yet; "
                                       "the planner searches DDP (0) and ZeRO-1 (1)",
                                       name));
-  for (const std::string& sc : schedules)
-    if (sc != "1f1b" && sc != "interleaved-1f1b")
-      throw hw::SpecError(fmt::format("plan: --schedules {}: with a Mixture of Experts ('{}') the planner searches "
-                                      "1f1b and interleaved-1f1b (the schedules gen 3d --ep runs)",
-                                      sc, name));
   for (int e : r.space.ep)
     if (e < 1 || r.model.experts % e != 0)
       throw hw::SpecError(fmt::format("plan: --ep {}: the EP degree must divide the model's {} experts", e,
@@ -172,7 +166,7 @@ Enumeration enumerate(const PlanRequest& r) {
   const std::vector<bool> sps = pick(g.sp, d.sp), fp8s = pick(g.fp8, d.fp8);
   const std::vector<std::string> layouts = pick(g.layouts, d.layouts);
   const std::vector<int> eps = pick(g.ep, d.ep);
-  check_moe_space(r, tps, cps, zeros, schedules);
+  check_moe_space(r, tps, cps, zeros);
   if (std::find(fp8s.begin(), fp8s.end(), true) != fp8s.end() && r.device.fp8_peak_flops <= 0)
     throw hw::SpecError(fmt::format("plan: --fp8: the device '{}' has no FP8 tensor cores", r.device.preset));
   const hw::TpOverlap overlap = r.tp_overlap ? *r.tp_overlap

@@ -38,7 +38,7 @@ struct GenOptions {
   /// rank order; grads reduced over dp x cp)
   int cp = 1;
   /// ep and 3d: expert-parallel degree, ranks per EP group (dividing dp; docs/design.md, "Mixture of Experts"); 3d
-  /// with tp 1 and cp 1, 1f1b or interleaved-1f1b, DDP or zero 1 (gen 3d --ep: the EP groups are consecutive dp
+  /// with tp 1 and cp 1, every schedule, DDP or zero 1 (gen 3d --ep: the EP groups are consecutive dp
   /// ranks of each stage)
   int ep = 1;
   /// ep, 3d --ep: the first layers that are dense, without experts (DeepSeek-V3: 3); the others are MoE layers

@@ -418,3 +418,38 @@ TEST_CASE("gen 3d --ep: a stage chunk of the LM head alone holds no experts, and
   INFO(run.result.error);
   CHECK(run.result.ok);
 }
+
+TEST_CASE("gen 3d --ep with every pipeline schedule: the split backward's passes add up to 1F1B's work") {
+  // The zero-bubble and DualPipeV orders split the backward: an MoE layer's experts run their whole backward in the
+  // input-grad pass (dispatch, experts, combine), its dense part's weight grad waits for the weight-grad pass. The
+  // step's FLOPs are 1F1B's, 6·N_active + attention per token, whatever the order; the step simulates.
+  HardwareSetting hs = small_mixtral();
+  double one_f_one_b = 0;
+  for (const char* schedule : {"1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb", "interleaved-1f1b"}) {
+    CAPTURE(schedule);
+    GenOptions o;
+    o.pp = 2, o.dp = 4, o.ep = 2, o.zero = 1, o.microbatches = 4, o.schedule = schedule;
+    o.chunks = std::string(schedule).rfind("interleaved", 0) == 0 ? 2 : 1;
+    o = per_block_layers("3d", o, hs.model.blocks);
+    o = model_dense_layers("3d", o, hs.model.blocks, hs.model.dense_blocks);
+    Schedule s = generate("3d", o);
+    s.header.cost_model = "hardware", s.header.hardware = hs;
+    const std::unique_ptr<CostModel> cost = make_schedule_cost_model(s);
+    double flops = 0;
+    int weight_passes = 0;
+    for (const auto& ops : s.ranks)
+      for (const Op& op : ops) {
+        flops += hw_cost(cost).op_work(op).flops();
+        weight_passes += op.kind == OpKind::BackwardWeight;
+      }
+    const double tokens = o.dp * o.microbatches * hs.tokens_per_microbatch();
+    CHECK(flops == doctest::Approx(tokens * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+    if (std::string(schedule) == "1f1b") one_f_one_b = flops;
+    else CHECK(flops == doctest::Approx(one_f_one_b).epsilon(1e-12));
+    const bool split = std::string(schedule) != "1f1b" && std::string(schedule) != "interleaved-1f1b";
+    CHECK((weight_passes > 0) == split);
+    const HardwareRun run = simulate_hardware(s);
+    INFO(run.result.error);
+    CHECK(run.result.ok);
+  }
+}

@@ -196,11 +196,11 @@ TEST_CASE("gen ep: every EP and data-parallel shape simulates under both engines
   CHECK_THROWS_WITH_AS(generate("ep", ep_options(2, 2, 2, 2, 1)), doctest::Contains("no MoE layer"), std::invalid_argument);
 }
 
-TEST_CASE("gen 3d --ep: EP in every stage of 1F1B and interleaved 1F1B pipelines, DDP and ZeRO-1, on both engines") {
+TEST_CASE("gen 3d --ep: EP in every stage of every pipeline schedule, DDP and ZeRO-1, on both engines") {
   for (int pp : {1, 2})
     for (int dp : {2, 4})
       for (int ep : {2, 4})
-        for (const char* schedule : {"1f1b", "interleaved-1f1b"})
+        for (const char* schedule : {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"})
           for (int zero : {0, 1})
             for (int dense : {0, 1}) {
               if (dp % ep != 0) continue;
@@ -212,7 +212,7 @@ TEST_CASE("gen 3d --ep: EP in every stage of 1F1B and interleaved 1F1B pipelines
               CAPTURE(dense);
               GenOptions o;
               o.pp = pp, o.dp = dp, o.ep = ep, o.schedule = schedule, o.zero = zero, o.dense_layers = dense;
-              o.chunks = std::string(schedule) == "1f1b" ? 1 : 2;
+              o.chunks = std::string(schedule).rfind("interleaved", 0) == 0 ? 2 : 1;
               o.layers = 2 * pp * o.chunks, o.microbatches = 2 * pp;
               Schedule s = generate("3d", o);
               check_round_trip_and_valid(s, "3d-ep.sched");
@@ -247,8 +247,6 @@ TEST_CASE("gen 3d --ep: EP in every stage of 1F1B and interleaved 1F1B pipelines
   refused(x, "--ep with --tp or --cp above 1 is not modelled yet");
   x = o, x.zero = 3;
   refused(x, "--ep with --zero 3 (FSDP) is not modelled yet");
-  x = o, x.schedule = "zb-h1";
-  refused(x, "--ep with --schedule zb-h1 is not modelled yet");
   x = o, x.ep = 3;
   refused(x, "--ep 3 must divide --dp 4");
   x = o, x.dense_layers = 4;

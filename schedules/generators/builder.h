@@ -165,7 +165,8 @@ struct PipelinePlan {
   /// expanded plan (expand_replicas) gives.
   int replicas = 1;
   /// Expert parallelism (gen 3d --ep; docs/design.md, "Mixture of Experts"): with ep > 1 (tp 1, dp_mode Replicate or
-  /// Zero1, full backward passes only) the layers from dense_layers on are MoE layers. Replica d (its data-parallel
+  /// Zero1; a split backward runs the experts' whole backward in the input-grad pass and keeps the routed grad for
+  /// the dense part's weight-grad pass) the layers from dense_layers on are MoE layers. Replica d (its data-parallel
   /// index) is member d mod ep of EP group ep_group[rank] and holds expert slice d mod ep of each MoE layer; an MoE
   /// layer's forward writes its output routed, dispatches it over the EP group (all-to-all), runs the slice's
   /// experts on the group's microbatches of the same step (replica k's microbatch i is i + k·M/replicas) and

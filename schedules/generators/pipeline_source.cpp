@@ -93,9 +93,6 @@ PipelineSource::PipelineSource(PipelinePlan plan) : RankSource(ScheduleHeader{})
         static_cast<int>(p.ep_group.size()) != p.world_size || static_cast<int>(p.edp_group.size()) != p.world_size)
       bad_plan("expert parallelism: tp 1, ep dividing dp, one replica per data-parallel rank, DDP or ZeRO-1, an MoE "
                "layer, and an EP and expert-data-parallel group per rank");
-    for (const auto& steps : p.steps)
-      for (const Step& st : steps)
-        if (st.pass != Pass::F && st.pass != Pass::B) bad_plan("expert parallelism with full backward passes only");
   }
 
   // Where each pass runs.
@@ -480,12 +477,14 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         bool full = s.pass == Pass::B;
         const Tensor in = gathered(a, l);
         Tensor grad = gathered(g_out, l);
-        // An MoE layer: the output's grad dispatched to the experts (and freed), their backward, the combine back;
-        // the dense part's backward reads the routed grad (freed with the pass).
+        // An MoE layer: the output's grad dispatched to the experts (and freed), their backward (input and weight
+        // grads: the experts' whole backward runs in the input-grad pass of a split backward too), the combine
+        // back; the dense part's backward reads the routed grad (freed with the pass, or kept for the dense part's
+        // weight-grad pass).
         if (moe(l)) grad = moe_backward_experts(prog, l, b, group_batches(s.mb), place, grad);
         drop.reserve(5);
         if (in != a) drop.push_back(in);
-        if (grad != g_out) drop.push_back(grad);
+        if (grad != g_out && (full || !moe(l))) drop.push_back(grad);
         TensorList writes;
         if (full) writes.reserve(2), writes.push_back(slice(weight_grad_tensor(l, b)));
         const Tensor g_partial = partial(activation_grad_tensor(l, b));
@@ -505,13 +504,16 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         break;
       }
       case Pass::W: {
-        const Tensor in = gathered(a, l), grad = gathered(g_out, l);
+        // An MoE layer's dense part: its weight grad from the routed grad its input-grad pass kept.
+        const Tensor in = gathered(a, l);
+        const Tensor grad = moe(l) ? routed_as(activation_grad_tensor(l + 1, b), Route::Routed) : gathered(g_out, l);
         drop.reserve(4);
         if (in != a) drop.push_back(in);
         if (grad != g_out) drop.push_back(grad);
         prog.compute(OpKind::BackwardWeight, l, b, {in, grad}, {slice(weight_grad_tensor(l, b))});
         prog.add_grad(slice(weight_grad_tensor(l, b)));
-        drop.push_back(a), drop.push_back(g_out);
+        drop.push_back(a);
+        if (!moe(l)) drop.push_back(g_out);
         break;
       }
     }

@@ -28,7 +28,8 @@
 // gen 3d --ep E: expert parallelism inside each stage (add_expert_parallel below; docs/design.md, "Mixture of
 // Experts"): the layers from --dense-layers on are MoE layers whose experts are split over EP groups of E
 // consecutive data-parallel ranks of the stage; the pipeline builder writes each MoE layer's dispatch, experts and
-// combine (PipelinePlan::ep). With --tp 1 and --cp 1, the 1F1B and interleaved 1F1B orders, DDP or ZeRO-1.
+// combine (PipelinePlan::ep). With --tp 1 and --cp 1, every pipeline order (a split backward runs the experts' whole
+// backward in the input-grad pass), DDP or ZeRO-1.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -181,11 +182,6 @@ std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o,
     throw std::invalid_argument(fmt::format("{}: --ep with --zero 3 (FSDP) is not modelled yet; --zero 1 (Megatron-LM's "
                                             "distributed optimizer, DeepSeek-V3's ZeRO-1) or DDP",
                                             kind));
-  if (o.schedule != "1f1b" && o.schedule != "interleaved-1f1b")
-    throw std::invalid_argument(fmt::format("{}: --ep with --schedule {} is not modelled yet: the zero-bubble and "
-                                            "DualPipe orders split the backward, whose expert halves are not there; "
-                                            "--schedule 1f1b or interleaved-1f1b",
-                                            kind, o.schedule));
   require_at_least(kind, "dense-layers", o.dense_layers, 0);
   if (o.dense_layers >= layers)
     throw std::invalid_argument(fmt::format("{}: --dense-layers {} leaves no MoE layer of the {} layers", kind,
