@@ -474,13 +474,21 @@ template <typename T>
 void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout,
                           T* din, LayerStash& s) {
   if (s.sequences == 0) throw std::logic_error("backward-input without the forward's saved activations");
-  if (moe_split_layer(layout))
-    throw std::logic_error("an expert-parallel MoE layer runs its backward whole (no backward-input and -weight split)");
   Run<T> r(c, layout, s.sequences);
   LayerBackward<T> lb{r, layout, layout.spec(), s};
   const T* dy = dout;  // grad of the current block's output
-  if (lb.spec.head) dy = lb.head_input(W, dout, din);
-  for (int b = lb.spec.num_blocks - 1; b >= 0; --b) dy = lb.block_input_grad(W, in, dy, din, b);
+  const T* dx_pairs = nullptr;  // an expert-parallel MoE layer's: its last block's packed tokens' grads
+  if (moe_split_layer(layout)) {  // (as layer_backward: dout is those grads, the head's input grad done)
+    const MoeState* st = s.blocks.back().moe.get();
+    if (!st || !st->dgates || !s.blocks.back().d_out)
+      throw std::logic_error("an expert-parallel MoE layer's backward-input before its dispatch's backward");
+    dx_pairs = dout;
+    dy = Run<T>::p(s.blocks.back().d_out);
+  } else if (lb.spec.head) {
+    dy = lb.head_input(W, dout, din);
+  }
+  for (int b = lb.spec.num_blocks - 1; b >= 0; --b)
+    dy = lb.block_input_grad(W, in, dy, din, b, nullptr, b + 1 == lb.spec.num_blocks ? dx_pairs : nullptr);
   s.partial_first_norm = r.tp_size > 1 && !lb.spec.embedding;
   s.input_grads_done = true;
 }
@@ -491,7 +499,11 @@ void layer_backward_weight(ModelContext<T>& c, const LayerLayout& layout, const 
   if (!s.input_grads_done) throw std::logic_error("backward-weight before backward-input");
   Run<T> r(c, layout, s.sequences);
   LayerBackward<T> lb{r, layout, layout.spec(), s};
-  if (lb.spec.head) lb.head_weight(dout, dW);
+  if (moe_split_layer(layout)) {  // the head's output grad came with the dispatch's backward (moe_layer_dispatch_backward)
+    if (lb.spec.head) lb.head_weight(Run<T>::p(s.blocks.back().moe->dlayer_out), dW);
+  } else if (lb.spec.head) {
+    lb.head_weight(dout, dW);
+  }
   for (int b = lb.spec.num_blocks - 1; b >= 0; --b) lb.block_weight(in, dout, dW, b);
   lb.finish_weight(in, dout, dW);
   s = LayerStash{};

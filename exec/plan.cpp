@@ -372,16 +372,16 @@ void plan_tensor_parallel(const Schedule& s, ReplayPlan& plan) {
   }
 }
 
-// Mixture of Experts: what the executor replays of it (docs/executor.md "Mixture of Experts"): an expert-parallel
-// MoE layer's and its expert slices' backward whole, the model's experts where the schedule puts them.
+// Mixture of Experts: what the executor replays of it (docs/executor.md "Mixture of Experts"): an expert slice's
+// backward whole (its layer's dense part may split it), the model's experts where the schedule puts them.
 void check_moe_op(const Op& op, const ModelShapes& shapes) {
   const bool compute = op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput ||
                        op.kind == OpKind::BackwardWeight;
   if (!compute || op.layer < 0 || op.layer >= shapes.layers()) return;
   const bool split = shapes.expert_parallel.count(op.layer) > 0;
-  if (split && (op.kind == OpKind::BackwardInput || op.kind == OpKind::BackwardWeight))
-    throw PlanError(fmt::format("{}: layer {} is expert-parallel, and the executor runs its backward and its expert "
-                                "slices' whole (a backward op, not backward-input and backward-weight)",
+  if (split && expert_weight(op) && (op.kind == OpKind::BackwardInput || op.kind == OpKind::BackwardWeight))
+    throw PlanError(fmt::format("{}: layer {}'s expert slice runs its backward whole in the executor (a backward op, "
+                                "not backward-input and backward-weight; gen 3d --ep writes it so)",
                                 op.label(), op.layer));
   if (!split && shapes.model.moe() && shapes.layouts.at(op.layer).has_moe())
     for (const auto* ts : {&op.reads, &op.writes})

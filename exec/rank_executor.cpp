@@ -376,7 +376,7 @@ struct RankExecutor::Impl {
     if (dw) dw->ready = done;
     if (da) da->ready = done;
     if (kind == OpKind::BackwardInput) last_backward_input[key] = done;
-    if (kind == OpKind::Backward) moe_sources.erase(key);
+    if (kind != OpKind::BackwardWeight) moe_sources.erase(key);
   }
 
   // ---- Mixture of Experts (exec/moe.h) ----
@@ -907,7 +907,7 @@ struct RankExecutor::Impl {
         break;
       case OpKind::Backward:
       case OpKind::BackwardInput:
-      case OpKind::BackwardWeight:  // (an expert slice's split backward: make_plan refuses it)
+      case OpKind::BackwardWeight:  // (an expert slice's is whole: make_plan refuses its split)
         if (expert_weight(op)) expert_backward(op, i);
         else backward(op, i);
         break;

@@ -71,12 +71,16 @@ TEST_CASE("exec MoE: gen ep (EP 2 and 4, expert-data-parallel groups, an MoE fir
   }
 }
 
-TEST_CASE("exec MoE: gen 3d --ep (PP x DP x EP, DDP and ZeRO-1, 1F1B and interleaved) trains like one device") {
+TEST_CASE("exec MoE: gen 3d --ep (PP x DP x EP, DDP and ZeRO-1, every pipeline order) trains like one device") {
+  // The zero-bubble orders and DualPipeV split the dense part's backward: the experts' whole backward and the
+  // dense part's input grad in the backward-input op, the dense part's weight grad in the backward-weight op.
   struct Case {
     int pp, dp, ep, zero, chunks;
     const char* order;
   };
-  for (const Case& c : {Case{2, 2, 2, 0, 1, "1f1b"}, Case{2, 4, 2, 1, 1, "1f1b"}, Case{2, 2, 2, 1, 2, "interleaved-1f1b"}}) {
+  for (const Case& c : {Case{2, 2, 2, 0, 1, "1f1b"}, Case{2, 4, 2, 1, 1, "1f1b"}, Case{2, 2, 2, 1, 2, "interleaved-1f1b"},
+                        Case{2, 2, 2, 1, 1, "zb-h1"}, Case{2, 2, 2, 0, 1, "zbv"}, Case{2, 4, 2, 1, 1, "dualpipev"},
+                        Case{2, 2, 2, 1, 2, "interleaved-zb"}}) {
     CAPTURE(c.pp);
     CAPTURE(c.zero);
     CAPTURE(c.order);
@@ -165,6 +169,16 @@ TEST_CASE("exec MoE: what does not fit the model is refused before any rank star
   r = exec::replay(s, odd);
   CHECK_FALSE(r.ok);
   CHECK(r.error.find("expert slice 0 of 2 does not exist for a model of 3 experts") != std::string::npos);
+  // An expert slice's backward made a backward-input (gen 3d --ep writes it whole): refused, naming the op.
+  Schedule split = s;
+  bool changed = false;
+  for (Op& op : split.ranks[0])
+    if (!changed && op.kind == OpKind::Backward && expert_weight(op)) op.kind = OpKind::BackwardInput, changed = true;
+  REQUIRE(changed);
+  r = exec::replay(split, moe_options(split));
+  CHECK_FALSE(r.ok);
+  INFO(r.error);
+  CHECK(r.error.find("rank 0: backward-input layer 1") != std::string::npos);
 }
 
 TEST_CASE("trainsim replay --model tiny-moe: an expert-parallel schedule, its check and the model's description") {
