@@ -470,6 +470,17 @@ void moe_layer_dispatch_backward(ModelContext<T>& c, const LayerLayout& layout, 
                             Run<T>::p(st.routing.gates), dy_pairs, Run<T>::p(st.dgates), r.n, r.m.top_k, r.d);
 }
 
+// An expert-parallel MoE layer's backward starts from what its dispatch's backward left in the stash
+// (moe_layer_dispatch_backward): the last block's output grad, returned (the head's input grad is done); `dout` is
+// then the packed tokens' grads. `what` names the pass in the error.
+template <typename T>
+const T* split_layer_output_grad(const LayerStash& s, const char* what) {
+  const BlockStash& last = s.blocks.back();
+  if (!last.moe || !last.moe->dgates || !last.d_out)
+    throw std::logic_error(std::string("an expert-parallel MoE layer's ") + what + " before its dispatch's backward");
+  return Run<T>::p(last.d_out);
+}
+
 template <typename T>
 void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T* W, const void* in, const T* dout,
                           T* din, LayerStash& s) {
@@ -478,12 +489,9 @@ void layer_backward_input(ModelContext<T>& c, const LayerLayout& layout, const T
   LayerBackward<T> lb{r, layout, layout.spec(), s};
   const T* dy = dout;  // grad of the current block's output
   const T* dx_pairs = nullptr;  // an expert-parallel MoE layer's: its last block's packed tokens' grads
-  if (moe_split_layer(layout)) {  // (as layer_backward: dout is those grads, the head's input grad done)
-    const MoeState* st = s.blocks.back().moe.get();
-    if (!st || !st->dgates || !s.blocks.back().d_out)
-      throw std::logic_error("an expert-parallel MoE layer's backward-input before its dispatch's backward");
+  if (moe_split_layer(layout)) {
+    dy = split_layer_output_grad<T>(s, "backward-input");
     dx_pairs = dout;
-    dy = Run<T>::p(s.blocks.back().d_out);
   } else if (lb.spec.head) {
     dy = lb.head_input(W, dout, din);
   }
@@ -517,13 +525,10 @@ void layer_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, c
   LayerBackward<T> lb{r, layout, layout.spec(), s};
   const T* dy = dout;
   const T* dx_pairs = nullptr;  // an expert-parallel MoE layer's: its last block's packed tokens' grads
-  if (moe_split_layer(layout)) {  // (after moe_layer_dispatch_backward: dout is those grads, the head's input grad done)
-    MoeState* st = s.blocks.back().moe.get();
-    if (!st || !st->dgates || !s.blocks.back().d_out)
-      throw std::logic_error("an expert-parallel MoE layer's backward before its dispatch's backward");
+  if (moe_split_layer(layout)) {
+    dy = split_layer_output_grad<T>(s, "backward");
     dx_pairs = dout;
-    dy = Run<T>::p(s.blocks.back().d_out);
-    if (lb.spec.head) lb.head_weight(Run<T>::p(st->dlayer_out), dW);
+    if (lb.spec.head) lb.head_weight(Run<T>::p(s.blocks.back().moe->dlayer_out), dW);
     s.dxnf.reset(), s.xnf.reset(), s.rstdf.reset(), s.x_final.reset();
   } else if (lb.spec.head) {
     dy = lb.head_input(W, dout, din);

@@ -383,7 +383,7 @@ int moe_dense_blocks(const std::string& given, int layers) {
     }
     for (long long n = 0; n < times; ++n) pattern.insert(pattern.end(), items.begin(), items.end());
     if (at < t.size()) {
-      if (t[at] != '+') refuse(bad);
+      if (t[at] != '+' || at + 1 == t.size()) refuse(bad);  // (a '+' joins two lists)
       ++at;
     }
   }

@@ -84,10 +84,10 @@ namespace {
 
 // What the planner cannot search for an MoE model (gen 3d --ep's reach, schedules/generators.h), given anyway.
 void check_moe_space(const PlanRequest& r, const std::vector<int>& tps, const std::vector<int>& cps,
-                     const std::vector<int>& zeros) {
+                     const std::vector<int>& zeros, const std::vector<int>& eps) {
   const std::string& name = r.model.preset;
   if (!r.model.moe()) {
-    if (!r.space.ep.empty() && r.space.ep != std::vector<int>{1})
+    if (eps != std::vector<int>{1})
       throw hw::SpecError(fmt::format("plan: --ep: the model '{}' has no experts (expert parallelism needs a Mixture "
                                       "of Experts: mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, or a config.json with "
                                       "experts)",
@@ -116,7 +116,7 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& tps, const st
       throw hw::SpecError(fmt::format("plan: --zero 3: FSDP with a Mixture of Experts ('{}') is not modelled yet; "
                                       "the planner searches DDP (0) and ZeRO-1 (1)",
                                       name));
-  for (int e : r.space.ep)
+  for (int e : eps)
     if (e < 1 || r.model.experts % e != 0)
       throw hw::SpecError(fmt::format("plan: --ep {}: the EP degree must divide the model's {} experts", e,
                                       r.model.experts));
@@ -166,7 +166,7 @@ Enumeration enumerate(const PlanRequest& r) {
   const std::vector<bool> sps = pick(g.sp, d.sp), fp8s = pick(g.fp8, d.fp8);
   const std::vector<std::string> layouts = pick(g.layouts, d.layouts);
   const std::vector<int> eps = pick(g.ep, d.ep);
-  check_moe_space(r, tps, cps, zeros);
+  check_moe_space(r, tps, cps, zeros, eps);
   if (std::find(fp8s.begin(), fp8s.end(), true) != fp8s.end() && r.device.fp8_peak_flops <= 0)
     throw hw::SpecError(fmt::format("plan: --fp8: the device '{}' has no FP8 tensor cores", r.device.preset));
   const hw::TpOverlap overlap = r.tp_overlap ? *r.tp_overlap
@@ -207,8 +207,9 @@ Enumeration enumerate(const PlanRequest& r) {
             if (static_cast<long long>(pp) * v > r.model.blocks) { remove("indivisible", per_shape); continue; }
             const int dp = static_cast<int>(r.gpus / ranks);
             for (int ep : eps) {
-              // EP groups of ep DP ranks (gen 3d --ep), each holding experts / ep of every MoE block's experts.
-              if (dp % ep != 0 || r.model.experts % std::max(ep, 1) != 0) { remove("indivisible", per_ep); continue; }
+              // EP groups of ep DP ranks (gen 3d --ep), each holding experts / ep of every MoE block's experts (ep
+              // divides the experts: check_moe_space).
+              if (dp % ep != 0) { remove("indivisible", per_ep); continue; }
               if (ep > 1 && r.moe_imbalance > ep) { remove("imbalance", per_ep); continue; }
               for (int mbs : mbss)
                 for (int zero : zeros)

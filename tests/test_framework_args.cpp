@@ -468,6 +468,7 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
   CHECK(refused("--moe-layer-freq [0]*3+[1]*5000000", in).find("gives more layers than --num-layers 61") !=
         std::string::npos);
   CHECK(refused("--moe-layer-freq [2]*61", in).find("is an integer or a list expression") != std::string::npos);
+  CHECK(refused("--moe-layer-freq [0]*3+[1]*58+", in).find("is an integer or a list expression") != std::string::npos);
   CHECK(refused("--moe-expert-capacity-factor 1.25", in).find("not modelled (trainsim's routing is dropless") !=
         std::string::npos);
   CHECK(refused("--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather", in)

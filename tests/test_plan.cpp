@@ -343,6 +343,9 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
   CHECK(contains(refused([](PlanRequest& q) { q.moe_imbalance = 0.5; }), "--moe-imbalance 0.5"));
   CHECK(contains(refused([](PlanRequest& q) { q.model = hw::model_preset("llama3-8b"), q.space.ep = {2}; }),
                  "--ep: the model 'llama3-8b' has no experts"));
+  PlanRequest dense = small_request();
+  dense.space.ep = {1, 1};  // (EP 1 given twice is EP 1: a dense model's only degree)
+  CHECK(enumerate(dense).candidates.size() == enumerate(small_request()).candidates.size());
 }
 
 TEST_CASE("plan, Mixture of Experts: bounds below the simulation, the symmetric figures the full simulation's") {
