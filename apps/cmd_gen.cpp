@@ -282,7 +282,8 @@ std::string kinds_summary() {
          "--layers, --microbatches per replica, --sp, --zero 1|3, --cp for context parallelism)";
   if (!expert.empty())
     s += "; expert parallel (Mixture of Experts) " + joined(expert) +
-         " (--dp ranks in EP groups of --ep, --layers, --dense-layers first layers without experts, --microbatches "
+         " (--dp ranks in EP groups of --ep; 3d --ep: of each stage's --tp x --dp ranks; --layers, --dense-layers first "
+         "layers without experts, --microbatches "
          "per rank; .sched version 3; on the hardware model with an MoE --model: mixtral-8x7b, qwen3-30b-a3b, deepseek-v3)";
   return s + ".";
 }
@@ -468,10 +469,11 @@ void add_gen_command(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--pp", args->options.pp, "Pipeline stages (3d)")->check(count)->capture_default_str();
   cmd->add_option("--ep", args->options.ep,
-                  "Expert-parallel degree (ep, 3d): ranks per EP group, dividing --dp; each holds 1/ep of every MoE "
-                  "layer's experts and reaches the others with all-to-alls (docs/design.md, Mixture of Experts). 3d: "
-                  "with --tp 1 and --cp 1, every --schedule, DDP or --zero 1; the EP groups are "
-                  "consecutive dp ranks of a stage")
+                  "Expert-parallel degree (ep, 3d): ranks per EP group; each holds 1/ep of every MoE layer's experts "
+                  "and reaches the others with all-to-alls (docs/design.md, Mixture of Experts). ep: dividing --dp. "
+                  "3d: every --schedule, DDP or --zero 1, --cp 1; the EP groups are consecutive ranks of a stage's "
+                  "--tp x --dp ranks (Megatron-Core's folded layout, expert TP 1): ep divides --tp x --dp and, with "
+                  "--tp above 1, is a multiple of it, with --sp")
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--dense-layers", args->options.dense_layers,

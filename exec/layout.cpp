@@ -15,7 +15,7 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
     throw std::invalid_argument(fmt::format("TP slice {} of {} does not exist", j, t));
   if (t > 1 && has_moe())
     throw std::invalid_argument(fmt::format("layer {} holds MoE blocks: the executor runs them without tensor "
-                                            "parallelism (no expert tensor parallelism yet)",
+                                            "parallelism (gen 3d --ep with --tp is simulated, not replayed yet)",
                                             spec.index));
   if (experts.kind == ExpertSplit::Slice) {
     if (!model.moe() || experts.count < 1 || model.experts % experts.count || experts.index < 0 ||

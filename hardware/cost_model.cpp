@@ -90,8 +90,8 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
                         : std::string("no TP group holds the rank")));
         }
       }
-      if (op.kind == OpKind::Forward && op.layer >= 0 && op.layer < layers)
-        forward_layers_[rank][op.layer] = static_cast<char>(degree);
+      if (op.kind == OpKind::Forward && op.layer >= 0 && op.layer < layers)  // (an MoE layer's experts: TP 1 beside)
+        forward_layers_[rank][op.layer] = std::max(forward_layers_[rank][op.layer], static_cast<char>(degree));
       if (op.kind == OpKind::BackwardInput && op.layer >= 0 && op.layer < layers) {
         if (split_backward_.empty()) split_backward_.assign(world_size_, {});
         if (split_backward_[rank].empty()) split_backward_[rank].assign(layers, 0);
@@ -160,19 +160,28 @@ void HardwareCostModel::check_experts(const Op& op, bool expert_parallel) const 
         "dense_blocks (a schedule with no expert slice runs every expert on its ranks: EP 1)",
         op.label(), op.layer, moe == c.num_blocks ? blocks() : fmt::format("{} of its {}", moe, blocks()), m.preset,
         m.dense_blocks));
+  // Tensor parallelism runs beside expert parallelism (expert TP 1: the dense parts TP-sliced, the experts whole on
+  // the EP group's sequence shards); with every expert on the rank (EP 1) or with TP-sliced experts it is not modelled.
   for (const auto* list : {&op.reads, &op.writes})
     for (const Tensor& t : *list)
-      if (t.tp_size > 1)
+      if (t.tp_size > 1 && (t.expert() || (!expert_parallel && moe > 0)))
         throw std::invalid_argument(fmt::format(
-            "{}: tensor parallelism with a Mixture-of-Experts model is not modelled yet (TP slice {}; expert tensor "
-            "parallelism neither)",
-            op.label(), t.str()));
+            "{}: {} with a Mixture-of-Experts model is not modelled yet (TP slice {}); TP runs beside expert "
+            "parallelism with expert TP 1 (gen 3d --ep E --tp T --sp)",
+            op.label(), t.expert() ? "expert tensor parallelism" : "tensor parallelism without expert parallelism",
+            t.str()));
 }
 
 TpSplit HardwareCostModel::tp_split(const Op& op) const {
   TpSplit tp;
   for (const Tensor& t : op.reads) tp.degree = std::max<int>(tp.degree, t.tp_size);
   for (const Tensor& t : op.writes) tp.degree = std::max<int>(tp.degree, t.tp_size);
+  // A loss over a sequence shard of the logits (an MoE last layer under TP and sequence parallelism) is priced as
+  // the vocabulary-parallel loss of its TP group: the same work per rank, and its all-reduces.
+  if (op.kind == OpKind::Loss)
+    for (const Tensor& t : op.reads)
+      if (t.kind == TensorKind::Activation && t.num_shards > 1 && t.shards.size() == 1)
+        tp.degree = std::max<int>(tp.degree, t.num_shards);
   tp.sequence_parallel = tp.degree > 1 && op.rank >= 0 && op.rank < static_cast<int>(tp_.sequence_parallel.size()) &&
                          tp_.sequence_parallel[op.rank] != 0;
   return tp;
@@ -481,7 +490,9 @@ double HardwareCostModel::all_to_all_seconds(const Op& op, int group_size) const
   double busiest = 1;
   for (int i = 0; i < slice->ep_size; ++i) busiest = std::max(busiest, expert_load_factor(i, slice->ep_size));
   const ModelSpec& m = setting_.model;
-  const double bytes = setting_.tokens_per_microbatch() * tokens->batches.size() * m.top_k * m.hidden *
+  // (With sequence parallelism a member sends its sequence shard of its microbatches.)
+  const double shard = static_cast<double>(tokens->shards.size()) / tokens->num_shards;
+  const double bytes = setting_.tokens_per_microbatch() * tokens->batches.size() * shard * m.top_k * m.hidden *
                        m.activation_bytes * busiest;
   // One all-to-all per MoE block of the layer.
   return sizes_.layer_moe_blocks(op.layer) * nccl_all_to_all_seconds(shape, bytes, setting_.network);

@@ -261,7 +261,7 @@ std::string format_report(const StepReport& r, const HardwareSetting& s, std::si
              : fmt::format("device {} fitted to {} (docs/hardware-model.md §5)\n", s.device.preset, s.device.fitted_to);
   if (s.model.moe())
     out += fmt::format("note: model {} is a Mixture of Experts ({} experts, top {}, {:.3g} B parameters active per "
-                       "token): five published MoE runs checked it, from 11 % slow (Mixtral) to 2.9x fast (Qwen3-30B-A3B's "
+                       "token): six published MoE runs checked it, from 11 % slow (Mixtral) to 2.9x fast (Qwen3-30B-A3B's "
                        "small experts): take the step time as an optimistic bound (docs/hardware-model.md §4b)\n",
                        s.model.preset, s.model.experts, s.model.top_k,
                        s.model.active_parameters() / 1e9);

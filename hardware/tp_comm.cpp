@@ -26,14 +26,20 @@ struct Entry {
   int sublayer;  // 0 attention, 1 MLP (for the partner's time)
 };
 
-// The pass's collectives (see the header comment), in the order it runs them, without times.
-std::vector<Entry> skeleton(const LayerContent& layer, OpKind kind, Recompute r, bool sp) {
+// The pass's collectives (see the header comment), in the order it runs them, without times. The layer's last
+// `moe` blocks are MoE blocks beside expert parallelism (expert TP 1): their routed experts take sequence shards
+// through the all-to-alls, so their MLP sublayer has TP collectives only for a shared expert (`shared`, a TP-split
+// dense MLP), and a layer ending in one has no output reduction (the combine gives each TP rank its shard).
+std::vector<Entry> skeleton(const LayerContent& layer, OpKind kind, Recompute r, bool sp, int moe = 0,
+                            bool shared = false) {
   std::vector<Entry> out;
   const int k = layer.num_blocks;
+  auto has = [&](int b, int sub) { return sub == 0 || b < k - moe || shared; };
   auto forward = [&](bool recomputed) {
     if (layer.embedding) out.push_back({sp ? Collective::ReduceScatter : Collective::AllReduce, TpRole::Inner, Gemm::None, When::Never, 0});
     for (int b = 0; b < k; ++b)
       for (int sub = 0; sub < 2; ++sub) {
+        if (!has(b, sub)) continue;
         if (sp) out.push_back({Collective::AllGather, TpRole::Inner, Gemm::InFwd, When::Full, sub});
         out.push_back({sp ? Collective::ReduceScatter : Collective::AllReduce, TpRole::Inner, Gemm::OutFwd,
                        sp ? When::Full : When::Never, sub});
@@ -48,7 +54,7 @@ std::vector<Entry> skeleton(const LayerContent& layer, OpKind kind, Recompute r,
           e.role = TpRole::InputGather;
           break;
         }
-    if (!layer.head)
+    if (!layer.head && moe == 0)
       for (auto it = out.rbegin(); it != out.rend(); ++it)
         if (it->kind != Collective::AllGather) {
           it->role = TpRole::OutputReduce;
@@ -70,8 +76,9 @@ std::vector<Entry> skeleton(const LayerContent& layer, OpKind kind, Recompute r,
         out.push_back({reduce, TpRole::Inner, wgrad ? wgrad_gemm : Gemm::None, wgrad ? When::Backward : When::Never, sub});
       };
       if (layer.head) column(Gemm::HeadDgrad, Gemm::HeadWgrad, 0);
-      for (int b = 0; b < k; ++b)
+      for (int b = k - 1; b >= 0; --b)
         for (int sub = 1; sub >= 0; --sub) {
+          if (!has(b, sub)) continue;
           // (SP) the grad of the output linear's output, gathered (the forward reduce-scatter's conjugate).
           if (sp) out.push_back({Collective::AllGather, TpRole::Inner, Gemm::OutDgrad, When::Full, sub});
           column(Gemm::InDgrad, Gemm::InWgrad, sub);
@@ -131,7 +138,9 @@ std::vector<Sublayer> sublayers(const ModelSpec& m, int tp) {
 
 std::vector<TpCollectiveSpec> tp_pass_collectives(const HardwareSetting& s, const LayerContent& layer, OpKind kind,
                                                   double tokens, TpSplit tp) {
-  const std::vector<Entry> entries = skeleton(layer, kind, s.recompute, tp.sequence_parallel);
+  const ModelSpec& m = s.model;
+  const std::vector<Entry> entries = skeleton(layer, kind, s.recompute, tp.sequence_parallel,
+                                              m.moe_blocks(layer.first_block, layer.num_blocks), m.shared_experts > 0);
   std::vector<TpCollectiveSpec> out;
   if (entries.empty()) return out;
   const std::vector<Sublayer> subs = sublayers(s.model, tp.degree);

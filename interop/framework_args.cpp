@@ -674,23 +674,37 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   // One schedule layer per block: the stage chunks' blocks (Megatron-LM's split or the layout's).
   if (p > 1) o.chunk_blocks = blocks;
   else o.layers = m.blocks;
-  // Expert parallelism: EP groups of e consecutive DP ranks (tp-cp-ep-dp-pp with TP and CP 1).
+  // Expert parallelism: EP groups of e consecutive ranks of a stage's TP x DP ranks (Megatron-Core's expert order
+  // etp-ep-edp-pp with expert TP 1, CP 1).
   if (e > 1 && !m.moe()) refuse(meg("expert-model-parallel-size") + " above 1 needs experts: give --num-experts");
   if (m.moe()) {
-    if (t > 1 || c > 1)
-      refuse(fmt::format("{} {} with experts: tensor{} parallelism with a Mixture of Experts is not modelled yet "
-                         "(issue 35: nor expert tensor parallelism)",
-                         t > 1 ? meg("tensor-model-parallel-size") : meg("context-parallel-size"), t > 1 ? t : c,
-                         t > 1 ? "" : " (context)"));
-    if (integer(f, fw, "expert-tensor-parallel-size", 1) != 1)
-      refuse(meg("expert-tensor-parallel-size") + " above 1: expert tensor parallelism is not modelled yet");
+    if (c > 1)
+      refuse(fmt::format("{} {} with experts: context parallelism with a Mixture of Experts is not modelled yet",
+                         meg("context-parallel-size"), c));
+    // Megatron-LM's expert TP defaults to the TP size.
+    const int etp = integer(f, fw, "expert-tensor-parallel-size", t);
+    if (etp != 1)
+      refuse(fmt::format("{} {}{}: expert tensor parallelism is not modelled yet; trainsim runs the experts whole "
+                         "beside TP (give --expert-tensor-parallel-size 1, as Megatron-Bridge's MoE recipes do)",
+                         meg("expert-tensor-parallel-size"), etp,
+                         f.has("expert-tensor-parallel-size") ? "" : " (Megatron-LM's default: the TP size)"));
+    if (t > 1 && e == 1)
+      refuse(fmt::format("{} {} with experts and no expert parallelism: every expert on every TP rank is not "
+                         "modelled (give --expert-model-parallel-size, a multiple of the TP size)",
+                         meg("tensor-model-parallel-size"), t));
+    if (t > 1 && !o.sequence_parallel)
+      refuse(fmt::format("{} {} with experts needs --sequence-parallel (Megatron-LM refuses MoE with TP without it)",
+                         meg("tensor-model-parallel-size"), t));
     if (m.experts % e != 0)
       refuse(fmt::format("{} {} does not divide --num-experts {} (Megatron-LM refuses it too)",
                          meg("expert-model-parallel-size"), e, m.experts));
-    if (d % e != 0)
-      refuse(fmt::format("{} {} does not divide the data-parallel degree {}: Megatron-LM carves the EP groups out of "
-                         "the data-parallel ranks",
-                         meg("expert-model-parallel-size"), e, d));
+    if ((t * d) % e != 0)
+      refuse(fmt::format("{} {} does not divide the tensor- x data-parallel degree {} x {}: Megatron-LM carves the EP "
+                         "groups out of those ranks",
+                         meg("expert-model-parallel-size"), e, t, d));
+    if (t > 1 && e % t != 0)
+      refuse(fmt::format("{} {} is not a multiple of the TP size {}: trainsim's EP groups hold whole TP groups",
+                         meg("expert-model-parallel-size"), e, t));
     if (e > 1) {
       o.ep = e;
       o = model_dense_layers("3d", o, m.blocks, m.dense_blocks);

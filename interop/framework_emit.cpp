@@ -153,6 +153,8 @@ FrameworkLaunch to_megatron(const FrameworkPlan& p) {
     if (m.dense_blocks > 0) s += fmt::format(" --moe-layer-freq '([0]*{}+[1]*{})'", m.dense_blocks, m.blocks - m.dense_blocks);
     s += " --moe-grouped-gemm --moe-token-dispatcher-type alltoall";
     if (o.ep > 1) s += fmt::format(" --expert-model-parallel-size {}", o.ep);
+    // The experts whole beside TP (Megatron-LM's expert TP defaults to the TP size).
+    if (o.tp > 1) s += " --expert-tensor-parallel-size 1";
   }
   if (m.gated_ffn) s += " --swiglu";
   s += m.layernorm ? " --normalization LayerNorm" : " --normalization RMSNorm";

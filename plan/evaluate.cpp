@@ -105,11 +105,12 @@ double memory_lower_bound(const Candidate& c, const PlanRequest& r) {
   const int weight_shards = k.zero == 3 && replicas > 1 ? replicas : 1;
   const int opt_shards = k.zero != 0 && replicas > 1 ? replicas : 1;
   // An MoE model: with EP 1 every layer holds its experts (as the cost model learns from the ops); with EP e a
-  // rank holds 1/e of them, their optimizer state sharded with ZeRO-1 over the e-th of the replicas holding the same
+  // rank holds 1/e of them, their optimizer state sharded with ZeRO-1 over the ranks of the stage holding the same
   // slice (gen 3d --ep's expert-data-parallel groups).
   if (s.model.moe() && k.ep == 1)
     for (int l = 0; l < layers; ++l) sizes.set_experts_inside(l);
-  const int expert_opt_shards = k.zero != 0 && replicas / k.ep > 1 ? replicas / k.ep : 1;
+  const int edp = k.tp * replicas / k.ep;  // the expert-data-parallel degree (EP carved out of TP x DP)
+  const int expert_opt_shards = k.zero != 0 && edp > 1 ? edp : 1;
   const double seq = static_cast<double>(s.seq_len()) / k.cp;
   // A block's saved activations: a dense block's, or an MoE block's attention, router and shared experts (its
   // routed experts' share, which only adds, left out).

@@ -66,10 +66,10 @@ SearchSpace default_space(const PlanRequest& r) {
   s.fp8 = {false};
   s.layouts = {"even", "balanced"};
   if (r.model.moe()) {
-    // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP and CP 1, DDP and ZeRO-1, the
-    // framework's schedules (torchtitan's are refused: it trains MoE models with FSDP). EP: every divisor of the
-    // experts up to the GPUs (the ones that do not divide DP are removed as indivisible).
-    s.tp = {1};
+    // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP beside EP with expert TP 1 (EP a multiple
+    // of TP, sequence parallelism), CP 1, DDP and ZeRO-1, the framework's schedules (torchtitan's are refused: it
+    // trains MoE models with FSDP). EP: every divisor of the experts up to the GPUs (the ones that do not divide
+    // TP x DP, or with TP above 1 are not a multiple of it, are removed as indivisible).
     s.cp = {1};
     s.zero = {1};
     for (int e = 1; e <= r.model.experts && e <= r.gpus; ++e)
@@ -83,7 +83,7 @@ SearchSpace default_space(const PlanRequest& r) {
 namespace {
 
 // What the planner cannot search for an MoE model (gen 3d --ep's reach, schedules/generators.h), given anyway.
-void check_moe_space(const PlanRequest& r, const std::vector<int>& tps, const std::vector<int>& cps,
+void check_moe_space(const PlanRequest& r, const std::vector<int>& cps,
                      const std::vector<int>& zeros, const std::vector<int>& eps) {
   const std::string& name = r.model.preset;
   if (!r.model.moe()) {
@@ -101,11 +101,6 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& tps, const st
                                     "and trainsim's expert parallelism runs with DDP or ZeRO-1 only (issue 35); plan "
                                     "'{}' with --framework megatron or any",
                                     name));
-  for (int t : tps)
-    if (t != 1)
-      throw hw::SpecError(fmt::format("plan: --tp {}: tensor parallelism with a Mixture of Experts ('{}') is not "
-                                      "modelled yet (nor expert tensor parallelism); the planner searches TP 1",
-                                      t, name));
   for (int c : cps)
     if (c != 1)
       throw hw::SpecError(fmt::format("plan: --cp {}: context parallelism with a Mixture of Experts ('{}') is not "
@@ -166,7 +161,7 @@ Enumeration enumerate(const PlanRequest& r) {
   const std::vector<bool> sps = pick(g.sp, d.sp), fp8s = pick(g.fp8, d.fp8);
   const std::vector<std::string> layouts = pick(g.layouts, d.layouts);
   const std::vector<int> eps = pick(g.ep, d.ep);
-  check_moe_space(r, tps, cps, zeros, eps);
+  check_moe_space(r, cps, zeros, eps);
   if (std::find(fp8s.begin(), fp8s.end(), true) != fp8s.end() && r.device.fp8_peak_flops <= 0)
     throw hw::SpecError(fmt::format("plan: --fp8: the device '{}' has no FP8 tensor cores", r.device.preset));
   const hw::TpOverlap overlap = r.tp_overlap ? *r.tp_overlap
@@ -207,9 +202,14 @@ Enumeration enumerate(const PlanRequest& r) {
             if (static_cast<long long>(pp) * v > r.model.blocks) { remove("indivisible", per_shape); continue; }
             const int dp = static_cast<int>(r.gpus / ranks);
             for (int ep : eps) {
-              // EP groups of ep DP ranks (gen 3d --ep), each holding experts / ep of every MoE block's experts (ep
-              // divides the experts: check_moe_space).
-              if (dp % ep != 0) { remove("indivisible", per_ep); continue; }
+              // EP groups of ep of a stage's TP x DP ranks (gen 3d --ep), each holding experts / ep of every MoE
+              // block's experts (ep divides the experts: check_moe_space); with TP, whole TP groups (and TP with an
+              // MoE model needs EP: every expert on every TP rank is not modelled).
+              if ((static_cast<long long>(tp) * dp) % ep != 0 || (ep > 1 && tp > 1 && ep % tp != 0) ||
+                  (tp > 1 && r.model.moe() && ep == 1)) {
+                remove("indivisible", per_ep);
+                continue;
+              }
               if (ep > 1 && r.moe_imbalance > ep) { remove("imbalance", per_ep); continue; }
               for (int mbs : mbss)
                 for (int zero : zeros)

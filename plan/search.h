@@ -61,7 +61,8 @@ struct PlanRequest {
 /// divisor of the GPUs left up to the blocks; virtual stages 2 and 4 for the interleaved schedules; microbatch
 /// sizes 1, 2, 4; the framework's schedules and ZeRO; recomputation none, selective and full; SP with TP; FP8 off;
 /// layouts even and balanced. An MoE model (docs/planning.md, "Mixture of Experts"): EP every divisor of its
-/// experts up to the GPUs, TP and CP 1, DDP and ZeRO-1 (what gen 3d --ep runs).
+/// experts up to the GPUs, TP beside it (expert TP 1: EP a multiple of TP, with SP), CP 1, DDP and ZeRO-1 (what
+/// gen 3d --ep runs).
 SearchSpace default_space(const PlanRequest& r);
 
 /// The knobs of a candidate under their flag names, for tables and JSON.
@@ -92,7 +93,7 @@ struct Enumeration {
 
 /// Every combination of `r`'s search space (default_space for the lists left empty). Throws hw::SpecError for
 /// a request that cannot be planned (no GPUs, a global batch below 1, FP8 on a device without it; --ep for a dense
-/// model; for an MoE model, TP, CP, FSDP or torchtitan's framework, a --moe-imbalance below 1).
+/// model; for an MoE model, CP, FSDP or torchtitan's framework, a --moe-imbalance below 1).
 Enumeration enumerate(const PlanRequest& r);
 
 /// The blocks of each of `chunks` stage chunks under a layout: "even" (StageLayout::even), or "balanced": the

@@ -199,7 +199,12 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
         return check_writes(op, std::array{activation_tensor(l + 1, a->batches)});
       }
       // Tensor parallelism: the row-parallel output is this slice's partial sum; the last layer's LM head is
-      // column-parallel and gives this slice of the vocabulary's logits (Shoeybi et al. 2019, §3).
+      // column-parallel and gives this slice of the vocabulary's logits (Shoeybi et al. 2019, §3). An MoE layer's
+      // dense part under TP with sequence parallelism (expert TP 1, Megatron-Core's folded layout) leaves this TP
+      // rank's sequence shard of its tokens routed: its reduce-scatter runs inside, and the experts take it.
+      if (op.writes.size() == 1 && op.writes[0].route == Route::Routed &&
+          op.writes[0] == shard(routed_as(activation_tensor(l + 1, a->batches), Route::Routed), w->tp_index(), w->tp_size))
+        return "";
       return check_writes(op, std::array{l + 1 == layers ? as_slice(activation_tensor(l + 1, a->batches), w)
                                                           : as_partial(activation_tensor(l + 1, a->batches), w)});
     case OpKind::Backward:
@@ -221,7 +226,10 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
       const Tensor* tp = tp_reference(op, needs_weight ? w : nullptr, g);
       // The last layer's grad comes in by vocabulary slice (its LM head is column-parallel); any other is whole.
       // An MoE layer's dense backward reads the combined grad of its routed tokens (docs/design.md).
-      const bool routed_grad = !tp && g->route == Route::Routed && !g->expert() && g->complete();
+      // Under TP (expert TP 1) that grad is this TP rank's sequence shard of it, as the dispatch sent it.
+      const bool routed_grad =
+          g->route == Route::Routed && !g->expert() &&
+          (tp ? g->num_shards == tp->tp_size && g->shards == IdSet{tp->tp_index()} : g->complete());
       if (!routed_grad &&
           !(e = check_complete_input("activation grad", *g, tp && l + 1 == layers ? tp : nullptr)).empty())
         return e;
@@ -250,6 +258,13 @@ std::string check_compute(const Op& op, int layers, int microbatches) {
         return fmt::format("the input is {}, but the loss needs the final activation (layer {})", a->str(), layers);
       // A vocabulary slice of the logits is read as such: the vocabulary-parallel cross-entropy (Megatron-LM)
       // all-reduces the max and the sum of exponentials inside the loss and gives the grad of this slice.
+      // A sequence shard of the final activation (an MoE last layer under TP and sequence parallelism: the combine
+      // gives each TP rank its shard) gives that shard's grad: the loss is a sum over tokens.
+      if (!a->tp_sliced() && !a->partial && a->route == Route::None && !a->expert() && !a->complete() &&
+          a->shards.size() == 1) {
+        Tensor want = shard(activation_grad_tensor(layers, a->batches), a->shards.runs().front().first, a->num_shards);
+        return check_writes(op, std::array{want});
+      }
       if (!(e = check_complete_input("input", *a, a->tp_sliced() ? a : nullptr)).empty()) return e;
       if (op.writes.size() == 1 && is_plain(op.writes[0], TensorKind::ActivationGrad, layers, a->batches)) return "";
       return check_writes(op, std::array{as_slice(activation_grad_tensor(layers, a->batches), a->tp_sliced() ? a : nullptr)});

@@ -8,37 +8,61 @@ namespace {
 
 const char* what_kind(TensorKind k) { return k == TensorKind::Activation ? "activation" : "activation grad"; }
 
-// Dispatch: the inputs' batches united, each member's kept for the combine.
-std::vector<Tensor> dispatch(std::span<const Tensor* const> in, std::vector<IdSet>& origins) {
+// Dispatch: the inputs' tokens united, each member's kept for the combine. A member sends whole microbatches, or with
+// tensor and sequence parallelism under the EP group (Megatron-Core's folded layout, ETP 1) its sequence shard of
+// them; the group's pieces must be disjoint and cover every shard of the microbatches they name, so the experts see
+// whole microbatches.
+std::vector<Tensor> dispatch(std::span<const Tensor* const> in, std::vector<AllToAllGroup::Origin>& origins) {
   const int n = static_cast<int>(in.size());
   const Tensor& first = *in[0];
-  IdSet all;
+  // Sequence shards come from tensor parallelism: at most Tensor::kMaxTpSize of them.
+  if (first.num_shards < 1 || first.num_shards > Tensor::kMaxTpSize)
+    throw AllToAllError(0, fmt::format("a dispatch sends whole microbatches or a sequence shard of at most {} (one per "
+                                       "TP rank), not {}",
+                                       Tensor::kMaxTpSize, first.str()));
+  std::vector<IdSet> by_shard(static_cast<std::size_t>(first.num_shards));  // shard -> batches sent
   for (int m = 0; m < n; ++m) {
     const Tensor& t = *in[m];
     if (t.kind != TensorKind::Activation && t.kind != TensorKind::ActivationGrad)
       throw AllToAllError(m, fmt::format("an all-to-all moves tokens (activations or their grads), not {}", t.str()));
     const Route want = t.kind == TensorKind::Activation ? Route::Routed : Route::None;
-    if (t.route != want || t.partial || t.tp_size != 1 || !t.complete())
+    if (t.route != want || t.partial || t.tp_size != 1)
       throw AllToAllError(
           m, t.kind == TensorKind::Activation
                  ? fmt::format("a dispatch sends the router's output, an activation in state <routed> (A{}{{...}}<routed>), "
                                "not {}",
                                t.layer, t.str())
-                 : fmt::format("a dispatch of grads sends the complete grad of the layer's output, not {}", t.str()));
-    if (t.kind != first.kind || t.layer != first.layer)
+                 : fmt::format("a dispatch of grads sends the complete grad of the layer's output (or its sequence "
+                               "shard), not {}",
+                               t.str()));
+    if (t.kind != first.kind || t.layer != first.layer || t.num_shards != first.num_shards)
       throw AllToAllError(m, fmt::format("the members dispatch different tensors: {} and {}", first.str(), t.str()));
-    if (t.batches.intersects(all))
-      throw AllToAllError(m, fmt::format("batches {{{}}} of {} are dispatched by two members; each member sends "
-                                         "its own tokens",
-                                         (t.batches & all).str(), t.str()));
-    all = all | t.batches;
-    origins.push_back(t.batches);
+    for (int s : t.shards.ids()) {
+      if (s < 0 || s >= t.num_shards) throw AllToAllError(m, fmt::format("{} holds no shard {}", t.str(), s));
+      IdSet& sent = by_shard[static_cast<std::size_t>(s)];
+      if (t.batches.intersects(sent))
+        throw AllToAllError(m, fmt::format("batches {{{}}} of {} are dispatched by two members; each member sends "
+                                           "its own tokens",
+                                           (t.batches & sent).str(), t.str()));
+      sent = sent | t.batches;
+    }
+    origins.push_back({t.batches, t.shards, t.num_shards});
   }
+  // Every shard of every microbatch sent: the experts run on whole microbatches.
+  const IdSet& all = by_shard[0];
+  for (std::size_t s = 1; s < by_shard.size(); ++s)
+    if (by_shard[s] != all)
+      throw AllToAllError(0, fmt::format("the EP group dispatches batches {{{}}} of {} by sequence shard {} of {} but "
+                                         "batches {{{}}} by shard {}: its members must send every shard of the "
+                                         "microbatches they send (an EP group of whole TP groups)",
+                                         all.str(), first.str(), 0, first.num_shards, by_shard[s].str(), s));
   std::vector<Tensor> out;
   out.reserve(n);
   for (int m = 0; m < n; ++m) {
     Tensor t = first;
     t.batches = all;
+    t.shards = IdSet{0};
+    t.num_shards = 1;
     t.route = Route::ExpertIn;
     t.ep_size = static_cast<std::uint16_t>(n);
     t.ep_index = static_cast<std::uint16_t>(m);
@@ -56,7 +80,7 @@ std::vector<Tensor> AllToAllGroup::call(std::span<const Tensor* const> in) {
     throw AllToAllError(0, fmt::format("an all-to-all over {} members: the EP degree is at most {}", n, Tensor::kMaxEpSize));
   const Tensor& first = *in[0];
   if (!first.expert()) {
-    std::vector<IdSet> origins;
+    std::vector<Origin> origins;
     std::vector<Tensor> out = dispatch(in, origins);
     auto [it, fresh] = dispatched_.try_emplace({first.kind, first.layer, out[0].batches}, std::move(origins));
     if (!fresh)
@@ -89,7 +113,9 @@ std::vector<Tensor> AllToAllGroup::call(std::span<const Tensor* const> in) {
   out.reserve(n);
   for (int m = 0; m < n; ++m) {
     Tensor t = first;
-    t.batches = it->second[m];
+    t.batches = it->second[m].batches;
+    t.shards = it->second[m].shards;
+    t.num_shards = it->second[m].num_shards;
     t.ep_size = 0, t.ep_index = 0;
     t.route = t.kind == TensorKind::Activation ? Route::None : Route::Routed;
     out.push_back(std::move(t));

@@ -22,21 +22,29 @@ struct AllToAllError : TensorError {
 /// The all-to-alls of one EP group, in call order. Two directions, told apart by the inputs:
 /// - Dispatch: no input is an expert slice. Every member gives the same tensor (kind, layer) for its own
 ///   batches, disjoint from the others': an activation Routed (the router's output), or an activation grad
-///   complete (the grad of the layer's output, going back to the experts). Member m of n gets the tokens of
-///   every member's batches for expert slice m of n (Route::ExpertIn).
+///   complete (the grad of the layer's output, going back to the experts). With tensor and sequence parallelism
+///   inside the EP group (Megatron-Core's folded layout, expert TP 1) a member gives its sequence shard j of t of
+///   its batches; the members' (batch, shard) pieces must be disjoint and cover every shard of each batch named.
+///   Member m of n gets the tokens of every member's batches, whole, for expert slice m of n (Route::ExpertIn).
 /// - Combine: every input is Route::ExpertOut, member m's being expert slice m of n, all for the same batches.
-///   Member m gets back the batches it gave to the dispatch of that tensor (kind, layer, batches): an activation
-///   complete (the layer's output), an activation grad Routed (what the layer's dense backward reads).
+///   Member m gets back the batches (and sequence shards) it gave to the dispatch of that tensor (kind, layer,
+///   batches): an activation complete (the layer's output), an activation grad Routed (what the layer's dense
+///   backward reads).
 /// A combine without its dispatch in this group is refused: tokens go back to the ranks they came from.
 class AllToAllGroup {
  public:
+  /// What one member gave to a dispatch: its batches, and the sequence shards of them (shards {0} of 1: whole).
+  struct Origin {
+    IdSet batches, shards;
+    int num_shards = 1;
+  };
   /// What each member gets, inputs[m] being member m's. Throws AllToAllError naming the member whose input is
   /// wrong (the first one, in member order).
   std::vector<Tensor> call(std::span<const Tensor* const> inputs);
 
  private:
   // (kind, layer, batches of every member) of a dispatch -> the batches each member gave
-  std::map<std::tuple<TensorKind, int, IdSet>, std::vector<IdSet>> dispatched_;
+  std::map<std::tuple<TensorKind, int, IdSet>, std::vector<Origin>> dispatched_;
 };
 
 }  // namespace trainsim

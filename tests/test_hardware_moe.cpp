@@ -362,7 +362,8 @@ TEST_CASE("gen ddp --bucket-mb on an MoE model: a layer's grads are every expert
 }
 
 TEST_CASE("a streaming source the model refuses is refused again when simulated held, not timed unprepared") {
-  // gen 3d's source makes each rank's ops when asked. TP with an MoE model is refused as the model learns rank 0;
+  // gen 3d's source makes each rank's ops when asked. TP with an MoE model and no expert parallelism is refused as
+  // the model learns rank 0;
   // the simulator then retries with every rank's ops held, and that pass must prepare the model again: before, it
   // timed the step with no experts at all (a tenth of the step, a sixth of the memory) and no error.
   HardwareSetting hs = small_mixtral();
@@ -379,8 +380,9 @@ TEST_CASE("a streaming source the model refuses is refused again when simulated 
     const HardwareRun run = simulate_hardware(*src, false, {}, symmetric ? mirror : std::vector<int>{});
     CHECK_FALSE(run.result.ok);
     CHECK_FALSE(run.report);
-    CHECK(has(run.result.error, "tensor parallelism with a Mixture-of-Experts model is not modelled yet"));
-    CHECK(has(run.result.error, "rank 0: forward layer 0"));
+    CHECK(has(run.result.error, "tensor parallelism without expert parallelism with a Mixture-of-Experts model is "
+                                "not modelled yet"));
+    CHECK(has(run.result.error, "rank 0: forward layer 1"));  // (layer 0 is dense: TP is fine there)
   }
   // The same source of a dense model simulates (the retry is only for problems).
   hs.model.experts = hs.model.top_k = hs.model.dense_blocks = 0, hs.model.expert_ffn = 0;
@@ -388,6 +390,53 @@ TEST_CASE("a streaming source the model refuses is refused again when simulated 
   const HardwareRun dense = simulate_hardware(*src, false, {}, {});
   INFO(dense.result.error);
   CHECK(dense.result.ok);
+}
+
+TEST_CASE("gen 3d --ep --tp --sp on the hardware model: the step's FLOPs, half the all-to-all, symmetric equals full") {
+  // Two stages of two MoE blocks (the first dense), TP 2 x DP 4 per stage, EP 8 over the TP x DP ranks (expert TP 1).
+  HardwareSetting hs = small_mixtral();
+  auto step = [&](int tp, int dp, int ep, double imbalance = 0) {
+    GenOptions o;
+    o.tp = tp, o.sequence_parallel = tp > 1, o.pp = 2, o.dp = dp, o.ep = ep, o.zero = 1, o.layers = 4;
+    o.dense_layers = 1, o.microbatches = 4, o.moe_imbalance = imbalance;
+    Schedule s = generate("3d", o);
+    s.header.cost_model = "hardware";
+    s.header.hardware = hs;
+    return s;
+  };
+  const Schedule s = step(2, 4, 8);
+  const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+  double flops = 0;
+  for (const auto& ops : s.ranks)
+    for (const Op& op : ops) flops += hw_cost(c).op_work(op).flops();
+  // TP splits the dense parts, the experts take their EP group's tokens: the whole step's work, once.
+  CHECK(flops == doctest::Approx(4 * 4 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+  // Each member sends its sequence shard: half the bytes of a TP 1 member of an EP group of the same 8 ranks.
+  const Schedule flat = step(1, 8, 8);
+  const std::unique_ptr<CostModel> cf = make_schedule_cost_model(flat);
+  auto first_a2a = [](const Schedule& x, const CostModel& m) {
+    for (const Op& op : x.ranks[0])
+      if (op.kind == OpKind::AllToAll) return to_seconds(m.duration(op, 8));
+    return 0.0;
+  };
+  const double a2a_tp = first_a2a(s, *c), a2a_flat = first_a2a(flat, *cf);
+  CHECK(a2a_tp > 0.5 * a2a_flat);  // (the same latency)
+  CHECK(a2a_tp < a2a_flat);
+  // The symmetric simulation (one rank per stage, or per slice class under imbalance) gives the full one's step.
+  for (double imbalance : {0.0, 1.5}) {
+    CAPTURE(imbalance);
+    const Schedule x = step(2, 4, 4, imbalance);  // EP 4: two ranks of a stage per slice
+    const std::vector<int> mirror = symmetric_mirror(x.header, RankGrid{2, 1, 4, 2, 4});
+    REQUIRE_FALSE(mirror.empty());
+    const ScheduleView src(x);
+    const HardwareRun full = simulate_hardware(src, false, {}, {}), sym = simulate_hardware(src, false, {}, mirror);
+    INFO(full.result.error);
+    REQUIRE(full.result.ok);
+    REQUIRE(sym.result.ok);
+    CHECK(sym.report->step_time_s == doctest::Approx(full.report->step_time_s).epsilon(1e-12));
+    CHECK(sym.report->peak_memory_bytes == doctest::Approx(full.report->peak_memory_bytes).epsilon(1e-12));
+    CHECK(simulated_ranks(mirror, x.header.world_size) == (imbalance > 0 ? 2 * 4 : 2));
+  }
 }
 
 TEST_CASE("gen 3d --ep: a stage chunk of the LM head alone holds no experts, and the step simulates") {

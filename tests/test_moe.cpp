@@ -163,6 +163,49 @@ TEST_CASE("the all-to-all: a dispatch gives slice j every member's tokens, a com
   refused({dispatched[0], dispatched[1]}, 0, "not their output");
 }
 
+TEST_CASE("the all-to-all with TP: members send sequence shards of whole microbatches, and get their own back") {
+  // An EP group of 4 over 2 TP groups of 2 (Megatron-Core's folded layout, expert TP 1): member 2·d + j sends
+  // sequence shard j of 2 of microbatch d's routed tokens.
+  std::vector<Tensor> routed;
+  for (int m = 0; m < 4; ++m) routed.push_back(shard(routed_as(activation_tensor(3, IdSet{m / 2}), Route::Routed), m % 2, 2));
+  auto call = [](AllToAllGroup& g, const std::vector<Tensor>& ts) {
+    std::vector<const Tensor*> p;
+    for (const Tensor& t : ts) p.push_back(&t);
+    return g.call(p);
+  };
+  AllToAllGroup group;
+  const std::vector<Tensor> in = call(group, routed);
+  for (int m = 0; m < 4; ++m) CHECK(in[m].str() == fmt::format("A3{{0-1}}<e{}/4>", m));  // whole microbatches
+  std::vector<Tensor> outs;
+  for (int m = 0; m < 4; ++m) outs.push_back(routed_as(activation_tensor(3, in[m].batches), Route::ExpertOut, m, 4));
+  const std::vector<Tensor> back = call(group, outs);
+  for (int m = 0; m < 4; ++m) CHECK(back[m] == shard(activation_tensor(3, IdSet{m / 2}), m % 2, 2));
+  // The grads: shards out, routed shards back (what the dense part's TP backward reads).
+  std::vector<Tensor> grads;
+  for (int m = 0; m < 4; ++m) grads.push_back(shard(activation_grad_tensor(3, IdSet{m / 2}), m % 2, 2));
+  const std::vector<Tensor> gin = call(group, grads);
+  std::vector<Tensor> gout;
+  for (int m = 0; m < 4; ++m) gout.push_back(routed_as(activation_grad_tensor(3, gin[m].batches), Route::ExpertOut, m, 4));
+  const std::vector<Tensor> gback = call(group, gout);
+  for (int m = 0; m < 4; ++m) CHECK(gback[m].str() == fmt::format("dA3{{{}}}<routed>[{}/2]", m / 2, m % 2));
+  // A microbatch with a shard missing (or sent twice) is refused: the experts would see part of it.
+  auto refused = [&](std::vector<Tensor> ts, const std::string& words) {
+    AllToAllGroup fresh;
+    CAPTURE(words);
+    try {
+      call(fresh, ts);
+      FAIL("accepted");
+    } catch (const AllToAllError& e) {
+      CHECK(has(e.what(), words));
+    }
+  };
+  refused({routed[0], routed[2], routed[3]}, "its members must send every shard");
+  refused({routed[0], routed[0], routed[2], routed[3]}, "dispatched by two members");
+  Tensor wide = routed[0];
+  wide.num_shards = 1000, wide.shards = IdSet{0};
+  refused({wide, wide}, "a sequence shard of at most 64");
+}
+
 TEST_CASE("gen ep: every EP and data-parallel shape simulates under both engines and prints back byte for byte") {
   for (int dp : {1, 2, 4, 6})
     for (int ep : {1, 2, 3, 4})
@@ -242,17 +285,65 @@ TEST_CASE("gen 3d --ep: EP in every stage of every pipeline schedule, DDP and Ze
   };
   GenOptions x = o;
   x.tp = 2;
-  refused(x, "--ep with --tp or --cp above 1 is not modelled yet");
+  refused(x, "--ep with --tp 2 needs --sp");
+  x.sequence_parallel = true, x.tp = 4;
+  refused(x, "--ep 2 must be a multiple of --tp 4");
   x = o, x.cp = 2;
-  refused(x, "--ep with --tp or --cp above 1 is not modelled yet");
+  refused(x, "--ep with --cp above 1 is not modelled yet");
   x = o, x.zero = 3;
   refused(x, "--ep with --zero 3 (FSDP) is not modelled yet");
   x = o, x.ep = 3;
-  refused(x, "--ep 3 must divide --dp 4");
+  refused(x, "--ep 3 must divide --tp x --dp = 4");
   x = o, x.dense_layers = 4;
   refused(x, "--dense-layers 4 leaves no MoE layer of the 4 layers");
   x = o, x.moe_imbalance = 1.5;
   CHECK(generate("3d", x).header.expert_load == std::vector<double>{1.5, 0.5});
+}
+
+TEST_CASE("gen 3d --ep --tp --sp: EP groups carved out of TP x DP, every schedule, on both engines") {
+  // Megatron-Core's folded layout with expert TP 1: the rank of TP index j and DP index d in its stage (f = j + T·d)
+  // holds expert slice f mod ep; each TP rank routes its sequence shard; EP may exceed DP.
+  for (int dp : {1, 2, 4})
+    for (int ep : {2, 4, 8})
+      for (const char* schedule : {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"})
+        for (int zero : {0, 1}) {
+          const int tp = 2, pp = 2, dense = 1;
+          if ((tp * dp) % ep != 0) continue;
+          CAPTURE(dp);
+          CAPTURE(ep);
+          CAPTURE(schedule);
+          CAPTURE(zero);
+          GenOptions o;
+          o.tp = tp, o.sequence_parallel = true, o.pp = pp, o.dp = dp, o.ep = ep, o.schedule = schedule;
+          o.zero = zero, o.dense_layers = dense;
+          o.chunks = std::string(schedule).rfind("interleaved", 0) == 0 ? 2 : 1;
+          o.layers = 2 * pp * o.chunks, o.microbatches = 2 * pp;
+          Schedule s = generate("3d", o);
+          check_round_trip_and_valid(s, "3d-ep-tp.sched");
+          const int stage = tp * dp;
+          for (int r = 0; r < s.header.world_size; ++r) {
+            std::set<int> moe_layers;
+            int a2a = 0, expert_updates = 0;
+            for (const Op& op : s.ranks[r]) {
+              if (op.kind == OpKind::Forward && op.layer >= dense && !expert_weight(op)) moe_layers.insert(op.layer);
+              if (op.kind == OpKind::AllToAll) {
+                ++a2a;
+                // What it sends or gets back is its TP index's sequence shard of its microbatches.
+                const Tensor& t = op.reads.front().expert() ? op.writes.front() : op.reads.front();
+                CHECK(t.num_shards == tp);
+                CHECK(t.shards == IdSet{r % tp});
+              }
+              if (op.kind == OpKind::Update && op.writes.front().expert()) {
+                ++expert_updates;
+                CHECK(op.writes.front().ep_index == (r % stage) % ep);
+                CHECK(op.writes.front().ep_size == ep);
+                CHECK(op.writes.front().tp_size == 1);  // the experts whole beside TP (expert TP 1)
+              }
+            }
+            CHECK(a2a == 4 * static_cast<int>(moe_layers.size()) * o.microbatches);
+            CHECK(expert_updates == static_cast<int>(moe_layers.size()));
+          }
+        }
 }
 
 TEST_CASE("gen ep: the experts take 1/e of the EP group's tokens, so EP splits their time and memory") {

@@ -289,11 +289,11 @@ PlanRequest moe_request() {
 
 }  // namespace
 
-TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts and DP, the rest refused by name") {
+TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts and TP x DP, TP beside it, the rest refused by name") {
   PlanRequest r = moe_request();
   const SearchSpace d = default_space(r);
   CHECK(d.ep == std::vector<int>{1, 2, 4, 8});
-  CHECK(d.tp == std::vector<int>{1});
+  CHECK(d.tp == default_space(small_request()).tp);  // TP beside EP (expert TP 1)
   CHECK(d.cp == std::vector<int>{1});
   CHECK(d.zero == std::vector<int>{1});
   CHECK(d.schedules == default_space(small_request()).schedules);  // the framework's: zero-bubble and DualPipeV too
@@ -303,8 +303,9 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
     const Knobs& k = c.knobs;
     const GenOptions& o = c.config.options;
     INFO(gen_command(c.config));
-    CHECK(k.tp == 1);
-    CHECK(k.dp % k.ep == 0);
+    // EP carved out of TP x DP, whole TP groups in each EP group (and TP only beside EP), with SP.
+    CHECK((k.tp * k.dp) % k.ep == 0);
+    if (k.tp > 1) CHECK((k.ep > 1 && k.ep % k.tp == 0 && k.sp));
     CHECK(o.ep == k.ep);
     CHECK((gen_command(c.config).find(" --ep ") != std::string::npos) == (k.ep > 1));
     // The dense first block stays dense: gen 3d --ep's --dense-layers from the model, as gen takes it.
@@ -313,6 +314,7 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
     eps.insert(k.ep);
   }
   CHECK(eps == std::set<int>{1, 2, 4, 8});
+  CHECK(std::any_of(en.candidates.begin(), en.candidates.end(), [](const Candidate& c) { return c.knobs.tp > 1; }));
   CHECK(en.removed.at("indivisible") > 0);  // EP 8 over the 2 or 4 DP ranks of 8 or 4 stages
   // An imbalance above a slice's reach (all its group's tokens) removes that EP degree, counted.
   r.moe_imbalance = 3;
@@ -335,7 +337,6 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
     return std::string("no error");
   };
   auto contains = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
-  CHECK(contains(refused([](PlanRequest& q) { q.space.tp = {2}; }), "--tp 2: tensor parallelism with a Mixture of Experts"));
   CHECK(contains(refused([](PlanRequest& q) { q.space.cp = {2}; }), "--cp 2: context parallelism"));
   CHECK(contains(refused([](PlanRequest& q) { q.space.zero = {3}; }), "--zero 3: FSDP with a Mixture of Experts"));
   CHECK(contains(refused([](PlanRequest& q) { q.space.ep = {3}; }), "--ep 3: the EP degree must divide the model's 8"));

@@ -265,7 +265,7 @@ std::vector<Run> runs() {
   r.back().moe = true;
   // NVIDIA Megatron-Bridge's performance summary, 25.11 NeMo container (github.com/NVIDIA-NeMo/Megatron-Bridge,
   // docs/performance-summary.md: "we force-balance the token distribution among experts and all benchmarks are
-  // token-dropless"): the MoE rows trainsim's gen 3d --ep expresses (TP 1, DDP with the distributed optimizer; the
+  // token-dropless"): the MoE rows trainsim's gen 3d --ep expresses (DDP with the distributed optimizer; the
   // GB200/GB300 rows need a 72-GPU NVLink domain, GPT-OSS's attention is not modelled). Taken where the summary
   // is silent: no recomputation, bf16 grads as the NeMo rows above, MXFP8 as trainsim's FP8, and gen 3d's even
   // split of the layers where PP x VP does not divide them (the recipes' own layouts, and DeepSeek-V3's
@@ -290,6 +290,15 @@ std::vector<Run> runs() {
   bridge_row("DeepSeek-V3, 256 B200, FP8", "TP 1, PP 16, EP 8, DP 16; batch 2048 x 4096, microbatch 1",
              "--tp 1 --pp 16 --dp 16 --ep 8 --microbatches 128 --microbatch-size 1 --model deepseek-v3 --seq 4096" + b200,
              2139);
+  // TP beside EP (the H100 recipe's shape: expert TP 1, EP 32 over 2 TP x 16 DP ranks of a stage, sequence
+  // parallelism; the recipe's configs/qwen3 workload_base_configs.py sets expert_tensor_parallel_size=1,
+  // tp_comm_overlap off and moe_a2a_overlap on, which trainsim does not model: its all-to-alls are exposed).
+  bridge_row("Qwen3-235B-A22B, 256 H100, FP8",
+             "TP 2, PP 8 (4 virtual stages), EP 32, DP 16; batch 2048 x 4096, microbatch 1",
+             "--tp 2 --sp --pp 8 --dp 16 --ep 32 --schedule interleaved-1f1b --chunks 4 --microbatches 128 "
+             "--microbatch-size 1 --model qwen3-30b-a3b --set model.blocks=94 --set model.hidden=4096 --set "
+             "model.heads=64 --set model.kv_heads=4 --set model.ffn=12288 --set model.expert_ffn=1536 --seq 4096" + sxm,
+             1575);
   return r;
 }
 
@@ -351,7 +360,8 @@ const std::map<std::string, std::pair<double, double>>& recorded() {
       {"Qwen3-30B-A3B, 16 H100, FP8", {12341, 0}},
       {"Qwen3-30B-A3B, 8 B200, FP8", {26908, 0}},
       {"Qwen3-235B-A22B, 64 B200, FP8", {5239, 0}},
-      {"DeepSeek-V3, 256 B200, FP8", {2765, 0}}};
+      {"DeepSeek-V3, 256 B200, FP8", {2765, 0}},
+      {"Qwen3-235B-A22B, 256 H100, FP8", {1421, 0}}};
   return r;
 }
 
@@ -445,6 +455,6 @@ TEST_CASE("validation: published training runs against trainsim's predictions") 
                                         "Qwen3-30B-A3B, 16 H100, FP8"});
   // Issue 35's goal for MoE runs, a median within 15 %, is not met (docs/hardware-model.md §5, "Mixture of
   // Experts"): fine-grained experts are predicted fast. Held here so that the MoE model does not drift further.
-  CHECK(moe_errors.size() == 5);
+  CHECK(moe_errors.size() == 6);
   CHECK(median(moe_errors) < 0.65);
 }

@@ -202,7 +202,7 @@ Tensor RankProgram::take_grad(int layer, bool expert) {
 
 void moe_forward(RankProgram& prog, int l, const IdSet& b, const IdSet& group_batches, const ExpertPlace& x,
                  const Tensor& in, const Tensor& w, const Tensor& out) {
-  const Tensor routed = routed_as(activation_tensor(l + 1, b), Route::Routed);
+  const Tensor routed = x.tokens(routed_as(activation_tensor(l + 1, b), Route::Routed));
   const Tensor in_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertIn, x.slice, x.ep);
   const Tensor out_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertOut, x.slice, x.ep);
   prog.compute(OpKind::Forward, l, b, {in, w}, {routed});
@@ -226,7 +226,7 @@ Tensor moe_backward_experts(RankProgram& prog, int l, const IdSet& b, const IdSe
                {expert_grad, grad_out});
   prog.free({in_e, grad_in});
   prog.add_grad(expert_grad);
-  Tensor routed = routed_as(activation_grad_tensor(l + 1, b), Route::Routed);
+  Tensor routed = x.tokens(routed_as(activation_grad_tensor(l + 1, b), Route::Routed));
   prog.collective(OpKind::AllToAll, l, x.group, grad_out, routed);
   prog.free({grad_out});
   return routed;

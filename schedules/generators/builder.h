@@ -80,20 +80,26 @@ class RankProgram {
 // ---- Mixture of Experts --------------------------------------------------------------------------------
 
 /// Where a rank's experts are (docs/design.md, "Mixture of Experts"): it is member `slice` of an EP group of `ep`
-/// ranks (header group `group`) and holds expert slice `slice` of each MoE layer.
+/// ranks (header group `group`) and holds expert slice `slice` of each MoE layer. Under tensor and sequence
+/// parallelism (expert TP 1) it routes sequence shard `seq_shard` of `seq_shards` of its microbatches' tokens (its
+/// TP index of the TP degree); seq_shards 1: whole microbatches.
 struct ExpertPlace {
   int slice = 0, ep = 1, group = 0;
+  int seq_shard = 0, seq_shards = 1;
+  /// `t` as this rank routes it: its sequence shard, or `t` itself without one.
+  Tensor tokens(const Tensor& t) const { return seq_shards > 1 ? shard(t, seq_shard, seq_shards) : t; }
 };
 /// An MoE layer's forward over microbatches `b` (gen ep's and gen 3d --ep's): the dense part reads `in` and `w` and
-/// writes its output routed; the dispatch all-to-all gives the slice the EP group's `group_batches`; the slice's
-/// experts run; the combine writes `out` (the layer's output for `b`, complete). Leaves the experts' input
+/// writes its output routed (x.tokens of it); the dispatch all-to-all gives the slice the EP group's
+/// `group_batches`; the slice's experts run; the combine writes `out` (the layer's output for `b`, complete, or
+/// its sequence shard). Leaves the experts' input
 /// resident for the backward and frees the rest.
 void moe_forward(RankProgram& prog, int layer, const IdSet& b, const IdSet& group_batches, const ExpertPlace& x,
                  const Tensor& in, const Tensor& w, const Tensor& out);
-/// The experts' half of an MoE layer's backward: `grad` (the output's grad for `b`) dispatched and freed, the
-/// slice's experts' backward on the EP group's `group_batches` (their grad added to the slice's running sum, their
-/// input freed), the combine. Returns the routed grad the dense part's backward reads (resident; the caller
-/// frees it after that pass).
+/// The experts' half of an MoE layer's backward: `grad` (the output's grad for `b`, or its sequence shard)
+/// dispatched and freed, the slice's experts' backward on the EP group's `group_batches` (their grad added to the
+/// slice's running sum, their input freed), the combine. Returns the routed grad the dense part's backward reads
+/// (x.tokens of it; resident: the caller frees it after that pass).
 Tensor moe_backward_experts(RankProgram& prog, int layer, const IdSet& b, const IdSet& group_batches,
                             const ExpertPlace& x, const Tensor& grad);
 

@@ -89,10 +89,12 @@ PipelineSource::PipelineSource(PipelinePlan plan) : RankSource(ScheduleHeader{})
     bad_plan("shard_index and group_of need one entry per rank");
   if (T > 1 && static_cast<int>(p.tp_group.size()) != p.world_size) bad_plan("tp_group needs one entry per plan rank");
   if (p.ep > 1) {
-    if (T != 1 || dp % p.ep != 0 || R != dp || p.dp_mode == DpMode::Fsdp || p.dense_layers < 0 || p.dense_layers >= L ||
-        static_cast<int>(p.ep_group.size()) != p.world_size || static_cast<int>(p.edp_group.size()) != p.world_size)
-      bad_plan("expert parallelism: tp 1, ep dividing dp, one replica per data-parallel rank, DDP or ZeRO-1, an MoE "
-               "layer, and an EP and expert-data-parallel group per rank");
+    if ((T > 1 && (!p.sequence_parallel || p.ep % T != 0)) || (T * dp) % p.ep != 0 || R != dp ||
+        p.dp_mode == DpMode::Fsdp || p.dense_layers < 0 || p.dense_layers >= L ||
+        static_cast<int>(p.ep_group.size()) != p.world_size * T || static_cast<int>(p.edp_group.size()) != p.world_size * T)
+      bad_plan("expert parallelism: ep dividing tp x dp (with tp > 1: a multiple of tp, and sequence parallelism), one "
+               "replica per data-parallel rank, DDP or ZeRO-1, an MoE layer, and an EP and expert-data-parallel group "
+               "per schedule rank");
   }
 
   // Where each pass runs.
@@ -295,14 +297,11 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   auto input_kept = [&](int l, const IdSet& b) {
     return l == 0 ? activation_tensor(0, b) : kept(activation_tensor(l, b));
   };
-  // The grad of layer l's output as the rank keeps it: the last layer's is its vocabulary slice.
-  auto output_grad_kept = [&](int l, const IdSet& b) {
-    return l == L - 1 ? slice(activation_grad_tensor(L, b)) : kept(activation_grad_tensor(l + 1, b));
-  };
-
-  // Expert parallelism (PipelinePlan::ep): this replica's expert slice, its EP group's microbatches of a step.
-  const int E = plan.ep, ej = rep % std::max(E, 1), eg = rep / std::max(E, 1), Mr = M / R;
-  const int edp = E > 1 ? dp / E : 1;  // the expert-data-parallel degree
+  // Expert parallelism (PipelinePlan::ep): this rank's expert slice, its EP group's microbatches of a step. The EP
+  // groups are carved out of the stage's TP x DP ranks, TP fastest (Megatron-Core's folded layout with expert TP 1):
+  // the rank's index f = j + T·rep there is member f mod E of EP group f / E, whose replicas are E/T consecutive ones.
+  const int E = plan.ep, f = j + T * rep, ej = f % std::max(E, 1), eg = f / std::max(E, 1), Mr = M / R;
+  const int edp = E > 1 ? T * dp / E : 1;  // the expert-data-parallel degree
   const bool zero1 = plan.dp_mode == DpMode::Zero1;
   auto moe = [&](int l) {
     return E > 1 && l >= plan.dense_layers && !(l < static_cast<int>(plan.blockless.size()) && plan.blockless[l]);
@@ -310,11 +309,17 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   auto ex = [&](Tensor t) { return expert_slice(std::move(t), ej, E); };
   auto group_batches = [&](int mb) {
     std::vector<std::pair<int, int>> runs;
-    for (int k = 0; k < E; ++k) runs.emplace_back(mb + (eg * E + k) * Mr, mb + (eg * E + k) * Mr + 1);
+    const int first = eg * E / T;
+    for (int k = 0; k < E / T; ++k) runs.emplace_back(mb + (first + k) * Mr, mb + (first + k) * Mr + 1);
     return IdSet::from_runs(std::move(runs));
   };
   const int edp_group = E > 1 ? plan.edp_group[rank] : 0;
-  const ExpertPlace place{ej, E, E > 1 ? plan.ep_group[rank] : 0};
+  const ExpertPlace place{ej, E, E > 1 ? plan.ep_group[rank] : 0, j, sp ? T : 1};
+  // The grad of layer l's output as the rank keeps it: the last layer's is its vocabulary slice (an MoE last layer's
+  // under sequence parallelism: its sequence shard, which the combine gave the loss).
+  auto output_grad_kept = [&](int l, const IdSet& b) {
+    return l == L - 1 && !(sp && moe(l)) ? slice(activation_grad_tensor(L, b)) : kept(activation_grad_tensor(l + 1, b));
+  };
   // The slice's optimizer state: whole, or with ZeRO-1 this replica's shard of its expert-data-parallel group.
   auto expert_opt = [&](int l, int step) { return ex(opt_shard(l, zero1 && edp > 1 ? eg : 0, zero1 ? edp : 1, step)); };
 
@@ -446,10 +451,10 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
         if (moe(l)) {
           // The dense part writes its output routed; the dispatch, the slice's experts on the EP group's
           // microbatches of this step, the combine (gen ep's ops: docs/design.md, "Mixture of Experts").
-          const Tensor out = activation_tensor(l + 1, b);
+          const Tensor out = kept(activation_tensor(l + 1, b));
           moe_forward(prog, l, b, group_batches(s.mb), place, in, w, out);
           if (l == L - 1) {
-            prog.compute(OpKind::Loss, L, b, {out}, {activation_grad_tensor(L, b)});
+            prog.compute(OpKind::Loss, L, b, {out}, {kept(activation_grad_tensor(L, b))});
             drop.push_back(out);
           } else if (sent) {
             prog.send(j + T * plan_rank(sent->dst), out);
@@ -476,12 +481,11 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
       case Pass::I: {
         bool full = s.pass == Pass::B;
         const Tensor in = gathered(a, l);
-        Tensor grad = gathered(g_out, l);
-        // An MoE layer: the output's grad dispatched to the experts (and freed), their backward (input and weight
-        // grads: the experts' whole backward runs in the input-grad pass of a split backward too), the combine
-        // back; the dense part's backward reads the routed grad (freed with the pass, or kept for the dense part's
-        // weight-grad pass).
-        if (moe(l)) grad = moe_backward_experts(prog, l, b, group_batches(s.mb), place, grad);
+        // An MoE layer: the output's grad (with sequence parallelism its shard, ungathered) dispatched to the experts
+        // (and freed), their backward (input and weight grads: the experts' whole backward runs in the input-grad
+        // pass of a split backward too), the combine back; the dense part's backward reads the routed grad (freed
+        // with the pass, or kept for the dense part's weight-grad pass).
+        Tensor grad = moe(l) ? moe_backward_experts(prog, l, b, group_batches(s.mb), place, g_out) : gathered(g_out, l);
         drop.reserve(5);
         if (in != a) drop.push_back(in);
         if (grad != g_out && (full || !moe(l))) drop.push_back(grad);
@@ -506,7 +510,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
       case Pass::W: {
         // An MoE layer's dense part: its weight grad from the routed grad its input-grad pass kept.
         const Tensor in = gathered(a, l);
-        const Tensor grad = moe(l) ? routed_as(activation_grad_tensor(l + 1, b), Route::Routed) : gathered(g_out, l);
+        const Tensor grad =
+            moe(l) ? place.tokens(routed_as(activation_grad_tensor(l + 1, b), Route::Routed)) : gathered(g_out, l);
         drop.reserve(4);
         if (in != a) drop.push_back(in);
         if (grad != g_out) drop.push_back(grad);
@@ -524,9 +529,13 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   std::sort(reduced_experts.begin(), reduced_experts.end());
   std::size_t next_expert = 0;
   for (int l : reduced) {
+    for (; next_expert < reduced_experts.size() && reduced_experts[next_expert] < l; ++next_expert)
+      step_experts(reduced_experts[next_expert]);
     step_layer(l);
     if (next_expert < reduced_experts.size() && reduced_experts[next_expert] == l) step_experts(l), ++next_expert;
   }
+  // (Without data parallelism, an EP group of TP ranks alone: the dense layers were stepped above or are deferred.)
+  for (; next_expert < reduced_experts.size(); ++next_expert) step_experts(reduced_experts[next_expert]);
   std::sort(deferred.begin(), deferred.end(), [](const Tensor& a, const Tensor& b) { return a.layer < b.layer; });
   for (const Tensor& g : deferred) update_whole(g.layer, g);
   out = std::move(prog.ops());

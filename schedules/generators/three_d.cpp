@@ -160,24 +160,35 @@ PipelinePlan pipeline_order(const std::string& kind, const std::string& schedule
   return plan_1f1b(P, M);
 }
 
-// gen 3d --ep E: expert parallelism over the data-parallel ranks of each stage (Megatron-Core carves EP out of DP:
-// its default order "tp-cp-ep-dp-pp" puts EP fastest after TP and CP, so with tp 1 an EP group is E consecutive
-// dp indices of one stage, as gen ep's): header groups ep<k> (stage s, group g: ranks (g·E + i) + D·s) and, when
-// E < D, edp<k> (stage s, slice i: the ranks (g·E + i) + D·s of every g). Returns the slices' loads. Throws
+// gen 3d --ep E: expert parallelism over the TP x DP ranks of each stage (Megatron-Core's folded layout, expert TP 1:
+// Liu et al. 2025, "MoE parallel folding"). Megatron-Core carves EP out of TP x CP x DP for the expert layers, the
+// order "tp-cp-ep-dp-pp" for attention and "etp-ep-edp-pp" for the experts: with expert TP 1 an EP group is E
+// consecutive ranks of a stage, whose index there is f = tp index + T·d (schedule rank f + T·D·s). Header groups
+// ep<k> (stage s, group g: the ranks g·E + i + T·D·s) and, when E < T·D, edp<k> (stage s, slice i: the ranks
+// g·E + i + T·D·s of every g). With T > 1 the EP degree must be a multiple of T (each EP group holds whole TP groups,
+// so the experts see whole microbatches) and sequence parallelism must be on (Megatron-LM requires it for MoE with
+// TP): each TP rank routes its sequence shard of the tokens. Returns the slices' loads. Throws
 // std::invalid_argument for what it does not model yet.
 std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o, int P, int D, int layers) {
   const std::string kind = "3d";
-  const int E = o.ep;
+  const int E = o.ep, T = o.tp;
   if (E > Tensor::kMaxEpSize)
     throw std::invalid_argument(fmt::format("{}: --ep must be at most {} (got {})", kind, Tensor::kMaxEpSize, E));
-  if (o.tp > 1 || o.cp > 1)
-    throw std::invalid_argument(fmt::format("{}: --ep with --tp or --cp above 1 is not modelled yet (expert tensor "
-                                            "parallelism, EP across CP ranks)",
-                                            kind));
-  if (D % E != 0)
-    throw std::invalid_argument(fmt::format("{}: --ep {} must divide --dp {}: the EP groups are carved out of each "
-                                            "stage's data-parallel ranks",
-                                            kind, E, D));
+  if (o.cp > 1)
+    throw std::invalid_argument(fmt::format("{}: --ep with --cp above 1 is not modelled yet (EP across CP ranks)", kind));
+  if (T > 1 && !o.sequence_parallel)
+    throw std::invalid_argument(fmt::format("{}: --ep with --tp {} needs --sp: Megatron-LM runs MoE layers under tensor "
+                                            "parallelism with sequence parallelism only (each TP rank routes its "
+                                            "sequence shard of the tokens)",
+                                            kind, T));
+  if (T > 1 && E % T != 0)
+    throw std::invalid_argument(fmt::format("{}: --ep {} must be a multiple of --tp {}: an EP group holds whole TP "
+                                            "groups (expert tensor parallelism, ETP above 1, is not modelled)",
+                                            kind, E, T));
+  if ((T * D) % E != 0)
+    throw std::invalid_argument(fmt::format("{}: --ep {} must divide --tp x --dp = {}: the EP groups are carved out of "
+                                            "each stage's tensor- and data-parallel ranks",
+                                            kind, E, T * D));
   if (o.zero == 3)
     throw std::invalid_argument(fmt::format("{}: --ep with --zero 3 (FSDP) is not modelled yet; --zero 1 (Megatron-LM's "
                                             "distributed optimizer, DeepSeek-V3's ZeRO-1) or DDP",
@@ -189,22 +200,22 @@ std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o,
   std::vector<double> loads = expert_loads(kind, o, E);
   plan.ep = E;
   plan.dense_layers = o.dense_layers;
-  const int world = P * D;
+  const int stage = T * D, world = P * stage;
   plan.ep_group.assign(world, 0);
   plan.edp_group.assign(world, 0);
   for (int s = 0; s < P; ++s)
-    for (int g = 0; g < D / E; ++g) {
+    for (int g = 0; g < stage / E; ++g) {
       std::vector<int> members;
-      for (int i = 0; i < E; ++i) members.push_back(g * E + i + D * s);
+      for (int i = 0; i < E; ++i) members.push_back(g * E + i + stage * s);
       plan.groups.push_back(members);
-      plan.group_names.push_back(fmt::format("ep{}", s * (D / E) + g));
+      plan.group_names.push_back(fmt::format("ep{}", s * (stage / E) + g));
       for (int r : members) plan.ep_group[r] = static_cast<int>(plan.groups.size());
     }
-  if (D > E)
+  if (stage > E)
     for (int s = 0; s < P; ++s)
       for (int i = 0; i < E; ++i) {
         std::vector<int> members;
-        for (int g = 0; g < D / E; ++g) members.push_back(g * E + i + D * s);
+        for (int g = 0; g < stage / E; ++g) members.push_back(g * E + i + stage * s);
         plan.groups.push_back(members);
         plan.group_names.push_back(fmt::format("edp{}", s * E + i));
         for (int r : members) plan.edp_group[r] = static_cast<int>(plan.groups.size());
