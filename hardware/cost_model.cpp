@@ -114,7 +114,8 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
 }
 
 double HardwareCostModel::load_of(const Tensor* t) const {
-  return t && t->expert() ? expert_load_factor(t->ep_index, t->ep_size) : 1.0;
+  // (what the slice runs: its routing load, capped or padded to the experts' capacity when tokens are dropped)
+  return t && t->expert() ? setting_.model.routed_load(expert_load_factor(t->ep_index, t->ep_size)) : 1.0;
 }
 
 void HardwareCostModel::check_experts(const Op& op, bool expert_parallel) const {
@@ -486,9 +487,12 @@ double HardwareCostModel::all_to_all_seconds(const Op& op, int group_size) const
   if (!tokens || !slice || op.layer < 0 || op.layer >= L) return 0;
   const GroupShape shape = group_shape(op, group_size);
   // Every member sends its tokens' top_k copies; the busiest slice receives max load times the balanced share,
-  // and the all-to-all ends when it has: every member is priced at that member's (the collective's end).
-  double busiest = 1;
-  for (int i = 0; i < slice->ep_size; ++i) busiest = std::max(busiest, expert_load_factor(i, slice->ep_size));
+  // and the all-to-all ends when it has: every member is priced at that member's (the collective's end). With
+  // token dropping, what the slices keep (ModelSpec::routed_load: Megatron-LM drops before the dispatch, and
+  // pads to capacity there).
+  double busiest = 0;  // (at least 1 dropless: the loads' mean is 1; below 1 with a capacity factor under 1)
+  for (int i = 0; i < slice->ep_size; ++i)
+    busiest = std::max(busiest, setting_.model.routed_load(expert_load_factor(i, slice->ep_size)));
   const ModelSpec& m = setting_.model;
   // (With sequence parallelism a member sends its sequence shard of its microbatches.)
   const double shard = static_cast<double>(tokens->shards.size()) / tokens->num_shards;

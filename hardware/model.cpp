@@ -110,6 +110,9 @@ void ModelSpec::validate(const std::string& where) const {
     for (auto [v, name] : {std::pair{top_k, "top_k"}, {expert_ffn, "expert_ffn"}, {shared_experts, "shared_experts"},
                            {dense_blocks, "dense_blocks"}})
       need(v == 0, name, fmt::format("is {} but the model has no experts (set experts, or leave it 0)", v));
+    need(capacity_factor == 0, "capacity_factor",
+         fmt::format("is {} but the model has no experts (set experts, or leave it 0)", capacity_factor));
+    need(!pad_to_capacity, "pad_to_capacity", "is true but the model has no experts (set experts, or leave it false)");
   } else {
     need(top_k >= 1 && top_k <= experts, "top_k", fmt::format("must be 1 to experts ({}), got {}", experts, top_k));
     need(expert_ffn >= 0, "expert_ffn", fmt::format("must be at least 1 (or 0: ffn), got {}", expert_ffn));
@@ -118,6 +121,12 @@ void ModelSpec::validate(const std::string& where) const {
     need(dense_blocks >= 0 && dense_blocks < blocks, "dense_blocks",
          fmt::format("must be 0 to blocks - 1 ({}): at least one block has experts, got {}", blocks - 1, dense_blocks));
     need(!bias, "bias", "a Mixture-of-Experts model with biases is not modelled (the experts have none)");
+    // (!(x >= a) also refuses NaN)
+    need(capacity_factor == 0 || (capacity_factor >= 0.01 && capacity_factor <= 1000), "capacity_factor",
+         fmt::format("must be 0 (dropless) or 0.01 to 1000 (an expert's tokens over its balanced share), got {}",
+                     capacity_factor));
+    need(!pad_to_capacity || capacity_factor > 0, "pad_to_capacity",
+         "pads each expert's tokens to its capacity: set capacity_factor too");
   }
   if (!mla()) {
     for (auto [v, name] : {std::pair{q_lora_rank, "q_lora_rank"}, {rope_head_dim, "rope_head_dim"}, {v_head_dim, "v_head_dim"}})
@@ -147,6 +156,7 @@ const std::vector<Field<ModelSpec>>& model_fields() {
       field("experts", &M::experts),         field("top_k", &M::top_k),
       field("expert_ffn", &M::expert_ffn),   field("shared_experts", &M::shared_experts),
       field("dense_blocks", &M::dense_blocks),
+      field("capacity_factor", &M::capacity_factor), field("pad_to_capacity", &M::pad_to_capacity),
       field("q_lora_rank", &M::q_lora_rank), field("kv_lora_rank", &M::kv_lora_rank),
       field("rope_head_dim", &M::rope_head_dim), field("v_head_dim", &M::v_head_dim),
   };

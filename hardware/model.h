@@ -18,6 +18,7 @@
 // fp32 grads, master weights and AdamW moments).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,18 @@ struct ModelSpec {
   int expert_ffn = 0;      ///< MLP width of one expert (--moe-ffn-hidden-size); 0 = ffn
   int shared_experts = 0;  ///< shared experts of each MoE block, each expert_ffn wide (DeepSeek's n_shared_experts)
   int dense_blocks = 0;    ///< the first blocks with a dense MLP (DeepSeek-V3's first_k_dense_replace, 3)
+  /// Token dropping (GShard, Lepikhin et al. 2020; Switch, Fedus et al. 2021; Megatron-LM
+  /// --moe-expert-capacity-factor): an expert takes at most capacity_factor times its balanced share of the routed
+  /// tokens and drops the rest; 0: dropless. With pad_to_capacity (--moe-pad-expert-input-to-capacity) every expert
+  /// runs exactly its capacity, padded: static shapes, the padding computed and sent.
+  double capacity_factor = 0;
+  bool pad_to_capacity = false;
+  /// The share of its balanced tokens an expert slice with routing load `load` (CostModel::expert_load_factor) runs
+  /// and sends: `load` when dropless, at most capacity_factor with dropping, capacity_factor when padded. Unitless.
+  double routed_load(double load) const {
+    if (capacity_factor <= 0) return load;
+    return pad_to_capacity ? capacity_factor : std::min(load, capacity_factor);
+  }
   /// Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2" §2.1; DeepSeek-V3) when kv_lora_rank > 0: the
   /// queries through a rank-q_lora_rank bottleneck (0: one h -> heads x (head_dim + rope_head_dim) projection),
   /// keys and values from one latent of kv_lora_rank channels plus a shared rotary key of rope_head_dim; a head's

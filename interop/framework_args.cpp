@@ -279,6 +279,7 @@ const std::map<std::string, Arg>& megatron_flags() {
       {"moe-token-dispatcher-type", Arg::Value},
       {"moe-grouped-gemm", Arg::Flag},
       {"moe-expert-capacity-factor", Arg::Value},
+      {"moe-pad-expert-input-to-capacity", Arg::Flag},
       {"moe-router-num-groups", Arg::Value},
       {"moe-router-group-topk", Arg::Value},
       // multi-head latent attention (MLATransformerConfig)
@@ -425,7 +426,7 @@ void read_megatron_moe(const Flags& f, hw::ModelSpec& m, FrameworkPlan& plan) {
   if (f.has("num-experts")) m.experts = static_cast<int>(integer(f, fw, "num-experts", 1));
   for (const char* n : {"moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "moe-layer-freq",
                         "moe-grouped-gemm", "moe-token-dispatcher-type", "moe-expert-capacity-factor",
-                        "moe-router-num-groups", "moe-router-group-topk", "expert-tensor-parallel-size"})
+                        "moe-pad-expert-input-to-capacity", "moe-router-num-groups", "moe-router-group-topk", "expert-tensor-parallel-size"})
     if (f.has(n) && !m.moe())
       refuse(fmt::format("{} needs experts: give --num-experts (or gen --model with an MoE preset)", meg(n)));
   if (!m.moe()) return;
@@ -443,9 +444,20 @@ void read_megatron_moe(const Flags& f, hw::ModelSpec& m, FrameworkPlan& plan) {
     m.shared_experts = static_cast<int>(shared / m.expert_width());
   }
   if (f.has("moe-layer-freq")) m.dense_blocks = moe_dense_blocks(text(f, "moe-layer-freq", "1"), m.blocks);
-  if (f.has("moe-expert-capacity-factor"))
-    refuse(meg("moe-expert-capacity-factor") + ": token dropping at an expert capacity is not modelled (trainsim's "
-           "routing is dropless, Megatron-LM's default)");
+  // Token dropping: an expert's capacity, and the padding to it (Megatron-LM refuses the padding without one).
+  m.capacity_factor = 0, m.pad_to_capacity = false;
+  if (f.has("moe-expert-capacity-factor")) {
+    const double cf = number(f, fw, "moe-expert-capacity-factor", 0);
+    if (!(cf >= 0.01 && cf <= 1000))
+      refuse(fmt::format("{} {}: the capacity is 0.01 to 1000 times an expert's balanced share of the tokens",
+                         meg("moe-expert-capacity-factor"), cf));
+    m.capacity_factor = cf;
+  }
+  if (flag(f, "moe-pad-expert-input-to-capacity")) {
+    if (m.capacity_factor <= 0)
+      refuse(meg("moe-pad-expert-input-to-capacity") + " needs --moe-expert-capacity-factor (Megatron-LM refuses it too)");
+    m.pad_to_capacity = true;
+  }
   if (!flag(f, "moe-grouped-gemm"))
     plan.notes.push_back("the experts' GEMMs timed as grouped GEMMs (--moe-grouped-gemm); without it Megatron-LM runs "
                          "a rank's experts one after another");

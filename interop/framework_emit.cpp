@@ -152,6 +152,8 @@ FrameworkLaunch to_megatron(const FrameworkPlan& p) {
       s += fmt::format(" --moe-shared-expert-intermediate-size {}", static_cast<long long>(m.shared_experts) * m.expert_width());
     if (m.dense_blocks > 0) s += fmt::format(" --moe-layer-freq '([0]*{}+[1]*{})'", m.dense_blocks, m.blocks - m.dense_blocks);
     s += " --moe-grouped-gemm --moe-token-dispatcher-type alltoall";
+    if (m.capacity_factor > 0) s += fmt::format(" --moe-expert-capacity-factor {}", m.capacity_factor);
+    if (m.pad_to_capacity) s += " --moe-pad-expert-input-to-capacity";
     if (o.ep > 1) s += fmt::format(" --expert-model-parallel-size {}", o.ep);
     // The experts whole beside TP (Megatron-LM's expert TP defaults to the TP size).
     if (o.tp > 1) s += " --expert-tensor-parallel-size 1";

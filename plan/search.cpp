@@ -69,7 +69,10 @@ SearchSpace default_space(const PlanRequest& r) {
     // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP beside EP with expert TP 1 (EP a multiple
     // of TP, sequence parallelism), CP 1, DDP and ZeRO-1, the framework's schedules (torchtitan's are refused: it
     // trains MoE models with FSDP). EP: every divisor of the experts up to the GPUs (the ones that do not divide
-    // TP x DP, or with TP above 1 are not a multiple of it, are removed as indivisible).
+    // TP x DP, or with TP above 1 are not a multiple of it, are removed as indivisible). TP at most 2 by default,
+    // as Megatron-Bridge's MoE recipes run it (scripts/performance/configs: TP 1 or 2 beside EP): each TP degree
+    // doubles the search, and DeepSeek-V3 on 2,048 GPUs takes minutes a degree (bench/README.md); --tp asks for more.
+    std::erase_if(s.tp, [](int t) { return t > 2; });
     s.cp = {1};
     s.zero = {1};
     for (int e = 1; e <= r.model.experts && e <= r.gpus; ++e)

@@ -61,8 +61,8 @@ struct PlanRequest {
 /// divisor of the GPUs left up to the blocks; virtual stages 2 and 4 for the interleaved schedules; microbatch
 /// sizes 1, 2, 4; the framework's schedules and ZeRO; recomputation none, selective and full; SP with TP; FP8 off;
 /// layouts even and balanced. An MoE model (docs/planning.md, "Mixture of Experts"): EP every divisor of its
-/// experts up to the GPUs, TP beside it (expert TP 1: EP a multiple of TP, with SP), CP 1, DDP and ZeRO-1 (what
-/// gen 3d --ep runs).
+/// experts up to the GPUs, TP 1 and 2 beside it (expert TP 1: EP a multiple of TP, with SP; Megatron-Bridge's MoE
+/// recipes' TP), CP 1, DDP and ZeRO-1 (what gen 3d --ep runs).
 SearchSpace default_space(const PlanRequest& r);
 
 /// The knobs of a candidate under their flag names, for tables and JSON.

@@ -470,8 +470,19 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
         std::string::npos);
   CHECK(refused("--moe-layer-freq [2]*61", in).find("is an integer or a list expression") != std::string::npos);
   CHECK(refused("--moe-layer-freq [0]*3+[1]*58+", in).find("is an integer or a list expression") != std::string::npos);
-  CHECK(refused("--moe-expert-capacity-factor 1.25", in).find("not modelled (trainsim's routing is dropless") !=
-        std::string::npos);
+  // Token dropping: the capacity and its padding, read into the model and written back; the padding alone refused.
+  {
+    const FrameworkPlan drop = from_megatron(ds + " --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity", in);
+    CHECK(drop.model.capacity_factor == 1.25);
+    CHECK(drop.model.pad_to_capacity);
+    CHECK(from_megatron(ds, in).model.capacity_factor == 0);  // dropless: Megatron-LM's default
+    const FrameworkLaunch back = to_megatron(drop);
+    INFO(back.text);
+    CHECK(back.exact);
+    CHECK(back.text.find("--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity") != std::string::npos);
+  }
+  CHECK(refused("--moe-pad-expert-input-to-capacity", in).find("needs --moe-expert-capacity-factor") != std::string::npos);
+  CHECK(refused("--moe-expert-capacity-factor 0", in).find("the capacity is 0.01 to 1000") != std::string::npos);
   CHECK(refused("--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather", in)
             .find("trainsim times the alltoall dispatcher") != std::string::npos);
   // TP beside EP: Megatron-LM's expert TP defaults to the TP size, which trainsim does not model; with expert TP 1

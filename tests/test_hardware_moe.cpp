@@ -4,6 +4,7 @@
 // slice under imbalance, and what is refused.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 
 #include "cli_helpers.h"
@@ -122,6 +123,17 @@ TEST_CASE("MoE models: fields that do not go together are refused naming the fie
   refused(m, "field 'v_head_dim': is 128 but the model has no latent attention");
   m = model_preset("deepseek-v3"), m.kv_heads = 8;
   refused(m, "field 'kv_heads': latent attention has a key and value per head");
+  // Token dropping: a capacity in range, padding only to one, neither on a dense model.
+  m = moe, m.capacity_factor = -1;
+  refused(m, "field 'capacity_factor': must be 0 (dropless) or 0.01 to 1000");
+  m = moe, m.capacity_factor = std::nan("");
+  refused(m, "field 'capacity_factor'");
+  m = moe, m.pad_to_capacity = true;
+  refused(m, "field 'pad_to_capacity': pads each expert's tokens to its capacity: set capacity_factor too");
+  m = dense, m.capacity_factor = 1.25;
+  refused(m, "field 'capacity_factor': is 1.25 but the model has no experts");
+  m = moe, m.capacity_factor = 1.25, m.pad_to_capacity = true;
+  CHECK_NOTHROW(m.validate("m.json"));
   // head_dim given: hidden need not be a multiple of heads.
   m = dense, m.hidden = 4000, m.head_channels = 128;
   CHECK_NOTHROW(m.validate("m.json"));
@@ -237,6 +249,38 @@ TEST_CASE("imbalance on the hardware model: the busiest slice sets the step, hol
   CHECK(peak(balanced, 0) == doctest::Approx(peak(balanced, 1)));
   CHECK(peak(skewed, 0) > peak(skewed, 1));
   CHECK(peak(skewed, 0) > peak(balanced, 0));
+}
+
+TEST_CASE("token dropping: a capacity factor caps the busiest slice's tokens, padding runs every slice at capacity") {
+  // Four slices; slice 0 routed 1.5 times its share, the others (4 - 1.5) / 3 each. At a capacity of 1.25 slice 0
+  // runs and receives what a routing load of 1.25 gives it; the others keep theirs.
+  auto schedule = [](double imbalance, double capacity, bool pad) {
+    HardwareSetting hs = small_mixtral();
+    hs.model.capacity_factor = capacity, hs.model.pad_to_capacity = pad;
+    return ep_step(hs, 4, 4, 2, imbalance);
+  };
+  // Seconds of rank r's first expert forward and first all-to-all.
+  auto times = [](const Schedule& s, int r) {
+    const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+    double expert = 0, a2a = 0;
+    for (const Op& op : s.ranks[r]) {
+      if (expert == 0 && op.kind == OpKind::Forward && expert_weight(op)) expert = to_seconds(c->duration(op, 1));
+      if (a2a == 0 && op.kind == OpKind::AllToAll) a2a = to_seconds(c->duration(op, 4));
+    }
+    REQUIRE(expert > 0);
+    REQUIRE(a2a > 0);
+    return std::pair{expert, a2a};
+  };
+  const Schedule routed = schedule(1.5, 0, false), capped = schedule(1.5, 1.25, false), at = schedule(1.25, 0, false);
+  CHECK(times(capped, 0) == times(at, 0));         // slice 0 at its capacity: its GEMMs and the all-to-all's end
+  CHECK(times(capped, 0).first < times(routed, 0).first);
+  CHECK(times(capped, 1).first == times(routed, 1).first);  // slice 1 (0.83) under its capacity: as routed
+  // Padded: every slice runs its capacity, balanced or not, and the all-to-all sends the padded buffers.
+  const Schedule padded = schedule(0, 1.25, true), padded_skewed = schedule(1.5, 1.25, true);
+  for (int r = 0; r < 4; ++r) CHECK(times(padded, r) == times(at, 0));
+  CHECK(times(padded_skewed, 1) == times(padded, 1));
+  // Dropless (the default) is the routing's load, and a capacity above every load changes nothing.
+  CHECK(times(schedule(1.5, 2, false), 0) == times(routed, 0));
 }
 
 TEST_CASE("gen 3d --ep on the hardware model: the step's FLOPs, a stage's experts, and one configuration one answer") {

@@ -299,6 +299,15 @@ std::vector<Run> runs() {
              "--microbatch-size 1 --model qwen3-30b-a3b --set model.blocks=94 --set model.hidden=4096 --set "
              "model.heads=64 --set model.kv_heads=4 --set model.ffn=12288 --set model.expert_ffn=1536 --seq 4096" + sxm,
              1575);
+  // The same summary's 25.09 edition (docs/performance-summary-archive.md, DGX-H100, FP8): DeepSeek-V3 dropless on
+  // 1,024 H100s, TP 2 beside EP 64 (each EP group spans 8 nodes). Its recipe's DeepEP dispatcher and all-to-all
+  // overlap are not modelled (trainsim's all-to-alls go through the NICs whole and are exposed).
+  row("DeepSeek-V3, 1024 H100, FP8", "Megatron-Bridge performance summary, NeMo 25.09",
+      "TP 2, PP 8 (4 virtual stages), EP 64, DP 64; batch 8192 x 4096, microbatch 1",
+      "gen 3d --tp 2 --sp --pp 8 --dp 64 --ep 64 --schedule interleaved-1f1b --chunks 4 --microbatches 128 "
+      "--microbatch-size 1 --model deepseek-v3 --seq 4096" + sxm + " --zero 1 --set model.grad_bytes=2 --recompute none --fp8",
+      1297, 0);
+  r.back().moe = true;
   return r;
 }
 
@@ -361,7 +370,8 @@ const std::map<std::string, std::pair<double, double>>& recorded() {
       {"Qwen3-30B-A3B, 8 B200, FP8", {26908, 0}},
       {"Qwen3-235B-A22B, 64 B200, FP8", {5239, 0}},
       {"DeepSeek-V3, 256 B200, FP8", {2765, 0}},
-      {"Qwen3-235B-A22B, 256 H100, FP8", {1421, 0}}};
+      {"Qwen3-235B-A22B, 256 H100, FP8", {1421, 0}},
+      {"DeepSeek-V3, 1024 H100, FP8", {967, 0}}};
   return r;
 }
 
@@ -455,6 +465,6 @@ TEST_CASE("validation: published training runs against trainsim's predictions") 
                                         "Qwen3-30B-A3B, 16 H100, FP8"});
   // Issue 35's goal for MoE runs, a median within 15 %, is not met (docs/hardware-model.md §5, "Mixture of
   // Experts"): fine-grained experts are predicted fast. Held here so that the MoE model does not drift further.
-  CHECK(moe_errors.size() == 6);
+  CHECK(moe_errors.size() == 7);
   CHECK(median(moe_errors) < 0.65);
 }
