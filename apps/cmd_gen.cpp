@@ -489,6 +489,11 @@ void add_gen_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--moe-imbalance", args->options.moe_imbalance,
                   "ep, 3d --ep: the busiest expert slice's load over the mean (dropless routing's max/mean, at least 1 and below "
                   "--ep): slice 0 gets it, the others share the rest evenly");
+  cmd->add_flag("--a2a-overlap", args->options.a2a_overlap,
+                "3d --ep: run a forward and the backward after it (both of MoE layers, of different microbatches: "
+                "1F1B's steady state, DualPipeV's pairs) interleaved, each one's all-to-alls on a communication stream "
+                "under the other's compute, as DeepSeek-V3's DualPipe and Megatron-LM's "
+                "--overlap-moe-expert-parallel-comm do");
   cmd->add_option("--cp", args->options.cp,
                   "Context parallelism (3d): ranks splitting each sequence, ring attention over the CP group; rank = "
                   "tp + T * (cp + C * (dp + D * pp)), CP next to TP as in Megatron-LM and torchtitan")

@@ -39,6 +39,7 @@ struct PlanArgs {
   double reserve_gib = -1;
   std::string tp, cp, pp, dp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout, ep;
   double moe_imbalance = 0;
+  bool a2a_overlap = false;
   bool json = false;
   std::string csv, svg, timelines;
 };
@@ -109,6 +110,7 @@ plan::PlanRequest request_of(const PlanArgs& a) {
   s.zero = int_list(a.zero, "--zero");
   s.ep = int_list(a.ep, "--ep");
   r.moe_imbalance = a.moe_imbalance;
+  r.a2a_overlap = a.a2a_overlap;
   for (int z : s.zero)
     if (z != 0 && z != 1 && z != 3) throw hw::SpecError(fmt::format("--zero: {} is 0 (DDP), 1 (ZeRO-1) or 3 (FSDP)", z));
   static const std::vector<std::string> kSchedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"};
@@ -299,6 +301,7 @@ int run(const PlanArgs& a) {
     j["model"] = r.model.preset, j["gpus"] = r.gpus, j["device"] = r.device.preset, j["network"] = r.network.preset;
     j["global_batch"] = r.global_batch, j["seq"] = r.seq > 0 ? r.seq : r.model.seq, j["framework"] = a.framework;
     if (moe) j["moe_imbalance"] = r.moe_imbalance > 1 ? r.moe_imbalance : 1.0;
+    if (moe) j["a2a_overlap"] = r.a2a_overlap;
     j["device_fitted_to"] = r.device.fitted_to.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.device.fitted_to);
     j["memory_capacity_bytes"] = r.device.memory_bytes, j["memory_reserve_bytes"] = r.device.memory_reserve_bytes;
     j["combinations"] = res.combinations;
@@ -419,11 +422,15 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch (default 1,2,4)");
   cmd->add_option("--zero", a->zero, "0 (DDP), 1 (ZeRO-1), 3 (FSDP) (default: 1,3; megatron 1; torchtitan 3; MoE 1)");
   cmd->add_option("--ep", a->ep,
-                  "Expert-parallel degrees of an MoE model (default: every divisor of its experts; each must divide DP)");
+                  "Expert-parallel degrees of an MoE model (default: every divisor of its experts; each must divide TP x DP "
+                  "and, with TP above 1, be a multiple of TP)");
   cmd->add_option("--moe-imbalance", a->moe_imbalance,
                   "An MoE model's busiest expert slice's tokens over the mean, for every candidate with expert "
                   "slices (default 1: balanced; 1.5: a router before it balances)")
       ->check(finite_number(1, false, "", "X>=1"));
+  cmd->add_flag("--a2a-overlap", a->a2a_overlap,
+                "An MoE model: every candidate with expert slices overlaps its all-to-alls with another microbatch's "
+                "compute (gen 3d --a2a-overlap: Megatron-LM's --overlap-moe-expert-parallel-comm, DualPipe's pairs)");
   cmd->add_option("--schedules", a->schedules,
                   "Pipeline schedules: 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev, interleaved-zb, or all "
                   "(default: the framework's); with the degrees fixed, a comparison of schedules");

@@ -278,6 +278,8 @@ const std::map<std::string, Arg>& megatron_flags() {
       {"expert-tensor-parallel-size", Arg::Value},
       {"moe-token-dispatcher-type", Arg::Value},
       {"moe-grouped-gemm", Arg::Flag},
+      {"overlap-moe-expert-parallel-comm", Arg::Flag},
+      {"delay-wgrad-compute", Arg::Flag},
       {"moe-expert-capacity-factor", Arg::Value},
       {"moe-pad-expert-input-to-capacity", Arg::Flag},
       {"moe-router-num-groups", Arg::Value},
@@ -730,8 +732,17 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
       if (dispatcher.empty())
         plan.notes.push_back("the tokens dispatched by all-to-all (--moe-token-dispatcher-type alltoall); Megatron-LM's "
                              "default dispatcher is allgather");
+      // Megatron-LM's combined 1F1B: a forward and a backward of other microbatches interleaved by sub-module.
+      o.a2a_overlap = flag(f, "overlap-moe-expert-parallel-comm");
+      if (flag(f, "delay-wgrad-compute"))
+        plan.notes.push_back("--delay-wgrad-compute: accepted; the overlapped pair's backward computes its weight "
+                             "grads in place (their delay, to hide more of the all-to-alls, is not modelled)");
     }
   }
+  if ((flag(f, "overlap-moe-expert-parallel-comm") || flag(f, "delay-wgrad-compute")) && o.ep <= 1)
+    refuse(fmt::format("{} overlaps expert parallelism's all-to-alls: it needs --expert-model-parallel-size above 1",
+                       meg(flag(f, "overlap-moe-expert-parallel-comm") ? "overlap-moe-expert-parallel-comm"
+                                                                        : "delay-wgrad-compute")));
   if (flag(f, "use-distributed-optimizer"))
     plan.notes.push_back("--use-distributed-optimizer as gen 3d --zero 1: optimizer state sharded over the data-parallel "
                          "group, the whole grad buffer kept; trainsim all-reduces the grads where Megatron-LM "

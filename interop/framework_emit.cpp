@@ -52,6 +52,7 @@ std::string gen_command(const FrameworkPlan& p) {
     } else if (o.moe_imbalance > 0) {
       s += fmt::format(" --moe-imbalance {}", o.moe_imbalance);
     }
+    if (o.a2a_overlap) s += " --a2a-overlap";
   }
   if (o.sequence_parallel) s += " --sp";
   if (p.kind == "fsdp" && !o.reshard_after_forward) s += " --no-reshard-after-forward";
@@ -155,6 +156,7 @@ FrameworkLaunch to_megatron(const FrameworkPlan& p) {
     if (m.capacity_factor > 0) s += fmt::format(" --moe-expert-capacity-factor {}", m.capacity_factor);
     if (m.pad_to_capacity) s += " --moe-pad-expert-input-to-capacity";
     if (o.ep > 1) s += fmt::format(" --expert-model-parallel-size {}", o.ep);
+    if (o.a2a_overlap) s += " --overlap-moe-expert-parallel-comm";
     // The experts whole beside TP (Megatron-LM's expert TP defaults to the TP size).
     if (o.tp > 1) s += " --expert-tensor-parallel-size 1";
   }

@@ -97,6 +97,8 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& cps,
                                       name));
     if (r.moe_imbalance > 0)
       throw hw::SpecError(fmt::format("plan: --moe-imbalance: the model '{}' has no experts to route to", name));
+    if (r.a2a_overlap)
+      throw hw::SpecError(fmt::format("plan: --a2a-overlap: the model '{}' has no experts, so no all-to-alls", name));
     return;
   }
   if (r.framework == Framework::Torchtitan)
@@ -262,6 +264,7 @@ Enumeration enumerate(const PlanRequest& r) {
                           if (ep > 1) {
                             o.ep = ep;
                             o.moe_imbalance = r.moe_imbalance > 1 ? r.moe_imbalance : 0;
+                            o.a2a_overlap = r.a2a_overlap;
                             o = model_dense_layers("3d", o, r.model.blocks, r.model.dense_blocks);
                           }
                           out.candidates.push_back(std::move(c));

@@ -54,6 +54,9 @@ struct PlanRequest {
   /// (gen 3d --moe-imbalance; 0 or 1: balanced). A candidate whose EP degree is below it cannot have it and is not
   /// generated ("imbalance").
   double moe_imbalance = 0;
+  /// An MoE model's candidates with expert slices overlap their all-to-alls with another microbatch's compute (gen 3d
+  /// --a2a-overlap); refused for a dense model.
+  bool a2a_overlap = false;
 };
 
 /// The default values of each knob for `r` (docs/planning.md, "The search space"): TP the powers of two up to the

@@ -37,10 +37,17 @@ struct GenOptions {
   /// 3d: context parallelism, ranks splitting each sequence (CP groups cp0, cp1, ... next to the TP groups in the
   /// rank order; grads reduced over dp x cp)
   int cp = 1;
-  /// ep and 3d: expert-parallel degree, ranks per EP group (dividing dp; docs/design.md, "Mixture of Experts"); 3d
-  /// with tp 1 and cp 1, every schedule, DDP or zero 1 (gen 3d --ep: the EP groups are consecutive dp
-  /// ranks of each stage)
+  /// ep and 3d: expert-parallel degree, ranks per EP group (docs/design.md, "Mixture of Experts"). ep: dividing dp.
+  /// 3d: every schedule, DDP or zero 1, cp 1; the EP groups are consecutive ranks of each stage's tp x dp ranks
+  /// (Megatron-Core's folded layout, expert TP 1): ep divides tp x dp and, with tp > 1, is a multiple of it (with
+  /// sequence_parallel)
   int ep = 1;
+  /// 3d --ep: overlap the all-to-alls of an MoE layer's forward with the compute of the next step's backward (an
+  /// adjacent forward, backward pair of MoE layers, of different microbatches: 1F1B's and the interleaved
+  /// schedules' steady state, DualPipeV's overlapped pairs), as DeepSeek-V3's DualPipe and Megatron-LM's
+  /// --overlap-moe-expert-parallel-comm do: the all-to-alls on a communication stream, the two passes interleaved
+  /// by phase
+  bool a2a_overlap = false;
   /// ep, 3d --ep: the first layers that are dense, without experts (DeepSeek-V3: 3); the others are MoE layers
   int dense_layers = 0;
   /// ep, 3d --ep: the relative token load of each expert slice (`ep` of them; the header's expert_load), e.g. measured

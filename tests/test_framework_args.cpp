@@ -482,6 +482,20 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
     CHECK(back.text.find("--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity") != std::string::npos);
   }
   CHECK(refused("--moe-pad-expert-input-to-capacity", in).find("needs --moe-expert-capacity-factor") != std::string::npos);
+  // Megatron-LM's combined 1F1B (EP all-to-all overlap): read as gen 3d --a2a-overlap and written back; without EP
+  // refused.
+  {
+    const FrameworkPlan ov = from_megatron(ds + " --overlap-moe-expert-parallel-comm --delay-wgrad-compute", in);
+    CHECK(ov.options.a2a_overlap);
+    CHECK(has_note(ov, "--delay-wgrad-compute: accepted"));
+    CHECK(!from_megatron(ds, in).options.a2a_overlap);
+    const FrameworkLaunch back = to_megatron(ov);
+    CHECK(back.exact);
+    CHECK(back.text.find("--overlap-moe-expert-parallel-comm") != std::string::npos);
+    CHECK(gen_command(ov).find("--a2a-overlap") != std::string::npos);
+  }
+  CHECK(refused("--overlap-moe-expert-parallel-comm", in).find("needs --expert-model-parallel-size above 1") !=
+        std::string::npos);
   CHECK(refused("--moe-expert-capacity-factor 0", in).find("the capacity is 0.01 to 1000") != std::string::npos);
   CHECK(refused("--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather", in)
             .find("trainsim times the alltoall dispatcher") != std::string::npos);

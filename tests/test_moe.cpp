@@ -4,6 +4,7 @@
 // and what refuses MoE so far (the executor, PyTorch's CSV; the hardware model's MoE is tests/test_hardware_moe.cpp).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -344,6 +345,62 @@ TEST_CASE("gen 3d --ep --tp --sp: EP groups carved out of TP x DP, every schedul
             CHECK(expert_updates == static_cast<int>(moe_layers.size()));
           }
         }
+}
+
+TEST_CASE("gen 3d --ep --a2a-overlap: the same ops, forwards and backwards paired by phase, on both engines") {
+  // Each pair: a forward run of MoE layers and the backward run after it, of another microbatch, interleaved so that
+  // their all-to-alls (stream 2) fall between the other pass's compute; nothing added or lost.
+  // A rank's ops as a multiset, streams aside, its frees as the multiset of what they free (a pair frees what its
+  // sends sent together, after them).
+  auto normalised = [](const Schedule& s, int r) {
+    std::vector<std::string> ops;
+    for (Op op : s.ranks[r]) {
+      op.stream = 0;
+      if (op.kind == OpKind::Free)
+        for (const Tensor& t : op.reads) ops.push_back("free " + t.str());
+      else
+        ops.push_back(print_op(op, s.header));
+    }
+    std::sort(ops.begin(), ops.end());
+    return ops;
+  };
+  for (int pp : {2, 3})
+    for (int tp : {1, 2})
+      for (const char* schedule : {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"}) {
+        CAPTURE(pp);
+        CAPTURE(tp);
+        CAPTURE(schedule);
+        GenOptions o;
+        o.tp = tp, o.sequence_parallel = tp > 1, o.pp = pp, o.dp = 2, o.ep = 2 * tp, o.zero = 1, o.dense_layers = 1;
+        o.schedule = schedule;
+        o.chunks = std::string(schedule).rfind("interleaved", 0) == 0 ? 2 : 1;
+        o.layers = 2 * pp * o.chunks, o.microbatches = 2 * pp;
+        const Schedule alone = generate("3d", o);
+        o.a2a_overlap = true;
+        const Schedule paired = generate("3d", o);
+        check_round_trip_and_valid(paired, "3d-ep-a2a.sched");
+        int streamed = 0, interleaved = 0;
+        for (int r = 0; r < paired.header.world_size; ++r) {
+          CHECK(normalised(paired, r) == normalised(alone, r));
+          int last_forward_layer = -1;
+          for (const Op& op : paired.ranks[r]) {
+            if (op.kind == OpKind::AllToAll) {
+              CHECK(op.stream == 2);
+              ++streamed;
+            }
+            // A backward's expert pass right after another microbatch's dense forward: a pair's phases.
+            if (op.kind == OpKind::Forward && !expert_weight(op)) last_forward_layer = op.layer;
+            else if (op.kind == OpKind::Backward && expert_weight(op) && last_forward_layer >= 0) ++interleaved;
+            else if (is_compute(op.kind)) last_forward_layer = -1;
+          }
+        }
+        CHECK(streamed > 0);
+        CHECK(interleaved > 0);
+      }
+  GenOptions dense;
+  dense.pp = 2, dense.dp = 2, dense.layers = 4, dense.microbatches = 4, dense.a2a_overlap = true;
+  CHECK_THROWS_WITH_AS(generate("3d", dense), doctest::Contains("--a2a-overlap overlaps expert parallelism's all-to-alls"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("gen ep: the experts take 1/e of the EP group's tokens, so EP splits their time and memory") {

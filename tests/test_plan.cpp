@@ -325,6 +325,13 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
     CHECK(c.config.options.moe_imbalance == (c.knobs.ep > 1 ? 3.0 : 0.0));
   }
   r.moe_imbalance = 0;
+  // --a2a-overlap: every candidate with expert slices overlaps its all-to-alls, and its gen line says so.
+  r.a2a_overlap = true;
+  for (const Candidate& c : enumerate(r).candidates) {
+    CHECK(c.config.options.a2a_overlap == (c.knobs.ep > 1));
+    CHECK((gen_command(c.config).find(" --a2a-overlap") != std::string::npos) == (c.knobs.ep > 1));
+  }
+  r.a2a_overlap = false;
   // What gen 3d --ep does not run, given anyway: a clear error naming the flag.
   auto refused = [&](const std::function<void(PlanRequest&)>& change) {
     PlanRequest q = moe_request();
@@ -344,6 +351,8 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
   CHECK(contains(refused([](PlanRequest& q) { q.moe_imbalance = 0.5; }), "--moe-imbalance 0.5"));
   CHECK(contains(refused([](PlanRequest& q) { q.model = hw::model_preset("llama3-8b"), q.space.ep = {2}; }),
                  "--ep: the model 'llama3-8b' has no experts"));
+  CHECK(contains(refused([](PlanRequest& q) { q.model = hw::model_preset("llama3-8b"), q.a2a_overlap = true; }),
+                 "--a2a-overlap: the model 'llama3-8b' has no experts"));
   PlanRequest dense = small_request();
   dense.space.ep = {1, 1};  // (EP 1 given twice is EP 1: a dense model's only degree)
   CHECK(enumerate(dense).candidates.size() == enumerate(small_request()).candidates.size());

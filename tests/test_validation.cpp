@@ -292,16 +292,17 @@ std::vector<Run> runs() {
              2139);
   // TP beside EP (the H100 recipe's shape: expert TP 1, EP 32 over 2 TP x 16 DP ranks of a stage, sequence
   // parallelism; the recipe's configs/qwen3 workload_base_configs.py sets expert_tensor_parallel_size=1,
-  // tp_comm_overlap off and moe_a2a_overlap on, which trainsim does not model: its all-to-alls are exposed).
+  // tp_comm_overlap off and moe_a2a_overlap on: gen 3d --a2a-overlap).
   bridge_row("Qwen3-235B-A22B, 256 H100, FP8",
-             "TP 2, PP 8 (4 virtual stages), EP 32, DP 16; batch 2048 x 4096, microbatch 1",
-             "--tp 2 --sp --pp 8 --dp 16 --ep 32 --schedule interleaved-1f1b --chunks 4 --microbatches 128 "
+             "TP 2, PP 8 (4 virtual stages), EP 32, DP 16, all-to-all overlap; batch 2048 x 4096, microbatch 1",
+             "--tp 2 --sp --pp 8 --dp 16 --ep 32 --a2a-overlap --schedule interleaved-1f1b --chunks 4 --microbatches 128 "
              "--microbatch-size 1 --model qwen3-30b-a3b --set model.blocks=94 --set model.hidden=4096 --set "
              "model.heads=64 --set model.kv_heads=4 --set model.ffn=12288 --set model.expert_ffn=1536 --seq 4096" + sxm,
              1575);
   // The same summary's 25.09 edition (docs/performance-summary-archive.md, DGX-H100, FP8): DeepSeek-V3 dropless on
-  // 1,024 H100s, TP 2 beside EP 64 (each EP group spans 8 nodes). Its recipe's DeepEP dispatcher and all-to-all
-  // overlap are not modelled (trainsim's all-to-alls go through the NICs whole and are exposed).
+  // 1,024 H100s, TP 2 beside EP 64 (each EP group spans 8 nodes). Its recipe's DeepEP dispatcher (configs/deepseek:
+  // moe_flex_dispatcher_backend "hybridep", moe_a2a_overlap off) is not modelled: trainsim's all-to-alls go through
+  // the NICs whole, as NCCL's do.
   row("DeepSeek-V3, 1024 H100, FP8", "Megatron-Bridge performance summary, NeMo 25.09",
       "TP 2, PP 8 (4 virtual stages), EP 64, DP 64; batch 8192 x 4096, microbatch 1",
       "gen 3d --tp 2 --sp --pp 8 --dp 64 --ep 64 --schedule interleaved-1f1b --chunks 4 --microbatches 128 "
@@ -370,7 +371,7 @@ const std::map<std::string, std::pair<double, double>>& recorded() {
       {"Qwen3-30B-A3B, 8 B200, FP8", {26908, 0}},
       {"Qwen3-235B-A22B, 64 B200, FP8", {5239, 0}},
       {"DeepSeek-V3, 256 B200, FP8", {2765, 0}},
-      {"Qwen3-235B-A22B, 256 H100, FP8", {1421, 0}},
+      {"Qwen3-235B-A22B, 256 H100, FP8", {1894, 0}},
       {"DeepSeek-V3, 1024 H100, FP8", {967, 0}}};
   return r;
 }

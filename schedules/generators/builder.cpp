@@ -133,11 +133,12 @@ void RankProgram::send(int to, Tensor t) {
   op.reads.push_back(std::move(t));
 }
 
-void RankProgram::recv(int from, Tensor t) {
+void RankProgram::recv(int from, Tensor t, int stream) {
   Op& op = ops_.emplace_back();
   op.kind = OpKind::Recv;
   op.rank = rank_;
   op.peer = from;
+  op.stream = stream;
   op.writes.push_back(std::move(t));
 }
 
@@ -200,36 +201,70 @@ Tensor RankProgram::take_grad(int layer, bool expert) {
 
 // ---- Mixture of Experts --------------------------------------------------------------------------------
 
+Tensor moe_dense_forward(RankProgram& prog, int l, const IdSet& b, const ExpertPlace& x, const Tensor& in,
+                         const Tensor& w) {
+  Tensor routed = x.tokens(routed_as(activation_tensor(l + 1, b), Route::Routed));
+  prog.compute(OpKind::Forward, l, b, {in, w}, {routed});
+  return routed;
+}
+
+Tensor moe_dispatch(RankProgram& prog, int l, const IdSet& group_batches, const ExpertPlace& x, const Tensor& routed) {
+  Tensor in_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertIn, x.slice, x.ep);
+  prog.collective(OpKind::AllToAll, l, x.group, routed, in_e, x.stream);
+  prog.free({routed});
+  return in_e;
+}
+
+Tensor moe_experts_forward(RankProgram& prog, int l, const IdSet& group_batches, const ExpertPlace& x,
+                           const Tensor& tokens) {
+  Tensor out_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertOut, x.slice, x.ep);
+  prog.compute(OpKind::Forward, l, group_batches, {tokens, expert_slice(weight_tensor(l), x.slice, x.ep)}, {out_e});
+  return out_e;
+}
+
+void moe_combine(RankProgram& prog, int l, const ExpertPlace& x, const Tensor& expert_out, const Tensor& out) {
+  prog.collective(OpKind::AllToAll, l, x.group, expert_out, out, x.stream);
+  prog.free({expert_out});
+}
+
 void moe_forward(RankProgram& prog, int l, const IdSet& b, const IdSet& group_batches, const ExpertPlace& x,
                  const Tensor& in, const Tensor& w, const Tensor& out) {
-  const Tensor routed = x.tokens(routed_as(activation_tensor(l + 1, b), Route::Routed));
+  const Tensor routed = moe_dense_forward(prog, l, b, x, in, w);
+  const Tensor in_e = moe_dispatch(prog, l, group_batches, x, routed);
+  moe_combine(prog, l, x, moe_experts_forward(prog, l, group_batches, x, in_e), out);
+}
+
+Tensor moe_grad_dispatch(RankProgram& prog, int l, const IdSet& group_batches, const ExpertPlace& x,
+                         const Tensor& grad) {
+  Tensor grad_in = routed_as(activation_grad_tensor(l + 1, group_batches), Route::ExpertIn, x.slice, x.ep);
+  prog.collective(OpKind::AllToAll, l, x.group, grad, grad_in, x.stream);
+  prog.free({grad});
+  return grad_in;
+}
+
+Tensor moe_experts_backward(RankProgram& prog, int l, const IdSet& group_batches, const ExpertPlace& x,
+                            const Tensor& grads) {
   const Tensor in_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertIn, x.slice, x.ep);
-  const Tensor out_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertOut, x.slice, x.ep);
-  prog.compute(OpKind::Forward, l, b, {in, w}, {routed});
-  prog.collective(OpKind::AllToAll, l, x.group, routed, in_e);
-  prog.free({routed});
-  prog.compute(OpKind::Forward, l, group_batches, {in_e, expert_slice(weight_tensor(l), x.slice, x.ep)}, {out_e});
-  prog.collective(OpKind::AllToAll, l, x.group, out_e, out);
-  prog.free({out_e});
+  Tensor grad_out = routed_as(activation_grad_tensor(l + 1, group_batches), Route::ExpertOut, x.slice, x.ep);
+  const Tensor expert_grad = expert_slice(weight_grad_tensor(l, group_batches), x.slice, x.ep);
+  prog.compute(OpKind::Backward, l, group_batches, {in_e, grads, expert_slice(weight_tensor(l), x.slice, x.ep)},
+               {expert_grad, grad_out});
+  prog.free({in_e, grads});
+  prog.add_grad(expert_grad);
+  return grad_out;
+}
+
+Tensor moe_grad_combine(RankProgram& prog, int l, const IdSet& b, const ExpertPlace& x, const Tensor& grads) {
+  Tensor routed = x.tokens(routed_as(activation_grad_tensor(l + 1, b), Route::Routed));
+  prog.collective(OpKind::AllToAll, l, x.group, grads, routed, x.stream);
+  prog.free({grads});
+  return routed;
 }
 
 Tensor moe_backward_experts(RankProgram& prog, int l, const IdSet& b, const IdSet& group_batches,
                             const ExpertPlace& x, const Tensor& grad) {
-  auto tokens = [&](Tensor t, Route route) { return routed_as(std::move(t), route, x.slice, x.ep); };
-  const Tensor in_e = tokens(activation_tensor(l + 1, group_batches), Route::ExpertIn);
-  const Tensor grad_in = tokens(activation_grad_tensor(l + 1, group_batches), Route::ExpertIn);
-  const Tensor grad_out = tokens(activation_grad_tensor(l + 1, group_batches), Route::ExpertOut);
-  const Tensor expert_grad = expert_slice(weight_grad_tensor(l, group_batches), x.slice, x.ep);
-  prog.collective(OpKind::AllToAll, l, x.group, grad, grad_in);
-  prog.free({grad});
-  prog.compute(OpKind::Backward, l, group_batches, {in_e, grad_in, expert_slice(weight_tensor(l), x.slice, x.ep)},
-               {expert_grad, grad_out});
-  prog.free({in_e, grad_in});
-  prog.add_grad(expert_grad);
-  Tensor routed = x.tokens(routed_as(activation_grad_tensor(l + 1, b), Route::Routed));
-  prog.collective(OpKind::AllToAll, l, x.group, grad_out, routed);
-  prog.free({grad_out});
-  return routed;
+  const Tensor grad_in = moe_grad_dispatch(prog, l, group_batches, x, grad);
+  return moe_grad_combine(prog, l, b, x, moe_experts_backward(prog, l, group_batches, x, grad_in));
 }
 
 // ---- pipelines ------------------------------------------------------------------------------------------

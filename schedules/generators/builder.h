@@ -57,7 +57,9 @@ class RankProgram {
   void load(TensorList ts);
   void free(TensorList ts);
   void send(int to, Tensor t);
-  void recv(int from, Tensor t);
+  /// A receive on `stream` (0: it holds the compute stream until the message comes; a communication stream only
+  /// posts it, and the op that reads the tensor waits).
+  void recv(int from, Tensor t, int stream = 0);
   /// A compute op with explicit reads and writes (the defaults when left empty).
   void compute(OpKind kind, int layer, IdSet batches, TensorList reads = {}, TensorList writes = {});
   /// All-gather, reduce-scatter or all-reduce of `in` into `out` over `group`, on `stream` (0: compute).
@@ -86,22 +88,42 @@ class RankProgram {
 struct ExpertPlace {
   int slice = 0, ep = 1, group = 0;
   int seq_shard = 0, seq_shards = 1;
+  int stream = 0;  ///< the all-to-alls' stream (0: compute; gen 3d --a2a-overlap: a communication stream)
   /// `t` as this rank routes it: its sequence shard, or `t` itself without one.
   Tensor tokens(const Tensor& t) const { return seq_shards > 1 ? shard(t, seq_shard, seq_shards) : t; }
 };
 /// An MoE layer's forward over microbatches `b` (gen ep's and gen 3d --ep's): the dense part reads `in` and `w` and
 /// writes its output routed (x.tokens of it); the dispatch all-to-all gives the slice the EP group's
 /// `group_batches`; the slice's experts run; the combine writes `out` (the layer's output for `b`, complete, or
-/// its sequence shard). Leaves the experts' input
-/// resident for the backward and frees the rest.
+/// its sequence shard). Leaves the experts' input resident for the backward and frees the rest. The four phases
+/// below, in order.
 void moe_forward(RankProgram& prog, int layer, const IdSet& b, const IdSet& group_batches, const ExpertPlace& x,
                  const Tensor& in, const Tensor& w, const Tensor& out);
 /// The experts' half of an MoE layer's backward: `grad` (the output's grad for `b`, or its sequence shard)
 /// dispatched and freed, the slice's experts' backward on the EP group's `group_batches` (their grad added to the
 /// slice's running sum, their input freed), the combine. Returns the routed grad the dense part's backward reads
-/// (x.tokens of it; resident: the caller frees it after that pass).
+/// (x.tokens of it; resident: the caller frees it after that pass). The three phases below, in order.
 Tensor moe_backward_experts(RankProgram& prog, int layer, const IdSet& b, const IdSet& group_batches,
                             const ExpertPlace& x, const Tensor& grad);
+
+/// The phases of moe_forward and moe_backward_experts, apart (gen 3d --a2a-overlap interleaves a forward's with
+/// another microbatch's backward's, as DeepSeek-V3's DualPipe and Megatron-LM's --overlap-moe-expert-parallel-comm
+/// do). Forward: the dense part (returns the routed tokens), the dispatch (returns the slice's tokens, frees the
+/// routed), the experts (return their output), the combine into `out` (frees the experts' output).
+Tensor moe_dense_forward(RankProgram& prog, int layer, const IdSet& b, const ExpertPlace& x, const Tensor& in,
+                         const Tensor& w);
+Tensor moe_dispatch(RankProgram& prog, int layer, const IdSet& group_batches, const ExpertPlace& x, const Tensor& routed);
+Tensor moe_experts_forward(RankProgram& prog, int layer, const IdSet& group_batches, const ExpertPlace& x,
+                           const Tensor& tokens);
+void moe_combine(RankProgram& prog, int layer, const ExpertPlace& x, const Tensor& expert_out, const Tensor& out);
+/// Backward: the grad's dispatch (returns the slice's grads, frees `grad`), the experts' backward (returns their
+/// input grads; frees their input and the dispatched grads, adds their weight grad), the combine (returns the
+/// routed grad for `b`, frees the experts' input grads).
+Tensor moe_grad_dispatch(RankProgram& prog, int layer, const IdSet& group_batches, const ExpertPlace& x,
+                         const Tensor& grad);
+Tensor moe_experts_backward(RankProgram& prog, int layer, const IdSet& group_batches, const ExpertPlace& x,
+                            const Tensor& grads);
+Tensor moe_grad_combine(RankProgram& prog, int layer, const IdSet& b, const ExpertPlace& x, const Tensor& grads);
 
 /// The expert slices' loads that `o` asks for (--expert-load, or --moe-imbalance R: slice 0 R, the others
 /// (e - R) / (e - 1)), for `e` slices; empty: balanced. Throws std::invalid_argument naming `kind` for both given,
@@ -181,6 +203,10 @@ struct PipelinePlan {
   /// there. Per schedule rank.
   int ep = 1;
   int dense_layers = 0;
+  /// With ep > 1: interleave a run of forwards of MoE layers with the run of backwards (B or I) after it by pairs and
+  /// by phase, their all-to-alls on stream a2a_stream (GenOptions::a2a_overlap).
+  bool a2a_overlap = false;
+  static constexpr int a2a_stream = 2;
   /// Layers that hold no transformer block (a stage chunk of the embedding or the LM head alone): never MoE layers,
   /// wherever they sit. Empty: every layer holds blocks.
   std::vector<char> blockless;

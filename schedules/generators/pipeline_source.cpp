@@ -314,7 +314,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     return IdSet::from_runs(std::move(runs));
   };
   const int edp_group = E > 1 ? plan.edp_group[rank] : 0;
-  const ExpertPlace place{ej, E, E > 1 ? plan.ep_group[rank] : 0, j, sp ? T : 1};
+  const ExpertPlace place{ej, E, E > 1 ? plan.ep_group[rank] : 0, j, sp ? T : 1,
+                          plan.a2a_overlap ? PipelinePlan::a2a_stream : 0};
   // The grad of layer l's output as the rank keeps it: the last layer's is its vocabulary slice (an MoE last layer's
   // under sequence parallelism: its sequence shard, which the combine gave the loss).
   auto output_grad_kept = [&](int l, const IdSet& b) {
@@ -427,103 +428,225 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   };
 
 
+  // One step's pass: what it reads and sends, and what it drops at its end.
+  struct StepIo {
+    const Step* s = nullptr;
+    int l = 0;
+    IdSet b;
+    Tensor a, w, g_out;
+    const Message* sent = nullptr;
+    TensorList drop;     // (sized once: each growth past the inline tensor is a heap allocation)
+    Tensor in, tokens;   // an MoE pass's gathered input, and its tokens between the all-to-alls
+    Tensor grad;         // an MoE backward's routed grad
+    std::vector<std::pair<int, Tensor>>* deferred = nullptr;  // where its send waits (a2a_overlap's pairs), else sent
+  };
+  auto step_io = [&](int i) {
+    StepIo x;
+    x.s = &plan.steps[r][i];
+    x.l = x.s->layer;
+    x.b = one(x.s->mb + shift);
+    x.a = input_kept(x.l, x.b), x.w = slice(weight_full(x.l, weight_shards));
+    x.g_out = output_grad_kept(x.l, x.b);
+    if (send_after_[r][i] >= 0) x.sent = &msgs_[send_after_[r][i]];
+    x.drop.reserve(5);
+    return x;
+  };
   std::size_t next_recv = 0;
-  for (int i = 0; i < static_cast<int>(plan.steps[r].size()); ++i) {
+  auto receive_before = [&](int i, int stream) {
     for (; next_recv < recv_before_[r].size() && msgs_[recv_before_[r][next_recv]].pos == i; ++next_recv) {
       const Message& msg = msgs_[recv_before_[r][next_recv]];
       const IdSet mb = one(msg.mb + shift);
       prog.recv(j + T * plan_rank(msg.src),
-                kept(msg.grad ? activation_grad_tensor(msg.layer, mb) : activation_tensor(msg.layer, mb)));
+                kept(msg.grad ? activation_grad_tensor(msg.layer, mb) : activation_tensor(msg.layer, mb)), stream);
     }
-    const Step& s = plan.steps[r][i];
-    const int l = s.layer;
-    const IdSet b = one(s.mb + shift);
-    const Tensor a = input_kept(l, b), w = slice(weight_full(l, weight_shards));
-    const Tensor g_out = output_grad_kept(l, b);
-    const Message* sent = nullptr;
-    if (send_after_[r][i] >= 0) sent = &msgs_[send_after_[r][i]];
-    TensorList drop;  // (lists sized once: each growth past the inline tensor is a heap allocation)
-    switch (s.pass) {
+  };
+  auto finish = [&](StepIo& x) {
+    prog.free(std::move(x.drop));
+    if (x.s->pass == Pass::B || x.s->pass == Pass::W) grad_done(x.l);
+  };
+  // An MoE layer's forward in phases (the dense part writes its output routed; the dispatch; the slice's experts on
+  // the EP group's microbatches of this step; the combine: docs/design.md, "Mixture of Experts"), then its loss or
+  // send.
+  auto moe_f_dense = [&](StepIo& x) {
+    if (x.l == 0) prog.load({x.a});
+    x.in = gathered(x.a, x.l);
+    if (x.in != x.a) x.drop.push_back(x.in);
+    x.tokens = moe_dense_forward(prog, x.l, x.b, place, x.in, x.w);
+  };
+  auto moe_f_dispatch = [&](StepIo& x) { x.tokens = moe_dispatch(prog, x.l, group_batches(x.s->mb), place, x.tokens); };
+  auto moe_f_experts = [&](StepIo& x) {
+    x.tokens = moe_experts_forward(prog, x.l, group_batches(x.s->mb), place, x.tokens);
+  };
+  auto moe_f_combine = [&](StepIo& x) {
+    const Tensor out = kept(activation_tensor(x.l + 1, x.b));
+    moe_combine(prog, x.l, place, x.tokens, out);
+    x.tokens = out;
+  };
+  auto moe_f_end = [&](StepIo& x) {
+    const Tensor& out = x.tokens;
+    if (x.l == L - 1) {
+      prog.compute(OpKind::Loss, L, x.b, {out}, {kept(activation_grad_tensor(L, x.b))});
+      x.drop.push_back(out);
+    } else if (x.sent && x.deferred) {
+      x.deferred->emplace_back(j + T * plan_rank(x.sent->dst), out);
+    } else if (x.sent) {
+      prog.send(j + T * plan_rank(x.sent->dst), out);
+      x.drop.push_back(out);
+    }
+    finish(x);
+  };
+  // An MoE layer's backward's experts' half in phases: the output's grad (with sequence parallelism its shard,
+  // ungathered) dispatched to the experts (and freed), their backward (input and weight grads: the experts' whole
+  // backward runs in the input-grad pass of a split backward too), the combine back into the routed grad.
+  auto moe_b_dispatch = [&](StepIo& x) {
+    x.tokens = moe_grad_dispatch(prog, x.l, group_batches(x.s->mb), place, x.g_out);
+  };
+  auto moe_b_experts = [&](StepIo& x) {
+    x.tokens = moe_experts_backward(prog, x.l, group_batches(x.s->mb), place, x.tokens);
+  };
+  auto moe_b_combine = [&](StepIo& x) { x.grad = moe_grad_combine(prog, x.l, x.b, place, x.tokens); };
+  // A backward (B) or backward-input (I) pass's dense part: an MoE layer's reads the routed grad (freed with the
+  // pass, or kept for the dense part's weight-grad pass).
+  auto backward = [&](StepIo& x) {
+    const int l = x.l;
+    const bool full = x.s->pass == Pass::B;
+    const Tensor in = gathered(x.a, l);
+    const Tensor grad = moe(l) ? x.grad : gathered(x.g_out, l);
+    if (in != x.a) x.drop.push_back(in);
+    if (grad != x.g_out && (full || !moe(l))) x.drop.push_back(grad);
+    TensorList writes;
+    if (full) writes.reserve(2), writes.push_back(slice(weight_grad_tensor(l, x.b)));
+    const Tensor g_partial = partial(activation_grad_tensor(l, x.b));
+    writes.push_back(g_partial);
+    prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, x.b, {in, grad, x.w}, std::move(writes));
+    if (full) x.drop.push_back(x.a);
+    if (full && !moe(l)) x.drop.push_back(x.g_out);
+    // The weight grad joins the running sum at once, as the frameworks accumulate inside the backward
+    // (Megatron-LM's main_grad buffers, PyTorch's .grad): the microbatch's grad and the sum are never both
+    // held past the pass. (The layer's update or DP reduction waits for the end of the step: grad_done.)
+    if (full) prog.add_grad(slice(weight_grad_tensor(l, x.b)));
+    // Nothing reads the model input's grad: layer 0's partial sum is dropped, not reduced.
+    Tensor g_in = l > 0 ? tp_reduce(g_partial, activation_grad_tensor(l, x.b), l) : g_partial;
+    if (g_in != g_partial) x.drop.push_back(g_partial);
+    if (x.sent && x.deferred) {
+      x.deferred->emplace_back(j + T * plan_rank(x.sent->dst), g_in);
+    } else {
+      if (x.sent) prog.send(j + T * plan_rank(x.sent->dst), g_in);
+      if (x.sent || l == 0) x.drop.push_back(g_in);
+    }
+    finish(x);
+  };
+  // Sends a2a_overlap's pairs held back, in the order the steps alone would have sent them (a channel's messages
+  // are matched in order), then frees what they sent.
+  auto send_deferred = [&](std::vector<std::pair<int, Tensor>>& sends) {
+    TensorList sent;
+    for (auto& [to, t] : sends) prog.send(to, t), sent.push_back(std::move(t));
+    if (!sent.empty()) prog.free(std::move(sent));
+    sends.clear();
+  };
+
+  // One step, alone: its pass's ops.
+  auto run_step = [&](int i) {
+    StepIo x = step_io(i);
+    const int l = x.l;
+    const IdSet& b = x.b;
+    switch (x.s->pass) {
       case Pass::F: {
-        if (l == 0) prog.load({a});
-        const Tensor in = gathered(a, l);
-        if (in != a) drop.reserve(4), drop.push_back(in);
         if (moe(l)) {
-          // The dense part writes its output routed; the dispatch, the slice's experts on the EP group's
-          // microbatches of this step, the combine (gen ep's ops: docs/design.md, "Mixture of Experts").
-          const Tensor out = kept(activation_tensor(l + 1, b));
-          moe_forward(prog, l, b, group_batches(s.mb), place, in, w, out);
-          if (l == L - 1) {
-            prog.compute(OpKind::Loss, L, b, {out}, {kept(activation_grad_tensor(L, b))});
-            drop.push_back(out);
-          } else if (sent) {
-            prog.send(j + T * plan_rank(sent->dst), out);
-            drop.push_back(out);
-          }
-        } else if (l == L - 1) {
+          moe_f_dense(x), moe_f_dispatch(x), moe_f_experts(x), moe_f_combine(x), moe_f_end(x);
+          return;
+        }
+        if (l == 0) prog.load({x.a});
+        const Tensor in = gathered(x.a, l);
+        if (in != x.a) x.drop.push_back(in);
+        if (l == L - 1) {
           Tensor out = slice(activation_tensor(L, b));  // the LM head is column-parallel: a vocabulary slice
-          prog.compute(OpKind::Forward, l, b, {in, w}, {out});
+          prog.compute(OpKind::Forward, l, b, {in, x.w}, {out});
           prog.compute(OpKind::Loss, L, b, {out}, {slice(activation_grad_tensor(L, b))});
-          drop.push_back(out);
+          x.drop.push_back(out);
         } else {
           Tensor out = partial(activation_tensor(l + 1, b));
-          prog.compute(OpKind::Forward, l, b, {in, w}, {out});
+          prog.compute(OpKind::Forward, l, b, {in, x.w}, {out});
           Tensor next = tp_reduce(out, activation_tensor(l + 1, b), l);
-          if (next != out) drop.push_back(out);
-          if (sent) {
-            prog.send(j + T * plan_rank(sent->dst), next);
-            drop.push_back(next);
+          if (next != out) x.drop.push_back(out);
+          if (x.sent) {
+            prog.send(j + T * plan_rank(x.sent->dst), next);
+            x.drop.push_back(next);
           }
         }
-        break;
+        finish(x);
+        return;
       }
       case Pass::B:
-      case Pass::I: {
-        bool full = s.pass == Pass::B;
-        const Tensor in = gathered(a, l);
-        // An MoE layer: the output's grad (with sequence parallelism its shard, ungathered) dispatched to the experts
-        // (and freed), their backward (input and weight grads: the experts' whole backward runs in the input-grad
-        // pass of a split backward too), the combine back; the dense part's backward reads the routed grad (freed
-        // with the pass, or kept for the dense part's weight-grad pass).
-        Tensor grad = moe(l) ? moe_backward_experts(prog, l, b, group_batches(s.mb), place, g_out) : gathered(g_out, l);
-        drop.reserve(5);
-        if (in != a) drop.push_back(in);
-        if (grad != g_out && (full || !moe(l))) drop.push_back(grad);
-        TensorList writes;
-        if (full) writes.reserve(2), writes.push_back(slice(weight_grad_tensor(l, b)));
-        const Tensor g_partial = partial(activation_grad_tensor(l, b));
-        writes.push_back(g_partial);
-        prog.compute(full ? OpKind::Backward : OpKind::BackwardInput, l, b, {in, grad, w}, std::move(writes));
-        if (full) drop.push_back(a);
-        if (full && !moe(l)) drop.push_back(g_out);
-        // The weight grad joins the running sum at once, as the frameworks accumulate inside the backward
-        // (Megatron-LM's main_grad buffers, PyTorch's .grad): the microbatch's grad and the sum are never both
-        // held past the pass. (The layer's update or DP reduction waits for the end of the step: grad_done.)
-        if (full) prog.add_grad(slice(weight_grad_tensor(l, b)));
-        // Nothing reads the model input's grad: layer 0's partial sum is dropped, not reduced.
-        Tensor g_in = l > 0 ? tp_reduce(g_partial, activation_grad_tensor(l, b), l) : g_partial;
-        if (g_in != g_partial) drop.push_back(g_partial);
-        if (sent) prog.send(j + T * plan_rank(sent->dst), g_in);
-        if (sent || l == 0) drop.push_back(g_in);
-        break;
-      }
+      case Pass::I:
+        if (moe(l)) moe_b_dispatch(x), moe_b_experts(x), moe_b_combine(x);
+        backward(x);
+        return;
       case Pass::W: {
         // An MoE layer's dense part: its weight grad from the routed grad its input-grad pass kept.
-        const Tensor in = gathered(a, l);
+        const Tensor in = gathered(x.a, l);
         const Tensor grad =
-            moe(l) ? place.tokens(routed_as(activation_grad_tensor(l + 1, b), Route::Routed)) : gathered(g_out, l);
-        drop.reserve(4);
-        if (in != a) drop.push_back(in);
-        if (grad != g_out) drop.push_back(grad);
+            moe(l) ? place.tokens(routed_as(activation_grad_tensor(l + 1, b), Route::Routed)) : gathered(x.g_out, l);
+        if (in != x.a) x.drop.push_back(in);
+        if (grad != x.g_out) x.drop.push_back(grad);
         prog.compute(OpKind::BackwardWeight, l, b, {in, grad}, {slice(weight_grad_tensor(l, b))});
         prog.add_grad(slice(weight_grad_tensor(l, b)));
-        drop.push_back(a);
-        if (!moe(l)) drop.push_back(g_out);
-        break;
+        x.drop.push_back(x.a);
+        if (!moe(l)) x.drop.push_back(x.g_out);
+        finish(x);
+        return;
       }
     }
-    prog.free(std::move(drop));
-    if (s.pass == Pass::B || s.pass == Pass::W) grad_done(l);
+  };
+
+  const std::vector<Step>& steps = plan.steps[r];
+  const int n_steps = static_cast<int>(steps.size());
+  auto moe_pass = [&](int i, bool forward) {
+    return i < n_steps && moe(steps[i].layer) &&
+           (forward ? steps[i].pass == Pass::F : steps[i].pass == Pass::B || steps[i].pass == Pass::I);
+  };
+  for (int i = 0; i < n_steps; ++i) {
+    // gen 3d --a2a-overlap (as Megatron-LM's combined 1F1B and DeepSeek-V3's DualPipe do): a run of forwards of MoE
+    // layers and the run of backwards after it (a stage chunk's layers each way, each run one microbatch's), of
+    // another microbatch, go by pairs, the first forward with the first backward and so on. A pair is interleaved by phase so that each
+    // one's all-to-alls (on their own stream) run under the other's compute: the backward's grad dispatch under the
+    // forward's dense part, the forward's dispatch under the backward's experts, the backward's combine under the
+    // forward's experts, the forward's combine under the backward's dense part. The runs' messages are received
+    // first (a pair needs both its inputs, as Megatron-LM's combined 1F1B receives them) and sent after the pairs,
+    // in the steps' order; the unpaired rest runs after the pairs as it would alone.
+    int k = 0, m = 0, pairs = 0;
+    if (plan.a2a_overlap && moe_pass(i, true)) {
+      // (each run one microbatch's: a stage chunk's pass; a second one's receive would wait for the pairs' sends)
+      while (moe_pass(i + k, true) && steps[i + k].mb == steps[i].mb) ++k;
+      while (moe_pass(i + k + m, false) && steps[i + k + m].mb == steps[i + k].mb) ++m;
+      // (the last stage's backward of a microbatch it just ran forward waits for that forward's loss: not paired)
+      if (m > 0 && steps[i + k].mb != steps[i].mb) pairs = std::min(k, m);
+    }
+    if (pairs == 0) {
+      receive_before(i, 0);
+      run_step(i);
+      continue;
+    }
+    for (int q = i; q < i + k + m; ++q) receive_before(q, 0);
+    std::vector<std::pair<int, Tensor>> forward_sends, backward_sends;
+    for (int q = 0; q < pairs; ++q) {
+      StepIo f = step_io(i + q), bw = step_io(i + k + q);
+      f.deferred = &forward_sends, bw.deferred = &backward_sends;
+      moe_b_dispatch(bw);
+      moe_f_dense(f);
+      moe_f_dispatch(f);
+      moe_b_experts(bw);
+      moe_b_combine(bw);
+      moe_f_experts(f);
+      moe_f_combine(f);
+      backward(bw);
+      moe_f_end(f);
+    }
+    send_deferred(forward_sends);
+    for (int q = pairs; q < k; ++q) run_step(i + q);
+    send_deferred(backward_sends);
+    for (int q = pairs; q < m; ++q) run_step(i + k + q);
+    i += k + m - 1;
   }
   std::sort(reduced.begin(), reduced.end());
   std::sort(reduced_experts.begin(), reduced_experts.end());

@@ -200,6 +200,7 @@ std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o,
   std::vector<double> loads = expert_loads(kind, o, E);
   plan.ep = E;
   plan.dense_layers = o.dense_layers;
+  plan.a2a_overlap = o.a2a_overlap;
   const int stage = T * D, world = P * stage;
   plan.ep_group.assign(world, 0);
   plan.edp_group.assign(world, 0);
@@ -235,6 +236,8 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
     if (b == 0) blocks_per_layer.push_back(0);
     else blocks_per_layer.insert(blocks_per_layer.end(), b, 1);
   std::vector<double> loads;
+  if (o.a2a_overlap && o.ep <= 1)
+    throw std::invalid_argument("3d: --a2a-overlap overlaps expert parallelism's all-to-alls: give --ep above 1");
   if (o.ep > 1) {
     loads = add_expert_parallel(plan, o, P, D, order.layers);
     for (int b : blocks_per_layer) plan.blockless.push_back(b == 0);  // (the LM head's chunk alone: no experts)
