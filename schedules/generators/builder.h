@@ -192,15 +192,17 @@ struct PipelinePlan {
   /// replica, not for every one (issue 34: a 16,384-rank step's generation), and the ops are the ones the
   /// expanded plan (expand_replicas) gives.
   int replicas = 1;
-  /// Expert parallelism (gen 3d --ep; docs/design.md, "Mixture of Experts"): with ep > 1 (tp 1, dp_mode Replicate or
-  /// Zero1; a split backward runs the experts' whole backward in the input-grad pass and keeps the routed grad for
-  /// the dense part's weight-grad pass) the layers from dense_layers on are MoE layers. Replica d (its data-parallel
-  /// index) is member d mod ep of EP group ep_group[rank] and holds expert slice d mod ep of each MoE layer; an MoE
-  /// layer's forward writes its output routed, dispatches it over the EP group (all-to-all), runs the slice's
-  /// experts on the group's microbatches of the same step (replica k's microbatch i is i + k·M/replicas) and
-  /// combines; the backward is the conjugate. The expert grads reduce over edp_group[rank] (the ranks of the stage
-  /// holding the same slice; 0 when ep = dp) on dp_stream, and with Zero1 the expert optimizer state is sharded
-  /// there. Per schedule rank.
+  /// Expert parallelism (gen 3d --ep; docs/design.md, "Mixture of Experts"): with ep > 1 (dp_mode Replicate or
+  /// Zero1; with tp > 1 sequence_parallel and ep a multiple of tp; a split backward runs the experts' whole backward
+  /// in the input-grad pass and keeps the routed grad for the dense part's weight-grad pass) the layers from
+  /// dense_layers on are MoE layers. The schedule rank of TP index j in replica d (its data-parallel index) has
+  /// index f = j + tp·d in its stage and is member f mod ep of EP group ep_group[rank], holding expert slice f mod ep
+  /// of each MoE layer (Megatron-Core's folded layout, expert TP 1); an MoE layer's forward writes its output routed
+  /// (its sequence shard j with TP), dispatches it over the EP group (all-to-all), runs the slice's experts on the
+  /// group's microbatches of the same step (replica k's microbatch i is i + k·M/replicas) and combines; the
+  /// backward is the conjugate. The expert grads reduce over edp_group[rank] (the ranks of the stage holding the
+  /// same slice; 0 when ep = tp·dp) on dp_stream, and with Zero1 the expert optimizer state is sharded there. Per
+  /// schedule rank.
   int ep = 1;
   int dense_layers = 0;
   /// With ep > 1: interleave a run of forwards of MoE layers with the run of backwards (B or I) after it by pairs and
