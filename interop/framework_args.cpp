@@ -734,6 +734,11 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
                              "default dispatcher is allgather");
       // Megatron-LM's combined 1F1B: a forward and a backward of other microbatches interleaved by sub-module.
       o.a2a_overlap = flag(f, "overlap-moe-expert-parallel-comm");
+      if (o.a2a_overlap && p > 1 && v == 1)
+        refuse(meg("overlap-moe-expert-parallel-comm") + " with pipeline parallelism needs virtual pipeline stages "
+               "(Megatron-LM requires them: plain 1F1B would wait on each pair)");
+      if (o.a2a_overlap && plan.recompute == hw::Recompute::Full)
+        refuse(meg("overlap-moe-expert-parallel-comm") + " with full recomputation: Megatron-LM refuses the two together");
       if (flag(f, "delay-wgrad-compute"))
         plan.notes.push_back("--delay-wgrad-compute: accepted; the overlapped pair's backward computes its weight "
                              "grads in place (their delay, to hide more of the all-to-alls, is not modelled)");

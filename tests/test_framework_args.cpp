@@ -496,6 +496,15 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
   }
   CHECK(refused("--overlap-moe-expert-parallel-comm", in).find("needs --expert-model-parallel-size above 1") !=
         std::string::npos);
+  // As Megatron-LM: with pipeline stages only interleaved, and not with full recomputation.
+  std::string pp2 = ds;
+  pp2.replace(pp2.find("--pipeline-model-parallel-size 1"), 32,
+              "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 31");
+  CHECK(refusal([&] { from_megatron(pp2 + " --overlap-moe-expert-parallel-comm", in); })
+            .find("needs virtual pipeline stages") != std::string::npos);
+  CHECK(refusal([&] {
+          from_megatron(ds + " --overlap-moe-expert-parallel-comm --recompute-granularity full --recompute-method uniform", in);
+        }).find("with full recomputation") != std::string::npos);
   CHECK(refused("--moe-expert-capacity-factor 0", in).find("the capacity is 0.01 to 1000") != std::string::npos);
   CHECK(refused("--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather", in)
             .find("trainsim times the alltoall dispatcher") != std::string::npos);
