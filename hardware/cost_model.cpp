@@ -443,9 +443,11 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
           const Tensor& t = op.writes.front();
           bytes = sizes_.wire_bytes(t);
           // FP8 all-gather of weights (torchao): the blocks' linear weights travel as one byte per parameter.
+          // (an expert slice's weights are all linear: its routed experts' parameters)
           if (setting_.fp8_all_gather && t.kind == TensorKind::Weight && t.layer >= 0 &&
               t.layer < static_cast<int>(sizes_.layers().size()))
-            bytes -= sizes_.layer_linear_parameters(t.layer) * t.held_fraction() * (setting_.model.weight_bytes - 1);
+            bytes -= (t.expert() ? sizes_.layer_expert_parameters(t.layer) : sizes_.layer_linear_parameters(t.layer)) *
+                     t.held_fraction() * (setting_.model.weight_bytes - 1);
         }
       } else if (op.kind == OpKind::ReduceScatter) {
         c = Collective::ReduceScatter;

@@ -67,7 +67,7 @@ SearchSpace default_space(const PlanRequest& r) {
   s.layouts = {"even", "balanced"};
   if (r.model.moe()) {
     // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP beside EP with expert TP 1 (EP a multiple
-    // of TP, sequence parallelism), CP 1, DDP and ZeRO-1, the framework's schedules (torchtitan's are refused: it
+    // of TP, sequence parallelism), CP 1, DDP and ZeRO-1 (FSDP when asked), the framework's schedules (torchtitan's are refused: it
     // trains MoE models with FSDP). EP: every divisor of the experts up to the GPUs (the ones that do not divide
     // TP x DP, or with TP above 1 are not a multiple of it, are removed as indivisible). TP at most 2 by default,
     // as Megatron-Bridge's MoE recipes run it (scripts/performance/configs: TP 1 or 2 beside EP): each TP degree
@@ -86,8 +86,7 @@ SearchSpace default_space(const PlanRequest& r) {
 namespace {
 
 // What the planner cannot search for an MoE model (gen 3d --ep's reach, schedules/generators.h), given anyway.
-void check_moe_space(const PlanRequest& r, const std::vector<int>& cps,
-                     const std::vector<int>& zeros, const std::vector<int>& eps) {
+void check_moe_space(const PlanRequest& r, const std::vector<int>& cps, const std::vector<int>& eps) {
   const std::string& name = r.model.preset;
   if (!r.model.moe()) {
     if (eps != std::vector<int>{1})
@@ -102,20 +101,16 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& cps,
     return;
   }
   if (r.framework == Framework::Torchtitan)
-    throw hw::SpecError(fmt::format("plan: --framework torchtitan: torchtitan trains a Mixture of Experts with FSDP, "
-                                    "and trainsim's expert parallelism runs with DDP or ZeRO-1 only (issue 35); plan "
-                                    "'{}' with --framework megatron or any",
+    throw hw::SpecError(fmt::format("plan: --framework torchtitan: torchtitan's expert parallelism (its EP mesh "
+                                    "borrowed from the FSDP shards, its own expert TP) is not modelled as torchtitan "
+                                    "yet (issue 35); plan '{}' with --framework megatron or any, and --zero 3 for "
+                                    "FSDP of the experts over their expert-data-parallel group",
                                     name));
   for (int c : cps)
     if (c != 1)
       throw hw::SpecError(fmt::format("plan: --cp {}: context parallelism with a Mixture of Experts ('{}') is not "
                                       "modelled yet; the planner searches CP 1",
                                       c, name));
-  for (int z : zeros)
-    if (z == 3)
-      throw hw::SpecError(fmt::format("plan: --zero 3: FSDP with a Mixture of Experts ('{}') is not modelled yet; "
-                                      "the planner searches DDP (0) and ZeRO-1 (1)",
-                                      name));
   for (int e : eps)
     if (e < 1 || r.model.experts % e != 0)
       throw hw::SpecError(fmt::format("plan: --ep {}: the EP degree must divide the model's {} experts", e,
@@ -166,7 +161,7 @@ Enumeration enumerate(const PlanRequest& r) {
   const std::vector<bool> sps = pick(g.sp, d.sp), fp8s = pick(g.fp8, d.fp8);
   const std::vector<std::string> layouts = pick(g.layouts, d.layouts);
   const std::vector<int> eps = pick(g.ep, d.ep);
-  check_moe_space(r, cps, zeros, eps);
+  check_moe_space(r, cps, eps);
   if (std::find(fp8s.begin(), fp8s.end(), true) != fp8s.end() && r.device.fp8_peak_flops <= 0)
     throw hw::SpecError(fmt::format("plan: --fp8: the device '{}' has no FP8 tensor cores", r.device.preset));
   const hw::TpOverlap overlap = r.tp_overlap ? *r.tp_overlap

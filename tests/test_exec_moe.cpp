@@ -71,7 +71,7 @@ TEST_CASE("exec MoE: gen ep (EP 2 and 4, expert-data-parallel groups, an MoE fir
   }
 }
 
-TEST_CASE("exec MoE: gen 3d --ep (PP x DP x EP, DDP and ZeRO-1, every pipeline order, all-to-all overlap) trains like one device") {
+TEST_CASE("exec MoE: gen 3d --ep (PP x DP x EP, DDP, ZeRO-1 and FSDP, every pipeline order, all-to-all overlap) trains like one device") {
   // The zero-bubble orders and DualPipeV split the dense part's backward: the experts' whole backward and the
   // dense part's input grad in the backward-input op, the dense part's weight grad in the backward-weight op.
   // --a2a-overlap interleaves a forward and a backward of other microbatches by phase: the same training.
@@ -83,7 +83,8 @@ TEST_CASE("exec MoE: gen 3d --ep (PP x DP x EP, DDP and ZeRO-1, every pipeline o
   for (const Case& c : {Case{2, 2, 2, 0, 1, "1f1b"}, Case{2, 4, 2, 1, 1, "1f1b"}, Case{2, 2, 2, 1, 2, "interleaved-1f1b"},
                         Case{2, 2, 2, 1, 1, "zb-h1"}, Case{2, 2, 2, 0, 1, "zbv"}, Case{2, 4, 2, 1, 1, "dualpipev"},
                         Case{2, 2, 2, 1, 2, "interleaved-zb"}, Case{2, 2, 2, 1, 2, "interleaved-1f1b", true},
-                        Case{2, 4, 2, 1, 1, "dualpipev", true}}) {
+                        Case{2, 4, 2, 1, 1, "dualpipev", true}, Case{2, 4, 2, 3, 1, "1f1b"},
+                        Case{2, 4, 2, 3, 1, "zbv"}}) {
     CAPTURE(c.pp);
     CAPTURE(c.zero);
     CAPTURE(c.order);

@@ -520,6 +520,51 @@ TEST_CASE("gen 3d --ep --a2a-overlap on the hardware model: the all-to-alls hide
   }
 }
 
+TEST_CASE("gen 3d --ep --zero 3: FSDP shards the expert slices over their expert-data-parallel group") {
+  // EP 4 over 8 data-parallel ranks: each slice is held by 2 ranks, which FSDP shards it over (torchtitan's FSDP of
+  // the experts over their mesh); the same FLOPs as ZeRO-1, half the slice's weights loaded, the step simulates
+  // and the symmetric figures are the full ones.
+  HardwareSetting hs = small_mixtral();
+  auto step = [&](int zero) {
+    GenOptions o;
+    o.pp = 2, o.dp = 8, o.ep = 4, o.zero = zero, o.layers = 4, o.dense_layers = 1, o.microbatches = 4;
+    Schedule s = generate("3d", o);
+    s.header.cost_model = "hardware";
+    s.header.hardware = hs;
+    return s;
+  };
+  const Schedule fsdp = step(3), zero1 = step(1);
+  auto flops = [](const Schedule& s) {
+    const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+    double f = 0;
+    for (const auto& ops : s.ranks)
+      for (const Op& op : ops) f += hw_cost(c).op_work(op).flops();
+    return f;
+  };
+  CHECK(flops(fsdp) == doctest::Approx(flops(zero1)).epsilon(1e-12));
+  auto loaded_expert_weights = [](const Schedule& s) {
+    const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+    double bytes = 0;
+    for (const Op& op : s.ranks[0])
+      if (op.kind == OpKind::Load)
+        for (const Tensor& t : op.writes)
+          if (t.expert() && t.kind == TensorKind::Weight) bytes += c->memory(t, 0);
+    return bytes;
+  };
+  CHECK(loaded_expert_weights(zero1) > 0);
+  CHECK(loaded_expert_weights(fsdp) == doctest::Approx(loaded_expert_weights(zero1) / 2));
+  const HardwareRun full = simulate_hardware(fsdp);
+  INFO(full.result.error);
+  REQUIRE(full.report);
+  const std::vector<int> mirror = symmetric_mirror(fsdp.header, RankGrid{1, 1, 8, 2, 4});
+  REQUIRE_FALSE(mirror.empty());
+  const ScheduleView src(fsdp);
+  const HardwareRun sym = simulate_hardware(src, false, {}, mirror);
+  REQUIRE(sym.report);
+  CHECK(sym.report->step_time_s == doctest::Approx(full.report->step_time_s).epsilon(1e-12));
+  CHECK(sym.report->peak_memory_bytes == doctest::Approx(full.report->peak_memory_bytes).epsilon(1e-12));
+}
+
 TEST_CASE("gen 3d --ep: a stage chunk of the LM head alone holds no experts, and the step simulates") {
   // Stage 0 holds the 4 blocks (the first dense), stage 1 only the final norm and the LM head (a layout's "L"
   // chunk, as the planner's balanced layout makes): before, its one layer got expert slices and the model refused it.

@@ -240,12 +240,12 @@ TEST_CASE("gen ep: every EP and data-parallel shape simulates under both engines
   CHECK_THROWS_WITH_AS(generate("ep", ep_options(2, 2, 2, 2, 1)), doctest::Contains("no MoE layer"), std::invalid_argument);
 }
 
-TEST_CASE("gen 3d --ep: EP in every stage of every pipeline schedule, DDP and ZeRO-1, on both engines") {
+TEST_CASE("gen 3d --ep: EP in every stage of every pipeline schedule, DDP, ZeRO-1 and FSDP, on both engines") {
   for (int pp : {1, 2})
     for (int dp : {2, 4})
       for (int ep : {2, 4})
         for (const char* schedule : {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"})
-          for (int zero : {0, 1})
+          for (int zero : {0, 1, 3})
             for (int dense : {0, 1}) {
               if (dp % ep != 0) continue;
               CAPTURE(pp);
@@ -291,8 +291,6 @@ TEST_CASE("gen 3d --ep: EP in every stage of every pipeline schedule, DDP and Ze
   refused(x, "--ep 2 must be a multiple of --tp 4");
   x = o, x.cp = 2;
   refused(x, "--ep with --cp above 1 is not modelled yet");
-  x = o, x.zero = 3;
-  refused(x, "--ep with --zero 3 (FSDP) is not modelled yet");
   x = o, x.ep = 3;
   refused(x, "--ep 3 must divide --tp x --dp = 4");
   x = o, x.dense_layers = 4;
@@ -307,7 +305,7 @@ TEST_CASE("gen 3d --ep --tp --sp: EP groups carved out of TP x DP, every schedul
   for (int dp : {1, 2, 4})
     for (int ep : {2, 4, 8})
       for (const char* schedule : {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"})
-        for (int zero : {0, 1}) {
+        for (int zero : {0, 1, 3}) {
           const int tp = 2, pp = 2, dense = 1;
           if ((tp * dp) % ep != 0) continue;
           CAPTURE(dp);

@@ -345,9 +345,16 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
   };
   auto contains = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
   CHECK(contains(refused([](PlanRequest& q) { q.space.cp = {2}; }), "--cp 2: context parallelism"));
-  CHECK(contains(refused([](PlanRequest& q) { q.space.zero = {3}; }), "--zero 3: FSDP with a Mixture of Experts"));
+  // FSDP with EP (the experts sharded over their expert-data-parallel group) is searched when asked.
+  {
+    PlanRequest q = moe_request();
+    q.space.zero = {3};
+    const Enumeration fsdp = enumerate(q);
+    CHECK(std::any_of(fsdp.candidates.begin(), fsdp.candidates.end(),
+                      [](const Candidate& c) { return c.knobs.zero == 3 && c.knobs.ep > 1; }));
+  }
   CHECK(contains(refused([](PlanRequest& q) { q.space.ep = {3}; }), "--ep 3: the EP degree must divide the model's 8"));
-  CHECK(contains(refused([](PlanRequest& q) { q.framework = Framework::Torchtitan; }), "torchtitan trains a Mixture"));
+  CHECK(contains(refused([](PlanRequest& q) { q.framework = Framework::Torchtitan; }), "torchtitan's expert parallelism"));
   CHECK(contains(refused([](PlanRequest& q) { q.moe_imbalance = 0.5; }), "--moe-imbalance 0.5"));
   CHECK(contains(refused([](PlanRequest& q) { q.model = hw::model_preset("llama3-8b"), q.space.ep = {2}; }),
                  "--ep: the model 'llama3-8b' has no experts"));

@@ -89,6 +89,9 @@ struct ExpertPlace {
   int slice = 0, ep = 1, group = 0;
   int seq_shard = 0, seq_shards = 1;
   int stream = 0;  ///< the all-to-alls' stream (0: compute; gen 3d --a2a-overlap: a communication stream)
+  /// The shards of the expert weight the experts read: 1, or with FSDP the expert-data-parallel degree (the weight
+  /// all-gathered over that group: weight_full of that many shards).
+  int weight_shards = 1;
   /// `t` as this rank routes it: its sequence shard, or `t` itself without one.
   Tensor tokens(const Tensor& t) const { return seq_shards > 1 ? shard(t, seq_shard, seq_shards) : t; }
 };
@@ -192,8 +195,7 @@ struct PipelinePlan {
   /// replica, not for every one (issue 34: a 16,384-rank step's generation), and the ops are the ones the
   /// expanded plan (expand_replicas) gives.
   int replicas = 1;
-  /// Expert parallelism (gen 3d --ep; docs/design.md, "Mixture of Experts"): with ep > 1 (dp_mode Replicate or
-  /// Zero1; with tp > 1 sequence_parallel and ep a multiple of tp; a split backward runs the experts' whole backward
+  /// Expert parallelism (gen 3d --ep; docs/design.md, "Mixture of Experts"): with ep > 1 (any dp_mode; with tp > 1 sequence_parallel and ep a multiple of tp; a split backward runs the experts' whole backward
   /// in the input-grad pass and keeps the routed grad for the dense part's weight-grad pass) the layers from
   /// dense_layers on are MoE layers. The schedule rank of TP index j in replica d (its data-parallel index) has
   /// index f = j + tp·d in its stage and is member f mod ep of EP group ep_group[rank], holding expert slice f mod ep
@@ -201,8 +203,10 @@ struct PipelinePlan {
   /// (its sequence shard j with TP), dispatches it over the EP group (all-to-all), runs the slice's experts on the
   /// group's microbatches of the same step (replica k's microbatch i is i + k·M/replicas) and combines; the
   /// backward is the conjugate. The expert grads reduce over edp_group[rank] (the ranks of the stage holding the
-  /// same slice; 0 when ep = tp·dp) on dp_stream, and with Zero1 the expert optimizer state is sharded there. Per
-  /// schedule rank.
+  /// same slice; 0 when ep = tp·dp) on dp_stream, and with Zero1 the expert optimizer state is sharded there; with
+  /// Fsdp the slice's weight and optimizer state are sharded there, the weight all-gathered before the first pass
+  /// and the grads reduce-scattered, as the dense part's over the data-parallel group (torchtitan's FSDP of the
+  /// experts over their expert-data-parallel mesh). Per schedule rank.
   int ep = 1;
   int dense_layers = 0;
   /// With ep > 1: interleave a run of forwards of MoE layers with the run of backwards (B or I) after it by pairs and

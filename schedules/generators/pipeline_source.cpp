@@ -90,11 +90,11 @@ PipelineSource::PipelineSource(PipelinePlan plan) : RankSource(ScheduleHeader{})
   if (T > 1 && static_cast<int>(p.tp_group.size()) != p.world_size) bad_plan("tp_group needs one entry per plan rank");
   if (p.ep > 1) {
     if ((T > 1 && (!p.sequence_parallel || p.ep % T != 0)) || (T * dp) % p.ep != 0 || R != dp ||
-        p.dp_mode == DpMode::Fsdp || p.dense_layers < 0 || p.dense_layers >= L ||
+        p.dense_layers < 0 || p.dense_layers >= L ||
         static_cast<int>(p.ep_group.size()) != p.world_size * T || static_cast<int>(p.edp_group.size()) != p.world_size * T)
       bad_plan("expert parallelism: ep dividing tp x dp (with tp > 1: a multiple of tp, and sequence parallelism), one "
-               "replica per data-parallel rank, DDP or ZeRO-1, an MoE layer, and an EP and expert-data-parallel group "
-               "per schedule rank");
+               "replica per data-parallel rank, an MoE layer, and an EP and expert-data-parallel group per schedule "
+               "rank");
   }
 
   // Where each pass runs.
@@ -303,6 +303,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   const int E = plan.ep, f = j + T * rep, ej = f % std::max(E, 1), eg = f / std::max(E, 1), Mr = M / R;
   const int edp = E > 1 ? T * dp / E : 1;  // the expert-data-parallel degree
   const bool zero1 = plan.dp_mode == DpMode::Zero1;
+  // With FSDP the slice's weight is sharded over its expert-data-parallel group too (and gathered before use).
+  const int expert_shards = plan.dp_mode == DpMode::Fsdp && edp > 1 ? edp : 1;
   auto moe = [&](int l) {
     return E > 1 && l >= plan.dense_layers && !(l < static_cast<int>(plan.blockless.size()) && plan.blockless[l]);
   };
@@ -315,14 +317,17 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   };
   const int edp_group = E > 1 ? plan.edp_group[rank] : 0;
   const ExpertPlace place{ej, E, E > 1 ? plan.ep_group[rank] : 0, j, sp ? T : 1,
-                          plan.a2a_overlap ? PipelinePlan::a2a_stream : 0};
+                          plan.a2a_overlap ? PipelinePlan::a2a_stream : 0, expert_shards};
   // The grad of layer l's output as the rank keeps it: the last layer's is its vocabulary slice (an MoE last layer's
   // under sequence parallelism: its sequence shard, which the combine gave the loss).
   auto output_grad_kept = [&](int l, const IdSet& b) {
     return l == L - 1 && !(sp && moe(l)) ? slice(activation_grad_tensor(L, b)) : kept(activation_grad_tensor(l + 1, b));
   };
-  // The slice's optimizer state: whole, or with ZeRO-1 this replica's shard of its expert-data-parallel group.
-  auto expert_opt = [&](int l, int step) { return ex(opt_shard(l, zero1 && edp > 1 ? eg : 0, zero1 ? edp : 1, step)); };
+  // The slice's optimizer state: whole, or with ZeRO-1 and FSDP this rank's shard of its expert-data-parallel group.
+  const bool expert_opt_sharded = zero1 || expert_shards > 1;
+  auto expert_opt = [&](int l, int step) {
+    return ex(opt_shard(l, expert_opt_sharded && edp > 1 ? eg : 0, expert_opt_sharded ? edp : 1, step));
+  };
 
   std::vector<int> mine;
   for (const Step& s : plan.steps[r])
@@ -334,16 +339,20 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
       state.push_back(slice(weight_shard(l, weight_shards > 1 ? d : 0, weight_shards)));
       state.push_back(slice(opt_shard(l, opt_shards > 1 ? d : 0, opt_shards)));
       if (moe(l)) {
-        state.push_back(ex(weight_shard(l, 0, 1)));
+        state.push_back(ex(weight_shard(l, expert_shards > 1 ? eg : 0, expert_shards)));
         state.push_back(expert_opt(l, 0));
       }
     }
     prog.load(std::move(state));
   }
   if (weight_shards > 1)
-    for (int l : mine)
+    for (int l : mine) {
       prog.collective(OpKind::AllGather, l, dp_group, slice(weight_shard(l, d, dp)), slice(weight_full(l, dp)),
                       plan.dp_stream);
+      if (expert_shards > 1 && moe(l))
+        prog.collective(OpKind::AllGather, l, edp_group, ex(weight_shard(l, eg, edp)), ex(weight_full(l, edp)),
+                        plan.dp_stream);
+    }
 
   std::vector<int> grads_done(L, 0);
   // With data parallelism a layer's grads are reduced over its group as soon as its last grad is ready (on
@@ -397,15 +406,26 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   std::vector<int> reduced_experts;
   auto finish_experts = [&](int l) {
     Tensor g = prog.take_grad(l, true);
-    if (edp > 1) {
+    if (expert_shards > 1) {  // FSDP: the gathered weight dropped, the grads reduce-scattered into this rank's shard
+      prog.free({ex(weight_full(l, edp))});
+      prog.collective(OpKind::ReduceScatter, l, edp_group, g, ex(weight_grad_tensor(l, all, one(eg), edp)),
+                      plan.dp_stream);
+      prog.free({g});
+    } else if (edp > 1) {
       prog.collective(OpKind::AllReduce, l, edp_group, g, ex(weight_grad_tensor(l, all)), plan.dp_stream);
       prog.free({g});
     }
     reduced_experts.push_back(l);
   };
   auto step_experts = [&](int l) {
-    const Tensor w = ex(weight_shard(l, 0, 1));
     const Tensor o = expert_opt(l, 0), o1 = expert_opt(l, 1);
+    if (expert_shards > 1) {
+      const Tensor w = ex(weight_shard(l, eg, edp)), gs = ex(weight_grad_tensor(l, all, one(eg), edp));
+      prog.compute(OpKind::Update, l, {}, {gs, w, o}, {ex(weight_shard(l, eg, edp, 1)), o1});
+      prog.free({w, o, gs});
+      return;
+    }
+    const Tensor w = ex(weight_shard(l, 0, 1));
     const Tensor g = ex(weight_grad_tensor(l, all));
     if (zero1 && edp > 1) {
       Tensor w1 = ex(weight_shard(l, eg, edp, 1));

@@ -189,10 +189,6 @@ std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o,
     throw std::invalid_argument(fmt::format("{}: --ep {} must divide --tp x --dp = {}: the EP groups are carved out of "
                                             "each stage's tensor- and data-parallel ranks",
                                             kind, E, T * D));
-  if (o.zero == 3)
-    throw std::invalid_argument(fmt::format("{}: --ep with --zero 3 (FSDP) is not modelled yet; --zero 1 (Megatron-LM's "
-                                            "distributed optimizer, DeepSeek-V3's ZeRO-1) or DDP",
-                                            kind));
   require_at_least(kind, "dense-layers", o.dense_layers, 0);
   if (o.dense_layers >= layers)
     throw std::invalid_argument(fmt::format("{}: --dense-layers {} leaves no MoE layer of the {} layers", kind,
