@@ -49,6 +49,21 @@ HardwareSetting small_mixtral(int seq = 1024) {
 
 const HardwareCostModel& hw_cost(const std::unique_ptr<CostModel>& c) { return dynamic_cast<const HardwareCostModel&>(*c); }
 
+// Simulates `s` symmetric on `grid` (schedules/symmetry.h) and checks its step time and peak against `full`'s (the
+// full simulation's); returns the ranks simulated.
+int check_symmetric(const Schedule& s, const RankGrid& grid, const HardwareRun& full) {
+  const std::vector<int> mirror = symmetric_mirror(s.header, grid);
+  REQUIRE_FALSE(mirror.empty());
+  const ScheduleView src(s);
+  const HardwareRun sym = simulate_hardware(src, false, {}, mirror);
+  INFO(sym.result.error);
+  REQUIRE(full.report);
+  REQUIRE(sym.report);
+  CHECK(sym.report->step_time_s == doctest::Approx(full.report->step_time_s).epsilon(1e-12));
+  CHECK(sym.report->peak_memory_bytes == doctest::Approx(full.report->peak_memory_bytes).epsilon(1e-12));
+  return simulated_ranks(mirror, s.header.world_size);
+}
+
 }  // namespace
 
 TEST_CASE("MoE presets: the parameters their papers and model cards give, and a hand count") {
@@ -470,16 +485,10 @@ TEST_CASE("gen 3d --ep --tp --sp on the hardware model: the step's FLOPs, half t
   for (double imbalance : {0.0, 1.5}) {
     CAPTURE(imbalance);
     const Schedule x = step(2, 4, 4, imbalance);  // EP 4: two ranks of a stage per slice
-    const std::vector<int> mirror = symmetric_mirror(x.header, RankGrid{2, 1, 4, 2, 4});
-    REQUIRE_FALSE(mirror.empty());
-    const ScheduleView src(x);
-    const HardwareRun full = simulate_hardware(src, false, {}, {}), sym = simulate_hardware(src, false, {}, mirror);
+    const HardwareRun full = simulate_hardware(x);
     INFO(full.result.error);
     REQUIRE(full.result.ok);
-    REQUIRE(sym.result.ok);
-    CHECK(sym.report->step_time_s == doctest::Approx(full.report->step_time_s).epsilon(1e-12));
-    CHECK(sym.report->peak_memory_bytes == doctest::Approx(full.report->peak_memory_bytes).epsilon(1e-12));
-    CHECK(simulated_ranks(mirror, x.header.world_size) == (imbalance > 0 ? 2 * 4 : 2));
+    CHECK(check_symmetric(x, RankGrid{2, 1, 4, 2, 4}, full) == (imbalance > 0 ? 2 * 4 : 2));
   }
 }
 
@@ -510,13 +519,7 @@ TEST_CASE("gen 3d --ep --a2a-overlap on the hardware model: the all-to-alls hide
     CHECK(p.report->exposed_comm_share < a.report->exposed_comm_share);
     if (std::string(schedule) == "interleaved-1f1b") CHECK(p.report->step_time_s < 0.95 * a.report->step_time_s);
     else CHECK(p.report->exposed_comm_share < 0.8 * a.report->exposed_comm_share);
-    const std::vector<int> mirror = symmetric_mirror(paired.header, RankGrid{1, 1, 16, 2, 16});
-    REQUIRE_FALSE(mirror.empty());
-    const ScheduleView src(paired);
-    const HardwareRun sym = simulate_hardware(src, false, {}, mirror);
-    REQUIRE(sym.report);
-    CHECK(sym.report->step_time_s == doctest::Approx(p.report->step_time_s).epsilon(1e-12));
-    CHECK(sym.report->peak_memory_bytes == doctest::Approx(p.report->peak_memory_bytes).epsilon(1e-12));
+    check_symmetric(paired, RankGrid{1, 1, 16, 2, 16}, p);
   }
 }
 
@@ -555,14 +558,7 @@ TEST_CASE("gen 3d --ep --zero 3: FSDP shards the expert slices over their expert
   CHECK(loaded_expert_weights(fsdp) == doctest::Approx(loaded_expert_weights(zero1) / 2));
   const HardwareRun full = simulate_hardware(fsdp);
   INFO(full.result.error);
-  REQUIRE(full.report);
-  const std::vector<int> mirror = symmetric_mirror(fsdp.header, RankGrid{1, 1, 8, 2, 4});
-  REQUIRE_FALSE(mirror.empty());
-  const ScheduleView src(fsdp);
-  const HardwareRun sym = simulate_hardware(src, false, {}, mirror);
-  REQUIRE(sym.report);
-  CHECK(sym.report->step_time_s == doctest::Approx(full.report->step_time_s).epsilon(1e-12));
-  CHECK(sym.report->peak_memory_bytes == doctest::Approx(full.report->peak_memory_bytes).epsilon(1e-12));
+  check_symmetric(fsdp, RankGrid{1, 1, 8, 2, 4}, full);
 }
 
 TEST_CASE("gen 3d --ep: a stage chunk of the LM head alone holds no experts, and the step simulates") {
