@@ -345,14 +345,14 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     }
     prog.load(std::move(state));
   }
-  if (weight_shards > 1)
-    for (int l : mine) {
+  for (int l : mine) {
+    if (weight_shards > 1)
       prog.collective(OpKind::AllGather, l, dp_group, slice(weight_shard(l, d, dp)), slice(weight_full(l, dp)),
                       plan.dp_stream);
-      if (expert_shards > 1 && moe(l))
-        prog.collective(OpKind::AllGather, l, edp_group, ex(weight_shard(l, eg, edp)), ex(weight_full(l, edp)),
-                        plan.dp_stream);
-    }
+    if (expert_shards > 1 && moe(l))
+      prog.collective(OpKind::AllGather, l, edp_group, ex(weight_shard(l, eg, edp)), ex(weight_full(l, edp)),
+                      plan.dp_stream);
+  }
 
   std::vector<int> grads_done(L, 0);
   // With data parallelism a layer's grads are reduced over its group as soon as its last grad is ready (on
