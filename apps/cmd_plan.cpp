@@ -341,8 +341,8 @@ int run(const PlanArgs& a) {
   }
   if (moe)
     fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP beside it "
-               "(expert TP 1), CP 1, DDP and ZeRO-1 (FSDP with --zero 3); {}; its step times are optimistic for fine-grained experts, pessimistic where EP groups span nodes "
-               "(docs/planning.md, \"Mixture of Experts\")\n",
+               "(expert TP 1), CP 1, DDP and ZeRO-1 (FSDP with --zero 3); {}; its step times are optimistic for "
+               "fine-grained experts, pessimistic where EP groups span nodes (docs/planning.md, \"Mixture of Experts\")\n",
                r.model.preset, r.model.experts, r.model.top_k,
                r.moe_imbalance > 1 ? fmt::format("every expert slice ranked with the busiest at {:g} x the mean load", r.moe_imbalance)
                                    : std::string("routing balanced (--moe-imbalance 1.5 ranks them as a router before it balances)"));

@@ -67,8 +67,8 @@ SearchSpace default_space(const PlanRequest& r) {
   s.layouts = {"even", "balanced"};
   if (r.model.moe()) {
     // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP beside EP with expert TP 1 (EP a multiple
-    // of TP, sequence parallelism), CP 1, DDP and ZeRO-1 (FSDP when asked), the framework's schedules (torchtitan's are refused: it
-    // trains MoE models with FSDP). EP: every divisor of the experts up to the GPUs (the ones that do not divide
+    // of TP, sequence parallelism), CP 1, DDP and ZeRO-1 (FSDP when asked), the framework's schedules (torchtitan's
+    // framework is refused: its EP mesh and expert TP are its own). EP: every divisor of the experts up to the GPUs (the ones that do not divide
     // TP x DP, or with TP above 1 are not a multiple of it, are removed as indivisible). TP at most 2 by default,
     // as Megatron-Bridge's MoE recipes run it (scripts/performance/configs: TP 1 or 2 beside EP): each TP degree
     // doubles the search, and DeepSeek-V3 on 2,048 GPUs takes minutes a degree (bench/README.md); --tp asks for more.

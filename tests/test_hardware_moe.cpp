@@ -36,6 +36,14 @@ Schedule ep_step(const HardwareSetting& hs, int dp, int ep, int m, double imbala
   return s;
 }
 
+// gen 3d's schedule for `o` on the hardware cost model with setting `hs`.
+Schedule hardware_3d(const HardwareSetting& hs, const GenOptions& o) {
+  Schedule s = generate("3d", o);
+  s.header.cost_model = "hardware";
+  s.header.hardware = hs;
+  return s;
+}
+
 // Mixtral's blocks, four of them, the first dense (as DeepSeek-V3's first three are), on one H100 node.
 HardwareSetting small_mixtral(int seq = 1024) {
   HardwareSetting hs;
@@ -303,9 +311,7 @@ TEST_CASE("gen 3d --ep on the hardware model: the step's FLOPs, a stage's expert
   HardwareSetting hs = small_mixtral();
   GenOptions o;
   o.pp = 2, o.dp = 8, o.ep = 4, o.zero = 1, o.layers = 4, o.dense_layers = 1, o.microbatches = 4;
-  Schedule s = generate("3d", o);
-  s.header.cost_model = "hardware";
-  s.header.hardware = hs;
+  const Schedule s = hardware_3d(hs, o);
   const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
   const HardwareCostModel& cost = hw_cost(c);
   double flops = 0;
@@ -318,8 +324,7 @@ TEST_CASE("gen 3d --ep on the hardware model: the step's FLOPs, a stage's expert
   // gen ep and gen 3d --pp 1 describe the same placement: the same ops' FLOPs, the same experts' GEMMs.
   GenOptions flat;
   flat.pp = 1, flat.dp = 4, flat.ep = 4, flat.layers = 4, flat.dense_layers = 1, flat.microbatches = 2;
-  Schedule three = generate("3d", flat), ep = ep_step(hs, 4, 4, 2);
-  three.header.cost_model = "hardware", three.header.hardware = hs;
+  const Schedule three = hardware_3d(hs, flat), ep = ep_step(hs, 4, 4, 2);
   double f3 = 0, fe = 0;
   const std::unique_ptr<CostModel> c3 = make_schedule_cost_model(three), ce = make_schedule_cost_model(ep);
   for (const auto& ops : three.ranks)
@@ -458,10 +463,7 @@ TEST_CASE("gen 3d --ep --tp --sp on the hardware model: the step's FLOPs, half t
     GenOptions o;
     o.tp = tp, o.sequence_parallel = tp > 1, o.pp = 2, o.dp = dp, o.ep = ep, o.zero = 1, o.layers = 4;
     o.dense_layers = 1, o.microbatches = 4, o.moe_imbalance = imbalance;
-    Schedule s = generate("3d", o);
-    s.header.cost_model = "hardware";
-    s.header.hardware = hs;
-    return s;
+    return hardware_3d(hs, o);
   };
   const Schedule s = step(2, 4, 8);
   const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
@@ -505,10 +507,7 @@ TEST_CASE("gen 3d --ep --a2a-overlap on the hardware model: the all-to-alls hide
       GenOptions o;
       o.pp = 2, o.dp = 16, o.ep = 16, o.zero = 1, o.layers = 4, o.dense_layers = 1, o.microbatches = 8;
       o.schedule = schedule, o.chunks = std::string(schedule) == "dualpipev" ? 1 : 2, o.a2a_overlap = overlap;
-      Schedule s = generate("3d", o);
-      s.header.cost_model = "hardware";
-      s.header.hardware = hs;
-      return s;
+      return hardware_3d(hs, o);
     };
     const Schedule alone = step(false), paired = step(true);
     const HardwareRun a = simulate_hardware(alone), p = simulate_hardware(paired);
@@ -531,10 +530,7 @@ TEST_CASE("gen 3d --ep --zero 3: FSDP shards the expert slices over their expert
   auto step = [&](int zero) {
     GenOptions o;
     o.pp = 2, o.dp = 8, o.ep = 4, o.zero = zero, o.layers = 4, o.dense_layers = 1, o.microbatches = 4;
-    Schedule s = generate("3d", o);
-    s.header.cost_model = "hardware";
-    s.header.hardware = hs;
-    return s;
+    return hardware_3d(hs, o);
   };
   const Schedule fsdp = step(3), zero1 = step(1);
   auto flops = [](const Schedule& s) {
@@ -570,9 +566,7 @@ TEST_CASE("gen 3d --ep: a stage chunk of the LM head alone holds no experts, and
   o.chunk_blocks = {4, 0};
   o = model_dense_layers("3d", o, hs.model.blocks, hs.model.dense_blocks);
   CHECK(o.dense_layers == 1);
-  Schedule s = generate("3d", o);
-  s.header.cost_model = "hardware";
-  s.header.hardware = hs;
+  const Schedule s = hardware_3d(hs, o);
   REQUIRE(s.header.layers == 5);
   int expert_ops = 0;
   for (const auto& ops : s.ranks)
@@ -603,8 +597,7 @@ TEST_CASE("gen 3d --ep with every pipeline schedule: the split backward's passes
     o.chunks = std::string(schedule).rfind("interleaved", 0) == 0 ? 2 : 1;
     o = per_block_layers("3d", o, hs.model.blocks);
     o = model_dense_layers("3d", o, hs.model.blocks, hs.model.dense_blocks);
-    Schedule s = generate("3d", o);
-    s.header.cost_model = "hardware", s.header.hardware = hs;
+    const Schedule s = hardware_3d(hs, o);
     const std::unique_ptr<CostModel> cost = make_schedule_cost_model(s);
     double flops = 0;
     int weight_passes = 0;

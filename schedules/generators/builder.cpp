@@ -218,7 +218,8 @@ Tensor moe_dispatch(RankProgram& prog, int l, const IdSet& group_batches, const 
 Tensor moe_experts_forward(RankProgram& prog, int l, const IdSet& group_batches, const ExpertPlace& x,
                            const Tensor& tokens) {
   Tensor out_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertOut, x.slice, x.ep);
-  prog.compute(OpKind::Forward, l, group_batches, {tokens, expert_slice(weight_full(l, x.weight_shards), x.slice, x.ep)}, {out_e});
+  const Tensor w = expert_slice(weight_full(l, x.weight_shards), x.slice, x.ep);
+  prog.compute(OpKind::Forward, l, group_batches, {tokens, w}, {out_e});
   return out_e;
 }
 
@@ -247,8 +248,8 @@ Tensor moe_experts_backward(RankProgram& prog, int l, const IdSet& group_batches
   const Tensor in_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertIn, x.slice, x.ep);
   Tensor grad_out = routed_as(activation_grad_tensor(l + 1, group_batches), Route::ExpertOut, x.slice, x.ep);
   const Tensor expert_grad = expert_slice(weight_grad_tensor(l, group_batches), x.slice, x.ep);
-  prog.compute(OpKind::Backward, l, group_batches, {in_e, grads, expert_slice(weight_full(l, x.weight_shards), x.slice, x.ep)},
-               {expert_grad, grad_out});
+  const Tensor w = expert_slice(weight_full(l, x.weight_shards), x.slice, x.ep);
+  prog.compute(OpKind::Backward, l, group_batches, {in_e, grads, w}, {expert_grad, grad_out});
   prog.free({in_e, grads});
   prog.add_grad(expert_grad);
   return grad_out;

@@ -456,6 +456,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     Tensor a, w, g_out;
     const Message* sent = nullptr;
     TensorList drop;     // (sized once: each growth past the inline tensor is a heap allocation)
+    IdSet group;         // an MoE pass's: its EP group's microbatches of this step
     Tensor in, tokens;   // an MoE pass's gathered input, and its tokens between the all-to-alls
     Tensor grad;         // an MoE backward's routed grad
     std::vector<std::pair<int, Tensor>>* deferred = nullptr;  // where its send waits (a2a_overlap's pairs), else sent
@@ -468,6 +469,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     x.a = input_kept(x.l, x.b), x.w = slice(weight_full(x.l, weight_shards));
     x.g_out = output_grad_kept(x.l, x.b);
     if (send_after_[r][i] >= 0) x.sent = &msgs_[send_after_[r][i]];
+    if (moe(x.l) && x.s->pass != Pass::W) x.group = group_batches(x.s->mb);
     x.drop.reserve(5);
     return x;
   };
@@ -484,6 +486,17 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     prog.free(std::move(x.drop));
     if (x.s->pass == Pass::B || x.s->pass == Pass::W) grad_done(x.l);
   };
+  // Sends `t`, step x's message, now (true: the caller drops it with the step), or holds it for the sends after
+  // a2a_overlap's pairs.
+  auto send_out = [&](StepIo& x, const Tensor& t) {
+    const int to = j + T * plan_rank(x.sent->dst);
+    if (x.deferred) {
+      x.deferred->emplace_back(to, t);
+      return false;
+    }
+    prog.send(to, t);
+    return true;
+  };
   // An MoE layer's forward in phases (the dense part writes its output routed; the dispatch; the slice's experts on
   // the EP group's microbatches of this step; the combine: docs/design.md, "Mixture of Experts"), then its loss or
   // send.
@@ -493,10 +506,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     if (x.in != x.a) x.drop.push_back(x.in);
     x.tokens = moe_dense_forward(prog, x.l, x.b, place, x.in, x.w);
   };
-  auto moe_f_dispatch = [&](StepIo& x) { x.tokens = moe_dispatch(prog, x.l, group_batches(x.s->mb), place, x.tokens); };
-  auto moe_f_experts = [&](StepIo& x) {
-    x.tokens = moe_experts_forward(prog, x.l, group_batches(x.s->mb), place, x.tokens);
-  };
+  auto moe_f_dispatch = [&](StepIo& x) { x.tokens = moe_dispatch(prog, x.l, x.group, place, x.tokens); };
+  auto moe_f_experts = [&](StepIo& x) { x.tokens = moe_experts_forward(prog, x.l, x.group, place, x.tokens); };
   auto moe_f_combine = [&](StepIo& x) {
     const Tensor out = kept(activation_tensor(x.l + 1, x.b));
     moe_combine(prog, x.l, place, x.tokens, out);
@@ -507,10 +518,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     if (x.l == L - 1) {
       prog.compute(OpKind::Loss, L, x.b, {out}, {kept(activation_grad_tensor(L, x.b))});
       x.drop.push_back(out);
-    } else if (x.sent && x.deferred) {
-      x.deferred->emplace_back(j + T * plan_rank(x.sent->dst), out);
-    } else if (x.sent) {
-      prog.send(j + T * plan_rank(x.sent->dst), out);
+    } else if (x.sent && send_out(x, out)) {
       x.drop.push_back(out);
     }
     finish(x);
@@ -518,12 +526,8 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   // An MoE layer's backward's experts' half in phases: the output's grad (with sequence parallelism its shard,
   // ungathered) dispatched to the experts (and freed), their backward (input and weight grads: the experts' whole
   // backward runs in the input-grad pass of a split backward too), the combine back into the routed grad.
-  auto moe_b_dispatch = [&](StepIo& x) {
-    x.tokens = moe_grad_dispatch(prog, x.l, group_batches(x.s->mb), place, x.g_out);
-  };
-  auto moe_b_experts = [&](StepIo& x) {
-    x.tokens = moe_experts_backward(prog, x.l, group_batches(x.s->mb), place, x.tokens);
-  };
+  auto moe_b_dispatch = [&](StepIo& x) { x.tokens = moe_grad_dispatch(prog, x.l, x.group, place, x.g_out); };
+  auto moe_b_experts = [&](StepIo& x) { x.tokens = moe_experts_backward(prog, x.l, x.group, place, x.tokens); };
   auto moe_b_combine = [&](StepIo& x) { x.grad = moe_grad_combine(prog, x.l, x.b, place, x.tokens); };
   // A backward (B) or backward-input (I) pass's dense part: an MoE layer's reads the routed grad (freed with the
   // pass, or kept for the dense part's weight-grad pass).
@@ -548,12 +552,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     // Nothing reads the model input's grad: layer 0's partial sum is dropped, not reduced.
     Tensor g_in = l > 0 ? tp_reduce(g_partial, activation_grad_tensor(l, x.b), l) : g_partial;
     if (g_in != g_partial) x.drop.push_back(g_partial);
-    if (x.sent && x.deferred) {
-      x.deferred->emplace_back(j + T * plan_rank(x.sent->dst), g_in);
-    } else {
-      if (x.sent) prog.send(j + T * plan_rank(x.sent->dst), g_in);
-      if (x.sent || l == 0) x.drop.push_back(g_in);
-    }
+    if ((x.sent && send_out(x, g_in)) || l == 0) x.drop.push_back(g_in);
     finish(x);
   };
   // Sends a2a_overlap's pairs held back, in the order the steps alone would have sent them (a channel's messages
@@ -589,10 +588,7 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
           prog.compute(OpKind::Forward, l, b, {in, x.w}, {out});
           Tensor next = tp_reduce(out, activation_tensor(l + 1, b), l);
           if (next != out) x.drop.push_back(out);
-          if (x.sent) {
-            prog.send(j + T * plan_rank(x.sent->dst), next);
-            x.drop.push_back(next);
-          }
+          if (x.sent && send_out(x, next)) x.drop.push_back(next);
         }
         finish(x);
         return;
@@ -628,10 +624,10 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
   for (int i = 0; i < n_steps; ++i) {
     // gen 3d --a2a-overlap (as Megatron-LM's combined 1F1B and DeepSeek-V3's DualPipe do): a run of forwards of MoE
     // layers and the run of backwards after it (a stage chunk's layers each way, each run one microbatch's), of
-    // another microbatch, go by pairs, the first forward with the first backward and so on. A pair is interleaved by phase so that each
-    // one's all-to-alls (on their own stream) run under the other's compute: the backward's grad dispatch under the
-    // forward's dense part, the forward's dispatch under the backward's experts, the backward's combine under the
-    // forward's experts, the forward's combine under the backward's dense part. The runs' messages are received
+    // another microbatch, go by pairs, the first forward with the first backward and so on. A pair is interleaved by
+    // phase so that each one's all-to-alls (on their own stream) run under the other's compute: the backward's grad
+    // dispatch under the forward's dense part, the forward's dispatch under the backward's experts, the backward's
+    // combine under the forward's experts, the forward's combine under the backward's dense part. The runs' messages are received
     // first (a pair needs both its inputs, as Megatron-LM's combined 1F1B receives them) and sent after the pairs,
     // in the steps' order; the unpaired rest runs after the pairs as it would alone.
     int k = 0, m = 0, pairs = 0;

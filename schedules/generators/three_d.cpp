@@ -27,9 +27,9 @@
 //
 // gen 3d --ep E: expert parallelism inside each stage (add_expert_parallel below; docs/design.md, "Mixture of
 // Experts"): the layers from --dense-layers on are MoE layers whose experts are split over EP groups of E
-// consecutive data-parallel ranks of the stage; the pipeline builder writes each MoE layer's dispatch, experts and
-// combine (PipelinePlan::ep). With --tp 1 and --cp 1, every pipeline order (a split backward runs the experts' whole
-// backward in the input-grad pass), DDP or ZeRO-1.
+// consecutive ranks of the stage's TP x DP ranks; the pipeline builder writes each MoE layer's dispatch, experts and
+// combine (PipelinePlan::ep). Every pipeline order (a split backward runs the experts' whole backward in the
+// input-grad pass), DDP, ZeRO-1 or FSDP, TP beside it (expert TP 1, with --sp), --cp 1, and --a2a-overlap.
 #include <fmt/format.h>
 
 #include <algorithm>
