@@ -64,6 +64,7 @@ std::string encode_step(const StepOutput& out, std::size_t peak_bytes) {
   w.put<std::uint64_t>(out.routing.size());
   for (const StepOutput::Route& r : out.routing) {
     w.put<std::int32_t>(r.block), w.put<std::int32_t>(r.microbatch), w.put<std::uint64_t>(r.hash);
+    w.put<std::int32_t>(r.shard), w.put<std::int32_t>(r.shards);
     w.put_bytes(r.counts.data(), r.counts.size() * sizeof(int));
   }
   return std::move(w.out);
@@ -86,11 +87,14 @@ StepOutput decode_step(const std::string& bytes, std::size_t& peak_bytes) {
   if (n > (bytes.size() - r.pos) / sizeof(WorkTiming)) throw std::runtime_error("a rank's report to rank 0 is truncated");
   for (std::uint64_t i = 0; i < n; ++i) out.timings.push_back(r.get<WorkTiming>());
   auto routes = r.get<std::uint64_t>();
-  if (routes > (bytes.size() - r.pos) / 24)  // (each at least its block, microbatch, hash and counts' length)
+  if (routes > (bytes.size() - r.pos) / 32)  // (each at least its block, microbatch, hash, shard and counts' length)
     throw std::runtime_error("a rank's report to rank 0 is truncated (its routing)");
   for (std::uint64_t i = 0; i < routes; ++i) {
     StepOutput::Route x;
     x.block = r.get<std::int32_t>(), x.microbatch = r.get<std::int32_t>(), x.hash = r.get<std::uint64_t>();
+    x.shard = r.get<std::int32_t>(), x.shards = r.get<std::int32_t>();
+    if (x.shards < 1 || x.shard < 0 || x.shard >= x.shards)
+      throw std::runtime_error("a rank's report to rank 0 is malformed (its routing's sequence shard)");
     const std::string counts = r.get_bytes();
     if (counts.size() % sizeof(int) != 0) throw std::runtime_error("a rank's report to rank 0 is malformed (its routing)");
     x.counts.resize(counts.size() / sizeof(int));

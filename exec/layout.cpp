@@ -13,10 +13,12 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
   const int t = tp_size, j = tp_index;
   if (t < 1 || j < 0 || j >= t)
     throw std::invalid_argument(fmt::format("TP slice {} of {} does not exist", j, t));
-  if (t > 1 && has_moe())
-    throw std::invalid_argument(fmt::format("layer {} holds MoE blocks: the executor runs them without tensor "
-                                            "parallelism (gen 3d --ep with --tp is simulated, not replayed yet)",
-                                            spec.index));
+  if (t > 1 && has_moe() && experts.kind != ExpertSplit::Dense)
+    throw std::invalid_argument(fmt::format(
+        "layer {} holds MoE blocks: under tensor parallelism the executor runs them with expert parallelism only, the "
+        "dense part TP-sliced and the experts whole in expert slices (gen 3d --ep --tp --sp); it replays neither expert "
+        "tensor parallelism nor TP on an MoE layer without expert slices",
+        spec.index));
   if (experts.kind == ExpertSplit::Slice) {
     if (!model.moe() || experts.count < 1 || model.experts % experts.count || experts.index < 0 ||
         experts.index >= experts.count)

@@ -88,8 +88,9 @@ class LayerLayout {
   /// them, and for a TP slice of a layer without blocks (a stage layout's embedding or head alone).
   ///
   /// `experts` says where the layer's experts are (an MoE model). Throws std::invalid_argument for an expert slice
-  /// whose count does not divide the experts, or a TP slice of a layer with MoE blocks (the executor has no expert
-  /// tensor parallelism).
+  /// whose count does not divide the experts, or a TP slice of a layer with MoE blocks whose experts are not in
+  /// expert slices (`experts` other than Dense: the executor has no expert tensor parallelism). A TP slice of an
+  /// ExpertSplit::Dense layer holds the dense part's slice and the router whole (replicated, as the norm gains).
   LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp_index = 0, int tp_size = 1,
               ExpertSplit experts = {});
 

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 namespace trainsim::exec {
 
 template <typename T>
@@ -53,13 +55,45 @@ struct Run {
   // H, da, f, V: the heads, attention width, FFN columns and vocabulary rows of the layout (its TP slice's).
   int B, Tn, H, hd, d, da, f, V, tp_index, tp_size;
   long n;  // rows = B·T
+  // Mixture of Experts under TP (Megatron-Core's MoE with sequence parallelism; docs/executor.md "Mixture of
+  // Experts"): a TP slice of an expert-parallel MoE layer routes its sequence shard of the tokens (exec/
+  // sequence_shard.h's rows), so its MoE block's FFN norm, router and combine, and the layer's final norm, run on
+  // ns = n/t rows; the replicated parameters among them (the gains, the router) get partial grads, summed over the
+  // group in finish_weight. Without it, ns = n.
+  bool sharded;
+  long ns;
 
   Run(ModelContext<T>& ctx, const LayerLayout& layout, int sequences)
       : c(ctx), L(layout), m(layout.model()), B(sequences), Tn(m.seq), H(layout.heads()), hd(m.head_dim()), d(m.dim),
         da(layout.attention_dim()), f(layout.ffn()), V(layout.vocab()), tp_index(layout.tp_index()),
-        tp_size(layout.tp_size()), n(static_cast<long>(sequences) * m.seq) {
+        tp_size(layout.tp_size()), n(static_cast<long>(sequences) * m.seq),
+        sharded(tp_size > 1 && moe_split_layer(layout)), ns(sharded ? n / tp_size : n) {
     if (tp_size > 1 && (!c.tp || c.tp->size != tp_size))
       throw std::logic_error("a TP slice's layer computed without its TP group");
+    if (sharded && Tn % tp_size != 0)
+      throw std::invalid_argument(fmt::format("an MoE layer's TP slice routes its sequence shard of the tokens, but a "
+                                              "sequence of {} tokens does not split into {} equal shards",
+                                              Tn, tp_size));
+  }
+
+  // The rows of an MoE block's FFN: its sequence shard's under TP (ns), else all (a dense block's, n).
+  long ffn_rows(const BlockOffsets& o) const { return o.moe ? ns : n; }
+  // This slice's sequence shard (ns×d) of x (n×d): of each sequence the tokens [j·T/t, (j+1)·T/t).
+  BufferPtr shard_of(const T* x) {
+    const long per = Tn / tp_size;
+    BufferPtr out = make(ns * d);
+    for (long i = 0; i < B; ++i) k().copy(x + (i * Tn + tp_index * per) * d, p(out) + i * per * d, per * d);
+    return out;
+  }
+  // The whole x (n×d) from every slice's sequence shard (ns×d), all-gathered over the TP group (member-major,
+  // then put back in sequence order).
+  BufferPtr gather_shards(const T* x) {
+    const long per = Tn / tp_size;
+    BufferPtr g = make(n * d), out = make(n * d);
+    c.tp->all_gather(x, p(g), ns * d);
+    for (long q = 0; q < tp_size; ++q)
+      for (long i = 0; i < B; ++i) k().copy(p(g) + (q * ns + i * per) * d, p(out) + (i * Tn + q * per) * d, per * d);
+    return out;
   }
 
   BufferPtr make(long elements) { return c.alloc->allocate(static_cast<std::size_t>(elements) * sizeof(T)); }
@@ -101,8 +135,10 @@ struct Run {
     k().gemm(false, true, n, d, da, T(1), p(s.att), da, W + o.wo, da, T(0), p(s.h), d);
     reduce(p(s.h), n * d);
     k().add(p(s.h), x_in, p(s.h), n * d);
-    s.xn2 = make(n * d), s.rstd2 = make(n);
-    k().rmsnorm_forward(p(s.h), W + o.ffn_norm, p(s.xn2), p(s.rstd2), n, d, static_cast<T>(m.norm_eps));
+    if (o.moe && sharded) s.h = shard_of(p(s.h));  // (the residual of the slice's tokens)
+    const long r = ffn_rows(o);
+    s.xn2 = make(r * d), s.rstd2 = make(r);
+    k().rmsnorm_forward(p(s.h), W + o.ffn_norm, p(s.xn2), p(s.rstd2), r, d, static_cast<T>(m.norm_eps));
     if (o.moe) return moe_forward(W, o, y, s, output);
     s.gu = make(n * 2 * f);
     k().gemm(false, true, n, 2 * f, d, T(1), p(s.xn2), d, W + o.wgu, d, T(0), p(s.gu), 2 * f);
@@ -123,7 +159,7 @@ struct Run {
   // into y for the dispatch. (A split block is never recomputed: layer_forward keeps its stash whole.)
   void moe_forward(const T* W, const BlockOffsets& o, T* y, BlockStash& s, bool output) {
     auto st = std::make_shared<MoeState>();
-    st->routing = moe_route(k(), *c.alloc, p(s.xn2), W + o.router, n, d, m.experts, m.top_k, static_cast<bool>(c.on_route),
+    st->routing = moe_route(k(), *c.alloc, p(s.xn2), W + o.router, ns, d, m.experts, m.top_k, static_cast<bool>(c.on_route),
                             c.misroute_tokens);
     if (c.on_route) c.on_route(o.block, st->routing);
     const long pairs = st->routing.pairs();
@@ -141,7 +177,7 @@ struct Run {
     if (output) combine(*st, p(s.h), y);
   }
   void combine(const MoeState& st, const T* h, T* y) {
-    k().moe_combine(h, p(st.y_pairs), st.routing.pair_row->as<int>(), p(st.routing.gates), y, n, m.top_k, d);
+    k().moe_combine(h, p(st.y_pairs), st.routing.pair_row->as<int>(), p(st.routing.gates), y, ns, m.top_k, d);
   }
 
   // An MoE block's FFN backward-input from dy (the block output's grad) into s.dxn2: the combine's and the
@@ -153,24 +189,24 @@ struct Run {
     const long pairs = st.routing.pairs();
     const int K = m.top_k;
     const int* pair_row = st.routing.pair_row->as<int>();
-    s.dxn2 = make(n * d);
+    s.dxn2 = make(ns * d);
     if (st.split) {
       if (!dx_pairs || !st.dgates) throw std::logic_error("an expert-parallel MoE block's backward without its experts' grads");
-      k().moe_sum_pairs(dx_pairs, pair_row, p(s.dxn2), n, K, d);
+      k().moe_sum_pairs(dx_pairs, pair_row, p(s.dxn2), ns, K, d);
     } else {
-      st.dgates = make(n * K), st.dy_pairs = make(pairs * d);
-      k().moe_combine_backward(dy, p(st.y_pairs), pair_row, p(st.routing.gates), p(st.dy_pairs), p(st.dgates), n, K, d);
+      st.dgates = make(ns * K), st.dy_pairs = make(pairs * d);
+      k().moe_combine_backward(dy, p(st.y_pairs), pair_row, p(st.routing.gates), p(st.dy_pairs), p(st.dgates), ns, K, d);
       BufferPtr dx = make(pairs * d);
       st.experts_dw = make(static_cast<long>(o.experts_held) * expert_elements(d, m.ffn));
       experts_backward(k(), *c.alloc, W + o.experts, d, m.ffn, st.routing.counts, p(st.x_pairs), p(st.dy_pairs), p(dx),
                        p(st.experts_dw), p(st.gu_pairs), p(st.act_pairs));
-      k().moe_sum_pairs(p(dx), pair_row, p(s.dxn2), n, K, d);
+      k().moe_sum_pairs(p(dx), pair_row, p(s.dxn2), ns, K, d);
       st.x_pairs.reset(), st.gu_pairs.reset(), st.act_pairs.reset(), st.dy_pairs.reset();
     }
     st.y_pairs.reset();
-    st.dlogits = make(n * m.experts);
-    k().moe_topk_backward(st.routing.idx->as<int>(), p(st.routing.gates), p(st.dgates), p(st.dlogits), n, m.experts, K);
-    k().gemm(false, false, n, d, m.experts, T(1), p(st.dlogits), m.experts, W + o.router, d, T(1), p(s.dxn2), d);
+    st.dlogits = make(ns * m.experts);
+    k().moe_topk_backward(st.routing.idx->as<int>(), p(st.routing.gates), p(st.dgates), p(st.dlogits), ns, m.experts, K);
+    k().gemm(false, false, ns, d, m.experts, T(1), p(st.dlogits), m.experts, W + o.router, d, T(1), p(s.dxn2), d);
   }
 
   // The attention probabilities of a block whose forward dropped them (selective recomputation): the forward's
@@ -186,9 +222,9 @@ struct Run {
   // An RMSNorm's input grad onto the residual's grad res, into dx; with norm_dW (the whole backward), its gain's
   // grad into norm_dW + gain in the same pass.
   void norm_backward_onto(const T* dy, const T* x, const T* g, const T* rstd, const T* res, T* dx, T* norm_dW,
-                          long gain) {
-    if (norm_dW) k().rmsnorm_backward(dy, x, g, rstd, res, dx, norm_dW + gain, n, d);
-    else k().rmsnorm_backward_input_onto(dy, x, g, rstd, res, dx, n, d);
+                          long gain, long rows) {
+    if (norm_dW) k().rmsnorm_backward(dy, x, g, rstd, res, dx, norm_dW + gain, rows, d);
+    else k().rmsnorm_backward_input_onto(dy, x, g, rstd, res, dx, rows, d);
   }
 
   // One block's backward-input: dy (grad of its output) -> dx (grad of its input, overwritten). With
@@ -212,8 +248,9 @@ struct Run {
       k().gemm(false, false, n, d, 2 * f, T(1), p(s.dgu), 2 * f, W + o.wgu, d, T(0), p(s.dxn2), d);
       reduce(p(s.dxn2), n * d);
     }
-    s.dh = make(n * d);  // the residual's grad dy plus the FFN norm's
-    norm_backward_onto(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), norm_dW, o.ffn_norm);
+    s.dh = make(ffn_rows(o) * d);  // the residual's grad dy plus the FFN norm's
+    norm_backward_onto(p(s.dxn2), p(s.h), W + o.ffn_norm, p(s.rstd2), dy, p(s.dh), norm_dW, o.ffn_norm, ffn_rows(o));
+    if (o.moe && sharded) s.dh = gather_shards(p(s.dh));  // (the attention's output grad: every token's)
     BufferPtr datt = make(n * da);
     k().gemm(false, false, n, da, d, T(1), p(s.dh), d, W + o.wo, da, T(0), p(datt), da);
     if (!s.probs) recompute_probs(s);
@@ -237,7 +274,7 @@ struct Run {
       if (norm_dW) k().rmsnorm_backward_weight(p(s.dxn1), x_in, p(s.rstd1), norm_dW + o.attn_norm, n, d);
     } else {
       if (!partial_in) reduce(p(s.dxn1), n * d);
-      norm_backward_onto(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), p(s.dh), dx, norm_dW, o.attn_norm);
+      norm_backward_onto(p(s.dxn1), x_in, W + o.attn_norm, p(s.rstd1), p(s.dh), dx, norm_dW, o.attn_norm, n);
     }
     // backward-weight needs neither the attention's inputs nor the FFN's pre-activations any more
     s.q.reset(), s.k.reset(), s.v.reset(), s.probs.reset(), s.gu.reset();
@@ -248,7 +285,7 @@ struct Run {
   void block_backward_weight(const BlockOffsets& o, const T* x_in, const T* dy, T* dW, BlockStash& s, bool norms) {
     if (o.moe) {  // the router's grad; the experts' were computed with their input grads
       MoeState& st = *s.moe;
-      k().gemm(true, false, m.experts, d, n, T(1), p(st.dlogits), m.experts, p(s.xn2), d, T(0), dW + o.router, d);
+      k().gemm(true, false, m.experts, d, ns, T(1), p(st.dlogits), m.experts, p(s.xn2), d, T(0), dW + o.router, d);
       if (!st.split)
         k().copy(p(st.experts_dw), dW + o.experts, static_cast<long>(o.experts_held) * expert_elements(d, m.ffn));
       s.moe.reset();
@@ -256,7 +293,7 @@ struct Run {
       k().gemm(true, false, d, f, n, T(1), dy, d, p(s.act), f, T(0), dW + o.wdown, f);
       k().gemm(true, false, 2 * f, d, n, T(1), p(s.dgu), 2 * f, p(s.xn2), d, T(0), dW + o.wgu, d);
     }
-    if (norms) k().rmsnorm_backward_weight(p(s.dxn2), p(s.h), p(s.rstd2), dW + o.ffn_norm, n, d);
+    if (norms) k().rmsnorm_backward_weight(p(s.dxn2), p(s.h), p(s.rstd2), dW + o.ffn_norm, ffn_rows(o), d);
     k().gemm(true, false, d, da, n, T(1), p(s.dh), d, p(s.att), da, T(0), dW + o.wo, da);
     k().gemm(true, false, 3 * da, d, n, T(1), p(s.dqkv), 3 * da, p(s.xn1), d, T(0), dW + o.wqkv, d);
     if (norms) k().rmsnorm_backward_weight(p(s.dxn1), x_in, p(s.rstd1), dW + o.attn_norm, n, d);
@@ -271,12 +308,15 @@ const T* block_input(const LayerStash& s, int b, const void* in) {
 }
 
 // The final norm and the LM head on the last block's output s.x_final, into `out` (the logits, n × V/t); keeps
-// the norm's output and rstd for the backward.
+// the norm's output and rstd for the backward. Sharded (an MoE layer's TP slice), the final norm runs on the
+// slice's sequence shard and its output is all-gathered for the column-parallel LM head, as Megatron-LM's output
+// layer does under sequence parallelism.
 template <typename T>
 void head_forward(Run<T>& r, const LayerLayout& layout, const T* W, LayerStash& s, T* out) {
-  s.xnf = r.make(r.n * r.d), s.rstdf = r.make(r.n);
+  s.xnf = r.make(r.ns * r.d), s.rstdf = r.make(r.ns);
   r.k().rmsnorm_forward(Run<T>::p(s.x_final), W + layout.final_norm_offset(), Run<T>::p(s.xnf), Run<T>::p(s.rstdf),
-                        r.n, r.d, static_cast<T>(r.m.norm_eps));
+                        r.ns, r.d, static_cast<T>(r.m.norm_eps));
+  if (r.sharded) s.xnf = r.gather_shards(Run<T>::p(s.xnf));
   r.k().gemm(false, true, r.n, r.V, r.d, T(1), Run<T>::p(s.xnf), r.d, W + layout.head_offset(), r.d, T(0), out, r.V);
 }
 
@@ -359,10 +399,11 @@ struct LayerBackward {
     s.dxnf = r.make(r.n * r.d);
     r.k().gemm(false, false, r.n, r.d, r.V, T(1), dout, r.V, W + layout.head_offset(), r.d, T(0), Run<T>::p(s.dxnf), r.d);
     r.reduce(Run<T>::p(s.dxnf), r.n * r.d);  // (the LM head is column-parallel: its input grad is a partial sum)
-    BufferPtr dx = r.make(r.n * r.d);
-    r.k().fill(Run<T>::p(dx), T(0), r.n * r.d);
+    if (r.sharded) s.dxnf = r.shard_of(Run<T>::p(s.dxnf));  // (the final norm ran on the sequence shard)
+    BufferPtr dx = r.make(r.ns * r.d);
+    r.k().fill(Run<T>::p(dx), T(0), r.ns * r.d);
     r.k().rmsnorm_backward_input(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), W + layout.final_norm_offset(),
-                                 Run<T>::p(s.rstdf), Run<T>::p(dx), r.n, r.d);
+                                 Run<T>::p(s.rstdf), Run<T>::p(dx), r.ns, r.d);
     if (spec.num_blocks > 0) s.blocks.back().d_out = dx;
     else if (spec.embedding) s.dx0 = dx;
     else r.k().copy(Run<T>::p(dx), din, r.n * r.d);  // the head alone: its input grad is the layer's
@@ -372,7 +413,7 @@ struct LayerBackward {
   void head_weight(const T* dout, T* dW) {
     r.k().gemm(true, false, r.V, r.d, r.n, T(1), dout, r.V, Run<T>::p(s.xnf), r.d, T(0), dW + layout.head_offset(), r.d);
     r.k().rmsnorm_backward_weight(Run<T>::p(s.dxnf), Run<T>::p(s.x_final), Run<T>::p(s.rstdf),
-                                  dW + layout.final_norm_offset(), r.n, r.d);
+                                  dW + layout.final_norm_offset(), r.ns, r.d);
   }
 
   // Block b's backward-input from dy, into the grad of its input: the d_out of the block before, the
@@ -402,9 +443,16 @@ struct LayerBackward {
   }
 
   // After every block's weight grads: the first block's attention-norm gain (a partial sum on a TP slice whose
-  // input grad is one) and the embedding's grad.
+  // input grad is one), the replicated parameters a sharded MoE layer computed from its sequence shard (the MoE
+  // block's FFN norm gain and router, the final norm's gain: each slice's part of the grad), and the embedding's grad.
   void finish_weight(const void* in, const T* dout, T* dW) {
     if (s.partial_first_norm) r.reduce(dW + layout.block(0).attn_norm, r.d);
+    if (r.sharded) {
+      const BlockOffsets& o = layout.block(spec.num_blocks - 1);
+      r.reduce(dW + o.ffn_norm, r.d);
+      r.reduce(dW + o.router, static_cast<long>(r.m.experts) * r.d);
+      if (spec.head) r.reduce(dW + layout.final_norm_offset(), r.d);
+    }
     if (!spec.embedding) return;
     T* dE = dW + layout.embedding_offset();
     // The embedding's output grad: the first block's input grad, or with no block the layer's output grad.
@@ -445,7 +493,7 @@ void moe_layer_combine(ModelContext<T>& c, const LayerLayout& layout, const T* W
     r.combine(st, Run<T>::p(bs.h), out);
     return;
   }
-  s.x_final = r.make(r.n * r.d);
+  s.x_final = r.make(r.ns * r.d);
   r.combine(st, Run<T>::p(bs.h), Run<T>::p(s.x_final));
   head_forward(r, layout, W, s, out);
 }
@@ -465,9 +513,9 @@ void moe_layer_dispatch_backward(ModelContext<T>& c, const LayerLayout& layout, 
   } else {
     bs.d_out = std::move(dout);
   }
-  st.dgates = r.make(r.n * r.m.top_k);
+  st.dgates = r.make(r.ns * r.m.top_k);
   c.k->moe_combine_backward(Run<T>::p(bs.d_out), Run<T>::p(st.y_pairs), st.routing.pair_row->as<int>(),
-                            Run<T>::p(st.routing.gates), dy_pairs, Run<T>::p(st.dgates), r.n, r.m.top_k, r.d);
+                            Run<T>::p(st.routing.gates), dy_pairs, Run<T>::p(st.dgates), r.ns, r.m.top_k, r.d);
 }
 
 // An expert-parallel MoE layer's backward starts from what its dispatch's backward left in the stash
@@ -573,7 +621,7 @@ void loss_forward_backward(ModelContext<T>& c, const ModelConfig& model, const T
 
 long layer_output_elements(const LayerLayout& layout, int sequences) {
   const long n = static_cast<long>(sequences) * layout.model().seq;
-  if (moe_split_layer(layout)) return n * layout.model().top_k * layout.model().dim;
+  if (moe_split_layer(layout)) return n / layout.tp_size() * layout.model().top_k * layout.model().dim;
   return n * (layout.spec().head ? layout.vocab() : layout.model().dim);
 }
 

@@ -76,12 +76,20 @@ MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, 
   return r;
 }
 
-RoutingDigest routing_digest(const MoeRouting& r, long first, long count) {
+RoutingDigest routing_digest(const MoeRouting& r, long first, long count, int seq, int shard, int shards) {
   RoutingDigest d;
-  d.hash = 0xcbf29ce484222325ull;
-  for (long i = first * r.top_k; i < (first + count) * r.top_k; ++i) {
-    const auto v = static_cast<std::uint32_t>(r.host_idx.at(static_cast<std::size_t>(i)));
-    for (int b = 0; b < 4; ++b) d.hash = (d.hash ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+  d.shard = shard, d.shards = shards;
+  const long per = shards > 1 ? seq / shards : 1;  // a sequence's rows in one shard
+  for (long t = 0; t < count; ++t) {
+    const long token = shards > 1 ? (t / per) * seq + shard * per + t % per : t;  // its index in the microbatch
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&h](std::uint32_t v) {
+      for (int b = 0; b < 4; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    };
+    mix(static_cast<std::uint32_t>(token));
+    for (long i = (first + t) * r.top_k; i < (first + t + 1) * r.top_k; ++i)
+      mix(static_cast<std::uint32_t>(r.host_idx.at(static_cast<std::size_t>(i))));
+    d.hash += h;
   }
   d.counts.assign(r.experts, 0);
   for (long i = first * r.top_k; i < (first + count) * r.top_k; ++i) ++d.counts.at(r.host_idx.at(static_cast<std::size_t>(i)));
@@ -89,6 +97,13 @@ RoutingDigest routing_digest(const MoeRouting& r, long first, long count) {
   if (!r.margins.empty())
     for (long t = first; t < first + count; ++t) d.min_margin = std::min(d.min_margin, r.margins.at(static_cast<std::size_t>(t)));
   return d;
+}
+
+void add_shard(RoutingDigest& into, const RoutingDigest& part) {
+  into.hash += part.hash;
+  if (into.counts.size() < part.counts.size()) into.counts.resize(part.counts.size(), 0);
+  for (std::size_t e = 0; e < part.counts.size(); ++e) into.counts[e] += part.counts[e];
+  into.min_margin = std::min(into.min_margin, part.min_margin);
 }
 
 template <typename T>

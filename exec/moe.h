@@ -40,15 +40,23 @@ struct MoeRouting {
 };
 
 /// What a microbatch's routing was, for comparing two runs (the executor's --check, exec/training.h): a hash of
-/// its tokens' experts (FNV-1a over idx), how many of its (token, slot) pairs each expert got, and the smallest
-/// relative margin among its tokens (moe_route's margins; +inf when not taken).
+/// its tokens' experts (the sum, mod 2^64, of each token's FNV-1a over its index in the microbatch and its k
+/// experts: a sum, so that the digests of a microbatch's sequence shards add up to the whole microbatch's), how
+/// many of its (token, slot) pairs each expert got, and the smallest relative margin among its tokens (moe_route's
+/// margins; +inf when not taken). `shard` of `shards`: the sequence shard of the microbatch it covers (an MoE
+/// layer's TP slice routes one, exec/model.h); 0 of 1 for the whole microbatch.
 struct RoutingDigest {
   std::uint64_t hash = 0;
   std::vector<int> counts;
   double min_margin = 0;
+  int shard = 0, shards = 1;
 };
-/// The digest of tokens [first, first + count) of `r`.
-RoutingDigest routing_digest(const MoeRouting& r, long first, long count);
+/// The digest of rows [first, first + count) of `r`: one microbatch's tokens, or under TP its sequence shard
+/// `shard` of `shards` (of each of its sequences of `seq` tokens, the tokens [shard·seq/shards,
+/// (shard+1)·seq/shards), exec/sequence_shard.h), which give the tokens' indices in the microbatch.
+RoutingDigest routing_digest(const MoeRouting& r, long first, long count, int seq = 1, int shard = 0, int shards = 1);
+/// Adds the digest of another sequence shard of the same microbatch to `into` (hash, counts, margin).
+void add_shard(RoutingDigest& into, const RoutingDigest& part);
 
 /// What an MoE block keeps from its forward for its backward (BlockStash::moe).
 struct MoeState {

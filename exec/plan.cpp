@@ -313,7 +313,7 @@ void plan_tensor_parallel(const Schedule& s, ReplayPlan& plan) {
     RankPlan& rp = plan.ranks[r];
     for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
       const Op& op = s.ranks[r][i];
-      const int t = compute_tp_size(op);
+      const int t = compute_tp_size(op, s.header.layers);
       if (t <= 1) continue;
       if (rp.tp_size > 1 && rp.tp_size != t)
         throw PlanError(fmt::format("{}: it computes with a TP degree of {}, but rank {}'s compute ops before it with {}: "
@@ -413,7 +413,7 @@ void check_all_to_alls(const Schedule& s, const ReplayPlan& plan) {
 
 }  // namespace
 
-int compute_tp_size(const Op& op) {
+int compute_tp_size(const Op& op, int layers) {
   switch (op.kind) {
     case OpKind::Forward:
     case OpKind::Backward:
@@ -425,7 +425,17 @@ int compute_tp_size(const Op& op) {
       for (const Tensor& t : op.writes)
         if (t.kind == TensorKind::WeightGrad) return t.tp_size;
       return 1;
-    case OpKind::Loss: return op.reads.empty() ? 1 : op.reads.front().tp_size;
+    case OpKind::Loss:
+      if (op.reads.empty()) return 1;
+      if (op.reads.front().layer == layers && op.reads.front().num_shards > 1) return op.reads.front().num_shards;
+      return op.reads.front().tp_size;
+    case OpKind::AllToAll:
+      // (an MoE last layer's combine, which writes the final activation's sequence shard, and its backward
+      // dispatch, which reads its grad: the LM head's TP calls run inside them)
+      for (const auto* ts : {&op.reads, &op.writes})
+        for (const Tensor& t : *ts)
+          if (t.layer == layers && t.route == Route::None && t.num_shards > 1) return t.num_shards;
+      return 1;
     default: return 1;
   }
 }

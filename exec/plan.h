@@ -76,9 +76,12 @@ struct ReplayPlan {
 /// The TP degrees (> 1) of the schedule's TP-sliced tensors, in increasing order (for ModelShapes).
 std::vector<int> tp_degrees(const Schedule& schedule);
 
-/// The TP degree of a compute op: that of the weight a forward or backward reads, the weight grad a
-/// backward-weight writes, the logits a loss reads; 1 for every other op.
-int compute_tp_size(const Op& op);
+/// The TP degree of a compute op of a schedule of `layers` layers: that of the weight a forward or backward
+/// reads, the weight grad a backward-weight writes, the logits a loss reads (their vocabulary slice, or the
+/// final activation's sequence shard that an MoE last layer's TP slice writes); of an all-to-all that writes or
+/// reads that sequence shard (the MoE last layer's combine and backward dispatch, whose LM head's TP calls run
+/// inside: docs/executor.md "Mixture of Experts"); 1 for every other op.
+int compute_tp_size(const Op& op, int layers);
 
 /// Works out the plan. `clip` is the requested max norm (0: off); with `clip_required` a schedule that cannot
 /// clip is a PlanError, otherwise clipping is turned off with a note. Throws PlanError for what the

@@ -88,7 +88,8 @@ struct RankExecutor::Impl {
   // tensor of the forward dispatch (layer, batches), the rows its group sent, for the backward's all-to-alls.
   std::map<std::pair<int, IdSet>, std::shared_ptr<MoeSource>> moe_sources;
   std::map<std::pair<int, IdSet>, std::shared_ptr<ExpertRows>> expert_rows;
-  // With ctx.record_routing: (MoE block, microbatch) -> its routing's hash, written by the forwards' streams.
+  // With ctx.record_routing: (MoE block, microbatch) -> its routing's digest (under TP: of the rank's sequence
+  // shard of the microbatch), written by the forwards' streams.
   std::mutex routes_mu;
   std::map<std::pair<int, int>, RoutingDigest> routes;
   std::vector<std::shared_ptr<LossRecord>> losses;
@@ -298,12 +299,17 @@ struct RankExecutor::Impl {
       moe_sources[{l, A.batches}] = source;
     }
     std::vector<int> batches = A.batches.ids();
-    out->ready = submit(op, index, deps, [this, a, w, out, sequences, source, batches](StreamContext& s) {
+    // (an MoE layer's TP slice routes its sequence shard of the tokens: exec/model.h)
+    const int shards = source ? w->id.tp_size : 1, shard = source ? w->id.tp_index() : 0;
+    out->ready = submit(op, index, deps, [this, a, w, out, sequences, source, batches, shard, shards](StreamContext& s) {
       out->buffer = alloc(out->id);
       auto stash = std::make_shared<LayerStash>();
       TpComm<float> tp = tp_comm(s, w->id.tp_size);
       ModelContext<float> mc = model_ctx(s, &tp);
-      if (ctx.record_routing) mc.on_route = [this, &batches](int block, const MoeRouting& r) { record(block, batches, r); };
+      if (ctx.record_routing)
+        mc.on_route = [this, &batches, shard, shards](int block, const MoeRouting& r) {
+          record(block, batches, r, shard, shards);
+        };
       if (ctx.fault.misroute_rank == rank && ctx.fault.misroute_step == step) mc.misroute_tokens = ctx.fault.misroute_tokens;
       layer_forward(mc, layout(w->id), w->buffer->as<float>(), a->buffer->data(), sequences, out->buffer->as<float>(),
                     stash.get());
@@ -380,12 +386,14 @@ struct RankExecutor::Impl {
   }
 
   // ---- Mixture of Experts (exec/moe.h) ----
-  // The routing of a forward over microbatches `batches` (in order), per microbatch.
-  void record(int block, const std::vector<int>& batches, const MoeRouting& r) {
-    const long per = model.tokens_per_microbatch();
+  // The routing of a forward over microbatches `batches` (in order), per microbatch; of their sequence shard
+  // `shard` of `shards` under TP.
+  void record(int block, const std::vector<int>& batches, const MoeRouting& r, int shard, int shards) {
+    const long per = model.tokens_per_microbatch() / shards;
     std::lock_guard lock(routes_mu);
     for (std::size_t i = 0; i < batches.size(); ++i)
-      routes.try_emplace({block, batches[i]}, routing_digest(r, static_cast<long>(i) * per, per));
+      routes.try_emplace({block, batches[i]},
+                         routing_digest(r, static_cast<long>(i) * per, per, model.seq, shard, shards));
   }
 
   // An expert slice's forward: its experts on the rows the dispatch gathered, by expert.
@@ -477,7 +485,8 @@ struct RankExecutor::Impl {
         BufferPtr packed = in->buffer;  // forward: the packed tokens; backward: the experts' output grads
         if (grad) {
           packed = dev.memory().allocate(static_cast<std::size_t>(pairs * d) * sizeof(float));
-          ModelContext<float> mc = model_ctx(s);
+          TpComm<float> tp = layer_tp(s, src->weight->id);
+          ModelContext<float> mc = model_ctx(s, &tp);
           moe_layer_dispatch_backward(mc, layout(src->weight->id), src->weight->buffer->as<float>(), in->buffer,
                                       packed->as<float>(), *src->stash);
         }
@@ -513,10 +522,22 @@ struct RankExecutor::Impl {
         return;
       }
       out->buffer = alloc(out->id);
-      ModelContext<float> mc = model_ctx(s);
+      TpComm<float> tp = layer_tp(s, src->weight->id);
+      ModelContext<float> mc = model_ctx(s, &tp);
       moe_layer_combine(mc, layout(src->weight->id), src->weight->buffer->as<float>(), packed, out->buffer->as<float>(),
                         *src->stash);
     });
+  }
+
+  // The TP group of an MoE layer's combine and its backward dispatch on `s` (exec/model.h): a TP slice whose layer
+  // has the LM head all-gathers the final norm's sequence shards and sums the head's input grad there, over the
+  // plan's TP communicator for the stream (make_plan counts these all-to-alls as the TP group's collective ops);
+  // one without the head makes no TP call.
+  TpComm<float> layer_tp(StreamContext& s, const Tensor& weight) {
+    if (weight.tp_size > 1 && layout(weight).spec().head) return tp_comm(s, weight.tp_size);
+    TpComm<float> none;
+    none.size = weight.tp_size;
+    return none;
   }
 
   // Floats of this rank's packed tokens for each of the `k` expert slices of `per` experts (the dispatch sends
@@ -567,6 +588,16 @@ struct RankExecutor::Impl {
       }
   }
 
+  // Which vocabulary slice of the logits a loss reads: (t, j) for slice j of t, (1, 0) for all of them. A TP
+  // slice's LM head writes its vocabulary slice A_L<j/t>; an MoE last layer's TP slice writes A_L[j/t], which the
+  // schedule names sequence shard j of the final activation (the sequence-parallel layer's output) and the executor
+  // holds as the logits' vocabulary slice j of every token, the same elements (exec/model.h, moe_layer_combine).
+  static std::pair<int, int> logits_slice(const Tensor& a) {
+    if (a.tp_sliced()) return {a.tp_size, a.tp_index()};
+    if (a.num_shards > 1 && a.shards.size() == 1) return {a.num_shards, a.shards.ids().front()};
+    return {1, 0};
+  }
+
   void loss(const Op& op, int index) {
     const Tensor& A = op.reads.front();
     SlotPtr a = find(op, A);
@@ -588,10 +619,11 @@ struct RankExecutor::Impl {
       rec->sums = dev.memory().allocate(rec->batches.size() * sizeof(double));
       s.zero(rec->sums->data(), rec->sums->bytes());
       // (the logits' vocabulary slice: the vocabulary-parallel cross-entropy over the TP group)
-      TpComm<float> tp = tp_comm(s, a->id.tp_sliced() ? a->id.tp_size : 1);
+      const auto [slices, slice] = logits_slice(a->id);
+      TpComm<float> tp = tp_comm(s, slices);
       ModelContext<float> mc = model_ctx(s, &tp);
       loss_forward_backward(mc, model, a->buffer->as<float>(), t->as<int>(), sequences, static_cast<float>(1.0 / tokens),
-                            out->buffer->as<float>(), rec->sums->as<double>(), a->id.tp_sliced() ? a->id.tp_index() : 0);
+                            out->buffer->as<float>(), rec->sums->as<double>(), slice);
     });
   }
 
@@ -966,7 +998,8 @@ struct RankExecutor::Impl {
       out.grad_norm_sq += v;
     }
     out.timings = dev.take_timings();
-    for (const auto& [key, digest] : routes) out.routing.push_back({key.first, key.second, digest.hash, digest.counts});
+    for (const auto& [key, digest] : routes)
+      out.routing.push_back({key.first, key.second, digest.hash, digest.counts, digest.shard, digest.shards});
     st = next_state();
     held.clear(), losses.clear(), norm.reset(), last_forward.clear(), last_backward_input.clear();
     norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear();

@@ -72,6 +72,7 @@ struct StepOutput {
     int block = 0, microbatch = 0;
     std::uint64_t hash = 0;
     std::vector<int> counts;  ///< (token, slot) pairs per expert
+    int shard = 0, shards = 1;  ///< the microbatch's sequence shard routed (an MoE layer's TP slice), 0 of 1: all
   };
   std::vector<Route> routing;
   /// The rank's carried state after the step (weights and optimizer state), when the job asked for it (to

@@ -45,7 +45,7 @@ ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int
     auto& by_layer = tp_layouts[t];
     for (const LayerSpec& s : specs) {
       by_layer.emplace_back();
-      for (int j = 0; j < t; ++j) by_layer.back().emplace_back(m, s, j, t);
+      for (int j = 0; j < t; ++j) by_layer.back().emplace_back(m, s, j, t, layouts[s.index].expert_split());
     }
   }
 }
@@ -96,7 +96,9 @@ long ModelShapes::elements(const Tensor& t) const {
     case TensorKind::Activation:
     case TensorKind::ActivationGrad: {
       if (t.route != Route::None) {  // MoE tokens: the routed pairs, or an expert slice's share of its group's
-        const long pairs = static_cast<long>(sequences) * model.seq * model.top_k;
+        long pairs = static_cast<long>(sequences) * model.seq * model.top_k;
+        if (!t.expert() && t.num_shards > 1)  // (under TP: the pairs of the rank's sequence shards, balanced or not)
+          pairs = sequence_shards(*this, t).rows * sequences * model.top_k * static_cast<long>(t.shards.size());
         return (t.expert() ? pairs / t.ep_size : pairs) * model.dim;
       }
       const long whole = (t.kind == TensorKind::Activation ? activation_elements(model, t.layer, L, sequences)

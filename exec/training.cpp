@@ -384,11 +384,17 @@ struct Job {
         rep.clip_coefficient = shortest(static_cast<float>(std::min(1.0, o.optimizer.grad_clip / (rep.grad_norm + 1e-6))));
       prev = now;
       res.losses.push_back(rep.loss);
-      if (ctx.record_routing) {
+      if (ctx.record_routing) {  // (each (block, microbatch) once; under TP its sequence shards' digests summed)
         auto& step_routes = routing.emplace_back();
+        std::map<std::pair<int, int>, std::set<int>> shards_seen;
         for (int r = 0; r < world; ++r)
-          for (const StepOutput::Route& x : row[r]->routing)
-            step_routes.try_emplace({x.block, x.microbatch}, RoutingDigest{x.hash, x.counts, 0});
+          for (const StepOutput::Route& x : row[r]->routing) {
+            const std::pair<int, int> key{x.block, x.microbatch};
+            if (!shards_seen[key].insert(x.shard).second) continue;
+            const RoutingDigest part{x.hash, x.counts, 0, x.shard, x.shards};
+            auto [it, fresh] = step_routes.try_emplace(key, part);
+            if (!fresh) add_shard(it->second, part);
+          }
       }
       res.learning_rates.push_back(rep.learning_rate);
       res.grad_norms.push_back(rep.grad_norm);

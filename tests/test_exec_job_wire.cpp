@@ -19,7 +19,7 @@ exec::StepOutput sample_step() {
   out.timings = {exec::WorkTiming{3, 10, 20, 4096}, exec::WorkTiming{-1, 25, 30, 0}};
   out.grad_norm_sq = 0.75;
   out.peak_bytes = 99;
-  out.routing = {{1, 0, 0x1234567890abcdefull, {3, 0, 5}}, {2, 7, 42, {}}};
+  out.routing = {{1, 0, 0x1234567890abcdefull, {3, 0, 5}}, {2, 7, 42, {}, 1, 2}};
   return out;
 }
 
@@ -49,6 +49,10 @@ TEST_CASE("job wire: steps and states round-trip bit for bit") {
   CHECK(back.routing[0].counts == std::vector<int>{3, 0, 5});
   CHECK(back.routing[1].microbatch == 7);
   CHECK(back.routing[1].counts.empty());
+  CHECK(back.routing[0].shard == 0);  // (the whole microbatch)
+  CHECK(back.routing[0].shards == 1);
+  CHECK(back.routing[1].shard == 1);  // (sequence shard 1 of 2: an MoE layer's TP slice)
+  CHECK(back.routing[1].shards == 2);
   CHECK_FALSE(back.state.has_value());
   CHECK(exec::decode_state(exec::encode_state(sample_state())) == sample_state());
   // A step that carries the rank's state (to evaluate the model after it).
@@ -82,6 +86,13 @@ TEST_CASE("job wire: malformed steps and states are refused, not misread") {
   huge = exec::encode_step(exec::StepOutput{}, 1);
   std::memcpy(huge.data() + huge.size() - 8, &many, 8);
   CHECK_THROWS_WITH(exec::decode_step(huge, peak), doctest::Contains("truncated (its routing)"));
+  // A routing record of a sequence shard that does not exist (shard 2 of 2).
+  exec::StepOutput bad_shard;
+  bad_shard.routing = {{1, 0, 5, {}, 1, 2}};
+  std::string shard_bytes = exec::encode_step(bad_shard, 1);
+  const std::int32_t two_ = 2;
+  std::memcpy(shard_bytes.data() + shard_bytes.size() - 8 - 8, &two_, 4);  // (shard, shards, then the counts' length)
+  CHECK_THROWS_WITH(exec::decode_step(shard_bytes, peak), doctest::Contains("its routing's sequence shard"));
 
   const std::string state = exec::encode_state(sample_state());
   CHECK_THROWS_AS(exec::decode_state(state.substr(0, state.size() - 3)), std::runtime_error);

@@ -98,6 +98,50 @@ TEST_CASE("exec MoE: gen 3d --ep (PP x DP x EP, DDP, ZeRO-1 and FSDP, every pipe
   }
 }
 
+TEST_CASE("exec MoE: gen 3d --ep --tp --sp (EP beside TP: each TP rank routes its sequence shard) trains like one device") {
+  // Megatron-Core's MoE with TP and sequence parallelism (expert TP 1): the dense part is TP-sliced, the router
+  // and the norm gains replicated; each TP rank routes its sequence shard of the tokens to the experts of its EP
+  // group (EP a multiple of TP, TP fastest), and an MoE last layer's final norm runs on the shard before the
+  // column-parallel LM head. Every schedule order, DP with ZeRO-1 and FSDP, the all-to-all overlap, recomputation.
+  struct Case {
+    int tp, pp, dp, ep, zero, chunks;
+    const char* order;
+    bool overlap = false;
+    hw::Recompute recompute = hw::Recompute::None;
+  };
+  for (const Case& c : {Case{2, 1, 1, 2, 0, 1, "1f1b"}, Case{2, 1, 2, 4, 1, 1, "1f1b"}, Case{2, 1, 2, 2, 3, 1, "1f1b"},
+                        Case{2, 2, 1, 2, 0, 1, "1f1b"}, Case{2, 2, 1, 2, 0, 1, "zbv"},
+                        Case{2, 2, 2, 4, 1, 2, "interleaved-zb"}, Case{2, 2, 1, 2, 0, 2, "interleaved-1f1b", true},
+                        Case{2, 2, 1, 2, 1, 1, "dualpipev", true}, Case{4, 1, 1, 4, 0, 1, "1f1b"},
+                        Case{2, 2, 1, 2, 0, 1, "1f1b", false, hw::Recompute::Full},
+                        Case{2, 2, 1, 2, 0, 1, "1f1b", false, hw::Recompute::Selective}}) {
+    CAPTURE(c.tp);
+    CAPTURE(c.pp);
+    CAPTURE(c.dp);
+    CAPTURE(c.ep);
+    CAPTURE(c.zero);
+    CAPTURE(c.order);
+    CAPTURE(c.overlap);
+    GenOptions g;
+    g.tp = c.tp, g.sequence_parallel = true, g.pp = c.pp, g.dp = c.dp, g.ep = c.ep, g.zero = c.zero, g.chunks = c.chunks;
+    g.schedule = c.order, g.a2a_overlap = c.overlap;
+    g.layers = 2 * c.pp * c.chunks, g.dense_layers = 1, g.microbatches = 2 * c.pp;
+    const Schedule s = gen_moe("3d", g);
+    exec::ReplayOptions o = moe_options(s);
+    o.recompute = c.recompute;
+    if (c.tp == 4) o.model.heads = 4;  // (TP 4 splits the heads)
+    check_equivalence(s, o);
+  }
+  // Without expert slices an MoE layer is not TP-sliced in the executor (nor are the experts: no expert TP).
+  GenOptions dense;
+  dense.tp = 2, dense.sequence_parallel = true, dense.layers = 2, dense.microbatches = 2;
+  const Schedule tp_only = gen_moe("3d", dense);
+  const exec::ReplayResult r = exec::replay(tp_only, moe_options(tp_only, 0));
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("layer 0 holds MoE blocks: under tensor parallelism the executor runs them with expert "
+                     "parallelism only") != std::string::npos);
+}
+
 TEST_CASE("exec MoE: without expert parallelism a layer runs its experts itself, in any order, recomputation too") {
   GenOptions g;
   g.stages = 2, g.microbatches = 4;
@@ -230,12 +274,61 @@ TEST_CASE("exec MoE --check: a routing that differs from one device's ends the c
   CHECK(r.error.find("the replay routes step 3 otherwise than single-device training does: ") != std::string::npos);
   CHECK(r.error.find("moved in 2 microbatches (the first: MoE block 1, microbatch 1), more than the 2 per microbatch") !=
         std::string::npos);
+  // EP beside TP: each TP rank routes its sequence shard, and the shards' digests add up to the microbatch's; one
+  // token of rank 1's shard sent elsewhere is found in that microbatch.
+  GenOptions t;
+  t.tp = 2, t.sequence_parallel = true, t.ep = 2, t.layers = 2, t.dense_layers = 1, t.microbatches = 2;
+  const Schedule tp = gen_moe("3d", t);
+  exec::ReplayOptions to = moe_options(tp, 1, 4);
+  to.check = true;
+  r = exec::replay(tp, to);
+  CHECK(r.ok);
+  CHECK(r.routing_diverged_step == 0);
+  to.fault.misroute_rank = 1, to.fault.misroute_step = 1, to.fault.misroute_tokens = 1;
+  r = exec::replay(tp, to);
+  INFO(r.error);
+  CHECK(r.ok);
+  CHECK(r.routing_diverged_step == 2);
+  CHECK(r.routing_moved == 2);  // (both of its microbatches: the first token of rank 1's shard in each)
+  CHECK(r.routing_microbatches == 2);
   // A dense model records nothing.
   exec::ReplayOptions d = tiny_options(generate("1f1b", GenOptions{}));
   d.check = true;
   const exec::ReplayResult dense = exec::replay(generate("1f1b", GenOptions{}), d);
   CHECK(dense.ok);
   CHECK(dense.routing_diverged_step == 0);
+}
+
+TEST_CASE("exec MoE: the routing digests of a microbatch's sequence shards add up to the whole microbatch's") {
+  // 2 sequences of 8 tokens, top-2 of 4 experts: rows of the whole microbatch, and its shards j of 2 (exec/
+  // sequence_shard.h: of each sequence the tokens [4j, 4j + 4)).
+  const int seq = 8, k = 2, E = 4, n = 2 * seq;
+  exec::MoeRouting whole;
+  whole.tokens = n, whole.experts = E, whole.top_k = k;
+  for (int t = 0; t < n; ++t) whole.host_idx.push_back(t % E), whole.host_idx.push_back((t * 3 + 1) % E);
+  const exec::RoutingDigest all = exec::routing_digest(whole, 0, n);
+  exec::RoutingDigest sum;
+  for (int j = 0; j < 2; ++j) {
+    exec::MoeRouting part = whole;
+    part.tokens = n / 2;
+    part.host_idx.clear();
+    for (int i = 0; i < 2; ++i)
+      for (int p = 0; p < seq / 2; ++p) {
+        const int t = i * seq + j * seq / 2 + p;
+        part.host_idx.push_back(whole.host_idx[2 * t]), part.host_idx.push_back(whole.host_idx[2 * t + 1]);
+      }
+    const exec::RoutingDigest d = exec::routing_digest(part, 0, n / 2, seq, j, 2);
+    if (j == 0) sum = d;
+    else exec::add_shard(sum, d);
+  }
+  CHECK(sum.hash == all.hash);
+  CHECK(sum.counts == all.counts);
+  // A token's experts at another token's place is another routing (the token's index is in its hash).
+  exec::MoeRouting swapped = whole;
+  std::swap(swapped.host_idx[0], swapped.host_idx[2]);
+  std::swap(swapped.host_idx[1], swapped.host_idx[3]);
+  CHECK(exec::routing_digest(swapped, 0, n).hash != all.hash);
+  CHECK(exec::routing_digest(swapped, 0, n).counts == all.counts);
 }
 
 TEST_CASE("export: an MoE model is written as MixtralForCausalLM (router, w1/w2/w3 per expert), dense blocks refused") {
