@@ -341,9 +341,12 @@ int run(const PlanArgs& a) {
   }
   if (moe)
     fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP beside it "
-               "(expert TP 1), CP 1, DDP and ZeRO-1 (FSDP with --zero 3); {}; its step times are optimistic for "
+               "(expert TP 1), CP 1, {}; {}; its step times are optimistic for "
                "fine-grained experts, pessimistic where EP groups span nodes (docs/planning.md, \"Mixture of Experts\")\n",
                r.model.preset, r.model.experts, r.model.top_k,
+               r.framework == plan::Framework::Torchtitan ? "FSDP (torchtitan's, the experts sharded over their "
+                                                            "expert-data-parallel group)"
+                                                          : "DDP and ZeRO-1 (FSDP with --zero 3)",
                r.moe_imbalance > 1 ? fmt::format("every expert slice ranked with the busiest at {:g} x the mean load", r.moe_imbalance)
                                    : std::string("routing balanced (--moe-imbalance 1.5 ranks them as a router before it balances)"));
   fmt::print("\n{:>3} {:>2} {:>2} {:>3} {:>2} {:>4}{} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8} {:>9} {:>5} "
@@ -420,7 +423,7 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--dp", a->dp, "Data-parallel degrees to keep (DP is the GPUs the others leave: a constraint)");
   cmd->add_option("--chunks", a->chunks, "Virtual stages per rank of the interleaved schedules (default 2,4)");
   cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch (default 1,2,4)");
-  cmd->add_option("--zero", a->zero, "0 (DDP), 1 (ZeRO-1), 3 (FSDP) (default: 1,3; megatron 1; torchtitan 3; MoE 1)");
+  cmd->add_option("--zero", a->zero, "0 (DDP), 1 (ZeRO-1), 3 (FSDP) (default: 1,3; megatron 1; torchtitan 3; MoE 1, or 3 with torchtitan)");
   cmd->add_option("--ep", a->ep,
                   "Expert-parallel degrees of an MoE model (default: every divisor of its experts; each must divide TP x DP "
                   "and, with TP above 1, be a multiple of TP)");

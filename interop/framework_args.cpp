@@ -854,6 +854,8 @@ const std::map<std::string, Arg>& torchtitan_flags() {
       {"parallelism.pipeline_parallel_last_stage_less_layers", Arg::Value},
       {"parallelism.context_parallel_degree", Arg::Value},
       {"parallelism.expert_parallel_degree", Arg::Value},
+      {"parallelism.expert_tensor_parallel_degree", Arg::Value},
+      {"parallelism.expert_parallel_comm_backend", Arg::Value},
       {"activation_checkpoint.mode", Arg::Value},
       {"activation_checkpoint.selective_ac_option", Arg::Value},
       {"compile.enable", Arg::Flag},
@@ -964,20 +966,76 @@ FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& i
 
 namespace {
 
+// trainsim's preset for torchtitan's model `name` and `flavor`, or "" where there is none.
+std::string torchtitan_preset(const std::string& name, const std::string& flavor) {
+  if (name == "llama3" && flavor == "8B") return "llama3-8b";
+  if (name == "llama3" && flavor == "70B") return "llama3-70b";
+  if (name == "llama3" && flavor == "405B") return "llama3-405b";
+  if (name == "qwen3" && flavor == "30B-A3B") return "qwen3-30b-a3b";
+  if (name == "deepseek_v3" && flavor == "671B") return "deepseek-v3";
+  return "";
+}
+
+// torchtitan's expert parallelism (torchtitan/distributed/parallel_dims.py): with expert TP 1 (its default) the
+// EP mesh borrows all of TP and CP and part of the FSDP shards, [dp_shard_in_ep, cp, tp] with TP fastest, which is
+// gen 3d --ep's folded layout (EP consecutive ranks of TP x DP, a multiple of TP); the experts are FSDP-sharded over
+// the rest of the shards (dp_shard_mod_ep), gen 3d --zero 3's expert-data-parallel group. Refuses what torchtitan
+// refuses (its asserts), and what trainsim does not model: expert TP equal to TP, EP with CP, DeepEP.
+void read_torchtitan_experts(const Flags& f, const hw::ModelSpec& m, int ep, int t, int c, int shard, FrameworkPlan& plan) {
+  const std::string fw = "torchtitan";
+  const int etp = static_cast<int>(integer(f, fw, "parallelism.expert_tensor_parallel_degree", 1));
+  const std::string backend = text(f, "parallelism.expert_parallel_comm_backend", "standard");
+  if (!m.moe()) {
+    if (ep != 1)  // (torchtitan: "no effect for non-MoE models")
+      plan.notes.push_back(fmt::format("--parallelism.expert_parallel_degree {}: no effect on a model without experts, "
+                                       "as in torchtitan", ep));
+    return;
+  }
+  if (ep == 1) {
+    if (t > 1)
+      refuse(fmt::format("--from-torchtitan: TP {} on a Mixture of Experts without expert parallelism splits each "
+                         "expert over the TP ranks (expert TP), which trainsim does not model: give "
+                         "--parallelism.expert_parallel_degree, a multiple of the TP degree",
+                         t));
+    return;
+  }
+  if (etp != 1 && etp != t)
+    refuse(tt("parallelism.expert_tensor_parallel_degree") + fmt::format(" {}: torchtitan runs 1 or the TP degree ({})", etp, t));
+  if (etp != 1)
+    refuse(tt("parallelism.expert_tensor_parallel_degree") + fmt::format(" {} (the TP degree): each expert split over the "
+           "TP ranks (expert TP) is not modelled; 1, torchtitan's default, keeps the experts whole", etp));
+  if (backend != "standard")
+    refuse(tt("parallelism.expert_parallel_comm_backend") + " '" + backend +
+           "': DeepEP's dispatch is not modelled (standard: all-to-alls over NCCL)");
+  if (c > 1) refuse("--from-torchtitan: expert parallelism with context parallelism is not modelled");
+  if (ep % t != 0 || (static_cast<long long>(shard) * t) % ep != 0)
+    refuse(fmt::format("--from-torchtitan: --parallelism.expert_parallel_degree {} must be a multiple of the TP degree "
+                       "{} and divide data_parallel_shard_degree x TP = {} x {} (its EP mesh borrows all of TP and part "
+                       "of the FSDP shards; torchtitan refuses it too)",
+                       ep, t, shard, t));
+  if (m.experts % ep != 0)
+    refuse(fmt::format("--from-torchtitan: --parallelism.expert_parallel_degree {} does not divide the model's {} "
+                       "experts", ep, m.experts));
+}
+
 FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const FrameworkInputs& in) {
   const Flags f = read_words(all, "torchtitan", torchtitan_flags(), torchtitan_ignored(), torchtitan_ignored_sections(),
                              underscores, kTorchtitanDoc);
   FrameworkPlan plan;
   const std::string fw = "torchtitan";
   if (in.model) refuse("--from-torchtitan: the model comes from --model.name and --model.flavor: leave gen --model out");
-  // The model: llama3 flavors 8B, 70B, 405B (torchtitan/models/llama3/__init__.py) are trainsim's presets.
+  // The model: torchtitan's flavors that are trainsim's presets (torchtitan/models/NAME/__init__.py): llama3's 8B,
+  // 70B and 405B, and the Mixtures of Experts qwen3's 30B-A3B and deepseek_v3's 671B (the same shapes field for field).
   const std::string name = text(f, "model.name", "llama3"), flavor = text(f, "model.flavor", "debugmodel");
-  if (name != "llama3") refuse(tt("model.name") + " '" + name + "': trainsim has torchtitan's llama3 (flavors 8B, 70B, 405B)");
-  std::string preset;
-  if (flavor == "8B") preset = "llama3-8b";
-  else if (flavor == "70B") preset = "llama3-70b";
-  else if (flavor == "405B") preset = "llama3-405b";
-  else refuse(tt("model.flavor") + " '" + flavor + "': trainsim has llama3's 8B, 70B and 405B (give one)");
+  const std::string preset = torchtitan_preset(name, flavor);
+  if (preset.empty()) {
+    if (name != "llama3" && name != "qwen3" && name != "deepseek_v3")
+      refuse(tt("model.name") + " '" + name + "': trainsim has torchtitan's llama3 (flavors 8B, 70B, 405B), qwen3 "
+             "(30B-A3B) and deepseek_v3 (671B)");
+    refuse(tt("model.flavor") + " '" + flavor + "': trainsim has " +
+           (name == "llama3" ? "llama3's 8B, 70B and 405B" : name == "qwen3" ? "qwen3's 30B-A3B" : "deepseek_v3's 671B") +
+           " (give one)");
+  }
   // torchao's float8 training (dynamic per-tensor scaling, the LM head filtered out by torchtitan's default
   // filter_fqns) is trainsim's FP8 model; MX formats are not.
   const std::string converters = text(f, "model.converters", "");
@@ -996,11 +1054,8 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
   if (flag(f, "parallelism.disable_loss_parallel") && integer(f, fw, "parallelism.tensor_parallel_degree", 1) > 1)
     refuse(tt("parallelism.disable_loss_parallel") + ": trainsim's TP computes the loss vocabulary-parallel");
   const int c = static_cast<int>(integer(f, fw, "parallelism.context_parallel_degree", 1));
-  if (integer(f, fw, "parallelism.expert_parallel_degree", 1) != 1)
-    refuse(tt("parallelism.expert_parallel_degree") + " above 1: torchtitan runs expert parallelism with FSDP, which "
-           "trainsim's expert parallelism (DDP or ZeRO-1, gen 3d --ep) does not model yet; torchtitan's MoE models "
-           "are not read either (issue 35)");
   hw::ModelSpec m = hw::model_preset(preset);
+  const int ep = static_cast<int>(integer(f, fw, "parallelism.expert_parallel_degree", 1));
   m.grad_bytes = 4;  // mixed_precision_reduce float32
   plan.notes.push_back("weight grads in fp32 (torchtitan's mixed_precision_reduce float32)");
 
@@ -1021,6 +1076,8 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
     refuse("--from-torchtitan: --parallelism.data_parallel_replicate_degree and data_parallel_shard_degree both above 1 "
            "(HSDP) is not generated");
   const int d = replicate * static_cast<int>(shard);
+  read_torchtitan_experts(f, m, ep, t, c, static_cast<int>(shard), plan);
+  const int expert_parallel = m.moe() ? ep : 1;
   const long long local = integer(f, fw, "training.local_batch_size", integer(f, fw, "training.batch_size", 8));
   const long long global = integer(f, fw, "training.global_batch_size", -1, -1);
   long long accumulation = 1;
@@ -1100,8 +1157,8 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
     const std::vector<int> split = torchtitan_split(p * per_rank, m.blocks, in_w, out_w);
     const std::string kind = sched->kind;
     if (kind == "gpipe" || kind == "looped-bfs") {  // pipelines gen 3d does not run
-      if (t > 1 || d > 1)
-        refuse(fmt::format("--from-torchtitan: {} with tensor or data parallelism is not generated (gen 3d runs 1F1B, "
+      if (t > 1 || d > 1 || expert_parallel > 1)
+        refuse(fmt::format("--from-torchtitan: {} with tensor, data or expert parallelism is not generated (gen 3d runs 1F1B, "
                            "Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble and DualPipeV)",
                            sname));
       plan.kind = kind;
@@ -1109,7 +1166,7 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
       o.layout = layout_text(split);
     } else {  // one schedule layer per block, as gen 3d makes them
       plan.kind = "3d";
-      o.tp = t, o.pp = p, o.dp = d, o.cp = c, o.schedule = kind;
+      o.tp = t, o.pp = p, o.dp = d, o.cp = c, o.ep = expert_parallel, o.schedule = kind;
       o.chunks = v_shaped_schedule(kind) ? 1 : per_rank;
       o.chunk_blocks = split;
       o.zero = shard > 1 || c > 1 ? 3 : 0;  // torchtitan shards over data parallelism x CP
@@ -1119,19 +1176,19 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
     plan.microbatch_size = static_cast<int>(local);
     o.microbatches = static_cast<int>(accumulation);
     o.layers = m.blocks;  // torchtitan wraps each block in its own FSDP unit
-    if (t == 1 && c == 1 && shard > 1) {
+    if (t == 1 && c == 1 && shard > 1 && !m.moe()) {
       plan.kind = "fsdp";
       o.dp = static_cast<int>(shard);
       const std::string reshard = text(f, "parallelism.fsdp_reshard_after_forward", "default");
       if (reshard != "default" && reshard != "always" && reshard != "never")
         refuse(tt("parallelism.fsdp_reshard_after_forward") + " is default, always or never, not '" + reshard + "'");
       o.reshard_after_forward = reshard != "never";
-    } else if (t == 1 && c == 1 && replicate > 1) {
+    } else if (t == 1 && c == 1 && replicate > 1 && !m.moe()) {
       plan.kind = "ddp";
       o.dp = replicate;
     } else {
-      plan.kind = "3d";
-      o.tp = t, o.pp = 1, o.dp = d, o.cp = c;
+      plan.kind = "3d";  // (an MoE model too: gen 3d --ep, expert parallelism or not)
+      o.tp = t, o.pp = 1, o.dp = d, o.cp = c, o.ep = expert_parallel;
       o.layers = 0;
       o.chunk_blocks = {m.blocks};
       o.zero = shard > 1 || c > 1 ? 3 : 0;  // torchtitan shards over data parallelism x CP

@@ -192,11 +192,19 @@ FrameworkLaunch to_torchtitan_toml(const FrameworkPlan& p) {
   if (p.kind != "3d") return refused("the torchtitan TOML is written for gen 3d configurations");
   const GenOptions& o = p.options;
   const hw::ModelSpec& m = p.model;
-  std::string flavor;
+  std::string name = "llama3", flavor;
   if (m.preset == "llama3-8b") flavor = "8B";
   else if (m.preset == "llama3-70b") flavor = "70B";
   else if (m.preset == "llama3-405b") flavor = "405B";
-  if (flavor.empty() || !is_preset(m)) return refused("torchtitan's llama3 flavors are 8B, 70B and 405B; this model is none of them");
+  else if (m.preset == "qwen3-30b-a3b") name = "qwen3", flavor = "30B-A3B";
+  else if (m.preset == "deepseek-v3") name = "deepseek_v3", flavor = "671B";
+  if (flavor.empty() || !is_preset(m))
+    return refused("torchtitan's flavors trainsim has are llama3's 8B, 70B and 405B, qwen3's 30B-A3B and deepseek_v3's "
+                   "671B; this model is none of them");
+  // torchtitan's MoE: dropless, its experts FSDP-sharded, no all-to-all overlap of its own (parallel_dims.py).
+  if (m.moe() && (m.capacity_factor > 0 || m.pad_to_capacity))
+    return refused("torchtitan's MoE routes dropless (no expert capacity factor)");
+  if (o.a2a_overlap) return refused("torchtitan has no overlap of the all-to-alls with another microbatch's compute");
   static const std::pair<const char*, const char*> kSchedules[] = {{"1f1b", "1F1B"},
                                                                    {"interleaved-1f1b", "Interleaved1F1B"},
                                                                    {"interleaved-zb", "InterleavedZeroBubble"},
@@ -208,7 +216,7 @@ FrameworkLaunch to_torchtitan_toml(const FrameworkPlan& p) {
   if (!schedule) return refused(fmt::format("torch.distributed.pipelining has no {} schedule torchtitan names", o.schedule));
   const int b = p.microbatch_size, s = seq_of(p);
   std::string t = "# torchtitan job configuration written by trainsim plan (torchtitan/config/job_config.py)\n";
-  t += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n", flavor);
+  t += fmt::format("[model]\nname = \"{}\"\nflavor = \"{}\"\n", name, flavor);
   if (p.fp8) t += "converters = [\"float8\"]\n";
   // torchtitan's batch is per data-parallel rank; CP ranks share their sequences (the data-parallel degree is dp).
   const long long dp_global = static_cast<long long>(b) * o.microbatches * o.dp;
@@ -218,6 +226,8 @@ FrameworkLaunch to_torchtitan_toml(const FrameworkPlan& p) {
                    "tensor_parallel_degree = {}\ncontext_parallel_degree = {}\npipeline_parallel_degree = {}\n",
                    o.dp, o.tp, o.cp, o.pp);
   if (o.tp > 1 && p.tp_overlap == hw::TpOverlap::Full) t += "enable_async_tensor_parallel = true\n";
+  // Its EP mesh borrows TP and part of the FSDP shards, with the experts whole (expert TP 1): gen 3d --ep's layout.
+  if (m.moe()) t += fmt::format("expert_parallel_degree = {}\nexpert_tensor_parallel_degree = 1\n", o.ep);
   if (o.pp > 1) {
     const int per_rank = chunks_per_rank(o.schedule, o.chunks);
     const int stages = o.pp * per_rank;

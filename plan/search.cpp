@@ -67,14 +67,14 @@ SearchSpace default_space(const PlanRequest& r) {
   s.layouts = {"even", "balanced"};
   if (r.model.moe()) {
     // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP beside EP with expert TP 1 (EP a multiple
-    // of TP, sequence parallelism), CP 1, DDP and ZeRO-1 (FSDP when asked), the framework's schedules (torchtitan's
-    // framework is refused: its EP mesh and expert TP are its own). EP: every divisor of the experts up to the GPUs (the ones that do not divide
+    // of TP, sequence parallelism), CP 1, ZeRO-1 (FSDP when asked; torchtitan's FSDP, its EP mesh borrowing TP and
+    // part of the FSDP shards: interop/framework_args.cpp), the framework's schedules. EP: every divisor of the experts up to the GPUs (the ones that do not divide
     // TP x DP, or with TP above 1 are not a multiple of it, are removed as indivisible). TP at most 2 by default,
     // as Megatron-Bridge's MoE recipes run it (scripts/performance/configs: TP 1 or 2 beside EP): each TP degree
     // doubles the search, and DeepSeek-V3 on 2,048 GPUs takes minutes a degree (bench/README.md); --tp asks for more.
     std::erase_if(s.tp, [](int t) { return t > 2; });
     s.cp = {1};
-    s.zero = {1};
+    s.zero = {r.framework == Framework::Torchtitan ? 3 : 1};
     for (int e = 1; e <= r.model.experts && e <= r.gpus; ++e)
       if (r.model.experts % e == 0) s.ep.push_back(e);
   } else {
@@ -100,11 +100,10 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& cps, const st
       throw hw::SpecError(fmt::format("plan: --a2a-overlap: the model '{}' has no experts, so no all-to-alls", name));
     return;
   }
-  if (r.framework == Framework::Torchtitan)
-    throw hw::SpecError(fmt::format("plan: --framework torchtitan: torchtitan's expert parallelism (its EP mesh "
-                                    "borrowed from the FSDP shards, its own expert TP) is not modelled as torchtitan "
-                                    "yet (issue 35); plan '{}' with --framework megatron or any, and --zero 3 for "
-                                    "FSDP of the experts over their expert-data-parallel group",
+  if (r.framework == Framework::Torchtitan && r.a2a_overlap)
+    throw hw::SpecError(fmt::format("plan: --a2a-overlap with --framework torchtitan: torchtitan has no overlap of "
+                                    "the all-to-alls with another microbatch's compute (plan '{}' without it, or "
+                                    "with --framework megatron)",
                                     name));
   for (int c : cps)
     if (c != 1)

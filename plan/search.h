@@ -96,7 +96,8 @@ struct Enumeration {
 
 /// Every combination of `r`'s search space (default_space for the lists left empty). Throws hw::SpecError for
 /// a request that cannot be planned (no GPUs, a global batch below 1, FP8 on a device without it; --ep for a dense
-/// model; for an MoE model, CP, FSDP or torchtitan's framework, a --moe-imbalance below 1).
+/// model; for an MoE model, CP, an EP degree that does not divide its experts, a --moe-imbalance below 1,
+/// --a2a-overlap with torchtitan's framework).
 Enumeration enumerate(const PlanRequest& r);
 
 /// The blocks of each of `chunks` stage chunks under a layout: "even" (StageLayout::even), or "balanced": the

@@ -244,7 +244,7 @@ TEST_CASE("framework args: torchtitan flags outside the subset are refused by na
             .find("(HSDP) is not generated") != std::string::npos);
   CHECK(tt("--model.flavor 8B --activation_checkpoint.mode full --parallelism.pipeline_parallel_degree 2 "
            "--parallelism.pipeline_parallel_schedule GPipe --parallelism.tensor_parallel_degree 2")
-            .find("GPipe with tensor or data parallelism is not generated") != std::string::npos);
+            .find("GPipe with tensor, data or expert parallelism is not generated") != std::string::npos);
   // tyro's spellings: dashes in field names and --SECTION.no-FIELD for a false flag.
   const FrameworkPlan p = from_torchtitan(
       "--model.flavor 8B --activation-checkpoint.mode=full --training.local-batch-size 4 --compile.no-enable", dp(8));
@@ -551,4 +551,66 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
   CHECK(refused("--moe-router-topk 2", llama).find("--moe-router-topk needs experts") != std::string::npos);
   CHECK(refused("--multi-latent-attention", llama).find("needs --kv-lora-rank") != std::string::npos);
   CHECK(refused("--kv-lora-rank 512", llama).find("goes with --multi-latent-attention") != std::string::npos);
+}
+
+TEST_CASE("framework args: a torchtitan MoE job (qwen3 30B-A3B, deepseek_v3 671B): EP with FSDP, its mesh, refusals") {
+  // torchtitan's expert parallelism with expert TP 1, its default (torchtitan/distributed/parallel_dims.py): the EP
+  // mesh borrows all of TP and part of the FSDP shards, TP fastest; the experts FSDP-sharded over the rest.
+  const std::string base = "--model.name qwen3 --model.flavor 30B-A3B --activation_checkpoint.mode full "
+                           "--training.local_batch_size 2 --training.seq_len 4096 ";
+  const FrameworkPlan q = from_torchtitan(base + "--parallelism.expert_parallel_degree 8", dp(16));
+  CHECK(q.model == [] {
+    hw::ModelSpec m = hw::model_preset("qwen3-30b-a3b");
+    m.grad_bytes = 4;  // (torchtitan reduces in fp32)
+    return m;
+  }());
+  CHECK(q.kind == "3d");
+  CHECK(q.options.ep == 8);
+  CHECK(q.options.dp == 16);
+  CHECK(q.options.zero == 3);
+  CHECK(q.options.tp == 1);
+  const FrameworkPlan t = from_torchtitan(base + "--parallelism.expert_parallel_degree 8 "
+                                                 "--parallelism.tensor_parallel_degree 2 "
+                                                 "--parallelism.expert_tensor_parallel_degree 1", dp(8));
+  CHECK(t.options.tp == 2);
+  CHECK(t.options.sequence_parallel);
+  CHECK(t.options.ep == 8);  // (TP 2 x 4 of the 8 FSDP shards)
+  const FrameworkPlan d = from_torchtitan(
+      "--model.name deepseek_v3 --model.flavor 671B --activation_checkpoint.mode full --training.local_batch_size 32 "
+      "--parallelism.pipeline_parallel_degree 16 --parallelism.pipeline_parallel_schedule DualPipeV "
+      "--parallelism.expert_parallel_degree 64",
+      dp(128));
+  CHECK(d.model.preset == "deepseek-v3");
+  CHECK(d.options.schedule == "dualpipev");
+  CHECK(d.options.ep == 64);
+  CHECK(d.options.pp == 16);
+  // A dense model: EP has no effect, as in torchtitan (a note).
+  const FrameworkPlan l = from_torchtitan("--model.flavor 8B --activation_checkpoint.mode full "
+                                          "--parallelism.expert_parallel_degree 2", dp(8));
+  CHECK(l.kind == "fsdp");
+  CHECK(has_note(l, "--parallelism.expert_parallel_degree 2: no effect on a model without experts"));
+  // Refused, naming the flag: what torchtitan refuses, and what trainsim does not model.
+  auto tt = [&](const std::string& flags, int d = 8) { return refusal([&] { from_torchtitan(base + flags, dp(d)); }); };
+  CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.tensor_parallel_degree 2 "
+           "--parallelism.expert_tensor_parallel_degree 2")
+            .find("expert_tensor_parallel_degree 2 (the TP degree): each expert split over the TP ranks (expert TP) is "
+                  "not modelled") != std::string::npos);
+  CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.tensor_parallel_degree 2 "
+           "--parallelism.expert_tensor_parallel_degree 4")
+            .find("torchtitan runs 1 or the TP degree (2)") != std::string::npos);
+  CHECK(tt("--parallelism.tensor_parallel_degree 2").find("without expert parallelism splits each expert") !=
+        std::string::npos);
+  CHECK(tt("--parallelism.expert_parallel_degree 4 --parallelism.tensor_parallel_degree 8")
+            .find("must be a multiple of the TP degree 8") != std::string::npos);
+  CHECK(tt("--parallelism.expert_parallel_degree 16", 4).find("divide data_parallel_shard_degree x TP = 4 x 1") !=
+        std::string::npos);
+  CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.context_parallel_degree 2")
+            .find("expert parallelism with context parallelism is not modelled") != std::string::npos);
+  CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.expert_parallel_comm_backend deepep")
+            .find("'deepep': DeepEP's dispatch is not modelled") != std::string::npos);
+  CHECK(tt("--parallelism.expert_parallel_degree 3", 6).find("does not divide the model's 128 experts") != std::string::npos);
+  CHECK(refusal([] { from_torchtitan("--model.name qwen3 --model.flavor 32B", dp(8)); })
+            .find("--model.flavor '32B': trainsim has qwen3's 30B-A3B") != std::string::npos);
+  CHECK(refusal([] { from_torchtitan("--model.name llama4 --model.flavor 17bx16e", dp(8)); })
+            .find("--model.name 'llama4': trainsim has torchtitan's llama3") != std::string::npos);
 }

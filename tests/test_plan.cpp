@@ -354,7 +354,8 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
                       [](const Candidate& c) { return c.knobs.zero == 3 && c.knobs.ep > 1; }));
   }
   CHECK(contains(refused([](PlanRequest& q) { q.space.ep = {3}; }), "--ep 3: the EP degree must divide the model's 8"));
-  CHECK(contains(refused([](PlanRequest& q) { q.framework = Framework::Torchtitan; }), "torchtitan's expert parallelism"));
+  CHECK(contains(refused([](PlanRequest& q) { q.framework = Framework::Torchtitan, q.a2a_overlap = true; }),
+                 "--a2a-overlap with --framework torchtitan"));
   CHECK(contains(refused([](PlanRequest& q) { q.moe_imbalance = 0.5; }), "--moe-imbalance 0.5"));
   CHECK(contains(refused([](PlanRequest& q) { q.model = hw::model_preset("llama3-8b"), q.space.ep = {2}; }),
                  "--ep: the model 'llama3-8b' has no experts"));
@@ -442,4 +443,41 @@ TEST_CASE("plan, Mixture of Experts: the winner's Megatron-LM line reads back to
     ++read;
   }
   CHECK(read > 3);
+}
+
+TEST_CASE("plan, Mixture of Experts, torchtitan: FSDP of the experts, the winner's TOML reads back to the same step") {
+  // torchtitan's EP borrows TP and part of the FSDP shards (expert TP 1): the planner searches FSDP (--zero 3) and
+  // writes expert_parallel_degree; the TOML read back is the same configuration and the same simulated step.
+  PlanRequest r = small_request();
+  r.model = hw::model_preset("qwen3-30b-a3b");  // (a torchtitan flavor: qwen3 30B-A3B)
+  r.gpus = 8, r.global_batch = 16, r.seq = 1024;
+  r.framework = Framework::Torchtitan;
+  r.space.microbatch_size = {1};
+  r.space.recompute = {hw::Recompute::Full};
+  r.space.pp = {1, 2};
+  r.space.ep = {8};
+  r.space.tp = {1, 2};
+  r.space.schedules = {"1f1b"};
+  const Enumeration en = enumerate(r);
+  REQUIRE(!en.candidates.empty());
+  int read = 0;
+  for (const Candidate& c : en.candidates) {
+    INFO(gen_command(c.config));
+    CHECK(c.knobs.zero == 3);
+    const FrameworkLaunch l = to_torchtitan_toml(c.config);
+    INFO(l.text << " / " << l.note);
+    REQUIRE(l.exact);
+    CHECK(l.text.find("name = \"qwen3\"\nflavor = \"30B-A3B\"") != std::string::npos);
+    CHECK(l.text.find("expert_parallel_degree = 8\nexpert_tensor_parallel_degree = 1") != std::string::npos);
+    FrameworkInputs in;
+    in.dp = c.knobs.dp, in.dp_given = true;
+    const FrameworkPlan back = from_torchtitan_toml(l.text, in);
+    CHECK(same_configuration(c.config, back));
+    if (read < 2) CHECK(simulated_step(back, r) == evaluate(c, r).step_time_s);
+    ++read;
+  }
+  CHECK(read >= 2);
+  // torchtitan has no all-to-all overlap: asked for, a clear error.
+  r.a2a_overlap = true;
+  CHECK_THROWS_WITH_AS(enumerate(r), doctest::Contains("--a2a-overlap with --framework torchtitan"), hw::SpecError);
 }
