@@ -471,9 +471,9 @@ void add_gen_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--ep", args->options.ep,
                   "Expert-parallel degree (ep, 3d): ranks per EP group; each holds 1/ep of every MoE layer's experts "
                   "and reaches the others with all-to-alls (docs/design.md, Mixture of Experts). ep: dividing --dp. "
-                  "3d: every --schedule, DDP, --zero 1 or 3, --cp 1; the EP groups are consecutive ranks of a stage's "
-                  "--tp x --dp ranks (Megatron-Core's folded layout, expert TP 1): ep divides --tp x --dp and, with "
-                  "--tp above 1, is a multiple of it, with --sp")
+                  "3d: every --schedule, DDP, --zero 1 or 3, --cp; the EP groups are consecutive ranks of a stage's "
+                  "--tp x --cp x --dp ranks (Megatron-Core's folded layout, expert TP 1): ep divides --tp x --cp x --dp "
+                  "and, with --tp above 1, is a multiple of it, with --sp")
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--dense-layers", args->options.dense_layers,

@@ -341,7 +341,7 @@ int run(const PlanArgs& a) {
   }
   if (moe)
     fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP beside it "
-               "(expert TP 1), CP 1, {}; {}; its step times are optimistic for "
+               "(expert TP 1), CP as for a dense model, {}; {}; its step times are optimistic for "
                "fine-grained experts, pessimistic where EP groups span nodes (docs/planning.md, \"Mixture of Experts\")\n",
                r.model.preset, r.model.experts, r.model.top_k,
                r.framework == plan::Framework::Torchtitan ? "FSDP (torchtitan's, the experts sharded over their "

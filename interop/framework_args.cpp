@@ -688,13 +688,10 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   // One schedule layer per block: the stage chunks' blocks (Megatron-LM's split or the layout's).
   if (p > 1) o.chunk_blocks = blocks;
   else o.layers = m.blocks;
-  // Expert parallelism: EP groups of e consecutive ranks of a stage's TP x DP ranks (Megatron-Core's expert order
-  // etp-ep-edp-pp with expert TP 1, CP 1).
+  // Expert parallelism: EP groups of e consecutive ranks of a stage's TP x CP x DP ranks (Megatron-Core's expert
+  // order etp-ep-edp-pp with expert TP 1: its expert ranks ignore the dense CP split).
   if (e > 1 && !m.moe()) refuse(meg("expert-model-parallel-size") + " above 1 needs experts: give --num-experts");
   if (m.moe()) {
-    if (c > 1)
-      refuse(fmt::format("{} {} with experts: context parallelism with a Mixture of Experts is not modelled yet",
-                         meg("context-parallel-size"), c));
     // Megatron-LM's expert TP defaults to the TP size.
     const int etp = integer(f, fw, "expert-tensor-parallel-size", t);
     if (etp != 1)
@@ -712,10 +709,10 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
     if (m.experts % e != 0)
       refuse(fmt::format("{} {} does not divide --num-experts {} (Megatron-LM refuses it too)",
                          meg("expert-model-parallel-size"), e, m.experts));
-    if ((t * d) % e != 0)
-      refuse(fmt::format("{} {} does not divide the tensor- x data-parallel degree {} x {}: Megatron-LM carves the EP "
-                         "groups out of those ranks",
-                         meg("expert-model-parallel-size"), e, t, d));
+    if ((t * c * d) % e != 0)
+      refuse(fmt::format("{} {} does not divide the tensor- x context- x data-parallel degree {} x {} x {}: Megatron-LM "
+                         "carves the EP groups out of those ranks",
+                         meg("expert-model-parallel-size"), e, t, c, d));
     if (t > 1 && e % t != 0)
       refuse(fmt::format("{} {} is not a multiple of the TP size {}: trainsim's EP groups hold whole TP groups",
                          meg("expert-model-parallel-size"), e, t));
@@ -978,9 +975,9 @@ std::string torchtitan_preset(const std::string& name, const std::string& flavor
 
 // torchtitan's expert parallelism (torchtitan/distributed/parallel_dims.py): with expert TP 1 (its default) the
 // EP mesh borrows all of TP and CP and part of the FSDP shards, [dp_shard_in_ep, cp, tp] with TP fastest, which is
-// gen 3d --ep's folded layout (EP consecutive ranks of TP x DP, a multiple of TP); the experts are FSDP-sharded over
-// the rest of the shards (dp_shard_mod_ep), gen 3d --zero 3's expert-data-parallel group. Refuses what torchtitan
-// refuses (its asserts), and what trainsim does not model: expert TP equal to TP, EP with CP, DeepEP.
+// gen 3d --ep's folded layout (EP consecutive ranks of TP x CP x DP, a multiple of TP); the experts are FSDP-sharded
+// over the rest of the shards (dp_shard_mod_ep), gen 3d --zero 3's expert-data-parallel group. Refuses what
+// torchtitan refuses (its asserts), and what trainsim does not model: expert TP equal to TP, DeepEP.
 void read_torchtitan_experts(const Flags& f, const hw::ModelSpec& m, int ep, int t, int c, int shard, FrameworkPlan& plan) {
   const std::string fw = "torchtitan";
   const int etp = static_cast<int>(integer(f, fw, "parallelism.expert_tensor_parallel_degree", 1));
@@ -1007,12 +1004,11 @@ void read_torchtitan_experts(const Flags& f, const hw::ModelSpec& m, int ep, int
   if (backend != "standard")
     refuse(tt("parallelism.expert_parallel_comm_backend") + " '" + backend +
            "': DeepEP's dispatch is not modelled (standard: all-to-alls over NCCL)");
-  if (c > 1) refuse("--from-torchtitan: expert parallelism with context parallelism is not modelled");
-  if (ep % t != 0 || (static_cast<long long>(shard) * t) % ep != 0)
-    refuse(fmt::format("--from-torchtitan: --parallelism.expert_parallel_degree {} must be a multiple of the TP degree "
-                       "{} and divide data_parallel_shard_degree x TP = {} x {} (its EP mesh borrows all of TP and part "
-                       "of the FSDP shards; torchtitan refuses it too)",
-                       ep, t, shard, t));
+  if (ep % (c * t) != 0 || (static_cast<long long>(shard) * c * t) % ep != 0)
+    refuse(fmt::format("--from-torchtitan: --parallelism.expert_parallel_degree {} must be a multiple of CP x TP = {} x "
+                       "{} and divide data_parallel_shard_degree x CP x TP = {} x {} x {} (its EP mesh borrows all of "
+                       "CP and TP and part of the FSDP shards; torchtitan refuses it too)",
+                       ep, c, t, shard, c, t));
   if (m.experts % ep != 0)
     refuse(fmt::format("--from-torchtitan: --parallelism.expert_parallel_degree {} does not divide the model's {} "
                        "experts", ep, m.experts));

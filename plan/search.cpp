@@ -67,13 +67,12 @@ SearchSpace default_space(const PlanRequest& r) {
   s.layouts = {"even", "balanced"};
   if (r.model.moe()) {
     // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP beside EP with expert TP 1 (EP a multiple
-    // of TP, sequence parallelism), CP 1, ZeRO-1 (FSDP when asked; torchtitan's FSDP, its EP mesh borrowing TP and
+    // of TP, sequence parallelism), CP as for a dense model (EP then carved out of TP x CP x DP), ZeRO-1 (FSDP when asked; torchtitan's FSDP, its EP mesh borrowing TP and
     // part of the FSDP shards: interop/framework_args.cpp), the framework's schedules. EP: every divisor of the experts up to the GPUs (the ones that do not divide
     // TP x DP, or with TP above 1 are not a multiple of it, are removed as indivisible). TP at most 2 by default,
     // as Megatron-Bridge's MoE recipes run it (scripts/performance/configs: TP 1 or 2 beside EP): each TP degree
     // doubles the search, and DeepSeek-V3 on 2,048 GPUs takes minutes a degree (bench/README.md); --tp asks for more.
     std::erase_if(s.tp, [](int t) { return t > 2; });
-    s.cp = {1};
     s.zero = {r.framework == Framework::Torchtitan ? 3 : 1};
     for (int e = 1; e <= r.model.experts && e <= r.gpus; ++e)
       if (r.model.experts % e == 0) s.ep.push_back(e);
@@ -86,7 +85,7 @@ SearchSpace default_space(const PlanRequest& r) {
 namespace {
 
 // What the planner cannot search for an MoE model (gen 3d --ep's reach, schedules/generators.h), given anyway.
-void check_moe_space(const PlanRequest& r, const std::vector<int>& cps, const std::vector<int>& eps) {
+void check_moe_space(const PlanRequest& r, const std::vector<int>& eps) {
   const std::string& name = r.model.preset;
   if (!r.model.moe()) {
     if (eps != std::vector<int>{1})
@@ -105,11 +104,6 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& cps, const st
                                     "the all-to-alls with another microbatch's compute (plan '{}' without it, or "
                                     "with --framework megatron)",
                                     name));
-  for (int c : cps)
-    if (c != 1)
-      throw hw::SpecError(fmt::format("plan: --cp {}: context parallelism with a Mixture of Experts ('{}') is not "
-                                      "modelled yet; the planner searches CP 1",
-                                      c, name));
   for (int e : eps)
     if (e < 1 || r.model.experts % e != 0)
       throw hw::SpecError(fmt::format("plan: --ep {}: the EP degree must divide the model's {} experts", e,
@@ -160,7 +154,7 @@ Enumeration enumerate(const PlanRequest& r) {
   const std::vector<bool> sps = pick(g.sp, d.sp), fp8s = pick(g.fp8, d.fp8);
   const std::vector<std::string> layouts = pick(g.layouts, d.layouts);
   const std::vector<int> eps = pick(g.ep, d.ep);
-  check_moe_space(r, cps, eps);
+  check_moe_space(r, eps);
   if (std::find(fp8s.begin(), fp8s.end(), true) != fp8s.end() && r.device.fp8_peak_flops <= 0)
     throw hw::SpecError(fmt::format("plan: --fp8: the device '{}' has no FP8 tensor cores", r.device.preset));
   const hw::TpOverlap overlap = r.tp_overlap ? *r.tp_overlap
@@ -201,10 +195,10 @@ Enumeration enumerate(const PlanRequest& r) {
             if (static_cast<long long>(pp) * v > r.model.blocks) { remove("indivisible", per_shape); continue; }
             const int dp = static_cast<int>(r.gpus / ranks);
             for (int ep : eps) {
-              // EP groups of ep of a stage's TP x DP ranks (gen 3d --ep), each holding experts / ep of every MoE
-              // block's experts (ep divides the experts: check_moe_space); with TP, whole TP groups (and TP with an
-              // MoE model needs EP: every expert on every TP rank is not modelled).
-              if ((static_cast<long long>(tp) * dp) % ep != 0 || (ep > 1 && tp > 1 && ep % tp != 0) ||
+              // EP groups of ep of a stage's TP x CP x DP ranks (gen 3d --ep), each holding experts / ep of every
+              // MoE block's experts (ep divides the experts: check_moe_space); with TP, whole TP groups (and TP with
+              // an MoE model needs EP: every expert on every TP rank is not modelled).
+              if ((static_cast<long long>(tp) * cp * dp) % ep != 0 || (ep > 1 && tp > 1 && ep % tp != 0) ||
                   (tp > 1 && r.model.moe() && ep == 1)) {
                 remove("indivisible", per_ep);
                 continue;

@@ -39,9 +39,8 @@ struct GenOptions {
   int cp = 1;
   /// ep and 3d: expert-parallel degree, ranks per EP group (docs/design.md, "Mixture of Experts"). ep: dividing dp.
   /// 3d: every schedule, DDP, zero 1 or zero 3 (FSDP of the expert slices over their expert-data-parallel groups),
-  /// cp 1; the EP groups are consecutive ranks of each stage's tp x dp ranks
-  /// (Megatron-Core's folded layout, expert TP 1): ep divides tp x dp and, with tp > 1, is a multiple of it (with
-  /// sequence_parallel)
+  /// cp; the EP groups are consecutive ranks of each stage's tp x cp x dp ranks (Megatron-Core's folded layout,
+  /// expert TP 1): ep divides tp x cp x dp and, with tp > 1, is a multiple of it (with sequence_parallel)
   int ep = 1;
   /// 3d --ep: overlap the all-to-alls of an MoE layer's forward with the compute of the next step's backward (an
   /// adjacent forward, backward pair of MoE layers, of different microbatches: 1F1B's and the interleaved

@@ -21,7 +21,7 @@ std::vector<int> symmetric_mirror(const ScheduleHeader& h, const RankGrid& grid)
                         h.expert_load.end();
   const int classes = grid.ep > 1 && !balanced ? grid.ep : 1;
   if (world != h.world_size || world <= 0 || world == static_cast<long long>(grid.pp) * classes) return {};
-  if (classes > 1 && (grid.cp != 1 || (grid.tp * grid.dp) % classes != 0)) return {};
+  if (classes > 1 && (grid.tp * grid.cp * grid.dp) % classes != 0) return {};
   const int stride = grid.tp * grid.cp * grid.dp;  // ranks per stage
   const hw::NetworkSpec* net = h.hardware ? &h.hardware->network : nullptr;
   // Each rank's groups, in the header's order (group 0, every rank, is alike for all).
@@ -40,7 +40,7 @@ std::vector<int> symmetric_mirror(const ScheduleHeader& h, const RankGrid& grid)
   };
   std::vector<int> mirror(world);
   for (int r = 0; r < world; ++r) {
-    const int s = r / stride, q = s * stride + (r - s * stride) % classes;  // (classes > 1: cp = 1, slice f mod ep)
+    const int s = r / stride, q = s * stride + (r - s * stride) % classes;  // (slice f mod ep, f the stage's index)
     mirror[r] = q;
     if (r == q) continue;
     if (groups_of[r].size() != groups_of[q].size()) return {};

@@ -25,8 +25,8 @@ namespace trainsim {
 /// DP index d < D and stage s < P (gen 3d's order, schedules/generators.h).
 struct RankGrid {
   int tp = 1, cp = 1, dp = 1, pp = 1;
-  /// Expert parallelism (gen 3d --ep): EP groups of `ep` consecutive ranks of a stage's TP x DP ranks (TP fastest:
-  /// index f = tp index + T·d), index f holding expert slice f mod ep. 1: no expert slices.
+  /// Expert parallelism (gen 3d --ep): EP groups of `ep` consecutive ranks of a stage's TP x CP x DP ranks (TP
+  /// fastest: index f = tp index + T·(cp index + C·d)), index f holding expert slice f mod ep. 1: no expert slices.
   int ep = 1;
   /// T·C·D·P ranks.
   long long world() const { return static_cast<long long>(tp) * cp * dp * pp; }

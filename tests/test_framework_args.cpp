@@ -521,8 +521,11 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
                 "--expert-model-parallel-size 2",
                 in)
             .find("--expert-model-parallel-size 2 is not a multiple of the TP size 4") != std::string::npos);
-  CHECK(refused("--context-parallel-size 2", in).find("context parallelism with a Mixture of Experts") !=
-        std::string::npos);
+  // CP with EP: EP carved out of TP x CP x DP (Megatron-Core's expert ranks ignore the dense CP split).
+  CHECK(from_megatron("--micro-batch-size 1 --bf16 --context-parallel-size 2 --expert-model-parallel-size 16", in)
+            .options.cp == 2);
+  CHECK(refused("--context-parallel-size 2 --expert-model-parallel-size 32", in)
+            .find("does not divide the tensor- x context- x data-parallel degree 1 x 2 x 8") != std::string::npos);
   {
     // TP 2 x DP 8 with EP 16, which spans TP x DP (Megatron-Core's folded layout): accepted, written back, and
     // read back to the same configuration.
@@ -543,7 +546,7 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
   CHECK(refused("--expert-tensor-parallel-size 2", in).find("expert tensor parallelism is not modelled yet") !=
         std::string::npos);
   CHECK(refused("--expert-model-parallel-size 3", in).find("does not divide --num-experts 256") != std::string::npos);
-  CHECK(refused("--expert-model-parallel-size 16", in).find("does not divide the tensor- x data-parallel degree 1 x 8") !=
+  CHECK(refused("--expert-model-parallel-size 16", in).find("does not divide the tensor- x context- x data-parallel degree 1 x 1 x 8") !=
         std::string::npos);
   CHECK(refused("--moe-shared-expert-intermediate-size 3000", in).find("not a whole number of experts of width 2048") !=
         std::string::npos);
@@ -601,11 +604,14 @@ TEST_CASE("framework args: a torchtitan MoE job (qwen3 30B-A3B, deepseek_v3 671B
   CHECK(tt("--parallelism.tensor_parallel_degree 2").find("without expert parallelism splits each expert") !=
         std::string::npos);
   CHECK(tt("--parallelism.expert_parallel_degree 4 --parallelism.tensor_parallel_degree 8")
-            .find("must be a multiple of the TP degree 8") != std::string::npos);
-  CHECK(tt("--parallelism.expert_parallel_degree 16", 4).find("divide data_parallel_shard_degree x TP = 4 x 1") !=
+            .find("must be a multiple of CP x TP = 1 x 8") != std::string::npos);
+  CHECK(tt("--parallelism.expert_parallel_degree 16", 4).find("divide data_parallel_shard_degree x CP x TP = 4 x 1 x 1") !=
         std::string::npos);
-  CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.context_parallel_degree 2")
-            .find("expert parallelism with context parallelism is not modelled") != std::string::npos);
+  // CP with EP: torchtitan's EP mesh borrows all of CP (EP a multiple of CP x TP).
+  CHECK(from_torchtitan(base + "--parallelism.expert_parallel_degree 8 --parallelism.context_parallel_degree 2",
+                        dp(8)).options.cp == 2);
+  CHECK(tt("--parallelism.expert_parallel_degree 2 --parallelism.context_parallel_degree 4")
+            .find("must be a multiple of CP x TP = 4 x 1") != std::string::npos);
   CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.expert_parallel_comm_backend deepep")
             .find("'deepep': DeepEP's dispatch is not modelled") != std::string::npos);
   CHECK(tt("--parallelism.expert_parallel_degree 3", 6).find("does not divide the model's 128 experts") != std::string::npos);

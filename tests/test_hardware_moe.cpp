@@ -617,3 +617,46 @@ TEST_CASE("gen 3d --ep with every pipeline schedule: the split backward's passes
     CHECK(run.result.ok);
   }
 }
+
+TEST_CASE("gen 3d --ep --cp on the hardware model: each CP rank routes its chunk, as a shorter sequence's, symmetric equals full") {
+  // EP groups of consecutive ranks of a stage's TP x CP x DP ranks (Megatron-Core's expert ranks ignore the dense
+  // CP split; torchtitan's EP mesh borrows all of CP). A CP rank holds 1/C of each sequence: its routed tokens, so
+  // its all-to-alls and expert GEMMs, are those of a sequence C times shorter without CP.
+  auto step = [&](int cp, int seq, int ep, double imbalance = 0) {
+    GenOptions o;
+    o.cp = cp, o.pp = 2, o.dp = 8 / cp, o.ep = ep, o.zero = 1, o.layers = 4;
+    o.dense_layers = 1, o.microbatches = 4, o.moe_imbalance = imbalance;
+    HardwareSetting hs = small_mixtral(seq);
+    hs.context_parallel = cp;
+    return hardware_3d(hs, o);
+  };
+  const Schedule with_cp = step(2, 2048, 4), without = step(1, 1024, 4);
+  // EP group 0 of stage 0: ranks 0-3, CP ranks 0 and 1 of DP replicas 0 and 1.
+  bool found = false;
+  for (std::size_t g = 0; g < with_cp.header.group_names.size(); ++g)
+    if (with_cp.header.group_names[g] == "ep0") {
+      CHECK(with_cp.header.groups[g] == std::vector<int>{0, 1, 2, 3});
+      found = true;
+    }
+  CHECK(found);
+  const std::unique_ptr<CostModel> a = make_schedule_cost_model(with_cp), b = make_schedule_cost_model(without);
+  auto durations = [](const Schedule& x, const CostModel& m, bool a2a) {
+    std::vector<double> out;
+    for (const Op& op : x.ranks[0])
+      if (a2a ? op.kind == OpKind::AllToAll : (expert_weight(op) != nullptr && op.kind != OpKind::Update))
+        out.push_back(to_seconds(m.duration(op, 8)));
+    return out;
+  };
+  CHECK_FALSE(durations(with_cp, *a, true).empty());
+  CHECK(durations(with_cp, *a, true) == durations(without, *b, true));
+  CHECK(durations(with_cp, *a, false) == durations(without, *b, false));
+  // The symmetric simulation gives the full one's step, balanced and imbalanced (one rank per slice and stage).
+  for (double imbalance : {0.0, 1.5}) {
+    CAPTURE(imbalance);
+    const Schedule x = step(2, 2048, 4, imbalance);
+    const HardwareRun full = simulate_hardware(x);
+    INFO(full.result.error);
+    REQUIRE(full.result.ok);
+    CHECK(check_symmetric(x, RankGrid{1, 2, 4, 2, 4}, full) == (imbalance > 0 ? 2 * 4 : 2));
+  }
+}

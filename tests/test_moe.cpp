@@ -289,10 +289,12 @@ TEST_CASE("gen 3d --ep: EP in every stage of every pipeline schedule, DDP, ZeRO-
   refused(x, "--ep with --tp 2 needs --sp");
   x.sequence_parallel = true, x.tp = 4;
   refused(x, "--ep 2 must be a multiple of --tp 4");
-  x = o, x.cp = 2;
-  refused(x, "--ep with --cp above 1 is not modelled yet");
+  x = o, x.cp = 2, x.ep = 8;  // (EP over CP x DP: 2 x 4 ranks of a stage)
+  CHECK(simulate(generate("3d", x)).ok);
+  x.ep = 16;
+  refused(x, "--ep 16 must divide --tp x --cp x --dp = 8");
   x = o, x.ep = 3;
-  refused(x, "--ep 3 must divide --tp x --dp = 4");
+  refused(x, "--ep 3 must divide --tp x --cp x --dp = 4");
   x = o, x.dense_layers = 4;
   refused(x, "--dense-layers 4 leaves no MoE layer of the 4 layers");
   x = o, x.moe_imbalance = 1.5;

@@ -344,7 +344,17 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
     return std::string("no error");
   };
   auto contains = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
-  CHECK(contains(refused([](PlanRequest& q) { q.space.cp = {2}; }), "--cp 2: context parallelism"));
+  // CP with EP: the EP groups carved out of TP x CP x DP.
+  {
+    PlanRequest q = moe_request();
+    q.space.cp = {2};
+    const Enumeration with_cp = enumerate(q);
+    REQUIRE_FALSE(with_cp.candidates.empty());
+    for (const Candidate& c : with_cp.candidates)
+      CHECK((c.knobs.tp * c.knobs.cp * c.knobs.dp) % c.knobs.ep == 0);
+    CHECK(std::any_of(with_cp.candidates.begin(), with_cp.candidates.end(),
+                      [](const Candidate& c) { return c.knobs.ep > c.knobs.tp * c.knobs.dp; }));
+  }
   // FSDP with EP (the experts sharded over their expert-data-parallel group) is searched when asked.
   {
     PlanRequest q = moe_request();

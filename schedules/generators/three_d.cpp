@@ -29,7 +29,8 @@
 // Experts"): the layers from --dense-layers on are MoE layers whose experts are split over EP groups of E
 // consecutive ranks of the stage's TP x DP ranks; the pipeline builder writes each MoE layer's dispatch, experts and
 // combine (PipelinePlan::ep). Every pipeline order (a split backward runs the experts' whole backward in the
-// input-grad pass), DDP, ZeRO-1 or FSDP, TP beside it (expert TP 1, with --sp), --cp 1, and --a2a-overlap.
+// input-grad pass), DDP, ZeRO-1 or FSDP, TP beside it (expert TP 1, with --sp), CP (EP groups of consecutive ranks
+// of the stage's TP x CP x DP ranks: each CP rank routes the tokens of its chunk of the sequences), --a2a-overlap.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -160,10 +161,11 @@ PipelinePlan pipeline_order(const std::string& kind, const std::string& schedule
   return plan_1f1b(P, M);
 }
 
-// gen 3d --ep E: expert parallelism over the TP x DP ranks of each stage (Megatron-Core's folded layout, expert TP 1:
+// gen 3d --ep E: expert parallelism over the TP x CP x DP ranks of each stage (Megatron-Core's folded layout, expert TP 1:
 // Liu et al. 2025, "MoE parallel folding"). Megatron-Core carves EP out of TP x CP x DP for the expert layers, the
 // order "tp-cp-ep-dp-pp" for attention and "etp-ep-edp-pp" for the experts: with expert TP 1 an EP group is E
-// consecutive ranks of a stage, whose index there is f = tp index + T·d (schedule rank f + T·D·s). Header groups
+// consecutive ranks of a stage, whose index there is f = tp index + T·d (schedule rank f + T·D·s; with CP, D counts
+// the dp x cp replicas, d = cp index + C·dp index: Megatron-Core's expert ranks ignore the dense CP split). Header groups
 // ep<k> (stage s, group g: the ranks g·E + i + T·D·s) and, when E < T·D, edp<k> (stage s, slice i: the ranks
 // g·E + i + T·D·s of every g). With T > 1 the EP degree must be a multiple of T (each EP group holds whole TP groups,
 // so the experts see whole microbatches) and sequence parallelism must be on (Megatron-LM requires it for MoE with
@@ -174,8 +176,6 @@ std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o,
   const int E = o.ep, T = o.tp;
   if (E > Tensor::kMaxEpSize)
     throw std::invalid_argument(fmt::format("{}: --ep must be at most {} (got {})", kind, Tensor::kMaxEpSize, E));
-  if (o.cp > 1)
-    throw std::invalid_argument(fmt::format("{}: --ep with --cp above 1 is not modelled yet (EP across CP ranks)", kind));
   if (T > 1 && !o.sequence_parallel)
     throw std::invalid_argument(fmt::format("{}: --ep with --tp {} needs --sp: Megatron-LM runs MoE layers under tensor "
                                             "parallelism with sequence parallelism only (each TP rank routes its "
@@ -186,8 +186,8 @@ std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o,
                                             "groups (expert tensor parallelism, ETP above 1, is not modelled)",
                                             kind, E, T));
   if ((T * D) % E != 0)
-    throw std::invalid_argument(fmt::format("{}: --ep {} must divide --tp x --dp = {}: the EP groups are carved out of "
-                                            "each stage's tensor- and data-parallel ranks",
+    throw std::invalid_argument(fmt::format("{}: --ep {} must divide --tp x --cp x --dp = {}: the EP groups are carved "
+                                            "out of each stage's tensor-, context- and data-parallel ranks",
                                             kind, E, T * D));
   require_at_least(kind, "dense-layers", o.dense_layers, 0);
   if (o.dense_layers >= layers)
