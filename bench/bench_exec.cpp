@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
     rope_tables(m, cos, sin);
     HostAllocator alloc;
     TimedKernels k;
-    ModelContext<float> c{&k, &alloc, cos.data(), sin.data()};
+    ModelContext<float> c{.k = &k, .alloc = &alloc, .rope_cos = cos.data(), .rope_sin = sin.data()};
     auto once = [&] {
       LayerStash st;
       double sum = 0;

@@ -52,7 +52,7 @@ struct ModelContext {
   hw::Recompute recompute = hw::Recompute::None;
   /// Mixture of Experts: called with each MoE block's routing (global block index) as its forward routes, for
   /// comparing two runs' routing (exec/training.h --check); empty: nothing is recorded.
-  std::function<void(int block, const MoeRouting& routing)> on_route;
+  std::function<void(int block, const MoeRouting& routing)> on_route = {};
   /// Fault injection (tests, exec/rank_executor.h FaultInjection): the first N tokens of each MoE forward go to the
   /// lowest expert not chosen in place of their k-th (moe_route's `misroute`).
   int misroute_tokens = 0;

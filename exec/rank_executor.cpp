@@ -132,8 +132,9 @@ struct RankExecutor::Impl {
   }
 
   ModelContext<float> model_ctx(StreamContext& s, const TpComm<float>* tp = nullptr) {
-    return ModelContext<float>{&s.kernels(), &dev.memory(), rope_cos->as<float>(), rope_sin->as<float>(),
-                               tp && tp->size > 1 ? tp : nullptr, ctx.recompute};
+    return ModelContext<float>{.k = &s.kernels(), .alloc = &dev.memory(), .rope_cos = rope_cos->as<float>(),
+                               .rope_sin = rope_sin->as<float>(), .tp = tp && tp->size > 1 ? tp : nullptr,
+                               .recompute = ctx.recompute};
   }
   // The TP group's reductions inside a compute op of TP degree `tp_size` running on `s` (exec/model.h): over
   // the plan's copy of the rank's TP group for the op's stream.

@@ -50,7 +50,7 @@ double ReferenceTrainer::step(int step) {
   const double tokens = static_cast<double>(microbatches_) * n;
   // Microbatch b's forward, loss and backward on `lane`: reads the weights, writes only the lane.
   auto run = [&](Lane& lane, int b) {
-    ModelContext<float> c{&lane.k, &lane.alloc, cos_.data(), sin_.data()};
+    ModelContext<float> c{.k = &lane.k, .alloc = &lane.alloc, .rope_cos = cos_.data(), .rope_sin = sin_.data()};
     if (record_routing_)
       c.on_route = [&lane, b, n](int block, const MoeRouting& r) { lane.routes[{block, b}] = routing_digest(r, 0, n); };
     data_.microbatch(model_, step, microbatches_, b, lane.tokens.data(), lane.targets.data());

@@ -146,7 +146,7 @@ double validation_loss(const ModelConfig& model, const std::vector<float>& flat,
   CpuKernels<float> k;
   std::vector<float> cos, sin;
   rope_tables(model, cos, sin);
-  ModelContext<float> c{&k, &alloc, cos.data(), sin.data()};
+  ModelContext<float> c{.k = &k, .alloc = &alloc, .rope_cos = cos.data(), .rope_sin = sin.data()};
   const int chunk = model.microbatch_size;
   const long rows = static_cast<long>(chunk) * model.seq;
   std::vector<int> tokens(rows), targets(rows);

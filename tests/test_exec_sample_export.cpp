@@ -45,7 +45,7 @@ TEST_CASE("sample: the KV cache gives the batched forward's logits, token by tok
   exec::CpuKernels<float> k;
   std::vector<float> cos, sin;
   exec::rope_tables(m, cos, sin);
-  exec::ModelContext<float> c{&k, &alloc, cos.data(), sin.data()};
+  exec::ModelContext<float> c{.k = &k, .alloc = &alloc, .rope_cos = cos.data(), .rope_sin = sin.data()};
   std::vector<float> logits(static_cast<std::size_t>(m.seq) * m.vocab);
   exec::layer_forward(c, exec::whole_model_layout(m), flat.data(), tokens.data(), 1, logits.data(),
                       static_cast<exec::LayerStash*>(nullptr));

@@ -53,7 +53,7 @@ TEST_CASE("exec model: backward-weight runs every weight-grad GEMM, backward-inp
     CountingKernels k;
     std::vector<float> cos, sin;
     rope_tables(m, cos, sin);
-    ModelContext<float> c{&k, &alloc, cos.data(), sin.data()};
+    ModelContext<float> c{.k = &k, .alloc = &alloc, .rope_cos = cos.data(), .rope_sin = sin.data()};
 
     // Split: forward, B, W.
     LayerStash stash;
