@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <limits>
 #include <map>
+#include <functional>
 #include <set>
 #include <mutex>
 #include <new>
@@ -171,19 +172,49 @@ struct Job {
     devices.clear();
   }
 
-  void fail(const std::string& what) {
+  // Fails the job once: the first error is the result's, and every device, the hub and the process group stop,
+  // so that no rank waits on. Never throws: the ranks' threads call it from their last handlers, near a memory
+  // limit too, where building a message may throw std::bad_alloc (the stops happen all the same).
+  void fail(const std::string& what) noexcept {
     {
       std::lock_guard lock(mu);
       if (failed) return;
       failed = true;
-      error = what;
+      try {
+        error = what;
+      } catch (...) {
+        error.clear();  // (the result's error then says the host memory ran out: Job::message)
+      }
     }
-    const std::string why = "stopped because " + what;
-    hub->abort(why);
+    std::string why;
+    try {
+      why = "stopped because " + what;
+    } catch (...) {
+    }
+    try {
+      hub->abort(why);
+    } catch (...) {
+    }
     for (auto& d : devices)
-      if (d) d->abort(why);
-    if (pg) pg->fail(what);
+      if (d) try {
+          d->abort(why);
+        } catch (...) {
+        }
+    if (pg) try {
+        pg->fail(what);
+      } catch (...) {
+      }
     cv.notify_all();
+  }
+  // The job's error for its result: fail()'s, or what it could not record.
+  std::string message() const { return error.empty() ? "out of host memory (no room left for the error's message)" : error; }
+  // fail() with the message `make` builds, or without one when building it throws (near a memory limit).
+  void fail_with(const std::function<std::string()>& make) noexcept {
+    try {
+      fail(make());
+    } catch (...) {
+      fail(std::string());
+    }
   }
 
   void load_state(const std::vector<HostState>& saved) {
@@ -273,7 +304,7 @@ struct Job {
           throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again), "injected fault");
         threads.emplace_back([this, r, first, last] { run_rank(r, first, last); });
       } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc growing the vector
-        fail(fmt::format("rank {}: cannot start the rank's thread: {}", r, e.what()));
+        fail_with([&] { return fmt::format("rank {}: cannot start the rank's thread: {}", r, e.what()); });
         break;
       }
     }
@@ -312,11 +343,12 @@ struct Job {
         report(step - first, r, std::move(out), eval_due(step, last));
       }
     } catch (const std::bad_alloc& e) {
-      fail(out_of_memory(r, e));  // aborts every device and the hub: the executor's work in flight can finish
+      // (aborts every device and the hub: the executor's work in flight can finish)
+      fail_with([&] { return out_of_memory(r, e); });
     } catch (const std::exception& e) {
-      fail(e.what());
+      fail_with([&] { return std::string(e.what()); });
     } catch (...) {
-      fail(fmt::format("rank {}: an unknown exception", r));
+      fail_with([&] { return fmt::format("rank {}: an unknown exception", r); });
     }
   }
 
@@ -671,7 +703,7 @@ ReplayResult replay(const Schedule& schedule, const ReplayOptions& o, const std:
     Job job(schedule, o, ctx, *backend, processes.get());
     if (!saved.empty()) job.load_state(saved);
     if (!job.run(first, last, res, progress)) {
-      res.error = job.error;
+      res.error = job.message();
       return res;
     }
     if (processes) {

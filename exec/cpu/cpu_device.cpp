@@ -90,45 +90,21 @@ void CpuDevice::run(Worker& w) {
       const std::size_t bytes = memory_.current_bytes();
       const auto start = std::chrono::steady_clock::now();
       lock.unlock();
-      std::string failure;
+      std::exception_ptr thrown;
       try {
         work.fn(w);
-      } catch (const std::exception& e) {
-        failure = e.what();
-        lock.lock();
-        if (!error_) error_ = std::current_exception();
-        lock.unlock();
-      } catch (...) {  // (nothing may escape a worker thread: std::terminate)
-        failure = "the work of an op threw an unknown exception";
-        lock.lock();
-        if (!error_) error_ = std::make_exception_ptr(std::runtime_error(failure));
-        lock.unlock();
+      } catch (...) {
+        thrown = std::current_exception();
       }
       const auto end = std::chrono::steady_clock::now();
-      if (!failure.empty()) {
-        std::function<void(const std::string&)> handler;
-        {
-          std::lock_guard g(mu_);
-          handler = on_error_;
-        }
-        abort(failure);
-        if (handler) handler(failure);
-      }
+      if (thrown) fail(thrown);
       lock.lock();
       auto ns = [&](auto t) { return std::chrono::duration_cast<std::chrono::nanoseconds>(t - epoch_).count(); };
       try {
         timings_.push_back(WorkTiming{work.tag, ns(start), ns(end), bytes});
       } catch (const std::bad_alloc&) {  // out of memory for the record: fail the job, never the thread
         lock.unlock();
-        const std::string why = "cannot allocate host memory to record the timing of an op";
-        std::function<void(const std::string&)> handler;
-        {
-          std::lock_guard g(mu_);
-          if (!error_) error_ = std::make_exception_ptr(std::runtime_error(why));
-          handler = on_error_;
-        }
-        abort(why);
-        if (handler) handler(why);
+        fail(std::current_exception(), "cannot allocate host memory to record the timing of an op");
         lock.lock();
       }
     }
@@ -146,7 +122,7 @@ void CpuDevice::synchronize() {
   std::unique_lock lock(mu_);
   idle_cv_.wait(lock, [&] { return pending_ == 0 || aborted_; });
   if (error_) std::rethrow_exception(error_);
-  if (aborted_) throw CommError(abort_reason_);
+  if (aborted_) throw CommError(abort_reason_.empty() ? "the device was stopped (no host memory left for the reason)" : abort_reason_);
 }
 
 void CpuDevice::drain() noexcept {
@@ -154,12 +130,52 @@ void CpuDevice::drain() noexcept {
   idle_cv_.wait(lock, [&] { return pending_ == 0; });
 }
 
+void CpuDevice::fail(std::exception_ptr thrown, const char* what) noexcept {
+  // Under memory pressure (a rank near its address-space limit) building the message may itself throw
+  // std::bad_alloc: the device fails all the same, with the exception it caught and the message it could build.
+  std::string why;
+  try {
+    if (what) {
+      why = what;
+      thrown = std::make_exception_ptr(std::runtime_error(why));
+    } else {
+      try {
+        std::rethrow_exception(thrown);
+      } catch (const std::exception& e) {
+        why = e.what();
+      } catch (...) {
+        why = "the work of an op threw an unknown exception";
+        thrown = std::make_exception_ptr(std::runtime_error(why));
+      }
+    }
+  } catch (...) {
+  }
+  std::function<void(const std::string&)> handler;
+  {
+    std::lock_guard g(mu_);
+    if (!error_) error_ = thrown;
+    try {
+      handler = on_error_;
+    } catch (...) {  // (no memory to copy it: the job's other ranks learn of it from their own waits)
+    }
+  }
+  abort(why);
+  try {
+    if (handler) handler(why);
+  } catch (...) {
+  }
+}
+
 void CpuDevice::abort(const std::string& why) {
   {
     std::lock_guard lock(mu_);
     if (aborted_) return;
     aborted_ = true;
-    abort_reason_ = why;
+    try {
+      abort_reason_ = why;
+    } catch (const std::bad_alloc&) {  // (synchronize() says why it has no reason)
+      abort_reason_.clear();
+    }
   }
   work_cv_.notify_all();
   idle_cv_.notify_all();

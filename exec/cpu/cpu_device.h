@@ -45,6 +45,10 @@ class CpuDevice final : public Device {
   };
   struct Worker;
   void run(Worker& w);
+  /// Fails the device from a worker: records `thrown` (or, with `what`, a runtime_error saying it) as the error
+  /// synchronize() rethrows, aborts, and calls the job's error handler. Never throws: nothing may escape a worker
+  /// thread (std::terminate), not even the std::bad_alloc of building the message near a memory limit.
+  void fail(std::exception_ptr thrown, const char* what = nullptr) noexcept;
 
   std::chrono::steady_clock::time_point epoch_;
   HostAllocator memory_;

@@ -261,8 +261,18 @@ void CudaDevice::run(Worker& w) {
         TS_CUDA(cudaEventCreate(&end));
         work.done->ev = end;  // read by others only once `recorded` is set, under the mutex
         TS_CUDA(cudaEventRecord(end, w.cs));
-      } catch (const std::exception& e) {
-        failure = e.what();
+      } catch (...) {  // (nothing may escape a worker thread: std::terminate; CpuDevice::fail does the same)
+        try {
+          std::rethrow_exception(std::current_exception());
+        } catch (const std::exception& e) {
+          try {
+            failure = e.what();
+          } catch (...) {
+            failure = "out of memory";  // (short enough to need no allocation)
+          }
+        } catch (...) {
+          failure = "unknown error";
+        }
         lock.lock();
         if (!error_) error_ = std::current_exception();
         lock.unlock();
@@ -271,10 +281,16 @@ void CudaDevice::run(Worker& w) {
         std::function<void(const std::string&)> handler;
         {
           std::lock_guard g(mu_);
-          handler = on_error_;
+          try {
+            handler = on_error_;
+          } catch (...) {
+          }
         }
         abort(failure);
-        if (handler) handler(failure);
+        try {
+          if (handler) handler(failure);
+        } catch (...) {
+        }
       }
       lock.lock();
       if (failure.empty())
@@ -335,7 +351,10 @@ void CudaDevice::abort(const std::string& why) {
     std::lock_guard lock(mu_);
     if (aborted_) return;
     aborted_ = true;
-    abort_reason_ = why;
+    try {
+      abort_reason_ = why;
+    } catch (...) {  // (out of host memory: the reason stays empty, never the thread killed)
+    }
   }
   cv_.notify_all();
 }

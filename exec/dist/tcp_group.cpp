@@ -47,7 +47,14 @@ void TcpGroup::run() {
         io_.run();
         return;
       } catch (const std::exception& e) {  // (a handler's bug, or memory): the job fails, the process does not abort
-        fail(fmt::format("rank {}: the transport failed: {}", rank_, e.what()));
+        try {
+          fail(fmt::format("rank {}: the transport failed: {}", rank_, e.what()));
+        } catch (...) {  // (no memory for the message: nothing may leave this thread, std::terminate)
+          try {
+            local_fail("out of memory");
+          } catch (...) {
+          }
+        }
       }
     }
   });
