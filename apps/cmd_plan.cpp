@@ -40,6 +40,7 @@ struct PlanArgs {
   std::string tp, cp, pp, dp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout, ep;
   double moe_imbalance = 0;
   bool a2a_overlap = false;
+  std::string moe_dispatcher = "nccl";
   bool json = false;
   std::string csv, svg, timelines;
 };
@@ -111,6 +112,7 @@ plan::PlanRequest request_of(const PlanArgs& a) {
   s.ep = int_list(a.ep, "--ep");
   r.moe_imbalance = a.moe_imbalance;
   r.a2a_overlap = a.a2a_overlap;
+  r.moe_dispatcher = hw::moe_dispatcher_from_name(a.moe_dispatcher, "--moe-dispatcher");
   for (int z : s.zero)
     if (z != 0 && z != 1 && z != 3) throw hw::SpecError(fmt::format("--zero: {} is 0 (DDP), 1 (ZeRO-1) or 3 (FSDP)", z));
   static const std::vector<std::string> kSchedules = {"1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "interleaved-zb"};
@@ -302,6 +304,7 @@ int run(const PlanArgs& a) {
     j["global_batch"] = r.global_batch, j["seq"] = r.seq > 0 ? r.seq : r.model.seq, j["framework"] = a.framework;
     if (moe) j["moe_imbalance"] = r.moe_imbalance > 1 ? r.moe_imbalance : 1.0;
     if (moe) j["a2a_overlap"] = r.a2a_overlap;
+    if (moe) j["moe_dispatcher"] = hw::moe_dispatcher_name(r.moe_dispatcher);
     j["device_fitted_to"] = r.device.fitted_to.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.device.fitted_to);
     j["memory_capacity_bytes"] = r.device.memory_bytes, j["memory_reserve_bytes"] = r.device.memory_reserve_bytes;
     j["combinations"] = res.combinations;
@@ -341,14 +344,17 @@ int run(const PlanArgs& a) {
   }
   if (moe)
     fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP beside it "
-               "(expert TP 1), CP as for a dense model, {}; {}; its step times are optimistic for "
-               "fine-grained experts, pessimistic where EP groups span nodes (docs/planning.md, \"Mixture of Experts\")\n",
+               "(expert TP 1), CP as for a dense model, {}; {}; all-to-alls {}; its step times are optimistic for "
+               "fine-grained experts (docs/planning.md, \"Mixture of Experts\")\n",
                r.model.preset, r.model.experts, r.model.top_k,
                r.framework == plan::Framework::Torchtitan ? "FSDP (torchtitan's, the experts sharded over their "
                                                             "expert-data-parallel group)"
                                                           : "DDP and ZeRO-1 (FSDP with --zero 3)",
                r.moe_imbalance > 1 ? fmt::format("every expert slice ranked with the busiest at {:g} x the mean load", r.moe_imbalance)
-                                   : std::string("routing balanced (--moe-imbalance 1.5 ranks them as a router before it balances)"));
+                                   : std::string("routing balanced (--moe-imbalance 1.5 ranks them as a router before it balances)"),
+               r.moe_dispatcher == hw::MoeDispatcher::DeepEP
+                   ? "through DeepEP (once per destination node)"
+                   : "through NCCL (--moe-dispatcher deepep for DeepEP's, once per destination node)");
   fmt::print("\n{:>3} {:>2} {:>2} {:>3} {:>2} {:>4}{} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8} {:>9} {:>5} "
              "{:>6} {:<23} {:>6} {:>7}{}\n",
              "#", "TP", "CP", "PP", "VP", "DP", moe ? fmt::format(" {:>3}", "EP") : "", "mbs", "mb", "schedule", "ZeRO", "recompute", "SP", "FP8", "layout",
@@ -434,6 +440,11 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--a2a-overlap", a->a2a_overlap,
                 "An MoE model: every candidate with expert slices overlaps its all-to-alls with another microbatch's "
                 "compute (gen 3d --a2a-overlap: Megatron-LM's --overlap-moe-expert-parallel-comm, DualPipe's pairs)");
+  cmd->add_option("--moe-dispatcher", a->moe_dispatcher,
+                  "An MoE model: how its all-to-alls run, nccl (point-to-point sends, Megatron-LM's alltoall "
+                  "dispatcher) or deepep (DeepEP's hierarchical dispatch: a token crosses the network once per "
+                  "destination node; written as Megatron-LM's flex dispatcher, torchtitan's deepep backend)")
+      ->capture_default_str();
   cmd->add_option("--schedules", a->schedules,
                   "Pipeline schedules: 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev, interleaved-zb, or all "
                   "(default: the framework's); with the degrees fixed, a comparison of schedules");

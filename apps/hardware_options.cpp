@@ -44,6 +44,10 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o) {
                   "Megatron-LM's: the input grads' reductions under the weight-grad GEMMs), full (with --sp every TP "
                   "collective under its GEMM: Megatron-LM's --tp-comm-overlap, torchtitan's async TP) or none (all "
                   "synchronous: torchtitan's TP)");
+  cmd->add_option("--moe-dispatcher", o.moe_dispatcher,
+                  "Hardware cost model, Mixture of Experts: how the all-to-alls run, nccl (default: point-to-point "
+                  "sends to every EP member, Megatron-LM's alltoall dispatcher) or deepep (DeepEP's hierarchical "
+                  "kernels: a token crosses the network once per destination node, then NVLink)");
   cmd->add_flag("--fp8", o.fp8,
                 "Hardware cost model: FP8 linear layers (torchao float8 with dynamic scaling) at the device's FP8 peak");
   cmd->add_flag("--fp8-all-gather", o.fp8_all_gather,
@@ -101,6 +105,8 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
   if (!o.attention.empty()) s.attention = hw::attention_from_name(o.attention, "--attention");
   if (!o.elementwise.empty()) s.elementwise = hw::elementwise_from_name(o.elementwise, "--elementwise");
   if (!o.tp_overlap.empty()) s.tp_overlap = hw::tp_overlap_from_name(o.tp_overlap, "--tp-overlap");
+  if (!o.moe_dispatcher.empty())
+    s.moe_dispatcher = hw::moe_dispatcher_from_name(o.moe_dispatcher, "--moe-dispatcher");
   if (o.fp8 || o.fp8_all_gather) s.fp8 = true;
   if (o.fp8_all_gather) s.fp8_all_gather = true;
   s.validate(o.fp8 || o.fp8_all_gather ? "--fp8" : "--attention");

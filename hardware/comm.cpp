@@ -78,4 +78,21 @@ double nccl_all_to_all_seconds(const GroupShape& g, double bytes, const NetworkS
   return net.collective_latency_s + hop + std::max(intra, inter);
 }
 
+double deepep_all_to_all_seconds(const GroupShape& g, double token_bytes, int top_k, int experts,
+                                 const NetworkSpec& net) {
+  const int n = g.ranks, k = std::max(top_k, 1);
+  if (n <= 1 || token_bytes <= 0) return 0;
+  if (g.nodes <= 1) return nccl_all_to_all_seconds(g, token_bytes * k, net);
+  const int ppn = std::clamp(g.ranks_per_node, 1, n), N = g.nodes;
+  // The probability that a node holds none of a token's k experts (k distinct of E, E/N on each node).
+  const double E = std::max(experts, k), per_node = E / N;
+  double miss = 1;
+  for (int i = 0; i < k; ++i) miss *= std::max(0.0, (E - per_node - i) / (E - i));
+  const double remote_nodes = (N - 1) * (1 - miss);
+  const double nics = static_cast<double>(net.nics_per_node) / std::max(net.gpus_per_node, 1);
+  const double inter = token_bytes * remote_nodes / (net.inter_bandwidth * nics);
+  const double intra = net.intra_bandwidth > 0 ? token_bytes * k * (1 - 1.0 / ppn) / net.intra_bandwidth : 0;
+  return net.collective_latency_s + net.inter_latency_s + std::max(intra, inter);
+}
+
 }  // namespace trainsim::hw

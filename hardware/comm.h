@@ -64,9 +64,22 @@ CollectiveTime nccl_collective(Collective c, const GroupShape& shape, double byt
 /// at once (PyTorch's all_to_all_single; NCCL has no all-to-all algorithm of its own). The transfers share the
 /// rank's links: the (ppn-1)/n of S for the peers on its node over NVLink (intra_bandwidth), the (n-ppn)/n for
 /// the other nodes over its NICs (nics_per_node/gpus_per_node of them, rail-optimised), both at once; so
-/// collective_latency + a hop's latency (inter_latency across nodes) + max(intra, inter). The hierarchical
-/// dispatch of DeepEP (one NIC transfer per destination node, then NVLink), which sends a token routed to two
-/// experts of one node once, is not modelled. 0 for one rank or no bytes.
+/// collective_latency + a hop's latency (inter_latency across nodes) + max(intra, inter). 0 for one rank or no bytes.
 double nccl_all_to_all_seconds(const GroupShape& shape, double bytes, const NetworkSpec& net);
+
+/// Seconds of an MoE dispatch (or combine) through DeepEP's normal kernels (deepseek-ai/DeepEP, "internode"
+/// kernels; DeepSeek-AI 2024, DeepSeek-V3 report §3.2.2): each of the rank's tokens (`token_bytes` in all, one copy
+/// of each) is routed to `top_k` of the group's `experts`, held evenly by its nodes. A token crosses the network
+/// once per other node holding one of its experts, to the GPU of the same local index there (its NIC share of the
+/// node's NICs, as nccl_all_to_all_seconds), which forwards it over NVLink to the GPUs holding its experts; copies
+/// for the rank's own node go over NVLink. Under uniform routing a node holds none of a token's experts with
+/// probability C(E - E/N, k) / C(E, k), so the NIC bytes are token_bytes × (N - 1) × (1 - that) rather than NCCL's
+/// k copies × (n - ppn) / n; NVLink carries token_bytes × k × (1 - 1/ppn). Time: collective_latency + a hop +
+/// max(NVLink, NIC). DeepEP reaches the NICs' rate (its README: 43-58 GB/s per H800 over 400 Gb/s CX7), so the
+/// network's own bandwidths are used. Node-limited routing (DeepSeek-V3 sends a token to at most 4 nodes) and
+/// DeepEP's FP8 dispatch are not modelled: both would make it faster. In one node (or one rank): NCCL's formula
+/// over NVLink (nccl_all_to_all_seconds of token_bytes × top_k), as DeepEP's intranode kernels run at NVLink rate.
+double deepep_all_to_all_seconds(const GroupShape& shape, double token_bytes, int top_k, int experts,
+                                 const NetworkSpec& net);
 
 }  // namespace trainsim::hw

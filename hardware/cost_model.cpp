@@ -498,10 +498,13 @@ double HardwareCostModel::all_to_all_seconds(const Op& op, int group_size) const
   const ModelSpec& m = setting_.model;
   // (With sequence parallelism a member sends its sequence shard of its microbatches.)
   const double shard = static_cast<double>(tokens->shards.size()) / tokens->num_shards;
-  const double bytes = setting_.tokens_per_microbatch() * tokens->batches.size() * shard * m.top_k * m.hidden *
-                       m.activation_bytes * busiest;
+  const double token_bytes =
+      setting_.tokens_per_microbatch() * tokens->batches.size() * shard * m.hidden * m.activation_bytes * busiest;
   // One all-to-all per MoE block of the layer.
-  return sizes_.layer_moe_blocks(op.layer) * nccl_all_to_all_seconds(shape, bytes, setting_.network);
+  const double one = setting_.moe_dispatcher == MoeDispatcher::DeepEP
+                         ? deepep_all_to_all_seconds(shape, token_bytes, m.top_k, m.experts, setting_.network)
+                         : nccl_all_to_all_seconds(shape, token_bytes * m.top_k, setting_.network);
+  return sizes_.layer_moe_blocks(op.layer) * one;
 }
 
 Time HardwareCostModel::duration(const Op& op, int group_size) const { return seconds(seconds_of(op, group_size)); }

@@ -59,6 +59,14 @@ TpOverlap tp_overlap_from_name(const std::string& name, const std::string& where
   throw SpecError(fmt::format("{}: expected none, backward or full (the TP overlap), got '{}'", where, name));
 }
 
+const char* moe_dispatcher_name(MoeDispatcher d) { return d == MoeDispatcher::DeepEP ? "deepep" : "nccl"; }
+
+MoeDispatcher moe_dispatcher_from_name(const std::string& name, const std::string& where) {
+  if (name == "nccl") return MoeDispatcher::Nccl;
+  if (name == "deepep") return MoeDispatcher::DeepEP;
+  throw SpecError(fmt::format("{}: expected nccl or deepep (the MoE dispatcher), got '{}'", where, name));
+}
+
 void HardwareSetting::validate(const std::string& where) const {
   if (context_parallel < 1)
     throw SpecError(fmt::format("{}: the context-parallel degree must be at least 1, got {}", where, context_parallel));
@@ -76,6 +84,9 @@ void HardwareSetting::validate(const std::string& where) const {
   if (fp8 && device.fp8_peak_flops <= 0)
     throw SpecError(fmt::format("{}: FP8 needs a device with FP8 tensor cores; '{}' has no fp8_peak_flops", where,
                                 device.preset));
+  if (moe_dispatcher != MoeDispatcher::Nccl && !model.moe())
+    throw SpecError(fmt::format("{}: the MoE dispatcher {} needs a Mixture of Experts; the model '{}' has no experts",
+                                where, moe_dispatcher_name(moe_dispatcher), model.preset));
 }
 
 std::string spec_text(const ModelSpec& m) { return m.preset + overrides_text(model_fields(), m, model_preset(m.preset)); }

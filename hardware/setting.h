@@ -50,6 +50,16 @@ const char* tp_overlap_name(TpOverlap o);
 /// TP overlap by name: "none", "backward", "full"; throws SpecError naming `where`.
 TpOverlap tp_overlap_from_name(const std::string& name, const std::string& where);
 
+/// How an MoE layer's tokens reach their experts across the EP group (hardware/comm.h): nccl (grouped point-to-point
+/// sends to every member: Megatron-LM's alltoall dispatcher, torchtitan's default), deepep (DeepSeek's DeepEP, its
+/// hierarchical normal kernels: a token crosses the network once per destination node, then NVLink; Megatron-LM's
+/// flex dispatcher with DeepEP, torchtitan's expert_parallel_comm_backend deepep).
+enum class MoeDispatcher { Nccl, DeepEP };
+/// "nccl", "deepep".
+const char* moe_dispatcher_name(MoeDispatcher d);
+/// The dispatcher by name: "nccl" or "deepep"; throws SpecError naming `where`.
+MoeDispatcher moe_dispatcher_from_name(const std::string& name, const std::string& where);
+
 /// Everything the hardware cost model needs besides the schedule.
 struct HardwareSetting {
   ModelSpec model;
@@ -71,6 +81,8 @@ struct HardwareSetting {
   int context_parallel = 1;
   /// How TP collectives overlap the GEMMs (hardware/tp_comm.h); Megatron-LM's default.
   TpOverlap tp_overlap = TpOverlap::Backward;
+  /// How an MoE layer's all-to-alls run (hardware/comm.h); NCCL's, the frameworks' default.
+  MoeDispatcher moe_dispatcher = MoeDispatcher::Nccl;
 
   /// The sequence length in use: seq, or the model's when 0.
   int seq_len() const { return seq > 0 ? seq : model.seq; }
@@ -81,7 +93,7 @@ struct HardwareSetting {
   /// Tokens of one microbatch whatever the CP degree: b·s.
   double tokens_per_sequence_batch() const { return static_cast<double>(microbatch_size) * seq_len(); }
   /// Throws SpecError naming `where` for settings that do not go together (FP8 on a device without FP8,
-  /// eager attention with context parallelism, a CP degree below 1).
+  /// eager attention with context parallelism, a CP degree below 1, a DeepEP dispatcher without experts).
   void validate(const std::string& where) const;
 
   friend bool operator==(const HardwareSetting&, const HardwareSetting&) = default;

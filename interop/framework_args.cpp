@@ -277,6 +277,8 @@ const std::map<std::string, Arg>& megatron_flags() {
       {"moe-layer-freq", Arg::Value},
       {"expert-tensor-parallel-size", Arg::Value},
       {"moe-token-dispatcher-type", Arg::Value},
+      {"moe-flex-dispatcher-backend", Arg::Value},
+      {"moe-enable-deepep", Arg::Flag},
       {"moe-grouped-gemm", Arg::Flag},
       {"overlap-moe-expert-parallel-comm", Arg::Flag},
       {"delay-wgrad-compute", Arg::Flag},
@@ -427,8 +429,9 @@ void read_megatron_moe(const Flags& f, hw::ModelSpec& m, FrameworkPlan& plan) {
   const std::string fw = "megatron";
   if (f.has("num-experts")) m.experts = static_cast<int>(integer(f, fw, "num-experts", 1));
   for (const char* n : {"moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "moe-layer-freq",
-                        "moe-grouped-gemm", "moe-token-dispatcher-type", "moe-expert-capacity-factor",
-                        "moe-pad-expert-input-to-capacity", "moe-router-num-groups", "moe-router-group-topk", "expert-tensor-parallel-size"})
+                        "moe-grouped-gemm", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "moe-enable-deepep",
+                        "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "moe-router-num-groups",
+                        "moe-router-group-topk", "expert-tensor-parallel-size"})
     if (f.has(n) && !m.moe())
       refuse(fmt::format("{} needs experts: give --num-experts (or gen --model with an MoE preset)", meg(n)));
   if (!m.moe()) return;
@@ -720,12 +723,26 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
       o.ep = e;
       o = model_dense_layers("3d", o, m.blocks, m.dense_blocks);
       const std::string dispatcher = text(f, "moe-token-dispatcher-type", "");
-      if (dispatcher == "allgather" || dispatcher == "flex")
-        refuse(fmt::format("{} {}: trainsim times the alltoall dispatcher's two all-to-alls (give "
-                           "--moe-token-dispatcher-type alltoall)",
+      if (dispatcher == "allgather")
+        refuse(fmt::format("{} {}: trainsim times the alltoall dispatcher's two all-to-alls, or the flex dispatcher's "
+                           "DeepEP (give --moe-token-dispatcher-type alltoall or flex)",
                            meg("moe-token-dispatcher-type"), dispatcher));
-      if (!dispatcher.empty() && dispatcher != "alltoall")
+      if (!dispatcher.empty() && dispatcher != "alltoall" && dispatcher != "flex")
         refuse(meg("moe-token-dispatcher-type") + " is alltoall, allgather or flex, not '" + dispatcher + "'");
+      // The flex dispatcher: DeepEP (Megatron-LM's default backend, or the older --moe-enable-deepep), or HybridEP,
+      // NVIDIA's branch of DeepEP, hierarchical as it is.
+      if (dispatcher == "flex") {
+        const std::string backend = text(f, "moe-flex-dispatcher-backend", "deepep");
+        if (backend != "deepep" && backend != "hybridep")
+          refuse(meg("moe-flex-dispatcher-backend") + " is deepep or hybridep, not '" + backend + "'");
+        plan.moe_dispatcher = hw::MoeDispatcher::DeepEP;
+        if (backend == "hybridep")
+          plan.notes.push_back("--moe-flex-dispatcher-backend hybridep timed as DeepEP's hierarchical dispatch (HybridEP "
+                               "is NVIDIA's branch of it)");
+      } else if (f.has("moe-flex-dispatcher-backend") || flag(f, "moe-enable-deepep")) {
+        refuse(meg(f.has("moe-flex-dispatcher-backend") ? "moe-flex-dispatcher-backend" : "moe-enable-deepep") +
+               " needs --moe-token-dispatcher-type flex (Megatron-LM's flex dispatcher runs DeepEP)");
+      }
       if (dispatcher.empty())
         plan.notes.push_back("the tokens dispatched by all-to-all (--moe-token-dispatcher-type alltoall); Megatron-LM's "
                              "default dispatcher is allgather");
@@ -977,7 +994,8 @@ std::string torchtitan_preset(const std::string& name, const std::string& flavor
 // EP mesh borrows all of TP and CP and part of the FSDP shards, [dp_shard_in_ep, cp, tp] with TP fastest, which is
 // gen 3d --ep's folded layout (EP consecutive ranks of TP x CP x DP, a multiple of TP); the experts are FSDP-sharded
 // over the rest of the shards (dp_shard_mod_ep), gen 3d --zero 3's expert-data-parallel group. Refuses what
-// torchtitan refuses (its asserts), and what trainsim does not model: expert TP equal to TP, DeepEP.
+// torchtitan refuses (its asserts), and what trainsim does not model: expert TP equal to TP. Its DeepEP backend is
+// the deepep dispatcher.
 void read_torchtitan_experts(const Flags& f, const hw::ModelSpec& m, int ep, int t, int c, int shard, FrameworkPlan& plan) {
   const std::string fw = "torchtitan";
   const int etp = static_cast<int>(integer(f, fw, "parallelism.expert_tensor_parallel_degree", 1));
@@ -1001,9 +1019,9 @@ void read_torchtitan_experts(const Flags& f, const hw::ModelSpec& m, int ep, int
   if (etp != 1)
     refuse(tt("parallelism.expert_tensor_parallel_degree") + fmt::format(" {} (the TP degree): each expert split over the "
            "TP ranks (expert TP) is not modelled; 1, torchtitan's default, keeps the experts whole", etp));
-  if (backend != "standard")
-    refuse(tt("parallelism.expert_parallel_comm_backend") + " '" + backend +
-           "': DeepEP's dispatch is not modelled (standard: all-to-alls over NCCL)");
+  if (backend != "standard" && backend != "deepep")
+    refuse(tt("parallelism.expert_parallel_comm_backend") + " is standard or deepep, not '" + backend + "'");
+  if (backend == "deepep") plan.moe_dispatcher = hw::MoeDispatcher::DeepEP;
   if (ep % (c * t) != 0 || (static_cast<long long>(shard) * c * t) % ep != 0)
     refuse(fmt::format("--from-torchtitan: --parallelism.expert_parallel_degree {} must be a multiple of CP x TP = {} x "
                        "{} and divide data_parallel_shard_degree x CP x TP = {} x {} x {} (its EP mesh borrows all of "

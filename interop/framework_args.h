@@ -36,6 +36,7 @@ struct FrameworkPlan {
   int seq = 0;            ///< tokens per sequence (0: the model's)
   hw::Recompute recompute = hw::Recompute::None;
   hw::TpOverlap tp_overlap = hw::TpOverlap::Backward;  ///< the framework's TP communication overlap
+  hw::MoeDispatcher moe_dispatcher = hw::MoeDispatcher::Nccl;  ///< how its MoE all-to-alls run (DeepEP or NCCL)
   bool fp8 = false;                                      ///< FP8 linear layers
   bool fp8_all_gather = false;                           ///< and FSDP all-gathers in FP8
   hw::Attention attention = hw::Attention::Flash;

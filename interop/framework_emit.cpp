@@ -68,6 +68,8 @@ std::string gen_command(const FrameworkPlan& p) {
   if (p.seq > 0) s += fmt::format(" --seq {}", p.seq);
   s += fmt::format(" --recompute {}", hw::recompute_name(p.recompute));
   if (p.tp_overlap != hw::TpOverlap::Backward && o.tp > 1) s += std::string(" --tp-overlap ") + hw::tp_overlap_name(p.tp_overlap);
+  if (p.moe_dispatcher != hw::MoeDispatcher::Nccl && p.model.moe())
+    s += std::string(" --moe-dispatcher ") + hw::moe_dispatcher_name(p.moe_dispatcher);
   if (p.fp8) s += p.fp8_all_gather ? " --fp8-all-gather" : " --fp8";
   if (p.attention != hw::Attention::Flash) s += " --attention eager";
   if (p.elementwise != hw::Elementwise::Fused) s += " --elementwise eager";
@@ -152,7 +154,9 @@ FrameworkLaunch to_megatron(const FrameworkPlan& p) {
     if (m.shared_experts > 0)
       s += fmt::format(" --moe-shared-expert-intermediate-size {}", static_cast<long long>(m.shared_experts) * m.expert_width());
     if (m.dense_blocks > 0) s += fmt::format(" --moe-layer-freq '([0]*{}+[1]*{})'", m.dense_blocks, m.blocks - m.dense_blocks);
-    s += " --moe-grouped-gemm --moe-token-dispatcher-type alltoall";
+    s += p.moe_dispatcher == hw::MoeDispatcher::DeepEP
+             ? " --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"
+             : " --moe-grouped-gemm --moe-token-dispatcher-type alltoall";
     if (m.capacity_factor > 0) s += fmt::format(" --moe-expert-capacity-factor {}", m.capacity_factor);
     if (m.pad_to_capacity) s += " --moe-pad-expert-input-to-capacity";
     if (o.ep > 1) s += fmt::format(" --expert-model-parallel-size {}", o.ep);
@@ -228,6 +232,8 @@ FrameworkLaunch to_torchtitan_toml(const FrameworkPlan& p) {
   if (o.tp > 1 && p.tp_overlap == hw::TpOverlap::Full) t += "enable_async_tensor_parallel = true\n";
   // Its EP mesh borrows TP and part of the FSDP shards, with the experts whole (expert TP 1): gen 3d --ep's layout.
   if (m.moe()) t += fmt::format("expert_parallel_degree = {}\nexpert_tensor_parallel_degree = 1\n", o.ep);
+  if (m.moe() && o.ep > 1 && p.moe_dispatcher == hw::MoeDispatcher::DeepEP)
+    t += "expert_parallel_comm_backend = \"deepep\"\n";
   if (o.pp > 1) {
     const int per_rank = chunks_per_rank(o.schedule, o.chunks);
     const int stages = o.pp * per_rank;

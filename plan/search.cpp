@@ -97,6 +97,9 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& eps) {
       throw hw::SpecError(fmt::format("plan: --moe-imbalance: the model '{}' has no experts to route to", name));
     if (r.a2a_overlap)
       throw hw::SpecError(fmt::format("plan: --a2a-overlap: the model '{}' has no experts, so no all-to-alls", name));
+    if (r.moe_dispatcher != hw::MoeDispatcher::Nccl)
+      throw hw::SpecError(fmt::format("plan: --moe-dispatcher {}: the model '{}' has no experts to dispatch to",
+                                      hw::moe_dispatcher_name(r.moe_dispatcher), name));
     return;
   }
   if (r.framework == Framework::Torchtitan && r.a2a_overlap)
@@ -133,6 +136,7 @@ hw::HardwareSetting setting_of(const FrameworkPlan& c, const hw::DeviceSpec& dev
   s.attention = c.attention;
   s.elementwise = c.elementwise;
   s.tp_overlap = c.tp_overlap;
+  s.moe_dispatcher = c.moe_dispatcher;
   s.fp8 = c.fp8 || c.fp8_all_gather;
   s.fp8_all_gather = c.fp8_all_gather;
   s.context_parallel = c.options.cp;
@@ -240,6 +244,7 @@ Enumeration enumerate(const PlanRequest& r) {
                           f.seq = seq;
                           f.recompute = rc;
                           f.tp_overlap = overlap;
+                          f.moe_dispatcher = r.model.moe() ? r.moe_dispatcher : hw::MoeDispatcher::Nccl;
                           f.fp8 = fp8;
                           f.elementwise = hw::Elementwise::Fused;
                           GenOptions& o = f.options;

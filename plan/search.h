@@ -57,6 +57,9 @@ struct PlanRequest {
   /// An MoE model's candidates with expert slices overlap their all-to-alls with another microbatch's compute (gen 3d
   /// --a2a-overlap); refused for a dense model.
   bool a2a_overlap = false;
+  /// How an MoE model's all-to-alls run (hw::MoeDispatcher: NCCL's, or DeepEP's hierarchical dispatch); refused as
+  /// deepep for a dense model.
+  hw::MoeDispatcher moe_dispatcher = hw::MoeDispatcher::Nccl;
 };
 
 /// The default values of each knob for `r` (docs/planning.md, "The search space"): TP the powers of two up to the

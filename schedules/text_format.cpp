@@ -299,7 +299,8 @@ class Parser {
     } else {
       fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
                                 "model, device, network, microbatch_size, seq, recompute, attention, elementwise, fp8, "
-                                "context_parallel, tp_overlap, p2p, stage_map, layout, expert_load, group or rank)",
+                                "context_parallel, tp_overlap, moe_dispatcher, p2p, stage_map, layout, expert_load, "
+                                "group or rank)",
                                 shown(key)));
     }
     seen.emplace(key);
@@ -308,7 +309,7 @@ class Parser {
   static bool is_hardware_key(std::string_view key) {
     return key == "model" || key == "device" || key == "network" || key == "microbatch_size" || key == "seq" ||
            key == "recompute" || key == "attention" || key == "elementwise" || key == "fp8" || key == "context_parallel" ||
-           key == "tp_overlap";
+           key == "tp_overlap" || key == "moe_dispatcher";
   }
 
   // One line of the `cost_model hardware` block: kept until the header ends (check_header builds the setting).
@@ -373,6 +374,9 @@ class Parser {
       if (hs.context_parallel < 1) fail(t[1], "context_parallel must be at least 1");
     });
     guarded("tp_overlap", [&](const auto& t) { hs.tp_overlap = hw::tp_overlap_from_name(std::string(t[1].text), "tp_overlap"); });
+    guarded("moe_dispatcher", [&](const auto& t) {
+      hs.moe_dispatcher = hw::moe_dispatcher_from_name(std::string(t[1].text), "moe_dispatcher");
+    });
     guarded("model", [&](const auto& t) {
       if (h.layout && h.layout->blocks() != hs.model.blocks)
         fail(t[1], fmt::format("the model has {} blocks but the layout '{}' holds {} (set blocks={} or change the "
@@ -561,8 +565,8 @@ class Parser {
 };
 
 // The `cost_model hardware` block, indented under its line, every field given (canonical); attention, elementwise,
-// fp8, context_parallel and tp_overlap only when they are not the default (flash, fused, none, 1, backward), so that
-// older schedules print as they did.
+// fp8, context_parallel, tp_overlap and moe_dispatcher only when they are not the default (flash, fused, none, 1,
+// backward, nccl), so that older schedules print as they did.
 std::string print_hardware_block(const hw::HardwareSetting& hs) {
   std::string out =
       fmt::format("  model {}\n  device {}\n  network {}\n  microbatch_size {}\n  seq {}\n  recompute {}\n",
@@ -574,6 +578,8 @@ std::string print_hardware_block(const hw::HardwareSetting& hs) {
   if (hs.fp8) out += hs.fp8_all_gather ? "  fp8 linear+all-gather\n" : "  fp8 linear\n";
   if (hs.context_parallel != 1) out += fmt::format("  context_parallel {}\n", hs.context_parallel);
   if (hs.tp_overlap != hw::TpOverlap::Backward) out += fmt::format("  tp_overlap {}\n", hw::tp_overlap_name(hs.tp_overlap));
+  if (hs.moe_dispatcher != hw::MoeDispatcher::Nccl)
+    out += fmt::format("  moe_dispatcher {}\n", hw::moe_dispatcher_name(hs.moe_dispatcher));
   return out;
 }
 

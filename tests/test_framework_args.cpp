@@ -543,6 +543,27 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
     CHECK(back.text.find("--expert-tensor-parallel-size 1") != std::string::npos);
     CHECK(back.text.find("--expert-model-parallel-size 16") != std::string::npos);
   }
+  // Megatron-LM's flex dispatcher through DeepEP (its default backend) or HybridEP: DeepEP's hierarchical dispatch,
+  // written back as it was read.
+  {
+    const FrameworkPlan flex = from_megatron(
+        ds + " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep", in);
+    CHECK(flex.moe_dispatcher == hw::MoeDispatcher::DeepEP);
+    CHECK(from_megatron(ds + " --moe-token-dispatcher-type flex", in).moe_dispatcher == hw::MoeDispatcher::DeepEP);
+    const FrameworkPlan hybrid = from_megatron(ds + " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", in);
+    CHECK(hybrid.moe_dispatcher == hw::MoeDispatcher::DeepEP);
+    CHECK(has_note(hybrid, "hybridep timed as DeepEP's hierarchical dispatch"));
+    CHECK(from_megatron(ds + " --moe-token-dispatcher-type alltoall", in).moe_dispatcher == hw::MoeDispatcher::Nccl);
+    const FrameworkLaunch back = to_megatron(flex);
+    INFO(back.text << " / " << back.note);
+    CHECK(back.exact);
+    CHECK(back.text.find("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep") != std::string::npos);
+    CHECK(gen_command(flex).find(" --moe-dispatcher deepep") != std::string::npos);
+    CHECK(refused(ds.substr(ds.find("--num-experts")) + " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend nixl", in)
+              .find("is deepep or hybridep, not 'nixl'") != std::string::npos);
+    CHECK(refused(ds.substr(ds.find("--num-experts")) + " --moe-token-dispatcher-type alltoall --moe-enable-deepep", in)
+              .find("--moe-enable-deepep needs --moe-token-dispatcher-type flex") != std::string::npos);
+  }
   CHECK(refused("--expert-tensor-parallel-size 2", in).find("expert tensor parallelism is not modelled yet") !=
         std::string::npos);
   CHECK(refused("--expert-model-parallel-size 3", in).find("does not divide --num-experts 256") != std::string::npos);
@@ -612,8 +633,10 @@ TEST_CASE("framework args: a torchtitan MoE job (qwen3 30B-A3B, deepseek_v3 671B
                         dp(8)).options.cp == 2);
   CHECK(tt("--parallelism.expert_parallel_degree 2 --parallelism.context_parallel_degree 4")
             .find("must be a multiple of CP x TP = 4 x 1") != std::string::npos);
-  CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.expert_parallel_comm_backend deepep")
-            .find("'deepep': DeepEP's dispatch is not modelled") != std::string::npos);
+  CHECK(from_torchtitan(base + "--parallelism.expert_parallel_degree 8 --parallelism.expert_parallel_comm_backend deepep",
+                        dp(8)).moe_dispatcher == hw::MoeDispatcher::DeepEP);
+  CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.expert_parallel_comm_backend nvshmem")
+            .find("is standard or deepep, not 'nvshmem'") != std::string::npos);
   CHECK(tt("--parallelism.expert_parallel_degree 3", 6).find("does not divide the model's 128 experts") != std::string::npos);
   CHECK(refusal([] { from_torchtitan("--model.name qwen3 --model.flavor 32B", dp(8)); })
             .find("--model.flavor '32B': trainsim has qwen3's 30B-A3B") != std::string::npos);

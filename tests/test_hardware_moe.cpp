@@ -254,6 +254,53 @@ TEST_CASE("the all-to-all: NCCL's point-to-point exchange over NVLink and the NI
   }
 }
 
+TEST_CASE("DeepEP's dispatch: one network crossing per destination node, NCCL's bytes when a token has one expert") {
+  // deepep_all_to_all_seconds (hardware/comm.h): a token's copy crosses the NICs once per other node holding one
+  // of its experts, then NVLink; under uniform routing a node holds none of its k experts with probability
+  // C(E - E/N, k) / C(E, k).
+  const NetworkSpec net = network_preset("nvlink8-ib400");
+  const double T = 8e6;  // one copy of the rank's tokens, bytes
+  const double nic = net.inter_bandwidth * net.nics_per_node / net.gpus_per_node;
+  // DeepSeek-V3's routing over an EP group of 64 on 8 nodes: 256 experts, top-8.
+  double miss = 1;
+  for (int i = 0; i < 8; ++i) miss *= (256.0 - 32 - i) / (256.0 - i);
+  const double crossings = 7 * (1 - miss);
+  CHECK(crossings == doctest::Approx(4.6).epsilon(0.01));  // where NCCL sends 8 x 56/64 = 7 copies across
+  const double deepep = deepep_all_to_all_seconds({64, 8, 8}, T, 8, 256, net);
+  CHECK(deepep == doctest::Approx(net.collective_latency_s + net.inter_latency_s +
+                                  std::max(T * crossings / nic, T * 8 * 7 / 8 / net.intra_bandwidth)));
+  CHECK(deepep < nccl_all_to_all_seconds({64, 8, 8}, T * 8, net));
+  // One expert a token: nothing to deduplicate, the NICs carry NCCL's bytes ((N - 1)/N of one copy).
+  const double one_nccl = nccl_all_to_all_seconds({64, 8, 8}, T, net), one_deepep = deepep_all_to_all_seconds({64, 8, 8}, T, 1, 256, net);
+  CHECK(one_deepep == doctest::Approx(one_nccl));
+  // Inside one node: NCCL's formula over NVLink, with the token's k copies.
+  CHECK(deepep_all_to_all_seconds({8, 1, 8}, T, 8, 256, net) == nccl_all_to_all_seconds({8, 1, 8}, T * 8, net));
+  CHECK(deepep_all_to_all_seconds({1, 1, 1}, T, 8, 256, net) == 0);
+  // In a schedule: the header's moe_dispatcher, printed and read back, makes the EP step across nodes faster.
+  HardwareSetting hs = small_mixtral();
+  hs.model.experts = 64, hs.model.top_k = 8;  // (fine-grained: a token's experts on several nodes)
+  GenOptions o;
+  o.pp = 1, o.dp = 16, o.ep = 16, o.zero = 1, o.layers = 4, o.dense_layers = 1, o.microbatches = 2;
+  const Schedule nccl = hardware_3d(hs, o);
+  hs.moe_dispatcher = MoeDispatcher::DeepEP;
+  const Schedule deep = hardware_3d(hs, o);
+  const std::string text = print_schedule(deep);
+  CHECK(text.find("  moe_dispatcher deepep\n") != std::string::npos);
+  CHECK(print_schedule(nccl).find("moe_dispatcher") == std::string::npos);  // (the default, not printed)
+  CHECK(parse_schedule(text, "deepep.sched").header.hardware->moe_dispatcher == MoeDispatcher::DeepEP);
+  const HardwareRun a = simulate_hardware(nccl), b = simulate_hardware(deep);
+  REQUIRE(a.report);
+  REQUIRE(b.report);
+  CHECK(b.report->step_time_s < a.report->step_time_s);
+  // Refused: another name, and a dispatcher for a model without experts.
+  CHECK_THROWS_WITH_AS(moe_dispatcher_from_name("pplx", "--moe-dispatcher"),
+                       doctest::Contains("--moe-dispatcher: expected nccl or deepep"), SpecError);
+  HardwareSetting dense;
+  dense.model = model_preset("llama3-8b"), dense.device = device_preset("h100-sxm");
+  dense.network = network_preset("nvlink8-ib400"), dense.moe_dispatcher = MoeDispatcher::DeepEP;
+  CHECK_THROWS_WITH_AS(dense.validate("gen"), doctest::Contains("needs a Mixture of Experts"), SpecError);
+}
+
 TEST_CASE("imbalance on the hardware model: the busiest slice sets the step, holds the most, and the rest wait") {
   const HardwareSetting hs = small_mixtral(2048);
   auto run = [&](double imbalance) {

@@ -371,6 +371,10 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
                  "--ep: the model 'llama3-8b' has no experts"));
   CHECK(contains(refused([](PlanRequest& q) { q.model = hw::model_preset("llama3-8b"), q.a2a_overlap = true; }),
                  "--a2a-overlap: the model 'llama3-8b' has no experts"));
+  CHECK(contains(refused([](PlanRequest& q) {
+                   q.model = hw::model_preset("llama3-8b"), q.moe_dispatcher = hw::MoeDispatcher::DeepEP;
+                 }),
+                 "--moe-dispatcher deepep: the model 'llama3-8b' has no experts"));
   PlanRequest dense = small_request();
   dense.space.ep = {1, 1};  // (EP 1 given twice is EP 1: a dense model's only degree)
   CHECK(enumerate(dense).candidates.size() == enumerate(small_request()).candidates.size());
@@ -453,6 +457,19 @@ TEST_CASE("plan, Mixture of Experts: the winner's Megatron-LM line reads back to
     ++read;
   }
   CHECK(read > 3);
+  // With DeepEP's dispatch (--moe-dispatcher deepep): the line runs Megatron-LM's flex dispatcher, read back the same.
+  r.moe_dispatcher = hw::MoeDispatcher::DeepEP;
+  const Enumeration deep = enumerate(r);
+  REQUIRE(!deep.candidates.empty());
+  const Candidate& c = deep.candidates.front();
+  CHECK(c.config.moe_dispatcher == hw::MoeDispatcher::DeepEP);
+  const FrameworkLaunch l = to_megatron(c.config);
+  INFO(l.text << " / " << l.note);
+  CHECK(l.exact);
+  CHECK(l.text.find("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep") != std::string::npos);
+  FrameworkInputs in;
+  in.dp = c.knobs.dp, in.dp_given = true, in.model = r.model;
+  CHECK(simulated_step(from_megatron(l.text, in), r) == evaluate(c, r).step_time_s);
 }
 
 TEST_CASE("plan, Mixture of Experts, torchtitan: FSDP of the experts, the winner's TOML reads back to the same step") {
