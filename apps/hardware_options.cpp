@@ -109,7 +109,9 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
     s.moe_dispatcher = hw::moe_dispatcher_from_name(o.moe_dispatcher, "--moe-dispatcher");
   if (o.fp8 || o.fp8_all_gather) s.fp8 = true;
   if (o.fp8_all_gather) s.fp8_all_gather = true;
-  s.validate(o.fp8 || o.fp8_all_gather ? "--fp8" : "--attention");
+  s.validate(o.fp8 || o.fp8_all_gather                            ? "--fp8"
+             : !o.moe_dispatcher.empty() && !s.model.moe() ? "--moe-dispatcher"
+                                                           : "--attention");
   return s;
 }
 
