@@ -712,7 +712,7 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
     if (m.experts % e != 0)
       refuse(fmt::format("{} {} does not divide --num-experts {} (Megatron-LM refuses it too)",
                          meg("expert-model-parallel-size"), e, m.experts));
-    if ((t * c * d) % e != 0)
+    if ((static_cast<long long>(t) * c % e) * d % e != 0)  // (t x c x d mod e, no overflow: each below 2^31)
       refuse(fmt::format("{} {} does not divide the tensor- x context- x data-parallel degree {} x {} x {}: Megatron-LM "
                          "carves the EP groups out of those ranks",
                          meg("expert-model-parallel-size"), e, t, c, d));
@@ -1022,7 +1022,8 @@ void read_torchtitan_experts(const Flags& f, const hw::ModelSpec& m, int ep, int
   if (backend != "standard" && backend != "deepep")
     refuse(tt("parallelism.expert_parallel_comm_backend") + " is standard or deepep, not '" + backend + "'");
   if (backend == "deepep") plan.moe_dispatcher = hw::MoeDispatcher::DeepEP;
-  if (ep % (c * t) != 0 || (static_cast<long long>(shard) * c * t) % ep != 0)
+  const long long ct = static_cast<long long>(c) * t;  // (degrees up to 2^31 each: no int overflow)
+  if (ep % ct != 0 || (static_cast<long long>(shard) * ct) % ep != 0)
     refuse(fmt::format("--from-torchtitan: --parallelism.expert_parallel_degree {} must be a multiple of CP x TP = {} x "
                        "{} and divide data_parallel_shard_degree x CP x TP = {} x {} x {} (its EP mesh borrows all of "
                        "CP and TP and part of the FSDP shards; torchtitan refuses it too)",

@@ -15,6 +15,8 @@
 #include "schedules/cost_models.h"
 #include "schedules/generators.h"
 #include "schedules/hardware_sim.h"
+#include "schedules/replay.h"
+#include "schedules/stream_sim.h"
 #include "schedules/symmetry.h"
 #include "schedules/text_format.h"
 
@@ -706,4 +708,21 @@ TEST_CASE("gen 3d --ep --cp on the hardware model: each CP rank routes its chunk
     REQUIRE(full.result.ok);
     CHECK(check_symmetric(x, RankGrid{1, 2, 4, 2, 4}, full) == (imbalance > 0 ? 2 * 4 : 2));
   }
+}
+
+TEST_CASE("simulate(): a cost model that refuses the schedule as it is built gives a result, never an exception") {
+  // Found by fuzz_sched_sim: an EP degree that does not split the model's experts was refused while the cost model
+  // was built, before the engine's own error handling, and the exception left simulate(). Here: EP 4 on 6 experts.
+  HardwareSetting hs = small_mixtral();
+  hs.model.experts = 6;
+  const Schedule s = ep_step(hs, 4, 4, 1);
+  SimResult r;
+  CHECK_NOTHROW(r = simulate(s));
+  CHECK_FALSE(r.ok);
+  CHECK(has(r.error, "which 4 slices do not split evenly"));
+  // The same from a streaming source (the held pass reports it).
+  const ScheduleView view(s);
+  CHECK_NOTHROW(r = simulate_streams(view, SimOptions{}));
+  CHECK_FALSE(r.ok);
+  CHECK(has(r.error, "which 4 slices do not split evenly"));
 }
