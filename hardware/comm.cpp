@@ -78,17 +78,50 @@ double nccl_all_to_all_seconds(const GroupShape& g, double bytes, const NetworkS
   return net.collective_latency_s + hop + std::max(intra, inter);
 }
 
+namespace {
+
+// C(pool - avoid, k) / C(pool, k): k distinct of `pool` miss all of `avoid` of them.
+double none_of(double pool, double avoid, int k) {
+  double p = 1;
+  for (int i = 0; i < k && p > 0; ++i) p *= std::max(0.0, (pool - avoid - i) / (pool - i));
+  return p;
+}
+
+// C(n, r) as a double (lgamma: the group counts reach thousands).
+double choose(int n, int r) {
+  if (r < 0 || r > n) return 0;
+  return std::exp(std::lgamma(n + 1.0) - std::lgamma(r + 1.0) - std::lgamma(n - r + 1.0));
+}
+
+}  // namespace
+
+double node_miss_probability(int experts, int nodes, int top_k, int groups, int group_topk) {
+  const int k = std::max(top_k, 1), N = std::max(nodes, 1);
+  const double E = std::max(experts, k);
+  const int G = groups, M = group_topk;
+  if (G > 0 && M > 0 && M < G) {
+    const double per_group = E / G, pool = M * per_group;
+    if (G % N == 0) {  // each node holds G/N whole groups
+      const int mine = G / N;
+      double miss = 0;
+      for (int j = 0; j <= std::min(mine, M); ++j)
+        miss += choose(mine, j) * choose(G - mine, M - j) / choose(G, M) * none_of(pool, j * per_group, k);
+      return miss;
+    }
+    if (N % G == 0)  // each group over N/G nodes: the node's experts are in one group
+      return (1 - static_cast<double>(M) / G) + static_cast<double>(M) / G * none_of(pool, E / N, k);
+  }
+  return none_of(E, E / N, k);
+}
+
 double deepep_all_to_all_seconds(const GroupShape& g, double token_bytes, int top_k, int experts,
-                                 const NetworkSpec& net) {
+                                 const NetworkSpec& net, int groups, int group_topk) {
   const int n = g.ranks, k = std::max(top_k, 1);
   if (n <= 1 || token_bytes <= 0) return 0;
   if (g.nodes <= 1) return nccl_all_to_all_seconds(g, token_bytes * k, net);
   const int ppn = std::clamp(g.ranks_per_node, 1, n), N = g.nodes;
-  // The probability that a node holds none of a token's k experts (k distinct of E, E/N on each node).
-  const double E = std::max(experts, k), per_node = E / N;
-  double miss = 1;
-  for (int i = 0; i < k; ++i) miss *= std::max(0.0, (E - per_node - i) / (E - i));
-  const double remote_nodes = (N - 1) * (1 - miss);
+  // Each other node is crossed to when it holds one of the token's experts (the sender's node is like any other).
+  const double remote_nodes = (N - 1) * (1 - node_miss_probability(experts, N, k, groups, group_topk));
   const double nics = static_cast<double>(net.nics_per_node) / std::max(net.gpus_per_node, 1);
   const double inter = token_bytes * remote_nodes / (net.inter_bandwidth * nics);
   const double intra = net.intra_bandwidth > 0 ? token_bytes * k * (1 - 1.0 / ppn) / net.intra_bandwidth : 0;

@@ -76,10 +76,19 @@ double nccl_all_to_all_seconds(const GroupShape& shape, double bytes, const Netw
 /// probability C(E - E/N, k) / C(E, k), so the NIC bytes are token_bytes × (N - 1) × (1 - that) rather than NCCL's
 /// k copies × (n - ppn) / n; NVLink carries token_bytes × k × (1 - 1/ppn). Time: collective_latency + a hop +
 /// max(NVLink, NIC). DeepEP reaches the NICs' rate (its README: 43-58 GB/s per H800 over 400 Gb/s CX7), so the
-/// network's own bandwidths are used. Node-limited routing (DeepSeek-V3 sends a token to at most 4 nodes) and
-/// DeepEP's FP8 dispatch are not modelled: both would make it faster. In one node (or one rank): NCCL's formula
+/// network's own bandwidths are used. With group-limited routing (`groups` G, `group_topk` M: a token's experts in
+/// its M best of G equal groups, DeepSeek-V3's "at most 4 nodes") the miss probability is node_miss_probability's.
+/// DeepEP's FP8 dispatch is not modelled (it would make it faster). In one node (or one rank): NCCL's formula
 /// over NVLink (nccl_all_to_all_seconds of token_bytes × top_k), as DeepEP's intranode kernels run at NVLink rate.
 double deepep_all_to_all_seconds(const GroupShape& shape, double token_bytes, int top_k, int experts,
-                                 const NetworkSpec& net);
+                                 const NetworkSpec& net, int groups = 0, int group_topk = 0);
+
+/// The probability that one of `nodes` nodes, each holding experts / nodes of the experts, holds none of a token's
+/// `top_k` experts, the token's groups and experts chosen uniformly: unrestricted top-k (groups 0, or group_topk =
+/// groups): C(E - E/N, k) / C(E, k); group-limited, each node holding whole groups (G a multiple of N): over the
+/// number j of the node's G/N groups among the token's M, hypergeometric, C(M·E/G - j·E/G, k) / C(M·E/G, k); each
+/// group over several nodes (N a multiple of G): 1 - M/G + M/G · C(M·E/G - E/N, k) / C(M·E/G, k). Otherwise the
+/// unrestricted figure (an approximation).
+double node_miss_probability(int experts, int nodes, int top_k, int groups = 0, int group_topk = 0);
 
 }  // namespace trainsim::hw

@@ -502,7 +502,8 @@ double HardwareCostModel::all_to_all_seconds(const Op& op, int group_size) const
       setting_.tokens_per_microbatch() * tokens->batches.size() * shard * m.hidden * m.activation_bytes * busiest;
   // One all-to-all per MoE block of the layer.
   const double one = setting_.moe_dispatcher == MoeDispatcher::DeepEP
-                         ? deepep_all_to_all_seconds(shape, token_bytes, m.top_k, m.experts, setting_.network)
+                         ? deepep_all_to_all_seconds(shape, token_bytes, m.top_k, m.experts, setting_.network,
+                                                     m.router_groups, m.router_group_topk)
                          : nccl_all_to_all_seconds(shape, token_bytes * m.top_k, setting_.network);
   return sizes_.layer_moe_blocks(op.layer) * one;
 }

@@ -113,6 +113,8 @@ void ModelSpec::validate(const std::string& where) const {
     need(capacity_factor == 0, "capacity_factor",
          fmt::format("is {} but the model has no experts (set experts, or leave it 0)", capacity_factor));
     need(!pad_to_capacity, "pad_to_capacity", "is true but the model has no experts (set experts, or leave it false)");
+    need(router_groups == 0 && router_group_topk == 0, router_groups ? "router_groups" : "router_group_topk",
+         "is set but the model has no experts (leave it 0)");
   } else {
     need(top_k >= 1 && top_k <= experts, "top_k", fmt::format("must be 1 to experts ({}), got {}", experts, top_k));
     need(expert_ffn >= 0, "expert_ffn", fmt::format("must be at least 1 (or 0: ffn), got {}", expert_ffn));
@@ -127,6 +129,15 @@ void ModelSpec::validate(const std::string& where) const {
                      capacity_factor));
     need(!pad_to_capacity || capacity_factor > 0, "pad_to_capacity",
          "pads each expert's tokens to its capacity: set capacity_factor too");
+    need(router_groups == 0 || (router_groups >= 1 && experts % router_groups == 0), "router_groups",
+         fmt::format("must be 0 (no group-limited routing) or divide experts ({}), got {}", experts, router_groups));
+    need((router_groups == 0 && router_group_topk == 0) ||
+             (router_groups > 0 && router_group_topk >= 1 && router_group_topk <= router_groups &&
+              static_cast<long long>(router_group_topk) * (experts / router_groups) >= top_k),
+         "router_group_topk",
+         fmt::format("must be 1 to router_groups ({}) with top_k ({}) experts in that many groups of {} (or 0 with "
+                     "router_groups 0), got {}",
+                     router_groups, top_k, router_groups > 0 ? experts / router_groups : 0, router_group_topk));
   }
   if (!mla()) {
     for (auto [v, name] : {std::pair{q_lora_rank, "q_lora_rank"}, {rope_head_dim, "rope_head_dim"}, {v_head_dim, "v_head_dim"}})
@@ -157,6 +168,7 @@ const std::vector<Field<ModelSpec>>& model_fields() {
       field("expert_ffn", &M::expert_ffn),   field("shared_experts", &M::shared_experts),
       field("dense_blocks", &M::dense_blocks),
       field("capacity_factor", &M::capacity_factor), field("pad_to_capacity", &M::pad_to_capacity),
+      field("router_groups", &M::router_groups), field("router_group_topk", &M::router_group_topk),
       field("q_lora_rank", &M::q_lora_rank), field("kv_lora_rank", &M::kv_lora_rank),
       field("rope_head_dim", &M::rope_head_dim), field("v_head_dim", &M::v_head_dim),
   };
@@ -239,12 +251,15 @@ ModelSpec qwen3_30b_a3b() {
 // but the first three MoE, 1 shared and 256 routed experts of intermediate 2048, 8 activated; 671B parameters, 37B
 // activated; pre-trained at a sequence length of 4K, §4.3 and §4.2), with the released configuration's
 // (deepseek-ai/DeepSeek-V3 config.json) v_head_dim 128, intermediate_size 18432 of the dense blocks and vocab_size
-// 129,280. Its multi-token-prediction module (14B more, the report's "D = 1") and the router's sigmoid scores with
-// their bias and group-limited routing are not modelled (a router's GEMM and softmax stand in).
+// 129,280; its group-limited routing (§2.1.2, config.json n_group 8, topk_group 4: a token's 8 experts among those
+// of its 4 best groups of 32), which sets what DeepEP sends across nodes. Its multi-token-prediction module (14B
+// more, the report's "D = 1") and the router's sigmoid scores with their bias are not modelled (a router's GEMM and
+// softmax stand in).
 ModelSpec deepseek_v3() {
   ModelSpec m;
   m.blocks = 61, m.hidden = 7168, m.heads = 128, m.head_channels = 128, m.ffn = 18432, m.vocab = 129280, m.seq = 4096;
   m.experts = 256, m.top_k = 8, m.expert_ffn = 2048, m.shared_experts = 1, m.dense_blocks = 3;
+  m.router_groups = 8, m.router_group_topk = 4;  // (§2.1.2: 8 groups, a token's experts in its best 4)
   m.q_lora_rank = 1536, m.kv_lora_rank = 512, m.rope_head_dim = 64, m.v_head_dim = 128;
   return m;
 }

@@ -67,6 +67,13 @@ struct ModelSpec {
   /// runs exactly its capacity, padded: static shapes, the padding computed and sent.
   double capacity_factor = 0;
   bool pad_to_capacity = false;
+  /// Group-limited routing (DeepSeek-AI 2024, DeepSeek-V3 §2.1.2 and §3.2.2: "each token will be sent to at most
+  /// M = 4 nodes"; config.json n_group, topk_group; Megatron-LM --moe-router-num-groups, --moe-router-group-topk):
+  /// the experts in router_groups equal groups, a token's top_k chosen among the experts of its router_group_topk
+  /// best groups. 0 and 0: unrestricted top-k. It changes what DeepEP's dispatch sends across nodes (hardware/comm.h),
+  /// not the FLOPs.
+  int router_groups = 0;
+  int router_group_topk = 0;
   /// The share of its balanced tokens an expert slice with routing load `load` (CostModel::expert_load_factor) runs
   /// and sends: `load` when dropless, at most capacity_factor with dropping, capacity_factor when padded. Unitless.
   double routed_load(double load) const {

@@ -437,7 +437,8 @@ void read_megatron_moe(const Flags& f, hw::ModelSpec& m, FrameworkPlan& plan) {
   if (!m.moe()) return;
   // With --num-experts the flags describe the MoE layer, Megatron-LM's defaults for the rest (top-2, experts of
   // --ffn-hidden-size, no shared expert, experts in every layer); without it they change gen --model's.
-  if (f.has("num-experts")) m.top_k = 2, m.expert_ffn = 0, m.shared_experts = 0, m.dense_blocks = 0;
+  if (f.has("num-experts"))
+    m.top_k = 2, m.expert_ffn = 0, m.shared_experts = 0, m.dense_blocks = 0, m.router_groups = 0, m.router_group_topk = 0;
   if (f.has("moe-router-topk")) m.top_k = static_cast<int>(integer(f, fw, "moe-router-topk", 2));
   if (f.has("moe-ffn-hidden-size")) m.expert_ffn = static_cast<int>(integer(f, fw, "moe-ffn-hidden-size", 1));
   if (f.has("moe-shared-expert-intermediate-size")) {
@@ -466,9 +467,16 @@ void read_megatron_moe(const Flags& f, hw::ModelSpec& m, FrameworkPlan& plan) {
   if (!flag(f, "moe-grouped-gemm"))
     plan.notes.push_back("the experts' GEMMs timed as grouped GEMMs (--moe-grouped-gemm); without it Megatron-LM runs "
                          "a rank's experts one after another");
-  if (f.has("moe-router-num-groups") || f.has("moe-router-group-topk"))
-    plan.notes.push_back("--moe-router-num-groups/--moe-router-group-topk (group-limited routing): the all-to-alls "
-                         "sized as unrestricted top-k routing's");
+  // Group-limited routing (DeepSeek-V3's node-limited routing): the model's router_groups and router_group_topk.
+  if (f.has("moe-router-num-groups") != f.has("moe-router-group-topk"))
+    refuse(fmt::format("{} goes with --{} (Megatron-LM needs both for group-limited routing)",
+                       meg(f.has("moe-router-num-groups") ? "moe-router-num-groups" : "moe-router-group-topk"),
+                       f.has("moe-router-num-groups") ? "moe-router-group-topk" : "moe-router-num-groups"));
+  if (f.has("moe-router-num-groups")) {
+    m.router_groups = static_cast<int>(integer(f, fw, "moe-router-num-groups", 1));
+    m.router_group_topk = static_cast<int>(integer(f, fw, "moe-router-group-topk", 1));
+    if (m.router_groups == 1) m.router_groups = 0, m.router_group_topk = 0;  // (one group: no restriction)
+  }
 }
 
 // The blocks of each of `stages` stage chunks when Megatron-LM splits them itself.

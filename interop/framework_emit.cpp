@@ -154,6 +154,8 @@ FrameworkLaunch to_megatron(const FrameworkPlan& p) {
     if (m.shared_experts > 0)
       s += fmt::format(" --moe-shared-expert-intermediate-size {}", static_cast<long long>(m.shared_experts) * m.expert_width());
     if (m.dense_blocks > 0) s += fmt::format(" --moe-layer-freq '([0]*{}+[1]*{})'", m.dense_blocks, m.blocks - m.dense_blocks);
+    if (m.router_groups > 0)
+      s += fmt::format(" --moe-router-num-groups {} --moe-router-group-topk {}", m.router_groups, m.router_group_topk);
     s += p.moe_dispatcher == hw::MoeDispatcher::DeepEP
              ? " --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"
              : " --moe-grouped-gemm --moe-token-dispatcher-type alltoall";

@@ -113,6 +113,10 @@ hw::ModelSpec model_from_hf_config(const nlohmann::json& j, const std::string& w
     m.expert_ffn = integer(j, where, "moe_intermediate_size", 0);
     m.shared_experts = integer(j, where, "n_shared_experts", 0, 0);
     m.dense_blocks = integer(j, where, "first_k_dense_replace", 0, 0);
+    // Group-limited routing (DeepSeek-V3 §2.1.2): the experts in n_group groups, a token's in its topk_group best.
+    m.router_groups = integer(j, where, "n_group", 0, 0);
+    m.router_group_topk = m.router_groups > 0 ? integer(j, where, "topk_group", 0, 1) : 0;
+    if (m.router_groups == 1) m.router_groups = 0, m.router_group_topk = 0;  // (one group: no restriction)
     if (integer(j, where, "moe_layer_freq", 1) != 1)
       throw hw::SpecError(fmt::format("{}: field 'moe_layer_freq': {} (experts in every k-th block after the dense "
                                       "ones) is not modelled: trainsim's MoE blocks follow the dense ones (1 is)",
@@ -120,7 +124,7 @@ hw::ModelSpec model_from_hf_config(const nlohmann::json& j, const std::string& w
     if (notes) {
       if (integer(j, where, "num_nextn_predict_layers", 0, 0) > 0)
         notes->push_back("the multi-token-prediction module (num_nextn_predict_layers) is left out");
-      notes->push_back("the router's sigmoid scores, bias and group-limited routing are timed as a softmax router's");
+      notes->push_back("the router's sigmoid scores and bias are timed as a softmax router's");
     }
   }
   // The length it was trained with: before a rope scaling extended the context, else the position limit.

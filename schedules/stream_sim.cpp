@@ -1474,23 +1474,26 @@ namespace {
 // simulate_streams, `prepare` as StreamSim takes it.
 SimResult run_streams(const RankSource& source, const SimOptions& options, bool prepare) {
   SimResult result;
-  // A cost model refuses what it cannot price (an EP degree that does not split the model's experts, a CP group of
-  // the wrong size, ...) as it is built: that too is the schedule's result, never an exception out of simulate().
-  std::optional<StreamSim> built;
-  try {
-    built.emplace(source, options, prepare);
-  } catch (const NeedsHeldSchedule&) {
-    const Schedule held = RankSource::collect(source);
-    return run_streams(ScheduleView(held), options, true);
-  } catch (const std::exception& e) {
-    if (!source.holds_all()) {
-      const Schedule held = RankSource::collect(source);
-      return run_streams(ScheduleView(held), options, true);
+  // The header's cost model, made here rather than in StreamSim: a model refuses what it cannot price (an EP degree
+  // that does not split the model's experts, a CP group of the wrong size, ...) as it is built, and that is the
+  // schedule's result, never an exception out of simulate() (the options' own errors still throw, from StreamSim).
+  std::unique_ptr<CostModel> model;
+  SimOptions with_model = options;
+  if (!options.cost) {
+    try {
+      model = make_schedule_cost_model(source);
+    } catch (const std::exception& e) {
+      if (!source.holds_all()) {  // (the held pass words it as every other problem)
+        const Schedule held = RankSource::collect(source);
+        return run_streams(ScheduleView(held), options, true);
+      }
+      result.error = e.what();
+      return result;
     }
-    result.error = e.what();
-    return result;
+    with_model.cost = model.get();
   }
-  StreamSim& sim = *built;
+  // (a model made here has learnt every held rank: StreamSim prepares it again only for a caller's model)
+  StreamSim sim(source, with_model, prepare && options.cost != nullptr);
   // A streaming source's problem is found again with every rank's ops held. The caller's cost model learnt only
   // the ranks the streaming pass reached (up to the one that failed, whose refusal the model may have raised
   // itself), so the held pass prepares it again: else it would time the held ranks unprepared, e.g. an MoE

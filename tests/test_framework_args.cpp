@@ -440,7 +440,8 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
   in.model = hw::model_preset("deepseek-v3");
   const std::string ds = "--micro-batch-size 1 --bf16 --pipeline-model-parallel-size 1 --num-experts 256 "
                          "--moe-router-topk 8 --moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 "
-                         "--moe-layer-freq [0]*3+[1]*58 --expert-model-parallel-size 8";
+                         "--moe-layer-freq [0]*3+[1]*58 --moe-router-num-groups 8 --moe-router-group-topk 4 "
+                         "--expert-model-parallel-size 8";
   const FrameworkPlan d = from_megatron(ds, in);
   CHECK(d.model == hw::model_preset("deepseek-v3"));
   CHECK(d.options.ep == 8);
@@ -563,6 +564,12 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
               .find("is deepep or hybridep, not 'nixl'") != std::string::npos);
     CHECK(refused(ds.substr(ds.find("--num-experts")) + " --moe-token-dispatcher-type alltoall --moe-enable-deepep", in)
               .find("--moe-enable-deepep needs --moe-token-dispatcher-type flex") != std::string::npos);
+    // Group-limited routing: read, written back (the line above reads back exact), and both flags needed.
+    CHECK(flex.model.router_groups == 8);
+    CHECK(flex.model.router_group_topk == 4);
+    CHECK(back.text.find("--moe-router-num-groups 8 --moe-router-group-topk 4") != std::string::npos);
+    CHECK(refused("--num-experts 256 --moe-router-topk 8 --moe-router-num-groups 8", in)
+              .find("--moe-router-num-groups goes with --moe-router-group-topk") != std::string::npos);
   }
   CHECK(refused("--expert-tensor-parallel-size 2", in).find("expert tensor parallelism is not modelled yet") !=
         std::string::npos);

@@ -294,6 +294,34 @@ TEST_CASE("DeepEP's dispatch: one network crossing per destination node, NCCL's 
   REQUIRE(a.report);
   REQUIRE(b.report);
   CHECK(b.report->step_time_s < a.report->step_time_s);
+  // Group-limited routing (DeepSeek-V3 §2.1.2: a token's experts in its 4 best of 8 groups): one node per group, the
+  // node missed when its group is not chosen, or chosen and none of the 8 experts among the 4 groups' 128 is its 32.
+  double chosen_missed = 1;
+  for (int i = 0; i < 8; ++i) chosen_missed *= (96.0 - i) / (128.0 - i);
+  CHECK(node_miss_probability(256, 8, 8, 8, 4) == doctest::Approx(0.5 + 0.5 * chosen_missed));
+  CHECK(7 * (1 - node_miss_probability(256, 8, 8, 8, 4)) == doctest::Approx(3.175).epsilon(0.001));
+  CHECK(node_miss_probability(256, 8, 8) == doctest::Approx(miss));       // unrestricted
+  CHECK(node_miss_probability(256, 8, 8, 8, 8) == doctest::Approx(miss));  // every group allowed: unrestricted
+  // Two nodes per group: the node's 16 experts are in one group.
+  double half_missed = 1;
+  for (int i = 0; i < 8; ++i) half_missed *= (112.0 - i) / (128.0 - i);
+  CHECK(node_miss_probability(256, 16, 8, 8, 4) == doctest::Approx(0.5 + 0.5 * half_missed));
+  // Two groups per node (4 nodes): the node is missed when neither of its groups is chosen, or when chosen ones miss.
+  const double p0 = 15.0 / 70, p1 = 40.0 / 70, p2 = 15.0 / 70;  // C(2,j)C(6,4-j)/C(8,4)
+  double miss1 = 1, miss2 = 1;
+  for (int i = 0; i < 8; ++i) miss1 *= (96.0 - i) / (128.0 - i), miss2 *= (64.0 - i) / (128.0 - i);
+  CHECK(node_miss_probability(256, 4, 8, 8, 4) == doctest::Approx(p0 + p1 * miss1 + p2 * miss2));
+  // The DeepSeek-V3 preset routes so; the model's fields are checked.
+  CHECK(model_preset("deepseek-v3").router_groups == 8);
+  CHECK(model_preset("deepseek-v3").router_group_topk == 4);
+  ModelSpec bad = model_preset("deepseek-v3");
+  bad.router_groups = 7;
+  CHECK_THROWS_WITH_AS(bad.validate("m"), doctest::Contains("router_groups"), SpecError);
+  bad = model_preset("deepseek-v3");
+  bad.router_group_topk = 0;
+  CHECK_THROWS_WITH_AS(bad.validate("m"), doctest::Contains("router_group_topk"), SpecError);
+  bad.router_groups = 128, bad.router_group_topk = 3;  // (3 groups of 2 experts cannot hold a token's 8)
+  CHECK_THROWS_WITH_AS(bad.validate("m"), doctest::Contains("router_group_topk"), SpecError);
   // Refused: another name, and a dispatcher for a model without experts.
   CHECK_THROWS_WITH_AS(moe_dispatcher_from_name("pplx", "--moe-dispatcher"),
                        doctest::Contains("--moe-dispatcher: expected nccl or deepep"), SpecError);
