@@ -115,6 +115,10 @@ hw::ModelSpec model_from_hf_config(const nlohmann::json& j, const std::string& w
     m.dense_blocks = integer(j, where, "first_k_dense_replace", 0, 0);
     // Group-limited routing (DeepSeek-V3 §2.1.2): the experts in n_group groups, a token's in its topk_group best.
     m.router_groups = integer(j, where, "n_group", 0, 0);
+    if (m.router_groups > 1 && !j.contains("topk_group"))
+      throw hw::SpecError(fmt::format("{}: field 'topk_group' is missing: n_group {} limits each token to its best "
+                                      "topk_group groups",
+                                      where, m.router_groups));
     m.router_group_topk = m.router_groups > 0 ? integer(j, where, "topk_group", 0, 1) : 0;
     if (m.router_groups == 1) m.router_groups = 0, m.router_group_topk = 0;  // (one group: no restriction)
     if (integer(j, where, "moe_layer_freq", 1) != 1)

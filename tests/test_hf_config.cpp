@@ -202,4 +202,13 @@ TEST_CASE("hf config: DeepSeek-V3's config.json is the deepseek-v3 preset, its l
   CHECK(interop::model_from_hf_config(j, "config.json").q_lora_rank == 0);
   j.erase("kv_lora_rank");
   CHECK(refusal(j) == "config.json: field 'kv_lora_rank': needed for the model, and missing");
+  // Group-limited routing: n_group and topk_group are the model's router_groups and router_group_topk.
+  CHECK(ds.router_groups == 8);
+  CHECK(ds.router_group_topk == 4);
+  j = nlohmann::json::parse(kDeepSeekV3);
+  j.erase("topk_group");
+  CHECK(refusal(j).find("field 'topk_group' is missing: n_group 8") != std::string::npos);
+  j = nlohmann::json::parse(kDeepSeekV3);
+  j["n_group"] = 1;  // (one group: no restriction)
+  CHECK(interop::model_from_hf_config(j, "config.json").router_groups == 0);
 }
