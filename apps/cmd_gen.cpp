@@ -283,9 +283,9 @@ std::string kinds_summary() {
          "--layers, --microbatches per replica, --sp, --zero 1|3, --cp for context parallelism)";
   if (!expert.empty())
     s += "; expert parallel (Mixture of Experts) " + joined(expert) +
-         " (--dp ranks in EP groups of --ep; 3d --ep: of each stage's --tp x --dp ranks; --layers, --dense-layers first "
-         "layers without experts, --microbatches "
-         "per rank; .sched version 3; on the hardware model with an MoE --model: mixtral-8x7b, qwen3-30b-a3b, deepseek-v3)";
+         " (--dp ranks in EP groups of --ep; 3d --ep: of each stage's --tp x --cp x --dp ranks; --layers, --dense-layers "
+         "first layers without experts, --microbatches per rank; .sched version 3; on the hardware model with an MoE "
+         "--model: mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3)";
   return s + ".";
 }
 
@@ -333,7 +333,7 @@ int run(GenArgs& a) {
       if ((a.kind == "ep" || (a.kind == "3d" && opts.ep > 1)) && !hs.model.moe())
         throw std::invalid_argument(fmt::format("{}: the model '{}' has no experts (model.experts=0): expert "
                                                 "parallelism needs a Mixture-of-Experts model (mixtral-8x7b, "
-                                                "qwen3-30b-a3b, deepseek-v3, or experts=... in a JSON model)",
+                                                "qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, or experts=... in a JSON model)",
                                                 a.kind, hs.model.preset));
       if (!a.given.count("--dense-layers"))
         opts = model_dense_layers(a.kind, opts, hs.model.blocks, hs.model.dense_blocks);

@@ -128,7 +128,8 @@ void HardwareCostModel::check_experts(const Op& op, bool expert_parallel) const 
     if (touches)
       throw std::invalid_argument(fmt::format(
           "{}: the schedule routes tokens to experts, but the model '{}' has none (model.experts=0); time it with a "
-          "Mixture-of-Experts model (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, or experts=... in a JSON model)",
+          "Mixture-of-Experts model (mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, or experts=... in a JSON "
+          "model)",
           op.label(), m.preset));
     return;
   }

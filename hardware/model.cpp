@@ -178,7 +178,7 @@ const std::vector<Field<ModelSpec>>& model_fields() {
 const std::vector<std::string>& model_preset_names() {
   static const std::vector<std::string> names{"gpt2-124m", "gpt2-1.5b", "llama2-13b", "llama2-70b", "llama3-8b",
                                               "llama3-70b", "llama3-405b", "mixtral-8x7b", "qwen3-30b-a3b",
-                                              "deepseek-v3", "tiny", "small", "custom"};
+                                              "qwen3-235b-a22b", "deepseek-v3", "tiny", "small", "custom"};
   return names;
 }
 
@@ -246,6 +246,20 @@ ModelSpec qwen3_30b_a3b() {
   return m;
 }
 
+// Qwen3-235B-A22B (Qwen Team 2025, "Qwen3 Technical Report", Table 2: 94 layers, 64 query and 4 KV heads, 128
+// experts, 8 activated, no shared experts; the released configuration Qwen/Qwen3-235B-A22B config.json:
+// hidden_size 4096, head_dim 128, moe_intermediate_size 1536, vocab_size 151,936, tie_word_embeddings false,
+// decoder_sparse_step 1 with no mlp_only_layers; intermediate_size 12288 is unused; torchtitan's qwen3 flavor
+// 235B-A22B is the same). Sequence length 4,096, as Qwen3-30B-A3B's. 235B parameters, 22B active (the model card;
+// 235.1B and 22.1B as counted here, the QK norms left out).
+ModelSpec qwen3_235b_a22b() {
+  ModelSpec m;
+  m.blocks = 94, m.hidden = 4096, m.heads = 64, m.kv_heads = 4, m.head_channels = 128, m.ffn = 12288;
+  m.vocab = 151936, m.seq = 4096;
+  m.experts = 128, m.top_k = 8, m.expert_ffn = 1536;
+  return m;
+}
+
 // DeepSeek-V3 (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §4.2 "Hyper-Parameters": 61 layers, hidden 7168,
 // 128 heads, head dim 128, KV compression 512, query compression 1536, decoupled query and key head dim 64; all FFNs
 // but the first three MoE, 1 shared and 256 routed experts of intermediate 2048, 8 activated; 671B parameters, 37B
@@ -288,6 +302,7 @@ ModelSpec model_preset(const std::string& name) {
   else if (name == "llama3-405b") m = llama3(126, 16384, 53248, 128);
   else if (name == "mixtral-8x7b") m = mixtral_8x7b();
   else if (name == "qwen3-30b-a3b") m = qwen3_30b_a3b();
+  else if (name == "qwen3-235b-a22b") m = qwen3_235b_a22b();
   else if (name == "deepseek-v3") m = deepseek_v3();
   else if (name == "tiny") m = executor(2, 32, 2, 64, 16);
   else if (name == "small") m = executor(4, 256, 4, 768, 128);

@@ -151,7 +151,7 @@ struct ModelSpec {
 /// The fields of a ModelSpec (for JSON, overrides and printing).
 const std::vector<Field<ModelSpec>>& model_fields();
 /// The preset names: gpt2-124m, gpt2-1.5b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, llama3-405b,
-/// mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, tiny, small, custom.
+/// mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, tiny, small, custom.
 const std::vector<std::string>& model_preset_names();
 /// The preset called `name`. Throws SpecError listing the presets.
 ModelSpec model_preset(const std::string& name);

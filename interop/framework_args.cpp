@@ -994,6 +994,7 @@ std::string torchtitan_preset(const std::string& name, const std::string& flavor
   if (name == "llama3" && flavor == "70B") return "llama3-70b";
   if (name == "llama3" && flavor == "405B") return "llama3-405b";
   if (name == "qwen3" && flavor == "30B-A3B") return "qwen3-30b-a3b";
+  if (name == "qwen3" && flavor == "235B-A22B") return "qwen3-235b-a22b";
   if (name == "deepseek_v3" && flavor == "671B") return "deepseek-v3";
   return "";
 }
@@ -1054,9 +1055,9 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
   if (preset.empty()) {
     if (name != "llama3" && name != "qwen3" && name != "deepseek_v3")
       refuse(tt("model.name") + " '" + name + "': trainsim has torchtitan's llama3 (flavors 8B, 70B, 405B), qwen3 "
-             "(30B-A3B) and deepseek_v3 (671B)");
+             "(30B-A3B, 235B-A22B) and deepseek_v3 (671B)");
     refuse(tt("model.flavor") + " '" + flavor + "': trainsim has " +
-           (name == "llama3" ? "llama3's 8B, 70B and 405B" : name == "qwen3" ? "qwen3's 30B-A3B" : "deepseek_v3's 671B") +
+           (name == "llama3" ? "llama3's 8B, 70B and 405B" : name == "qwen3" ? "qwen3's 30B-A3B and 235B-A22B" : "deepseek_v3's 671B") +
            " (give one)");
   }
   // torchao's float8 training (dynamic per-tensor scaling, the LM head filtered out by torchtitan's default

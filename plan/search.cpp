@@ -90,7 +90,7 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& eps) {
   if (!r.model.moe()) {
     if (eps != std::vector<int>{1})
       throw hw::SpecError(fmt::format("plan: --ep: the model '{}' has no experts (expert parallelism needs a Mixture "
-                                      "of Experts: mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, or a config.json with "
+                                      "of Experts: mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, or a config.json with "
                                       "experts)",
                                       name));
     if (r.moe_imbalance > 0)

@@ -646,7 +646,9 @@ TEST_CASE("framework args: a torchtitan MoE job (qwen3 30B-A3B, deepseek_v3 671B
             .find("is standard or deepep, not 'nvshmem'") != std::string::npos);
   CHECK(tt("--parallelism.expert_parallel_degree 3", 6).find("does not divide the model's 128 experts") != std::string::npos);
   CHECK(refusal([] { from_torchtitan("--model.name qwen3 --model.flavor 32B", dp(8)); })
-            .find("--model.flavor '32B': trainsim has qwen3's 30B-A3B") != std::string::npos);
+            .find("--model.flavor '32B': trainsim has qwen3's 30B-A3B and 235B-A22B") != std::string::npos);
+  CHECK(from_torchtitan("--model.name qwen3 --model.flavor 235B-A22B --activation_checkpoint.mode full "
+                        "--parallelism.expert_parallel_degree 8", dp(8)).model.preset == "qwen3-235b-a22b");
   CHECK(refusal([] { from_torchtitan("--model.name llama4 --model.flavor 17bx16e", dp(8)); })
             .find("--model.name 'llama4': trainsim has torchtitan's llama3") != std::string::npos);
 }

@@ -91,8 +91,9 @@ TEST_CASE("MoE presets: the parameters their papers and model cards give, and a 
   // Mixtral: 46.7B and 12.9B (§2 of the paper: "47B", "13B"; Mistral's release: 46.7B, 12.9B). Qwen3-30B-A3B: 30.5B
   // and 3.3B (the model card; this count leaves out the QK norms, and the card rounds 3.35B down).
   // DeepSeek-V3: 671B and 37B (the report's abstract; the multi-token-prediction module's 14B is not in either).
+  // Qwen3-235B-A22B: 235B and 22B (the model card).
   for (const Published& p : {Published{"mixtral-8x7b", 46.7e9, 12.9e9, 0.005}, Published{"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02},
-                             Published{"deepseek-v3", 671e9, 37e9, 0.02}}) {
+                             Published{"qwen3-235b-a22b", 235e9, 22e9, 0.01}, Published{"deepseek-v3", 671e9, 37e9, 0.02}}) {
     CAPTURE(p.name);
     const ModelSpec m = model_preset(p.name);
     m.validate(p.name);

@@ -284,8 +284,7 @@ std::vector<Run> runs() {
              9299);
   bridge_row("Qwen3-235B-A22B, 64 B200, FP8", "TP 1, PP 8 (2 virtual stages), EP 8, DP 8; batch 1024 x 4096, microbatch 1",
              "--tp 1 --pp 8 --dp 8 --ep 8 --schedule interleaved-1f1b --chunks 2 --microbatches 128 --microbatch-size 1 "
-             "--model qwen3-30b-a3b --set model.blocks=94 --set model.hidden=4096 --set model.heads=64 --set "
-             "model.kv_heads=4 --set model.ffn=12288 --set model.expert_ffn=1536 --seq 4096" + b200,
+             "--model qwen3-235b-a22b --seq 4096" + b200,
              3269);
   bridge_row("DeepSeek-V3, 256 B200, FP8", "TP 1, PP 16, EP 8, DP 16; batch 2048 x 4096, microbatch 1",
              "--tp 1 --pp 16 --dp 16 --ep 8 --microbatches 128 --microbatch-size 1 --model deepseek-v3 --seq 4096" + b200,
@@ -296,8 +295,7 @@ std::vector<Run> runs() {
   bridge_row("Qwen3-235B-A22B, 256 H100, FP8",
              "TP 2, PP 8 (4 virtual stages), EP 32, DP 16, all-to-all overlap; batch 2048 x 4096, microbatch 1",
              "--tp 2 --sp --pp 8 --dp 16 --ep 32 --a2a-overlap --schedule interleaved-1f1b --chunks 4 --microbatches 128 "
-             "--microbatch-size 1 --model qwen3-30b-a3b --set model.blocks=94 --set model.hidden=4096 --set "
-             "model.heads=64 --set model.kv_heads=4 --set model.ffn=12288 --set model.expert_ffn=1536 --seq 4096" + sxm,
+             "--microbatch-size 1 --model qwen3-235b-a22b --seq 4096" + sxm,
              1575);
   // The same summary's 25.09 edition (docs/performance-summary-archive.md, DGX-H100, FP8): DeepSeek-V3 dropless on
   // 1,024 H100s, TP 2 beside EP 64 (each EP group spans 8 nodes). Its recipe's dispatcher (configs/deepseek:
