@@ -92,7 +92,7 @@ long activation_grad_elements(const ModelConfig& model, int l, int layers, int s
 
 /// Elements of the output of `layout`'s layer for B sequences: hidden states (n×d), or logits (n×V; the
 /// vocabulary slice n×V/t of a TP slice); for a layer whose last block is an expert-parallel MoE block
-/// (moe_split_layer), the packed tokens for the dispatch (n·top_k × d).
+/// (moe_split_layer), the packed tokens for the dispatch (n·top_k × d; a TP slice's, its sequence shard's n/t·top_k × d).
 long layer_output_elements(const LayerLayout& layout, int sequences);
 
 /// True when `layout`'s layer ends in an MoE block whose experts are in expert slices (ExpertSplit::Dense): its
@@ -152,13 +152,20 @@ const MoeRouting& moe_layer_routing(const LayerStash& stash);
 /// Finishes the forward of a moe_split_layer: `y_pairs` (n·k × d, packed order) are the experts' outputs,
 /// combined with the gates onto the residual; then the final norm and LM head when the layer has them. Writes the
 /// layer's output `out` (hidden states or logits) and keeps y_pairs in the stash.
+///
+/// On a TP slice j of t (Megatron-Core's MoE with sequence parallelism, expert TP 1): the layer's forward routed
+/// only its sequence shard's n/t tokens (exec/sequence_shard.h's rows), so y_pairs are (n/t)·k × d and `out` is the
+/// layer output's sequence shard j (n/t × d); with the LM head, the final norm runs on the shard, its output is
+/// all-gathered over c.tp, and `out` receives the logits' vocabulary slice j of every token (n × V/t: the same
+/// elements as the schedule's sequence shard of the final activation, which the loss reads as that slice).
 template <typename T>
 void moe_layer_combine(ModelContext<T>& c, const LayerLayout& layout, const T* W, BufferPtr y_pairs, T* out,
                        LayerStash& stash);
 
 /// The first part of a moe_split_layer's backward: from `dout` (the layer output's grad, kept in the stash as the
 /// residual's), through the LM head when the layer has it, to the experts' output grads `dy_pairs` (n·k × d,
-/// packed order) and the gates' grads (kept).
+/// packed order) and the gates' grads (kept). On a TP slice: the shard's, as moe_layer_combine (`dout` the shard's
+/// grad, or the logits' vocabulary slice's, whose head input grad is all-reduced and its shard rows kept).
 template <typename T>
 void moe_layer_dispatch_backward(ModelContext<T>& c, const LayerLayout& layout, const T* W, BufferPtr dout,
                                  T* dy_pairs, LayerStash& stash);
