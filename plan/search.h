@@ -68,7 +68,8 @@ struct PlanRequest {
 /// sizes 1, 2, 4; the framework's schedules and ZeRO; recomputation none, selective and full; SP with TP; FP8 off;
 /// layouts even and balanced. An MoE model (docs/planning.md, "Mixture of Experts"): EP every divisor of its
 /// experts up to the GPUs, TP 1 and 2 beside it (expert TP 1: EP a multiple of TP, with SP; Megatron-Bridge's MoE
-/// recipes' TP), CP 1, DDP and ZeRO-1 (FSDP, --zero 3, when asked: what gen 3d --ep runs).
+/// recipes' TP), CP as for a dense model (EP then carved out of TP x CP x DP), ZeRO-1 (FSDP, --zero 3, when asked;
+/// FSDP with torchtitan's framework: what gen 3d --ep runs).
 SearchSpace default_space(const PlanRequest& r);
 
 /// The knobs of a candidate under their flag names, for tables and JSON.
