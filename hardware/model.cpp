@@ -232,19 +232,23 @@ ModelSpec mixtral_8x7b() {
   return m;
 }
 
+// The Qwen3 MoE family's shared shape (Qwen3 report, Table 2; the released config.json files): 4 KV heads of 128
+// channels, a vocabulary of 151,936, 128 routed experts of which 8 are activated, every block MoE, sequence 4,096.
+ModelSpec qwen3_moe(int blocks, int hidden, int heads, int ffn, int expert_ffn) {
+  ModelSpec m;
+  m.blocks = blocks, m.hidden = hidden, m.heads = heads, m.kv_heads = 4, m.head_channels = 128, m.ffn = ffn;
+  m.vocab = 151936, m.seq = 4096;
+  m.experts = 128, m.top_k = 8, m.expert_ffn = expert_ffn;
+  return m;
+}
+
 // Qwen3-30B-A3B (Qwen Team 2025, "Qwen3 Technical Report", Table 2: 48 layers, 32 query and 4 KV heads, 128
 // experts, 8 activated, no shared experts; the released configuration Qwen/Qwen3-30B-A3B config.json:
 // hidden_size 2048, head_dim 128, moe_intermediate_size 768, vocab_size 151,936, tie_word_embeddings false,
 // decoder_sparse_step 1 with no mlp_only_layers, so every block is MoE; intermediate_size 6144 is unused).
 // Sequence length 4,096: the report's pre-training stages S1 and S2 (§3.2; S3 extends it to 32,768). 30.5B
 // parameters, 3.3B active (the model card; 30.5B and 3.35B as counted here, the QK norms' 256 per block left out).
-ModelSpec qwen3_30b_a3b() {
-  ModelSpec m;
-  m.blocks = 48, m.hidden = 2048, m.heads = 32, m.kv_heads = 4, m.head_channels = 128, m.ffn = 6144;
-  m.vocab = 151936, m.seq = 4096;
-  m.experts = 128, m.top_k = 8, m.expert_ffn = 768;
-  return m;
-}
+ModelSpec qwen3_30b_a3b() { return qwen3_moe(48, 2048, 32, 6144, 768); }
 
 // Qwen3-235B-A22B (Qwen Team 2025, "Qwen3 Technical Report", Table 2: 94 layers, 64 query and 4 KV heads, 128
 // experts, 8 activated, no shared experts; the released configuration Qwen/Qwen3-235B-A22B config.json:
@@ -252,13 +256,7 @@ ModelSpec qwen3_30b_a3b() {
 // decoder_sparse_step 1 with no mlp_only_layers; intermediate_size 12288 is unused; torchtitan's qwen3 flavor
 // 235B-A22B is the same). Sequence length 4,096, as Qwen3-30B-A3B's. 235B parameters, 22B active (the model card;
 // 235.1B and 22.1B as counted here, the QK norms left out).
-ModelSpec qwen3_235b_a22b() {
-  ModelSpec m;
-  m.blocks = 94, m.hidden = 4096, m.heads = 64, m.kv_heads = 4, m.head_channels = 128, m.ffn = 12288;
-  m.vocab = 151936, m.seq = 4096;
-  m.experts = 128, m.top_k = 8, m.expert_ffn = 1536;
-  return m;
-}
+ModelSpec qwen3_235b_a22b() { return qwen3_moe(94, 4096, 64, 12288, 1536); }
 
 // DeepSeek-V3 (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §4.2 "Hyper-Parameters": 61 layers, hidden 7168,
 // 128 heads, head dim 128, KV compression 512, query compression 1536, decoupled query and key head dim 64; all FFNs
