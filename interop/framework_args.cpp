@@ -960,6 +960,34 @@ FrameworkPlan from_torchtitan_toml(const std::string& toml_text, const Framework
   return from_torchtitan_words(toml_flags(name, &toml_text), in);
 }
 
+const std::vector<TorchtitanFlavor>& torchtitan_flavors() {
+  static const std::vector<TorchtitanFlavor> f = {
+      {"llama3", "8B", "llama3-8b"},          {"llama3", "70B", "llama3-70b"},
+      {"llama3", "405B", "llama3-405b"},      {"qwen3", "30B-A3B", "qwen3-30b-a3b"},
+      {"qwen3", "235B-A22B", "qwen3-235b-a22b"}, {"deepseek_v3", "671B", "deepseek-v3"}};
+  return f;
+}
+
+std::string torchtitan_flavor_words(const std::string& name) {
+  // "A's x, y and z": each model's flavors, then the models joined the same way.
+  auto join = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i)
+      out += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
+    return out;
+  };
+  std::vector<std::string> models;
+  const auto& all = torchtitan_flavors();
+  for (std::size_t i = 0; i < all.size();) {
+    std::vector<std::string> flavors;
+    std::size_t j = i;
+    for (; j < all.size() && std::string_view(all[j].name) == all[i].name; ++j) flavors.push_back(all[j].flavor);
+    if (name.empty() || name == all[i].name) models.push_back(std::string(all[i].name) + "'s " + join(flavors));
+    i = j;
+  }
+  return join(models);
+}
+
 FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& in) {
   // A TOML job configuration (--job.config_file) first, the command line's flags over it, as torchtitan reads them.
   std::vector<std::string> words;
@@ -990,12 +1018,8 @@ namespace {
 
 // trainsim's preset for torchtitan's model `name` and `flavor`, or "" where there is none.
 std::string torchtitan_preset(const std::string& name, const std::string& flavor) {
-  if (name == "llama3" && flavor == "8B") return "llama3-8b";
-  if (name == "llama3" && flavor == "70B") return "llama3-70b";
-  if (name == "llama3" && flavor == "405B") return "llama3-405b";
-  if (name == "qwen3" && flavor == "30B-A3B") return "qwen3-30b-a3b";
-  if (name == "qwen3" && flavor == "235B-A22B") return "qwen3-235b-a22b";
-  if (name == "deepseek_v3" && flavor == "671B") return "deepseek-v3";
+  for (const TorchtitanFlavor& f : torchtitan_flavors())
+    if (name == f.name && flavor == f.flavor) return f.preset;
   return "";
 }
 
@@ -1048,17 +1072,13 @@ FrameworkPlan from_torchtitan_words(const std::vector<std::string>& all, const F
   FrameworkPlan plan;
   const std::string fw = "torchtitan";
   if (in.model) refuse("--from-torchtitan: the model comes from --model.name and --model.flavor: leave gen --model out");
-  // The model: torchtitan's flavors that are trainsim's presets (torchtitan/models/NAME/__init__.py): llama3's 8B,
-  // 70B and 405B, and the Mixtures of Experts qwen3's 30B-A3B and deepseek_v3's 671B (the same shapes field for field).
+  // The model: torchtitan's flavors that are trainsim's presets (torchtitan_flavors: the same shapes field for field).
   const std::string name = text(f, "model.name", "llama3"), flavor = text(f, "model.flavor", "debugmodel");
   const std::string preset = torchtitan_preset(name, flavor);
   if (preset.empty()) {
-    if (name != "llama3" && name != "qwen3" && name != "deepseek_v3")
-      refuse(tt("model.name") + " '" + name + "': trainsim has torchtitan's llama3 (flavors 8B, 70B, 405B), qwen3 "
-             "(30B-A3B, 235B-A22B) and deepseek_v3 (671B)");
-    refuse(tt("model.flavor") + " '" + flavor + "': trainsim has " +
-           (name == "llama3" ? "llama3's 8B, 70B and 405B" : name == "qwen3" ? "qwen3's 30B-A3B and 235B-A22B" : "deepseek_v3's 671B") +
-           " (give one)");
+    if (torchtitan_flavor_words(name).empty())
+      refuse(tt("model.name") + " '" + name + "': trainsim has torchtitan's " + torchtitan_flavor_words());
+    refuse(tt("model.flavor") + " '" + flavor + "': trainsim has " + torchtitan_flavor_words(name) + " (give one)");
   }
   // torchao's float8 training (dynamic per-tensor scaling, the LM head filtered out by torchtitan's default
   // filter_fqns) is trainsim's FP8 model; MX formats are not.

@@ -74,4 +74,17 @@ FrameworkPlan from_torchtitan(const std::string& flags, const FrameworkInputs& i
 /// command-line flags over it. Throws std::invalid_argument naming the line for TOML that cannot be read.
 FrameworkPlan from_torchtitan_toml(const std::string& toml_text, const FrameworkInputs& in);
 
+/// A torchtitan model flavor that is a trainsim preset, field for field (torchtitan/models/NAME/__init__.py):
+/// `--model.name` `name`, `--model.flavor` `flavor`.
+struct TorchtitanFlavor {
+  const char* name;
+  const char* flavor;
+  const char* preset;
+};
+/// Every such flavor, by model name: llama3's 8B, 70B and 405B, qwen3's 30B-A3B and 235B-A22B, deepseek_v3's 671B.
+/// The importer reads them and the TOML exporter writes them from this one list.
+const std::vector<TorchtitanFlavor>& torchtitan_flavors();
+/// The flavors of model `name` (all of them when empty) in words: "qwen3's 30B-A3B and 235B-A22B".
+std::string torchtitan_flavor_words(const std::string& name = "");
+
 }  // namespace trainsim

@@ -198,16 +198,12 @@ FrameworkLaunch to_torchtitan_toml(const FrameworkPlan& p) {
   if (p.kind != "3d") return refused("the torchtitan TOML is written for gen 3d configurations");
   const GenOptions& o = p.options;
   const hw::ModelSpec& m = p.model;
-  std::string name = "llama3", flavor;
-  if (m.preset == "llama3-8b") flavor = "8B";
-  else if (m.preset == "llama3-70b") flavor = "70B";
-  else if (m.preset == "llama3-405b") flavor = "405B";
-  else if (m.preset == "qwen3-30b-a3b") name = "qwen3", flavor = "30B-A3B";
-  else if (m.preset == "qwen3-235b-a22b") name = "qwen3", flavor = "235B-A22B";
-  else if (m.preset == "deepseek-v3") name = "deepseek_v3", flavor = "671B";
-  if (flavor.empty() || !is_preset(m))
-    return refused("torchtitan's flavors trainsim has are llama3's 8B, 70B and 405B, qwen3's 30B-A3B and 235B-A22B "
-                   "and deepseek_v3's 671B; this model is none of them");
+  const TorchtitanFlavor* tt = nullptr;
+  for (const TorchtitanFlavor& f : torchtitan_flavors())
+    if (m.preset == f.preset) tt = &f;
+  if (!tt || !is_preset(m))
+    return refused("torchtitan's flavors trainsim has are " + torchtitan_flavor_words() + "; this model is none of them");
+  const std::string name = tt->name, flavor = tt->flavor;
   // torchtitan's MoE: dropless, its experts FSDP-sharded, no all-to-all overlap of its own (parallel_dims.py).
   if (m.moe() && (m.capacity_factor > 0 || m.pad_to_capacity))
     return refused("torchtitan's MoE routes dropless (no expert capacity factor)");
