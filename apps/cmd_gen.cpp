@@ -474,7 +474,15 @@ void add_gen_command(CLI::App& app, int* exit_code) {
                   "and reaches the others with all-to-alls (docs/design.md, Mixture of Experts). ep: dividing --dp. "
                   "3d: every --schedule, DDP, --zero 1 or 3, --cp; the EP groups are consecutive ranks of a stage's "
                   "--tp x --cp x --dp ranks (Megatron-Core's folded layout, expert TP 1): ep divides --tp x --cp x --dp "
-                  "and, with --tp above 1, is a multiple of it, with --sp")
+                  "and, with --tp above 1, is a multiple of it, with --sp (see --etp)")
+      ->check(count)
+      ->capture_default_str();
+  cmd->add_option("--etp", args->options.etp,
+                  "3d --ep: expert tensor parallelism, 1 (default: each expert slice whole beside TP, as "
+                  "Megatron-Bridge's MoE recipes run) or --tp (each expert slice split over its TP group, "
+                  "Megatron-LM's default --expert-tensor-parallel-size; the tokens all-gathered and the experts' output "
+                  "reduce-scattered over it). With --etp --tp an EP group holds one TP index of --ep TP groups: --ep "
+                  "divides --cp x --dp")
       ->check(count)
       ->capture_default_str();
   cmd->add_option("--dense-layers", args->options.dense_layers,

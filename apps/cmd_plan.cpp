@@ -37,7 +37,7 @@ struct PlanArgs {
   unsigned threads = 0;
   long long global_batch = 0;
   double reserve_gib = -1;
-  std::string tp, cp, pp, dp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout, ep;
+  std::string tp, cp, pp, dp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout, ep, etp;
   double moe_imbalance = 0;
   bool a2a_overlap = false;
   std::string moe_dispatcher = "nccl";
@@ -110,6 +110,7 @@ plan::PlanRequest request_of(const PlanArgs& a) {
   s.chunks = int_list(a.chunks, "--chunks"), s.microbatch_size = int_list(a.microbatch_size, "--microbatch-size");
   s.zero = int_list(a.zero, "--zero");
   s.ep = int_list(a.ep, "--ep");
+  s.etp = int_list(a.etp, "--etp");
   r.moe_imbalance = a.moe_imbalance;
   r.a2a_overlap = a.a2a_overlap;
   r.moe_dispatcher = hw::moe_dispatcher_from_name(a.moe_dispatcher, "--moe-dispatcher");
@@ -163,7 +164,7 @@ nlohmann::ordered_json row_json(const plan::PlanRow& row, bool moe) {
   const plan::Evaluation& e = row.eval;
   nlohmann::ordered_json j;
   j["tp"] = k.tp, j["cp"] = k.cp, j["pp"] = k.pp, j["chunks"] = k.chunks, j["dp"] = k.dp;
-  if (moe) j["ep"] = k.ep;
+  if (moe) j["ep"] = k.ep, j["etp"] = k.etp;
   j["microbatch_size"] = k.microbatch_size, j["microbatches"] = k.microbatches;
   j["schedule"] = k.schedule, j["zero"] = k.zero, j["recompute"] = hw::recompute_name(k.recompute);
   j["sp"] = k.sp, j["fp8"] = k.fp8, j["layout"] = k.layout;
@@ -185,7 +186,7 @@ nlohmann::ordered_json row_json(const plan::PlanRow& row, bool moe) {
 }
 
 std::string csv_text(const plan::PlanResult& res, bool moe) {
-  std::string s = std::string("rank,tp,cp,pp,chunks,dp,") + (moe ? "ep," : "") +
+  std::string s = std::string("rank,tp,cp,pp,chunks,dp,") + (moe ? "ep,etp," : "") +
       "microbatch_size,microbatches,schedule,zero,recompute,sp,fp8,layout,fits,step_time_s,"
       "tokens_per_s_per_gpu,mfu,peak_memory_bytes,weights_bytes,grads_bytes,optimizer_bytes,activations_bytes,"
       "workspace_bytes,bubble_fraction,exposed_comm_share\n";
@@ -194,7 +195,7 @@ std::string csv_text(const plan::PlanResult& res, bool moe) {
     const plan::Evaluation& e = res.rows[i].eval;
     s += fmt::format("{},{},{},{},{},{},{}{},{},{},{},{},{},{},{},{},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},"
                      "{:.17g},{:.17g},{:.17g},{:.17g}\n",
-                     i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, moe ? fmt::format("{},", k.ep) : "", k.microbatch_size, k.microbatches, k.schedule, k.zero,
+                     i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, moe ? fmt::format("{},{},", k.ep, k.etp) : "", k.microbatch_size, k.microbatches, k.schedule, k.zero,
                      hw::recompute_name(k.recompute), k.sp ? 1 : 0, k.fp8 ? 1 : 0, k.layout, res.rows[i].fits() ? 1 : 0,
                      e.step_time_s, e.tokens_per_s_per_gpu, e.mfu, e.peak_memory_bytes, e.peak_breakdown.weights,
                      e.peak_breakdown.grads, e.peak_breakdown.optimizer, e.peak_breakdown.activations,
@@ -225,7 +226,7 @@ bool write_timelines(const plan::PlanResult& res, const plan::PlanRequest& r, co
     part.title = fmt::format("#{} {}: TP {} CP {} PP {} VP {} DP {}{}, {} x {} microbatches, ZeRO {}, recompute {}, {} "
                              "layout; step {:.3f} s, bubble {:.1f} %, stage peaks {} GiB",
                              i + 1, k.schedule, k.tp, k.cp, k.pp, k.chunks, k.dp,
-                             r.model.moe() ? fmt::format(" EP {}", k.ep) : "", k.microbatches, k.microbatch_size,
+                             r.model.moe() ? fmt::format(" EP {}{}", k.ep, k.etp > 1 ? fmt::format(" ETP {}", k.etp) : "") : "", k.microbatches, k.microbatch_size,
                              k.zero, hw::recompute_name(k.recompute), k.layout, row.eval.step_time_s,
                              100 * row.eval.bubble_fraction, stage_peaks(row.eval));
     part.trace = std::move(t.trace);
@@ -340,11 +341,12 @@ int run(const PlanArgs& a) {
   bool one_shape = shown > 0;
   for (std::size_t i = 1; i < shown; ++i) {
     const plan::Knobs &k = res.rows[i].candidate.knobs, &k0 = res.rows[0].candidate.knobs;
-    one_shape = one_shape && k.tp == k0.tp && k.cp == k0.cp && k.pp == k0.pp && k.dp == k0.dp && k.ep == k0.ep;
+    one_shape = one_shape && k.tp == k0.tp && k.cp == k0.cp && k.pp == k0.pp && k.dp == k0.dp && k.ep == k0.ep &&
+                k.etp == k0.etp;
   }
   if (moe)
     fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP beside it "
-               "(expert TP 1), CP as for a dense model, {}; {}; all-to-alls {}; its step times are optimistic for "
+               "(expert TP 1, or equal to TP: the ETP column), CP as for a dense model, {}; {}; all-to-alls {}; its step times are optimistic for "
                "fine-grained experts (docs/planning.md, \"Mixture of Experts\")\n",
                r.model.preset, r.model.experts, r.model.top_k,
                r.framework == plan::Framework::Torchtitan ? "FSDP (torchtitan's, the experts sharded over their "
@@ -357,7 +359,7 @@ int run(const PlanArgs& a) {
                    : "through NCCL (--moe-dispatcher deepep for DeepEP's, once per destination node)");
   fmt::print("\n{:>3} {:>2} {:>2} {:>3} {:>2} {:>4}{} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8} {:>9} {:>5} "
              "{:>6} {:<23} {:>6} {:>7}{}\n",
-             "#", "TP", "CP", "PP", "VP", "DP", moe ? fmt::format(" {:>3}", "EP") : "", "mbs", "mb", "schedule", "ZeRO", "recompute", "SP", "FP8", "layout",
+             "#", "TP", "CP", "PP", "VP", "DP", moe ? fmt::format(" {:>3} {:>3}", "EP", "ETP") : "", "mbs", "mb", "schedule", "ZeRO", "recompute", "SP", "FP8", "layout",
              "step s", "tok/s/GPU", "MFU", "peak", "GiB: W/G/O/A", "bubble", "exposed", one_shape ? "  stage peaks GiB" : "");
   for (std::size_t i = 0; i < shown; ++i) {
     const plan::Knobs& k = res.rows[i].candidate.knobs;
@@ -365,7 +367,7 @@ int run(const PlanArgs& a) {
     const MemoryByKind& m = e.peak_breakdown;
     fmt::print("{:>3} {:>2} {:>2} {:>3} {:>2} {:>4}{} {:>3} {:>4} {:<16} {:>4} {:<9} {:>2} {:>3} {:<8} {:>8.3f} {:>9.0f} "
                "{:>4.1f}% {:>6} {:<23} {:>5.1f}% {:>6.1f}%{}{}\n",
-               i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, moe ? fmt::format(" {:>3}", k.ep) : "", k.microbatch_size, k.microbatches, k.schedule, k.zero,
+               i + 1, k.tp, k.cp, k.pp, k.chunks, k.dp, moe ? fmt::format(" {:>3} {:>3}", k.ep, k.etp) : "", k.microbatch_size, k.microbatches, k.schedule, k.zero,
                hw::recompute_name(k.recompute), k.sp ? "y" : "n", k.fp8 ? "y" : "n", k.layout, e.step_time_s,
                e.tokens_per_s_per_gpu, 100 * e.mfu, gib(e.peak_memory_bytes),
                fmt::format("{}/{}/{}/{}", gib(m.weights), gib(m.grads), gib(m.optimizer), gib(m.activations)),
@@ -432,7 +434,11 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--zero", a->zero, "0 (DDP), 1 (ZeRO-1), 3 (FSDP) (default: 1,3; megatron 1; torchtitan 3; MoE 1, or 3 with torchtitan)");
   cmd->add_option("--ep", a->ep,
                   "Expert-parallel degrees of an MoE model (default: every divisor of its experts; each must divide TP x DP "
-                  "and, with TP above 1, be a multiple of TP)");
+                  "and, with TP above 1 and expert TP 1, be a multiple of TP)");
+  cmd->add_option("--etp", a->etp,
+                  "Expert tensor-parallel degrees of an MoE model: 1 (the experts whole beside TP) or each candidate's "
+                  "TP degree (each expert split over its TP group, Megatron-LM's default; gen 3d --etp); other values "
+                  "are skipped (default: 1 and the TP degrees; 1 with --framework torchtitan)");
   cmd->add_option("--moe-imbalance", a->moe_imbalance,
                   "An MoE model's busiest expert slice's tokens over the mean, for every candidate with expert "
                   "slices (default 1: balanced; 1.5: a router before it balances)")

@@ -90,8 +90,15 @@ void HardwareCostModel::prepare_rank(int rank, const std::vector<Op>& ops) {
                         : std::string("no TP group holds the rank")));
         }
       }
-      if (op.kind == OpKind::Forward && op.layer >= 0 && op.layer < layers)  // (an MoE layer's experts: TP 1 beside)
+      if (op.kind == OpKind::Forward && op.layer >= 0 && op.layer < layers)
         forward_layers_[rank][op.layer] = std::max(forward_layers_[rank][op.layer], static_cast<char>(degree));
+      // An expert slice's forward: its expert-TP degree (the width of the activations its experts keep).
+      if (const Tensor* x = op.kind == OpKind::Forward && op.layer >= 0 && op.layer < layers ? expert_weight(op) : nullptr;
+          x && x->tp_size > 1) {
+        if (expert_tp_.empty()) expert_tp_.assign(world_size_, {});
+        if (expert_tp_[rank].empty()) expert_tp_[rank].assign(layers, 1);
+        expert_tp_[rank][op.layer] = static_cast<char>(x->tp_size);
+      }
       if (op.kind == OpKind::BackwardInput && op.layer >= 0 && op.layer < layers) {
         if (split_backward_.empty()) split_backward_.assign(world_size_, {});
         if (split_backward_[rank].empty()) split_backward_[rank].assign(layers, 0);
@@ -162,16 +169,17 @@ void HardwareCostModel::check_experts(const Op& op, bool expert_parallel) const 
         "dense_blocks (a schedule with no expert slice runs every expert on its ranks: EP 1)",
         op.label(), op.layer, moe == c.num_blocks ? blocks() : fmt::format("{} of its {}", moe, blocks()), m.preset,
         m.dense_blocks));
-  // Tensor parallelism runs beside expert parallelism (expert TP 1: the dense parts TP-sliced, the experts whole on
-  // the EP group's sequence shards); with every expert on the rank (EP 1) or with TP-sliced experts it is not modelled.
-  for (const auto* list : {&op.reads, &op.writes})
-    for (const Tensor& t : *list)
-      if (t.tp_size > 1 && (t.expert() || (!expert_parallel && moe > 0)))
-        throw std::invalid_argument(fmt::format(
-            "{}: {} with a Mixture-of-Experts model is not modelled yet (TP slice {}); TP runs beside expert "
-            "parallelism with expert TP 1 (gen 3d --ep E --tp T --sp)",
-            op.label(), t.expert() ? "expert tensor parallelism" : "tensor parallelism without expert parallelism",
-            t.str()));
+  // Tensor parallelism runs beside expert parallelism (the dense parts TP-sliced; the experts whole on the EP
+  // group's sequence shards, or with expert TP split over the TP group); with every expert on the rank (EP 1) it is
+  // not modelled.
+  if (!expert_parallel && moe > 0)
+    for (const auto* list : {&op.reads, &op.writes})
+      for (const Tensor& t : *list)
+        if (t.tp_size > 1)
+          throw std::invalid_argument(fmt::format(
+              "{}: tensor parallelism without expert parallelism with a Mixture-of-Experts model is not modelled yet "
+              "(TP slice {}); TP runs beside expert parallelism (gen 3d --ep E --tp T --sp, with --etp 1 or T)",
+              op.label(), t.str()));
 }
 
 TpSplit HardwareCostModel::tp_split(const Op& op) const {
@@ -200,7 +208,7 @@ Work HardwareCostModel::op_work(const Op& op) const {
       const int layer = op.kind == OpKind::Loss ? L - 1 : op.layer;
       if (const Tensor* x = op.kind == OpKind::Loss ? nullptr : expert_weight(op))
         return expert_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()),
-                           ExpertSplit{x->ep_size, load_of(x)});
+                           ExpertSplit{x->ep_size, load_of(x), x->tp_size});
       Work w = compute_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()), 0,
                             tp_split(op));
       if (op.kind != OpKind::Loss && sizes_.experts_inside(layer))  // EP 1: every expert's share of the tokens here
@@ -223,8 +231,8 @@ double HardwareCostModel::compute_seconds(const Op& op) const {
   // The same (layer, pass, microbatch count, TP degree, sequence parallelism) always costs the same: computed
   // once (a GEMM table lookup per linear layer and pass is too much for every op of a 16,384-rank schedule).
   if (const Tensor* x = !setting_.model.moe() || op.kind == OpKind::Loss ? nullptr : expert_weight(op)) {
-    const std::array<int, 5> key{op.layer, static_cast<int>(op.kind), static_cast<int>(op.batches.size()), x->ep_size,
-                                 x->ep_index};
+    const std::array<int, 6> key{op.layer,    static_cast<int>(op.kind), static_cast<int>(op.batches.size()),
+                                 x->ep_size, x->ep_index,                x->tp_size};
     auto [it, fresh] = expert_cache_.try_emplace(key, 0.0);
     if (fresh) it->second = work_seconds(setting_.device, op_work(op));
     return it->second;
@@ -318,6 +326,8 @@ double HardwareCostModel::tp_role_seconds(int rank, int layer, OpKind pass, TpRo
 
 double HardwareCostModel::tp_comm_seconds(const Op& op) const {
   if (!is_compute(op.kind) || op.kind == OpKind::Update) return 0;
+  // An expert slice's op runs no TP collective inside (expert TP's gather and reduce-scatter are the schedule's ops).
+  if (op.kind != OpKind::Loss && expert_weight(op)) return 0;
   const TpSplit tp = tp_split(op);
   if (tp.degree <= 1) return 0;
   const GroupShape shape = tp_shape(op.rank, tp.degree);
@@ -367,6 +377,9 @@ double HardwareCostModel::explicit_tp_seconds(const Op& op, double seconds) cons
   const Tensor* t = op.kind == OpKind::AllGather ? (op.writes.empty() ? nullptr : &op.writes.front())
                                                  : (op.reads.empty() ? nullptr : &op.reads.front());
   if (!t || (t->kind != TensorKind::Activation && t->kind != TensorKind::ActivationGrad)) return seconds;
+  // Expert TP's gather of the dispatched tokens and reduce-scatter of the experts' output: exposed whole (Megatron-
+  // Core's token dispatcher runs them between its all-to-alls and the grouped GEMMs, under no GEMM).
+  if (t->route != Route::None) return seconds;
   const int L = static_cast<int>(sizes_.layers().size());
   const bool grad = t->kind == TensorKind::ActivationGrad;
   // Which layer's pass the collective belongs to, and its role there (hardware/tp_comm.h).
@@ -421,7 +434,8 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
     case OpKind::BackwardInput:
     case OpKind::BackwardWeight:
     case OpKind::Loss:
-      // An expert slice's op: its grouped GEMMs alone (no TP, and no ring attention: its all-to-alls are ops).
+      // An expert slice's op: its grouped GEMMs alone (no ring attention; its all-to-alls, and with expert TP its
+      // gather and reduce-scatter, are ops).
       if (setting_.model.moe() && op.kind != OpKind::Loss && expert_weight(op)) return compute_seconds(op);
       return compute_seconds(op) + tp_comm_seconds(op) + cp_comm_seconds(op);
     case OpKind::Update: return work_seconds(setting_.device, op_work(op)) + tied_embedding_seconds(op);
@@ -442,7 +456,7 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
         c = Collective::AllGather;
         if (!op.writes.empty()) {
           const Tensor& t = op.writes.front();
-          bytes = sizes_.wire_bytes(t);
+          bytes = sizes_.wire_bytes(t, load_of(&t));  // (expert TP's tokens at the slice's load)
           // FP8 all-gather of weights (torchao): the blocks' linear weights travel as one byte per parameter.
           // (an expert slice's weights are all linear: its routed experts' parameters)
           if (setting_.fp8_all_gather && t.kind == TensorKind::Weight && t.layer >= 0 &&
@@ -452,7 +466,7 @@ double HardwareCostModel::busy_seconds(const Op& op, int group_size) const {
         }
       } else if (op.kind == OpKind::ReduceScatter) {
         c = Collective::ReduceScatter;
-        if (!op.reads.empty()) bytes = sizes_.wire_bytes(op.reads.front());
+        if (!op.reads.empty()) bytes = sizes_.wire_bytes(op.reads.front(), load_of(&op.reads.front()));
       } else if (op.kind == OpKind::AllReduce && !op.reads.empty()) {
         bytes = sizes_.wire_bytes(op.reads.front());
       } else if (op.kind == OpKind::Broadcast) {  // the root reads the tensor, the others write it
@@ -516,7 +530,10 @@ double HardwareCostModel::memory(const Tensor& t, int rank) const {
   if (t.route == Route::ExpertIn && t.kind == TensorKind::Activation) {  // the experts' saved activations
     const bool runs = rank >= 0 && rank < static_cast<int>(forward_layers_.size()) && t.layer >= 1 &&
                       t.layer <= static_cast<int>(forward_layers_[rank].size()) && forward_layers_[rank][t.layer - 1] != 0;
-    return sizes_.resident_bytes(t, runs, TpSplit{}, load);
+    TpSplit etp;  // (the experts' inner terms are of the rank's expert-TP slice of the width)
+    if (runs && rank < static_cast<int>(expert_tp_.size()) && t.layer - 1 < static_cast<int>(expert_tp_[rank].size()))
+      etp.degree = std::max<int>(1, expert_tp_[rank][t.layer - 1]);
+    return sizes_.resident_bytes(t, runs, etp, load);
   }
   if (t.route != Route::None || t.expert()) return sizes_.wire_bytes(t, load);
   TpSplit tp{0};  // degree 0: the rank runs no forward of the layer

@@ -161,13 +161,14 @@ class HardwareCostModel final : public CostModel {
   std::vector<GroupShape> shapes_;  // [group]: where its members sit, computed once
   std::vector<std::string> group_names_;
   std::vector<std::vector<char>> forward_layers_;  // [rank][layer]: the TP degree of its forward, 0 for none
+  std::vector<std::vector<char>> expert_tp_;  // [rank][layer]: its experts' expert-TP degree (only with expert TP)
   TpLayout tp_;
   std::vector<int> cp_group_;  // [rank]: its CP group's id (context parallelism only)
   std::vector<std::vector<char>> split_backward_;  // [rank][layer]: its backward split into B and W (only if any)
   std::vector<std::vector<char>> regathered_;  // [rank][layer]: its input all-gathered again for the backward
   mutable std::map<std::array<int, 10>, double> tp_cache_;  // tp_comm_seconds by op shape
   mutable std::unordered_map<std::uint64_t, double> compute_cache_;  // compute_seconds by its key
-  mutable std::map<std::array<int, 5>, double> expert_cache_;  // an expert op's compute_seconds by its shape
+  mutable std::map<std::array<int, 6>, double> expert_cache_;  // an expert op's compute_seconds by its shape
 };
 
 }  // namespace trainsim::hw

@@ -1,11 +1,13 @@
 #include "hardware/experts.h"
 
+#include <algorithm>
+
 namespace trainsim::hw {
 
 double routed_pairs(const ModelSpec& m, double tokens, ExpertSplit x) { return tokens * m.top_k / x.ep * x.load; }
 
-std::vector<Linear> expert_linears(const ModelSpec& m) {
-  const double h = m.hidden, f = m.expert_width();
+std::vector<Linear> expert_linears(const ModelSpec& m, int tp) {
+  const double h = m.hidden, f = m.expert_width() / std::max(tp, 1);
   if (m.gated_ffn) return {{h, f, true}, {h, f, false}, {f, h, true}};
   return {{h, f, true}, {f, h, false}};
 }
@@ -17,12 +19,13 @@ Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kin
   const double pairs = routed_pairs(m, s.tokens_per_microbatch() * batches, x);
   const double local = static_cast<double>(m.experts) / x.ep;  // experts on the slice
   // One grouped GEMM per linear: `local` GEMMs of pairs / local rows each (balanced over the slice's experts).
-  const LinearsWork per_expert = linears_work(s, expert_linears(m), pairs / local);
-  const double h = m.hidden, f = m.expert_width(), e = m.activation_bytes;
+  const int t = std::max(x.tp, 1);
+  const LinearsWork per_expert = linears_work(s, expert_linears(m, t), pairs / local);
+  const double h = m.hidden, f = m.expert_width() / t, e = m.activation_bytes;
   // The MLP activation over the pairs (as a dense MLP's: fused, or PyTorch eager's kernels) and the permutation.
   double act_fwd = (m.gated_ffn ? 3 : 2) * f * e, act_bwd = 2 * act_fwd;
   if (s.elementwise == Elementwise::Eager) act_fwd = (m.gated_ffn ? 5 : 2) * e * f, act_bwd = (m.gated_ffn ? 9 : 4) * e * f;
-  const double permute = 4 * h * e;
+  const double permute = 4 * h * e / t;  // (of the rank's own sequence shard: 1/t of the slice's pairs)
   Work fwd = scaled(per_expert.forward, local * k);
   fwd.bytes += k * pairs * (act_fwd + permute);
   Work input = scaled(per_expert.input, local * k);
@@ -50,8 +53,8 @@ Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kin
   }
 }
 
-double expert_activation_bytes(const ModelSpec& m, Recompute r) {
-  const double h = m.hidden, f = m.expert_width(), e = m.activation_bytes;
+double expert_activation_bytes(const ModelSpec& m, Recompute r, int tp) {
+  const double h = m.hidden, f = m.expert_width() / std::max(tp, 1), e = m.activation_bytes;
   switch (r) {
     case Recompute::Full: return 0;
     case Recompute::Op: return m.gated_ffn ? e * (f + h) : e * f;

@@ -132,13 +132,15 @@ bool TensorSizes::holds_saved(const Tensor& t, TpSplit tp) {
 
 double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp, double load) const {
   const int L = static_cast<int>(layers_.size());
-  if (t.kind == TensorKind::Activation && t.route == Route::ExpertIn && forward_runs_here && t.layer >= 1 &&
-      t.layer <= L) {
-    // The experts of layer t.layer - 1 ran on these tokens: what they saved, per MoE block.
+  if (t.kind == TensorKind::Activation && t.route == Route::ExpertIn && forward_runs_here && t.complete() &&
+      t.layer >= 1 && t.layer <= L) {
+    // The experts of layer t.layer - 1 ran on these tokens (with expert TP, all-gathered: a dispatched shard is
+    // only its bytes): what they saved, per MoE block, of the rank's expert-TP slice (tp.degree) of the width.
     const double input = wire_bytes(t, load);
     const int k = layer_moe_blocks(t.layer - 1);
     const double pairs = input / (s_.model.hidden * s_.model.activation_bytes);
-    return input + k * pairs * expert_activation_bytes(s_.model, s_.recompute) + std::max(k - 1, 0) * input;
+    return input + k * pairs * expert_activation_bytes(s_.model, s_.recompute, std::max(tp.degree, 1)) +
+           std::max(k - 1, 0) * input;
   }
   if (t.kind != TensorKind::Activation || t.layer >= L || !forward_runs_here || t.tp_size != 1 ||
       t.route != Route::None || !holds_saved(t, tp))
@@ -175,7 +177,7 @@ double TensorSizes::workspace_bytes(const Op& op, TpSplit tp, double load) const
   for (const Tensor& x : op.reads)
     if (x.expert() && x.kind == TensorKind::Weight)  // an expert slice's backward: one MoE block's experts again
       return routed_pairs(s_.model, s_.tokens_per_microbatch() * op.batches.size(), ExpertSplit{x.ep_size, load}) *
-             expert_activation_bytes(s_.model, Recompute::None);
+             expert_activation_bytes(s_.model, Recompute::None, x.tp_size);
   const double s = static_cast<double>(s_.seq_len()) / s_.context_parallel;
   const int t = std::max(tp.degree, 1);
   if (layer_moe_blocks(op.layer) > 0 && layer_moe_blocks(op.layer) == layers_[op.layer].num_blocks)

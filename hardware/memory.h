@@ -93,8 +93,9 @@ class TensorSizes {
   /// of its input from the forward to the backward holds them (holds_saved); any other piece of it (a partial
   /// sum; with sequence parallelism the whole input gathered for one pass) is its wire size.
   /// A routed activation (a dense part's output waiting for the dispatch) holds no saved activations; an expert
-  /// slice's input tokens (ExpertIn A_l) on the rank that runs the experts hold each MoE block's
-  /// expert_activation_bytes per pair and, for a layer of k > 1 MoE blocks, the inputs of the other k - 1.
+  /// slice's input tokens (ExpertIn A_l, complete) on the rank that runs the experts hold each MoE block's
+  /// expert_activation_bytes per pair (at expert-TP degree tp.degree) and, for a layer of k > 1 MoE blocks, the
+  /// inputs of the other k - 1; a dispatched sequence shard (expert TP, before its all-gather) is its wire size.
   double resident_bytes(const Tensor& t, bool forward_runs_here, TpSplit tp = {}, double load = 1) const;
   /// Whether `t`, the input A_l of a forward run at `tp`, is what the rank keeps until the backward and so holds
   /// the forward's saved activations: with sequence parallelism (l > 0) its sequence shard (shard j of t, what

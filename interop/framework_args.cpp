@@ -699,20 +699,22 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
   // One schedule layer per block: the stage chunks' blocks (Megatron-LM's split or the layout's).
   if (p > 1) o.chunk_blocks = blocks;
   else o.layers = m.blocks;
-  // Expert parallelism: EP groups of e consecutive ranks of a stage's TP x CP x DP ranks (Megatron-Core's expert
-  // order etp-ep-edp-pp with expert TP 1: its expert ranks ignore the dense CP split).
+  // Expert parallelism in Megatron-Core's expert order etp-ep-edp-pp over each stage's TP x CP x DP ranks (its expert
+  // ranks ignore the dense CP split): with expert TP 1 EP groups of e consecutive ranks (whole TP groups); with
+  // expert TP equal to TP (Megatron-LM's default) EP groups of one TP index of e consecutive TP groups.
   if (e > 1 && !m.moe()) refuse(meg("expert-model-parallel-size") + " above 1 needs experts: give --num-experts");
   if (m.moe()) {
     // Megatron-LM's expert TP defaults to the TP size.
     const int etp = integer(f, fw, "expert-tensor-parallel-size", t);
-    if (etp != 1)
-      refuse(fmt::format("{} {}{}: expert tensor parallelism is not modelled yet; trainsim runs the experts whole "
-                         "beside TP (give --expert-tensor-parallel-size 1, as Megatron-Bridge's MoE recipes do)",
-                         meg("expert-tensor-parallel-size"), etp,
-                         f.has("expert-tensor-parallel-size") ? "" : " (Megatron-LM's default: the TP size)"));
+    const std::string etp_said =
+        fmt::format("{} {}{}", meg("expert-tensor-parallel-size"), etp,
+                    f.has("expert-tensor-parallel-size") ? "" : " (Megatron-LM's default: the TP size)");
+    if (etp != 1 && etp != t)
+      refuse(fmt::format("{}: trainsim models expert TP 1 (the experts whole beside TP) or equal to the TP size {}",
+                         etp_said, t));
     if (t > 1 && e == 1)
       refuse(fmt::format("{} {} with experts and no expert parallelism: every expert on every TP rank is not "
-                         "modelled (give --expert-model-parallel-size, a multiple of the TP size)",
+                         "modelled (give --expert-model-parallel-size above 1)",
                          meg("tensor-model-parallel-size"), t));
     if (t > 1 && !o.sequence_parallel)
       refuse(fmt::format("{} {} with experts needs --sequence-parallel (Megatron-LM refuses MoE with TP without it)",
@@ -724,9 +726,15 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
       refuse(fmt::format("{} {} does not divide the tensor- x context- x data-parallel degree {} x {} x {}: Megatron-LM "
                          "carves the EP groups out of those ranks",
                          meg("expert-model-parallel-size"), e, t, c, d));
-    if (t > 1 && e % t != 0)
-      refuse(fmt::format("{} {} is not a multiple of the TP size {}: trainsim's EP groups hold whole TP groups",
-                         meg("expert-model-parallel-size"), e, t));
+    if (t > 1 && etp == 1 && e % t != 0)
+      refuse(fmt::format("{} {} is not a multiple of the TP size {}: with expert TP 1 trainsim's EP groups hold whole "
+                         "TP groups (or leave {} at the TP size)",
+                         meg("expert-model-parallel-size"), e, t, meg("expert-tensor-parallel-size")));
+    if (etp > 1 && (static_cast<long long>(c) * d) % e != 0)
+      refuse(fmt::format("{} {} with {}: the EP degree must divide the context- x data-parallel degree {} x {} "
+                         "(Megatron-LM needs expert TP x EP to divide TP x CP x DP)",
+                         meg("expert-model-parallel-size"), e, etp_said, c, d));
+    if (e > 1) o.etp = etp;
     if (e > 1) {
       o.ep = e;
       o = model_dense_layers("3d", o, m.blocks, m.dense_blocks);
@@ -1050,8 +1058,10 @@ void read_torchtitan_experts(const Flags& f, const hw::ModelSpec& m, int ep, int
   if (etp != 1 && etp != t)
     refuse(tt("parallelism.expert_tensor_parallel_degree") + fmt::format(" {}: torchtitan runs 1 or the TP degree ({})", etp, t));
   if (etp != 1)
-    refuse(tt("parallelism.expert_tensor_parallel_degree") + fmt::format(" {} (the TP degree): each expert split over the "
-           "TP ranks (expert TP) is not modelled; 1, torchtitan's default, keeps the experts whole", etp));
+    refuse(tt("parallelism.expert_tensor_parallel_degree") + fmt::format(" {} (the TP degree): torchtitan's expert TP "
+           "gathers the sequence over the TP ranks first and routes every token on each (its all-to-alls carry TP "
+           "times Megatron-Core's tokens), which trainsim does not model (it models Megatron-LM's expert TP); 1, "
+           "torchtitan's default, keeps the experts whole", etp));
   if (backend != "standard" && backend != "deepep")
     refuse(tt("parallelism.expert_parallel_comm_backend") + " is standard or deepep, not '" + backend + "'");
   if (backend == "deepep") plan.moe_dispatcher = hw::MoeDispatcher::DeepEP;

@@ -45,6 +45,7 @@ std::string gen_command(const FrameworkPlan& p) {
   if (p.kind == "3d" && o.zero != 0) s += fmt::format(" --zero {}", o.zero);
   if (p.kind == "3d" && o.ep > 1) {
     s += fmt::format(" --ep {}", o.ep);
+    if (o.etp > 1) s += fmt::format(" --etp {}", o.etp);
     if (!o.expert_load.empty()) {
       std::string loads;
       for (double x : o.expert_load) loads += fmt::format("{}{}", loads.empty() ? "" : ",", x);
@@ -163,8 +164,8 @@ FrameworkLaunch to_megatron(const FrameworkPlan& p) {
     if (m.pad_to_capacity) s += " --moe-pad-expert-input-to-capacity";
     if (o.ep > 1) s += fmt::format(" --expert-model-parallel-size {}", o.ep);
     if (o.a2a_overlap) s += " --overlap-moe-expert-parallel-comm";
-    // The experts whole beside TP (Megatron-LM's expert TP defaults to the TP size).
-    if (o.tp > 1) s += " --expert-tensor-parallel-size 1";
+    // The experts whole beside TP, or split over it (Megatron-LM's expert TP defaults to the TP size: written always).
+    if (o.tp > 1) s += fmt::format(" --expert-tensor-parallel-size {}", o.ep > 1 ? o.etp : 1);
   }
   if (m.gated_ffn) s += " --swiglu";
   s += m.layernorm ? " --normalization LayerNorm" : " --normalization RMSNorm";
@@ -208,6 +209,9 @@ FrameworkLaunch to_torchtitan_toml(const FrameworkPlan& p) {
   if (m.moe() && (m.capacity_factor > 0 || m.pad_to_capacity))
     return refused("torchtitan's MoE routes dropless (no expert capacity factor)");
   if (o.a2a_overlap) return refused("torchtitan has no overlap of the all-to-alls with another microbatch's compute");
+  if (m.moe() && o.ep > 1 && o.etp > 1)
+    return refused("torchtitan's expert TP routes every token on every TP rank (its all-to-alls carry TP times "
+                   "Megatron-Core's tokens), which trainsim does not time; the expert TP it timed is Megatron-LM's");
   static const std::pair<const char*, const char*> kSchedules[] = {{"1f1b", "1F1B"},
                                                                    {"interleaved-1f1b", "Interleaved1F1B"},
                                                                    {"interleaved-zb", "InterleavedZeroBubble"},

@@ -109,7 +109,8 @@ double memory_lower_bound(const Candidate& c, const PlanRequest& r) {
   // slice (gen 3d --ep's expert-data-parallel groups).
   if (s.model.moe() && k.ep == 1)
     for (int l = 0; l < layers; ++l) sizes.set_experts_inside(l);
-  const int edp = k.tp * replicas / k.ep;  // the expert-data-parallel degree (EP carved out of TP x DP)
+  // The expert-data-parallel degree (EP, and expert TP, carved out of TP x DP).
+  const int edp = k.tp * replicas / (k.ep * k.etp);
   const int expert_opt_shards = k.zero != 0 && edp > 1 ? edp : 1;
   const double seq = static_cast<double>(s.seq_len()) / k.cp;
   // A block's saved activations: a dense block's, or an MoE block's attention, router and shared experts (its
@@ -125,8 +126,8 @@ double memory_lower_bound(const Candidate& c, const PlanRequest& r) {
     bytes[q] += sizes.wire_bytes(tp_slice(gen::opt_shard(l, 0, opt_shards), 0, k.tp));
     const int moe = sizes.layer_moe_blocks(l);
     if (moe > 0 && k.ep > 1) {
-      bytes[q] += sizes.wire_bytes(expert_slice(gen::weight_shard(l, 0, 1), 0, k.ep));
-      bytes[q] += sizes.wire_bytes(expert_slice(gen::opt_shard(l, 0, expert_opt_shards), 0, k.ep));
+      bytes[q] += sizes.wire_bytes(tp_slice(expert_slice(gen::weight_shard(l, 0, 1), 0, k.ep), 0, k.etp));
+      bytes[q] += sizes.wire_bytes(tp_slice(expert_slice(gen::opt_shard(l, 0, expert_opt_shards), 0, k.ep), 0, k.etp));
     }
     bytes[q] += (per_layer[l] - moe) * act_dense + moe * act_moe;
   }

@@ -76,8 +76,13 @@ SearchSpace default_space(const PlanRequest& r) {
     s.zero = {r.framework == Framework::Torchtitan ? 3 : 1};
     for (int e = 1; e <= r.model.experts && e <= r.gpus; ++e)
       if (r.model.experts % e == 0) s.ep.push_back(e);
+    // Expert TP 1, and (Megatron-LM's default) equal to TP: each value of the TP list, the ones that are not the
+    // candidate's TP removed; torchtitan's expert TP routes every token on each TP rank, which is not timed.
+    s.etp = {1};
+    if (r.framework != Framework::Torchtitan) s.etp = s.tp;
   } else {
     s.ep = {1};
+    s.etp = {1};
   }
   return s;
 }
@@ -85,7 +90,7 @@ SearchSpace default_space(const PlanRequest& r) {
 namespace {
 
 // What the planner cannot search for an MoE model (gen 3d --ep's reach, schedules/generators.h), given anyway.
-void check_moe_space(const PlanRequest& r, const std::vector<int>& eps) {
+void check_moe_space(const PlanRequest& r, const std::vector<int>& eps, const std::vector<int>& etps) {
   const std::string& name = r.model.preset;
   if (!r.model.moe()) {
     if (eps != std::vector<int>{1})
@@ -93,6 +98,8 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& eps) {
                                       "of Experts: mixtral-8x7b, qwen3-30b-a3b, qwen3-235b-a22b, deepseek-v3, or a config.json with "
                                       "experts)",
                                       name));
+    if (etps != std::vector<int>{1})
+      throw hw::SpecError(fmt::format("plan: --etp: the model '{}' has no experts to split", name));
     if (r.moe_imbalance > 0)
       throw hw::SpecError(fmt::format("plan: --moe-imbalance: the model '{}' has no experts to route to", name));
     if (r.a2a_overlap)
@@ -107,6 +114,12 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& eps) {
                                     "the all-to-alls with another microbatch's compute (plan '{}' without it, or "
                                     "with --framework megatron)",
                                     name));
+  if (r.framework == Framework::Torchtitan && etps != std::vector<int>{1})
+    throw hw::SpecError(fmt::format("plan: --etp with --framework torchtitan: torchtitan's expert TP routes every token "
+                                    "on each TP rank, which trainsim does not time (its expert TP is Megatron-LM's: "
+                                    "--framework megatron)"));
+  for (int t : etps)
+    if (t < 1) throw hw::SpecError(fmt::format("plan: --etp {}: an expert TP degree is at least 1", t));
   for (int e : eps)
     if (e < 1 || r.model.experts % e != 0)
       throw hw::SpecError(fmt::format("plan: --ep {}: the EP degree must divide the model's {} experts", e,
@@ -158,7 +171,8 @@ Enumeration enumerate(const PlanRequest& r) {
   const std::vector<bool> sps = pick(g.sp, d.sp), fp8s = pick(g.fp8, d.fp8);
   const std::vector<std::string> layouts = pick(g.layouts, d.layouts);
   const std::vector<int> eps = pick(g.ep, d.ep);
-  check_moe_space(r, eps);
+  const std::vector<int> etps = pick(g.etp, d.etp);
+  check_moe_space(r, eps, etps);
   if (std::find(fp8s.begin(), fp8s.end(), true) != fp8s.end() && r.device.fp8_peak_flops <= 0)
     throw hw::SpecError(fmt::format("plan: --fp8: the device '{}' has no FP8 tensor cores", r.device.preset));
   const hw::TpOverlap overlap = r.tp_overlap ? *r.tp_overlap
@@ -168,9 +182,10 @@ Enumeration enumerate(const PlanRequest& r) {
   Enumeration out;
   auto remove = [&](const char* why, long long n = 1) { out.removed[why] += n; };
   // How many combinations of the knobs below the parallel degrees one (tp, cp, pp) stands for.
-  const long long per_shape = static_cast<long long>(eps.size()) * mbss.size() * zeros.size() * recomputes.size() *
-                              sps.size() * fp8s.size() * layouts.size();
+  const long long per_shape = static_cast<long long>(eps.size()) * etps.size() * mbss.size() * zeros.size() *
+                              recomputes.size() * sps.size() * fp8s.size() * layouts.size();
   const long long per_ep = per_shape / static_cast<long long>(eps.size());
+  const long long per_etp = per_ep / static_cast<long long>(etps.size());
   for (int tp : tps)
     for (int cp : cps)
       for (int pp : pps)
@@ -198,16 +213,19 @@ Enumeration enumerate(const PlanRequest& r) {
             if (pipelined && interleaved_schedule(schedule) && chunks < 2) { remove("indivisible", per_shape); continue; }
             if (static_cast<long long>(pp) * v > r.model.blocks) { remove("indivisible", per_shape); continue; }
             const int dp = static_cast<int>(r.gpus / ranks);
-            for (int ep : eps) {
+            for (int ep : eps)
+              for (int etp : etps) {
               // EP groups of ep of a stage's TP x CP x DP ranks (gen 3d --ep), each holding experts / ep of every
-              // MoE block's experts (ep divides the experts: check_moe_space); with TP, whole TP groups (and TP with
-              // an MoE model needs EP: every expert on every TP rank is not modelled).
-              if ((static_cast<long long>(tp) * cp * dp) % ep != 0 || (ep > 1 && tp > 1 && ep % tp != 0) ||
-                  (tp > 1 && r.model.moe() && ep == 1)) {
-                remove("indivisible", per_ep);
+              // MoE block's experts (ep divides the experts: check_moe_space); with TP and expert TP 1 whole TP
+              // groups, with expert TP equal to TP one TP index of ep TP groups (and TP with an MoE model needs EP:
+              // every expert on every TP rank is not modelled).
+              if ((etp != 1 && etp != tp) || (etp != 1 && ep == 1) ||
+                  (static_cast<long long>(tp) * cp * dp) % (static_cast<long long>(ep) * etp) != 0 ||
+                  (ep > 1 && tp > 1 && etp == 1 && ep % tp != 0) || (tp > 1 && r.model.moe() && ep == 1)) {
+                remove("indivisible", per_etp);
                 continue;
               }
-              if (ep > 1 && r.moe_imbalance > ep) { remove("imbalance", per_ep); continue; }
+              if (ep > 1 && r.moe_imbalance > ep) { remove("imbalance", per_etp); continue; }
               for (int mbs : mbss)
                 for (int zero : zeros)
                   for (hw::Recompute rc : recomputes)
@@ -236,7 +254,7 @@ Enumeration enumerate(const PlanRequest& r) {
                           k.tp = tp, k.cp = cp, k.pp = pp, k.chunks = v, k.dp = dp, k.microbatch_size = mbs;
                           k.microbatches = static_cast<int>(m), k.zero = dp * cp == 1 ? 0 : zero;
                           k.schedule = pipelined ? schedule : "1f1b", k.layout = pp * v == 1 ? "even" : layout;
-                          k.recompute = rc, k.sp = tp > 1 && sp, k.fp8 = fp8, k.ep = ep;
+                          k.recompute = rc, k.sp = tp > 1 && sp, k.fp8 = fp8, k.ep = ep, k.etp = etp;
                           FrameworkPlan& f = c.config;
                           f.kind = "3d";
                           f.model = r.model;
@@ -256,6 +274,7 @@ Enumeration enumerate(const PlanRequest& r) {
                           o.chunk_blocks = std::move(blocks);
                           if (ep > 1) {
                             o.ep = ep;
+                            o.etp = etp;
                             o.moe_imbalance = r.moe_imbalance > 1 ? r.moe_imbalance : 0;
                             o.a2a_overlap = r.a2a_overlap;
                             o = model_dense_layers("3d", o, r.model.blocks, r.model.dense_blocks);

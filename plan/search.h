@@ -30,6 +30,9 @@ struct SearchSpace {
   /// Expert-parallel degrees (an MoE model only): EP groups of that many DP ranks of a stage (gen 3d --ep), 1 for
   /// every expert on every rank.
   std::vector<int> ep;
+  /// Expert tensor-parallel degrees (an MoE model with EP above 1): 1 (the experts whole beside TP) or the
+  /// candidate's TP degree (each expert split over its TP group, gen 3d --etp); other values are removed.
+  std::vector<int> etp;
   std::vector<std::string> schedules;  ///< 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev, interleaved-zb
   std::vector<hw::Recompute> recompute;
   std::vector<bool> sp, fp8;
@@ -67,8 +70,9 @@ struct PlanRequest {
 /// divisor of the GPUs left up to the blocks; virtual stages 2 and 4 for the interleaved schedules; microbatch
 /// sizes 1, 2, 4; the framework's schedules and ZeRO; recomputation none, selective and full; SP with TP; FP8 off;
 /// layouts even and balanced. An MoE model (docs/planning.md, "Mixture of Experts"): EP every divisor of its
-/// experts up to the GPUs, TP 1 and 2 beside it (expert TP 1: EP a multiple of TP, with SP; Megatron-Bridge's MoE
-/// recipes' TP), CP as for a dense model (EP then carved out of TP x CP x DP), ZeRO-1 (FSDP, --zero 3, when asked;
+/// experts up to the GPUs, TP 1 and 2 beside it (with SP; Megatron-Bridge's MoE recipes' TP) and expert TP 1 (EP a
+/// multiple of TP) or equal to TP (Megatron-LM's default; not with torchtitan's framework, whose expert TP trainsim
+/// does not time), CP as for a dense model (EP then carved out of TP x CP x DP), ZeRO-1 (FSDP, --zero 3, when asked;
 /// FSDP with torchtitan's framework: what gen 3d --ep runs).
 SearchSpace default_space(const PlanRequest& r);
 
@@ -76,6 +80,7 @@ SearchSpace default_space(const PlanRequest& r);
 struct Knobs {
   int tp = 1, cp = 1, pp = 1, chunks = 1, dp = 1, microbatch_size = 1, microbatches = 1, zero = 0;
   int ep = 1;  ///< expert-parallel degree (an MoE model; 1: every expert on every rank)
+  int etp = 1;  ///< expert tensor-parallel degree (an MoE model with EP above 1: 1 or tp)
   std::string schedule = "1f1b", layout = "even";
   hw::Recompute recompute = hw::Recompute::None;
   bool sp = false, fp8 = false;
@@ -92,7 +97,8 @@ struct Candidate {
 /// and how many combinations each rule removed before any simulation ("indivisible": a degree or the global
 /// batch does not divide, more stage chunks than blocks, a schedule's microbatch need; "tp_across_nodes": TP
 /// wider than a node; "redundant": a knob that means nothing for the rest, e.g. a layout with one stage;
-/// "imbalance": an EP degree below the request's moe_imbalance).
+/// "imbalance": an EP degree below the request's moe_imbalance). An expert TP degree other than 1 or the TP degree,
+/// or above 1 without EP, is "indivisible".
 struct Enumeration {
   std::vector<Candidate> candidates;
   std::map<std::string, long long> removed;

@@ -42,6 +42,10 @@ struct GenOptions {
   /// cp; the EP groups are consecutive ranks of each stage's tp x cp x dp ranks (Megatron-Core's folded layout,
   /// expert TP 1): ep divides tp x cp x dp and, with tp > 1, is a multiple of it (with sequence_parallel)
   int ep = 1;
+  /// 3d --ep: expert tensor parallelism, 1 (the experts whole beside TP) or tp (each expert slice split over its TP
+  /// group, Megatron-LM's default --expert-tensor-parallel-size): the EP groups then hold one TP index of each of
+  /// ep TP groups, ep dividing cp x dp (Megatron-Core's expert rank order etp-ep-edp-pp)
+  int etp = 1;
   /// 3d --ep: overlap the all-to-alls of an MoE layer's forward with the compute of the next step's backward (an
   /// adjacent forward, backward pair of MoE layers, of different microbatches: 1F1B's and the interleaved
   /// schedules' steady state, DualPipeV's overlapped pairs), as DeepSeek-V3's DualPipe and Megatron-LM's

@@ -8,7 +8,7 @@
 namespace trainsim {
 
 std::optional<RankGrid> rank_grid(const std::string& kind, const GenOptions& o) {
-  if (kind == "3d") return RankGrid{o.tp, o.cp, o.dp, o.pp, std::max(o.ep, 1)};
+  if (kind == "3d") return RankGrid{o.tp, o.cp, o.dp, o.pp, std::max(o.ep, 1), o.ep > 1 ? std::max(o.etp, 1) : 1};
   if (kind == "tp") return RankGrid{o.tp, 1, 1, 1};
   return std::nullopt;
 }
@@ -21,7 +21,8 @@ std::vector<int> symmetric_mirror(const ScheduleHeader& h, const RankGrid& grid)
                         h.expert_load.end();
   const int classes = grid.ep > 1 && !balanced ? grid.ep : 1;
   if (world != h.world_size || world <= 0 || world == static_cast<long long>(grid.pp) * classes) return {};
-  if (classes > 1 && (grid.tp * grid.cp * grid.dp) % classes != 0) return {};
+  const int etp = std::max(grid.etp, 1);
+  if (classes > 1 && (grid.tp * grid.cp * grid.dp) % (classes * etp) != 0) return {};
   const int stride = grid.tp * grid.cp * grid.dp;  // ranks per stage
   const hw::NetworkSpec* net = h.hardware ? &h.hardware->network : nullptr;
   // Each rank's groups, in the header's order (group 0, every rank, is alike for all).
@@ -40,7 +41,8 @@ std::vector<int> symmetric_mirror(const ScheduleHeader& h, const RankGrid& grid)
   };
   std::vector<int> mirror(world);
   for (int r = 0; r < world; ++r) {
-    const int s = r / stride, q = s * stride + (r - s * stride) % classes;  // (slice f mod ep, f the stage's index)
+    // (the lowest rank of the stage holding its slice (f / etp) mod ep, f the stage's index)
+    const int s = r / stride, q = s * stride + ((r - s * stride) / etp) % classes * etp;
     mirror[r] = q;
     if (r == q) continue;
     if (groups_of[r].size() != groups_of[q].size()) return {};

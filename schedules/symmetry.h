@@ -28,6 +28,8 @@ struct RankGrid {
   /// Expert parallelism (gen 3d --ep): EP groups of `ep` consecutive ranks of a stage's TP x CP x DP ranks (TP
   /// fastest: index f = tp index + T·(cp index + C·d)), index f holding expert slice f mod ep. 1: no expert slices.
   int ep = 1;
+  /// Expert tensor parallelism (gen 3d --etp): 1, or the TP degree; index f then holds expert slice (f / etp) mod ep.
+  int etp = 1;
   /// T·C·D·P ranks.
   long long world() const { return static_cast<long long>(tp) * cp * dp * pp; }
 };

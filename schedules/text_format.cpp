@@ -688,8 +688,11 @@ Tensor parse_tensor(std::string_view text) {
     const bool tokens = t.kind == TensorKind::Activation || t.kind == TensorKind::ActivationGrad;
     if (out && !tokens)
       throw std::invalid_argument(fmt::format("only the experts' output tokens are written <e...:out>, in '{}'", shown(text)));
-    if (tokens && t.tp_size != 1)
-      throw std::invalid_argument(fmt::format("tokens of an expert slice are not TP slices, in '{}'", shown(text)));
+    // (with expert tensor parallelism the experts' output is a partial sum over the expert-TP group)
+    if (tokens && t.tp_size != 1 && !(out && t.partial))
+      throw std::invalid_argument(fmt::format("tokens of an expert slice are not TP slices (only the experts' output "
+                                              "may be a partial sum, <+k/t><ej/e:out>), in '{}'",
+                                              shown(text)));
     t.ep_size = static_cast<std::uint16_t>(count);
     t.ep_index = static_cast<std::uint16_t>(index);
     if (tokens) t.route = out ? Route::ExpertOut : Route::ExpertIn;

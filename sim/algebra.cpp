@@ -107,7 +107,9 @@ std::string check_writes(const Op& op, std::span<const Tensor> want) {
 // it (A(l+1) in state ExpertIn, the router's output of the dense part): the forward writes the experts' output,
 // the backward the weight grad of the slice and the grad of the experts' input, both for the dispatch's batches.
 // `w` is the expert weight (null for a weight-grad pass), `a` and `g` the tokens and their grad (g null in a
-// forward).
+// forward). With expert tensor parallelism (Megatron-Core's ETP) the weight is also TP slice k of t: the tokens are
+// read whole (all-gathered over the expert-TP group), the output and the input grad are slice k's partial sums (the
+// row-parallel second linear), reduce-scattered there before the combine; the weight grad is TP slice k's.
 std::string check_expert_compute(const Op& op, const Tensor& a, const Tensor* g, const Tensor* w) {
   const int l = op.layer;
   const Tensor& ref = w ? *w : *g;
@@ -116,10 +118,9 @@ std::string check_expert_compute(const Op& op, const Tensor& a, const Tensor* g,
     if (!w->complete())
       return fmt::format("the expert weight {} is not complete (holds shards {} of {}); all-gather it first",
                          w->str(), w->shards.str(), w->num_shards);
-    if (w->tp_size != 1)
-      return fmt::format("{}: expert tensor parallelism (an expert slice split over a TP group) is not modelled yet",
-                         w->str());
   }
+  // The TP slice the experts compute with: the weight's, else (a weight-grad pass) the weight grad's it writes.
+  const Tensor* tp = w ? (w->tp_sliced() ? w : nullptr) : tp_reference(op, nullptr, nullptr);
   auto tokens = [&](const char* what, const Tensor& t) -> std::string {
     if (t.layer != l + 1 || t.route != Route::ExpertIn)
       return fmt::format("the {} is {}, but the experts of layer {} read the tokens the dispatch gave them (A{}{{...}}"
@@ -129,21 +130,27 @@ std::string check_expert_compute(const Op& op, const Tensor& a, const Tensor* g,
       return fmt::format("the {} {} holds the tokens of expert slice {} of {}, not those of {} (slice {} of {}): the "
                          "dispatch gives member j of the EP group the tokens of slice j",
                          what, t.str(), t.ep_index, t.ep_size, ref.str(), ref.ep_index, ref.ep_size);
+    if (!t.complete())
+      return fmt::format("the {} {} holds sequence shards {} of {} of the tokens only: with expert tensor parallelism "
+                         "all-gather them over the expert-TP group first",
+                         what, t.str(), t.shards.str(), t.num_shards);
     return {};
   };
   if (std::string e = tokens(g && op.kind != OpKind::Forward ? "activation" : "input", a); !e.empty()) return e;
-  if (op.kind == OpKind::Forward)
-    return check_writes(op, std::array{routed_as(activation_tensor(l + 1, a.batches), Route::ExpertOut,
-                                                 ref.ep_index, ref.ep_size)});
+  auto out = [&](Tensor t) {
+    t = routed_as(std::move(t), Route::ExpertOut, ref.ep_index, ref.ep_size);
+    return tp ? as_partial(std::move(t), tp) : t;
+  };
+  if (op.kind == OpKind::Forward) return check_writes(op, std::array{out(activation_tensor(l + 1, a.batches))});
   if (std::string e = tokens("activation grad", *g); !e.empty()) return e;
   if (a.batches != g->batches)
     return fmt::format("batch mismatch: activation {} has batches {{{}}}, activation grad {} has {{{}}}", a.str(),
                        a.batches.str(), g->str(), g->batches.str());
   Tensor want[2];
   std::size_t n = 0;
-  if (op.kind != OpKind::BackwardInput) want[n++] = expert_slice(weight_grad_tensor(l, a.batches), ref.ep_index, ref.ep_size);
-  if (op.kind != OpKind::BackwardWeight)
-    want[n++] = routed_as(activation_grad_tensor(l + 1, a.batches), Route::ExpertOut, ref.ep_index, ref.ep_size);
+  if (op.kind != OpKind::BackwardInput)
+    want[n++] = as_slice(expert_slice(weight_grad_tensor(l, a.batches), ref.ep_index, ref.ep_size), tp);
+  if (op.kind != OpKind::BackwardWeight) want[n++] = out(activation_grad_tensor(l + 1, a.batches));
   return check_writes(op, std::span<const Tensor>(want, n));
 }
 

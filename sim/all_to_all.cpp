@@ -48,21 +48,29 @@ std::vector<Tensor> dispatch(std::span<const Tensor* const> in, std::vector<AllT
     }
     origins.push_back({t.batches, t.shards, t.num_shards});
   }
-  // Every shard of every microbatch sent: the experts run on whole microbatches.
-  const IdSet& all = by_shard[0];
-  for (std::size_t s = 1; s < by_shard.size(); ++s)
+  // The same sequence shards of every microbatch sent: all of them (an EP group of whole TP groups, expert TP 1),
+  // or with expert tensor parallelism the shards of this EP group's TP index, which the expert-TP group all-gathers.
+  IdSet all, held;
+  for (std::size_t s = 0; s < by_shard.size(); ++s) {
+    if (by_shard[s].empty()) continue;
+    if (held.empty()) all = by_shard[s];
+    held = held | IdSet{static_cast<int>(s)};
     if (by_shard[s] != all)
       throw AllToAllError(0, fmt::format("the EP group dispatches batches {{{}}} of {} by sequence shard {} of {} but "
-                                         "batches {{{}}} by shard {}: its members must send every shard of the "
-                                         "microbatches they send (an EP group of whole TP groups)",
-                                         all.str(), first.str(), 0, first.num_shards, by_shard[s].str(), s));
+                                         "batches {{{}}} by shard {}: its members must send the same sequence shards "
+                                         "of every microbatch they send (an EP group of whole TP groups, or with "
+                                         "expert tensor parallelism one TP index of each)",
+                                         all.str(), first.str(), held.ids().front(), first.num_shards,
+                                         by_shard[s].str(), s));
+  }
+  const bool whole = held.size() == first.num_shards;
   std::vector<Tensor> out;
   out.reserve(n);
   for (int m = 0; m < n; ++m) {
     Tensor t = first;
     t.batches = all;
-    t.shards = IdSet{0};
-    t.num_shards = 1;
+    t.shards = whole ? IdSet{0} : held;
+    t.num_shards = whole ? 1 : first.num_shards;
     t.route = Route::ExpertIn;
     t.ep_size = static_cast<std::uint16_t>(n);
     t.ep_index = static_cast<std::uint16_t>(m);
@@ -80,9 +88,10 @@ std::vector<Tensor> AllToAllGroup::call(std::span<const Tensor* const> in) {
     throw AllToAllError(0, fmt::format("an all-to-all over {} members: the EP degree is at most {}", n, Tensor::kMaxEpSize));
   const Tensor& first = *in[0];
   if (!first.expert()) {
-    std::vector<Origin> origins;
-    std::vector<Tensor> out = dispatch(in, origins);
-    auto [it, fresh] = dispatched_.try_emplace({first.kind, first.layer, out[0].batches}, std::move(origins));
+    Dispatched d;
+    std::vector<Tensor> out = dispatch(in, d.origins);
+    d.shards = out[0].shards, d.num_shards = out[0].num_shards;
+    auto [it, fresh] = dispatched_.try_emplace({first.kind, first.layer, out[0].batches}, std::move(d));
     if (!fresh)
       throw AllToAllError(0, fmt::format("{}{} is dispatched again before its combine", out[0].str(),
                                          route_words(out[0])));
@@ -109,13 +118,27 @@ std::vector<Tensor> AllToAllGroup::call(std::span<const Tensor* const> in) {
     throw AllToAllError(0, fmt::format("{} was never dispatched over this group: a combine returns the tokens a "
                                        "dispatch of the same {} sent",
                                        first.str(), what_kind(first.kind)));
+  for (int m = 0; m < n; ++m) {
+    const Tensor& t = *in[m];
+    if (t.tp_size != 1)
+      throw AllToAllError(m, t.partial ? fmt::format("{} is a partial sum over the expert-TP group: reduce-scatter it "
+                                                     "there before the combine",
+                                                     t.str())
+                                       : fmt::format("a combine sends the experts' tokens, not a TP slice ({})", t.str()));
+    if (t.shards != it->second.shards || t.num_shards != it->second.num_shards)
+      throw AllToAllError(m, fmt::format("{} holds sequence shards {} of {}, but the dispatch gave the experts shards {} "
+                                         "of {}: the combine sends back what the dispatch gave",
+                                         t.str(), t.shards.str(), t.num_shards, it->second.shards.str(),
+                                         it->second.num_shards));
+  }
+  const std::vector<Origin>& origins = it->second.origins;
   std::vector<Tensor> out;
   out.reserve(n);
   for (int m = 0; m < n; ++m) {
     Tensor t = first;
-    t.batches = it->second[m].batches;
-    t.shards = it->second[m].shards;
-    t.num_shards = it->second[m].num_shards;
+    t.batches = origins[m].batches;
+    t.shards = origins[m].shards;
+    t.num_shards = origins[m].num_shards;
     t.ep_size = 0, t.ep_index = 0;
     t.route = t.kind == TensorKind::Activation ? Route::None : Route::Routed;
     out.push_back(std::move(t));

@@ -26,7 +26,11 @@ struct AllToAllError : TensorError {
 ///   inside the EP group (Megatron-Core's folded layout, expert TP 1) a member gives its sequence shard j of t of
 ///   its batches; the members' (batch, shard) pieces must be disjoint and cover every shard of each batch named.
 ///   Member m of n gets the tokens of every member's batches, whole, for expert slice m of n (Route::ExpertIn).
-/// - Combine: every input is Route::ExpertOut, member m's being expert slice m of n, all for the same batches.
+///   With expert tensor parallelism (Megatron-Core's ETP = TP) the EP group holds one TP index k of each of its
+///   TP groups: every member sends sequence shard k, and member m gets shard k of every member's batches, which
+///   its expert-TP group all-gathers. In general the members must send the same shards of every batch named.
+/// - Combine: every input is Route::ExpertOut, member m's being expert slice m of n, all for the same batches and
+///   the sequence shards the dispatch gave (not a partial sum: with expert TP, reduce-scattered first).
 ///   Member m gets back the batches (and sequence shards) it gave to the dispatch of that tensor (kind, layer,
 ///   batches): an activation complete (the layer's output), an activation grad Routed (what the layer's dense
 ///   backward reads).
@@ -43,8 +47,15 @@ class AllToAllGroup {
   std::vector<Tensor> call(std::span<const Tensor* const> inputs);
 
  private:
-  // (kind, layer, batches of every member) of a dispatch -> the batches each member gave
-  std::map<std::tuple<TensorKind, int, IdSet>, std::vector<Origin>> dispatched_;
+  // A dispatch waiting for its combine: what each member gave, and the sequence shards the experts got (the
+  // combine sends back those: with expert tensor parallelism, reduce-scattered over the expert-TP group).
+  struct Dispatched {
+    std::vector<Origin> origins;
+    IdSet shards;
+    int num_shards = 1;
+  };
+  // (kind, layer, batches of every member) of a dispatch -> what it gave
+  std::map<std::tuple<TensorKind, int, IdSet>, Dispatched> dispatched_;
 };
 
 }  // namespace trainsim

@@ -572,6 +572,70 @@ TEST_CASE("gen 3d --ep --tp --sp on the hardware model: the step's FLOPs, half t
   }
 }
 
+TEST_CASE("gen 3d --ep --etp on the hardware model: half-width experts on twice the tokens, their gathers, symmetric equals full") {
+  // Two stages, TP 2 x DP 4 per stage: EP 2 with expert TP 2 against EP 4 with expert TP 1. Both put a quarter of
+  // every MoE block's expert weights on a rank, and an expert op computes the same FLOPs: twice the tokens (the EP
+  // group's two microbatches whole, gathered over the TP group) on half the width.
+  HardwareSetting hs = small_mixtral();
+  auto step = [&](int ep, int etp, double imbalance = 0) {
+    GenOptions o;
+    o.tp = 2, o.sequence_parallel = true, o.pp = 2, o.dp = 4, o.ep = ep, o.etp = etp, o.zero = 1, o.layers = 4;
+    o.dense_layers = 1, o.microbatches = 4, o.moe_imbalance = imbalance;
+    return hardware_3d(hs, o);
+  };
+  const Schedule split = step(2, 2), whole = step(4, 1);
+  const std::unique_ptr<CostModel> cs = make_schedule_cost_model(split), cw = make_schedule_cost_model(whole);
+  double flops = 0;
+  for (const auto& ops : split.ranks)
+    for (const Op& op : ops) flops += hw_cost(cs).op_work(op).flops();
+  CHECK(flops == doctest::Approx(4 * 4 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+  auto first_expert_forward = [](const Schedule& x) -> const Op& {
+    for (const Op& op : x.ranks[0])
+      if (op.kind == OpKind::Forward && expert_weight(op)) return op;
+    FAIL("no expert forward");
+    return x.ranks[0].front();
+  };
+  const Op& fs = first_expert_forward(split);
+  const Op& fw = first_expert_forward(whole);
+  // (each EP group spans two replicas: their microbatch of the step, whole)
+  CHECK(fs.batches.size() == 2);
+  CHECK(fw.batches.size() == 2);
+  CHECK(hw_cost(cs).op_work(fs).flops() == doctest::Approx(hw_cost(cw).op_work(fw).flops()).epsilon(1e-9));
+  // Expert weights: a quarter of the routed experts either way.
+  const TensorSizes sizes(hs, 4);
+  CHECK(sizes.wire_bytes(tp_slice(expert_slice(weight_tensor(1), 1, 2), 1, 2)) ==
+        doctest::Approx(sizes.wire_bytes(expert_slice(weight_tensor(1), 1, 4))));
+  // The gathered tokens keep the experts' inner terms of half the width: 3 x 14336/2 x 2 bytes a pair.
+  Tensor in = routed_as(activation_tensor(2, IdSet::range(0, 4)), Route::ExpertIn, 1, 2);
+  const double pairs = 4 * 1024.0 * 2 / 2;
+  CHECK(sizes.resident_bytes(in, true, TpSplit{2}) == doctest::Approx(pairs * (4096 * 2 + 3 * 7168 * 2)));
+  in = shard(in, 0, 2);  // (the dispatched shard, before its gather: its bytes only)
+  CHECK(sizes.resident_bytes(in, true, TpSplit{2}) == doctest::Approx(pairs / 2 * 4096 * 2));
+  // The expert-TP gathers and reduce-scatters are TP collectives over the TP group, over the gathered tokens' bytes.
+  int etp_collectives = 0;
+  for (const Op& op : split.ranks[0])
+    if ((op.kind == OpKind::AllGather || op.kind == OpKind::ReduceScatter) && op.reads.front().route != Route::None) {
+      ++etp_collectives;
+      CHECK(hw_cost(cs).is_tp_collective(op));
+      CHECK(to_seconds(cs->duration(op, 2)) > 0);
+    }
+  // (stage 0 holds one MoE layer; rank 0 runs 4 microbatches: a gather and a reduce-scatter each way)
+  CHECK(etp_collectives == 4 * 4);
+  const HardwareRun run_split = simulate_hardware(split), run_whole = simulate_hardware(whole);
+  REQUIRE(run_split.report);
+  REQUIRE(run_whole.report);
+  CHECK(run_split.report->tp_comm_exposed_s > run_whole.report->tp_comm_exposed_s);
+  // The symmetric simulation gives the full one's step, balanced and with one busy slice.
+  for (double imbalance : {0.0, 1.5}) {
+    CAPTURE(imbalance);
+    const Schedule x = step(2, 2, imbalance);
+    const HardwareRun full = simulate_hardware(x);
+    INFO(full.result.error);
+    REQUIRE(full.result.ok);
+    CHECK(check_symmetric(x, RankGrid{2, 1, 4, 2, 2, 2}, full) == (imbalance > 0 ? 2 * 2 : 2));
+  }
+}
+
 TEST_CASE("gen 3d --ep --a2a-overlap on the hardware model: the all-to-alls hide under the other pass's compute") {
   // EP 16 over two nodes (its all-to-alls through the NICs; Mixtral's blocks with 16 experts of 2,048), interleaved
   // 1F1B and DualPipeV: the same FLOPs, less exposed communication, and for interleaved 1F1B a shorter step; the

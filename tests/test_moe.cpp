@@ -200,11 +200,154 @@ TEST_CASE("the all-to-all with TP: members send sequence shards of whole microba
       CHECK(has(e.what(), words));
     }
   };
-  refused({routed[0], routed[2], routed[3]}, "its members must send every shard");
+  refused({routed[0], routed[2], routed[3]}, "must send the same sequence shards of every microbatch");
   refused({routed[0], routed[0], routed[2], routed[3]}, "dispatched by two members");
   Tensor wide = routed[0];
   wide.num_shards = 1000, wide.shards = IdSet{0};
   refused({wide, wide}, "a sequence shard of at most 64");
+}
+
+TEST_CASE("the all-to-all with expert TP: an EP group of one TP index, its shards gathered and reduce-scattered") {
+  // Megatron-Core's expert TP 2 beside TP 2: EP group k holds TP index k of 4 TP groups (microbatches 0-3); member m
+  // sends sequence shard k of 2 of microbatch m and gets shard k of every member's microbatches for slice m.
+  auto call = [](AllToAllGroup& g, const std::vector<Tensor>& ts) {
+    std::vector<const Tensor*> p;
+    for (const Tensor& t : ts) p.push_back(&t);
+    return g.call(p);
+  };
+  for (int k = 0; k < 2; ++k) {
+    CAPTURE(k);
+    AllToAllGroup group;
+    std::vector<Tensor> routed;
+    for (int m = 0; m < 4; ++m) routed.push_back(shard(routed_as(activation_tensor(3, IdSet{m}), Route::Routed), k, 2));
+    const std::vector<Tensor> in = call(group, routed);
+    for (int m = 0; m < 4; ++m) CHECK(in[m].str() == fmt::format("A3{{0-3}}<e{}/4>[{}/2]", m, k));
+    // The experts read whole tokens: on the shard alone they are refused (the expert-TP group gathers them first).
+    Op fwd;
+    fwd.kind = OpKind::Forward, fwd.layer = 2, fwd.batches = in[1].batches;
+    const Tensor w = tp_slice(expert_slice(weight_tensor(2), 1, 4), k, 2);
+    fwd.reads = {in[1], w};
+    fwd.writes = {tp_partial(routed_as(activation_tensor(3, in[1].batches), Route::ExpertOut, 1, 4), k, 2)};
+    CHECK(has(algebra_problem(fwd, 4, 4), "all-gather them over the expert-TP group first"));
+    Tensor gathered = in[1];
+    gathered.shards = IdSet::range(0, 2);
+    fwd.reads = {gathered, w};
+    CHECK(algebra_problem(fwd, 4, 4) == "");
+    CHECK(fwd.writes.front().str() == fmt::format("A3{{0-3}}<+{}/2><e1/4:out>", k));
+    // The backward: the slice's TP slice of the expert grad, the input grad a partial sum.
+    Tensor g = gathered;
+    g.kind = TensorKind::ActivationGrad;
+    Op bwd;
+    bwd.kind = OpKind::Backward, bwd.layer = 2, bwd.batches = gathered.batches;
+    bwd.reads = {gathered, g, w};
+    bwd.writes = {tp_slice(expert_slice(weight_grad_tensor(2, gathered.batches), 1, 4), k, 2),
+                  tp_partial(routed_as(activation_grad_tensor(3, gathered.batches), Route::ExpertOut, 1, 4), k, 2)};
+    CHECK(algebra_problem(bwd, 4, 4) == "");
+    bwd.writes.front() = expert_slice(weight_grad_tensor(2, gathered.batches), 1, 4);  // (the whole slice's grad)
+    CHECK(has(algebra_problem(bwd, 4, 4), "dW2{0-3}<"));
+    // The combine takes the reduce-scattered shard back (not the partial sum, not another shard).
+    std::vector<Tensor> partials, shards, others;
+    for (int m = 0; m < 4; ++m) {
+      const Tensor out = routed_as(activation_tensor(3, in[m].batches), Route::ExpertOut, m, 4);
+      partials.push_back(tp_partial(out, k, 2));
+      shards.push_back(shard(out, k, 2));
+      others.push_back(shard(out, 1 - k, 2));
+    }
+    for (const auto& [ts, words] : {std::pair{partials, std::string("reduce-scatter it there before the combine")},
+                                    std::pair{others, fmt::format("the dispatch gave the experts shards {} of 2", k)}}) {
+      try {
+        call(group, ts);
+        FAIL("accepted");
+      } catch (const AllToAllError& e) {
+        CHECK(has(e.what(), words));
+      }
+    }
+    const std::vector<Tensor> back = call(group, shards);
+    for (int m = 0; m < 4; ++m) CHECK(back[m] == shard(activation_tensor(3, IdSet{m}), k, 2));
+  }
+  // The experts' output as a partial sum prints and parses; other expert tokens are never TP slices.
+  CHECK(parse_tensor("A3{0-3}<+1/2><e1/4:out>").str() == "A3{0-3}<+1/2><e1/4:out>");
+  CHECK_THROWS_WITH_AS(parse_tensor("A3{0-3}<+1/2><e1/4>"), doctest::Contains("only the experts' output"),
+                       std::invalid_argument);
+  CHECK_THROWS_AS(parse_tensor("A3{0-3}<1/2><e1/4:out>"), std::invalid_argument);
+}
+
+TEST_CASE("gen 3d --ep --etp: each expert slice split over its TP group, every schedule, on both engines") {
+  // Megatron-LM's default expert TP (the TP size): stage index f = j + T·d holds TP slice j of expert slice d mod ep;
+  // EP groups hold one TP index of ep TP groups.
+  for (int dp : {2, 4})
+    for (int ep : {2, 4})
+      for (const char* schedule : {"1f1b", "interleaved-1f1b", "zbv", "dualpipev", "interleaved-zb"})
+        for (int zero : {0, 1, 3})
+          for (bool overlap : {false, true}) {
+            const int tp = 2, pp = 2, dense = 1;
+            if (dp % ep != 0) continue;
+            if (overlap && (zero != 1 || dp != 4)) continue;  // (the overlap on one shape is enough)
+            CAPTURE(dp);
+            CAPTURE(ep);
+            CAPTURE(schedule);
+            CAPTURE(zero);
+            CAPTURE(overlap);
+            GenOptions o;
+            o.tp = tp, o.sequence_parallel = true, o.pp = pp, o.dp = dp, o.ep = ep, o.etp = tp, o.schedule = schedule;
+            o.zero = zero, o.dense_layers = dense, o.a2a_overlap = overlap;
+            o.chunks = std::string(schedule).rfind("interleaved", 0) == 0 ? 2 : 1;
+            o.layers = 2 * pp * o.chunks, o.microbatches = 2 * pp;
+            Schedule s = generate("3d", o);
+            check_round_trip_and_valid(s, "3d-ep-etp.sched");
+            const int stage = tp * dp;
+            // Every EP group holds one TP index; none crosses a stage.
+            for (std::size_t g = 0; g < s.header.groups.size(); ++g) {
+              if (s.header.group_names[g].rfind("ep", 0) != 0) continue;
+              const std::vector<int>& members = s.header.groups[g];
+              REQUIRE(static_cast<int>(members.size()) == ep);
+              for (int r : members) CHECK(r % tp == members.front() % tp);
+              for (int r : members) CHECK(r / stage == members.front() / stage);
+            }
+            for (int r = 0; r < s.header.world_size; ++r) {
+              std::set<int> moe_layers;
+              int a2a = 0, gathers = 0, expert_updates = 0;
+              for (const Op& op : s.ranks[r]) {
+                if (op.kind == OpKind::Forward && op.layer >= dense && !expert_weight(op)) moe_layers.insert(op.layer);
+                if (op.kind == OpKind::AllToAll) ++a2a;
+                if (op.kind == OpKind::AllGather && op.writes.front().route == Route::ExpertIn) ++gathers;
+                if (op.kind == OpKind::Update && op.writes.front().expert()) {
+                  ++expert_updates;
+                  const Tensor& w = op.writes.front();
+                  CHECK(w.ep_index == ((r % stage) / tp) % ep);
+                  CHECK(w.ep_size == ep);
+                  CHECK(w.tp_size == tp);
+                  CHECK(w.tp_index() == r % tp);
+                }
+              }
+              CHECK(a2a == 4 * static_cast<int>(moe_layers.size()) * o.microbatches);
+              // (the tokens gathered for the forward and the grads for the backward, per microbatch and MoE layer)
+              CHECK(gathers == 2 * static_cast<int>(moe_layers.size()) * o.microbatches);
+              CHECK(expert_updates == static_cast<int>(moe_layers.size()));
+            }
+          }
+}
+
+TEST_CASE("gen 3d --etp: what it does not model is refused by name") {
+  GenOptions o;
+  o.tp = 2, o.sequence_parallel = true, o.pp = 1, o.dp = 4, o.ep = 2, o.etp = 2, o.layers = 2, o.microbatches = 2;
+  CHECK_NOTHROW(generate("3d", o));
+  auto refused = [](const std::string& kind, GenOptions x, const std::string& words) {
+    CAPTURE(words);
+    CHECK_THROWS_WITH_AS(generate(kind, x), doctest::Contains(words.c_str()), std::invalid_argument);
+  };
+  GenOptions x = o;
+  x.tp = 4, x.etp = 2;
+  refused("3d", x, "--etp is 1 (the experts whole beside TP) or --tp (4");
+  x = o, x.ep = 1;
+  refused("3d", x, "--etp 2 splits the expert slices of expert parallelism: give --ep above 1");
+  x = o, x.ep = 8;
+  refused("3d", x, "--ep 8 must divide --cp x --dp = 4: with --etp 2");
+  x = o, x.etp = 1, x.ep = 3, x.dp = 3;
+  refused("3d", x, "or give --etp 2");
+  GenOptions e;
+  e.dp = 4, e.ep = 2, e.etp = 2, e.layers = 2, e.microbatches = 2;
+  refused("ep", e, "--etp splits experts over a TP group");
 }
 
 TEST_CASE("gen ep: every EP and data-parallel shape simulates under both engines and prints back byte for byte") {

@@ -208,24 +208,65 @@ Tensor moe_dense_forward(RankProgram& prog, int l, const IdSet& b, const ExpertP
   return routed;
 }
 
+namespace {
+
+// The tokens of expert slice x.slice of `t` (an activation or its grad of the EP group's microbatches) as the
+// dispatch gives them: whole, or with expert TP this rank's sequence shard (its EP group's TP index).
+Tensor dispatched(const ExpertPlace& x, const Tensor& t) {
+  const Tensor in = routed_as(t, Route::ExpertIn, x.slice, x.ep);
+  return x.etp > 1 ? x.tokens(in) : in;
+}
+
+// With expert TP: the dispatched shard `part` all-gathered over the expert-TP group (freed); else `part` itself.
+Tensor gather_tokens(RankProgram& prog, int l, const ExpertPlace& x, const Tensor& part) {
+  if (x.etp <= 1) return part;
+  Tensor whole = part;
+  whole.shards = IdSet::range(0, part.num_shards);
+  prog.collective(OpKind::AllGather, l, x.etp_group, part, whole, x.stream);
+  prog.free({part});
+  return whole;
+}
+
+// The experts' output (or input grad) `t`, as the experts write it: whole, or with expert TP the partial sum of
+// this rank's TP slice.
+Tensor expert_output(const ExpertPlace& x, const Tensor& t) {
+  const Tensor out = routed_as(t, Route::ExpertOut, x.slice, x.ep);
+  return x.etp > 1 ? tp_partial(out, x.etp_index, x.etp) : out;
+}
+
+// With expert TP: the experts' partial output `p` reduce-scattered over the expert-TP group into this rank's
+// sequence shard (`p` freed); else `p` itself.
+Tensor reduce_tokens(RankProgram& prog, int l, const ExpertPlace& x, const Tensor& p) {
+  if (x.etp <= 1) return p;
+  Tensor whole = p;
+  whole.partial = false, whole.tp_size = 1, whole.tp_slices = 1;
+  const Tensor mine = x.tokens(whole);
+  prog.collective(OpKind::ReduceScatter, l, x.etp_group, p, mine, x.stream);
+  prog.free({p});
+  return mine;
+}
+
+}  // namespace
+
 Tensor moe_dispatch(RankProgram& prog, int l, const IdSet& group_batches, const ExpertPlace& x, const Tensor& routed) {
-  Tensor in_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertIn, x.slice, x.ep);
+  const Tensor in_e = dispatched(x, activation_tensor(l + 1, group_batches));
   prog.collective(OpKind::AllToAll, l, x.group, routed, in_e, x.stream);
   prog.free({routed});
-  return in_e;
+  return gather_tokens(prog, l, x, in_e);
 }
 
 Tensor moe_experts_forward(RankProgram& prog, int l, const IdSet& group_batches, const ExpertPlace& x,
                            const Tensor& tokens) {
-  Tensor out_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertOut, x.slice, x.ep);
-  const Tensor w = expert_slice(weight_full(l, x.weight_shards), x.slice, x.ep);
+  Tensor out_e = expert_output(x, activation_tensor(l + 1, group_batches));
+  const Tensor w = x.state(weight_full(l, x.weight_shards));
   prog.compute(OpKind::Forward, l, group_batches, {tokens, w}, {out_e});
   return out_e;
 }
 
 void moe_combine(RankProgram& prog, int l, const ExpertPlace& x, const Tensor& expert_out, const Tensor& out) {
-  prog.collective(OpKind::AllToAll, l, x.group, expert_out, out, x.stream);
-  prog.free({expert_out});
+  const Tensor sent = reduce_tokens(prog, l, x, expert_out);
+  prog.collective(OpKind::AllToAll, l, x.group, sent, out, x.stream);
+  prog.free({sent});
 }
 
 void moe_forward(RankProgram& prog, int l, const IdSet& b, const IdSet& group_batches, const ExpertPlace& x,
@@ -237,18 +278,19 @@ void moe_forward(RankProgram& prog, int l, const IdSet& b, const IdSet& group_ba
 
 Tensor moe_grad_dispatch(RankProgram& prog, int l, const IdSet& group_batches, const ExpertPlace& x,
                          const Tensor& grad) {
-  Tensor grad_in = routed_as(activation_grad_tensor(l + 1, group_batches), Route::ExpertIn, x.slice, x.ep);
+  const Tensor grad_in = dispatched(x, activation_grad_tensor(l + 1, group_batches));
   prog.collective(OpKind::AllToAll, l, x.group, grad, grad_in, x.stream);
   prog.free({grad});
-  return grad_in;
+  return gather_tokens(prog, l, x, grad_in);
 }
 
 Tensor moe_experts_backward(RankProgram& prog, int l, const IdSet& group_batches, const ExpertPlace& x,
                             const Tensor& grads) {
-  const Tensor in_e = routed_as(activation_tensor(l + 1, group_batches), Route::ExpertIn, x.slice, x.ep);
-  Tensor grad_out = routed_as(activation_grad_tensor(l + 1, group_batches), Route::ExpertOut, x.slice, x.ep);
-  const Tensor expert_grad = expert_slice(weight_grad_tensor(l, group_batches), x.slice, x.ep);
-  const Tensor w = expert_slice(weight_full(l, x.weight_shards), x.slice, x.ep);
+  Tensor in_e = dispatched(x, activation_tensor(l + 1, group_batches));
+  if (x.etp > 1) in_e.shards = IdSet::range(0, in_e.num_shards);  // (the forward's gathered tokens)
+  Tensor grad_out = expert_output(x, activation_grad_tensor(l + 1, group_batches));
+  const Tensor expert_grad = x.state(weight_grad_tensor(l, group_batches));
+  const Tensor w = x.state(weight_full(l, x.weight_shards));
   prog.compute(OpKind::Backward, l, group_batches, {in_e, grads, w}, {expert_grad, grad_out});
   prog.free({in_e, grads});
   prog.add_grad(expert_grad);
@@ -257,8 +299,9 @@ Tensor moe_experts_backward(RankProgram& prog, int l, const IdSet& group_batches
 
 Tensor moe_grad_combine(RankProgram& prog, int l, const IdSet& b, const ExpertPlace& x, const Tensor& grads) {
   Tensor routed = x.tokens(routed_as(activation_grad_tensor(l + 1, b), Route::Routed));
-  prog.collective(OpKind::AllToAll, l, x.group, grads, routed, x.stream);
-  prog.free({grads});
+  const Tensor sent = reduce_tokens(prog, l, x, grads);
+  prog.collective(OpKind::AllToAll, l, x.group, sent, routed, x.stream);
+  prog.free({sent});
   return routed;
 }
 

@@ -83,8 +83,10 @@ class RankProgram {
 
 /// Where a rank's experts are (docs/design.md, "Mixture of Experts"): it is member `slice` of an EP group of `ep`
 /// ranks (header group `group`) and holds expert slice `slice` of each MoE layer. Under tensor and sequence
-/// parallelism (expert TP 1) it routes sequence shard `seq_shard` of `seq_shards` of its microbatches' tokens (its
-/// TP index of the TP degree); seq_shards 1: whole microbatches.
+/// parallelism it routes sequence shard `seq_shard` of `seq_shards` of its microbatches' tokens (its TP index of the
+/// TP degree); seq_shards 1: whole microbatches. With expert tensor parallelism (`etp` > 1, Megatron-Core's ETP equal
+/// to the TP degree) it holds TP slice `etp_index` of its expert slice, and its expert-TP group (header group
+/// `etp_group`, its TP group) all-gathers the tokens the dispatch gave it and reduce-scatters the experts' output.
 struct ExpertPlace {
   int slice = 0, ep = 1, group = 0;
   int seq_shard = 0, seq_shards = 1;
@@ -92,8 +94,15 @@ struct ExpertPlace {
   /// The shards of the expert weight the experts read: 1, or with FSDP the expert-data-parallel degree (the weight
   /// all-gathered over that group: weight_full of that many shards).
   int weight_shards = 1;
+  int etp = 1, etp_index = 0, etp_group = 0;
   /// `t` as this rank routes it: its sequence shard, or `t` itself without one.
   Tensor tokens(const Tensor& t) const { return seq_shards > 1 ? shard(t, seq_shard, seq_shards) : t; }
+  /// This rank's part of an expert weight, optimizer state or weight grad `t`: its expert slice, and with expert TP
+  /// its TP slice of that.
+  Tensor state(Tensor t) const {
+    t = expert_slice(std::move(t), slice, ep);
+    return etp > 1 ? tp_slice(std::move(t), etp_index, etp) : t;
+  }
 };
 /// An MoE layer's forward over microbatches `b` (gen ep's and gen 3d --ep's): the dense part reads `in` and `w` and
 /// writes its output routed (x.tokens of it); the dispatch all-to-all gives the slice the EP group's
@@ -208,6 +217,10 @@ struct PipelinePlan {
   /// and the grads reduce-scattered, as the dense part's over the data-parallel group (torchtitan's FSDP of the
   /// experts over their expert-data-parallel mesh). Per schedule rank.
   int ep = 1;
+  /// Expert tensor parallelism: 1, or tp (GenOptions::etp): the stage index f's expert coordinates are then its
+  /// expert-TP index f mod etp, its expert slice (f / etp) mod ep and its expert-data-parallel index f / (etp·ep)
+  /// (Megatron-Core's expert rank order etp-ep-edp-pp); with etp = tp the expert-TP group is the TP group.
+  int etp = 1;
   int dense_layers = 0;
   /// With ep > 1: interleave a run of forwards of MoE layers with the run of backwards (B or I) after it by pairs and
   /// by phase, their all-to-alls on stream a2a_stream (GenOptions::a2a_overlap).

@@ -52,6 +52,8 @@ Schedule gen_expert_parallel(const GenOptions& o) {
   require_at_least(kind, "microbatches", o.microbatches, 1);
   require_at_least(kind, "layers", o.layers, 0);
   require_at_least(kind, "dense-layers", o.dense_layers, 0);
+  if (o.etp != 1)
+    throw std::invalid_argument(fmt::format("{}: --etp splits experts over a TP group: gen 3d --ep --tp --etp", kind));
   const int n = o.dp, e = o.ep, m = o.microbatches, L = o.layers == 0 ? 4 : o.layers, M = n * m;
   if (e > Tensor::kMaxEpSize)
     throw std::invalid_argument(fmt::format("{}: --ep must be at most {} (got {})", kind, Tensor::kMaxEpSize, e));

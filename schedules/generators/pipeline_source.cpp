@@ -89,10 +89,12 @@ PipelineSource::PipelineSource(PipelinePlan plan) : RankSource(ScheduleHeader{})
     bad_plan("shard_index and group_of need one entry per rank");
   if (T > 1 && static_cast<int>(p.tp_group.size()) != p.world_size) bad_plan("tp_group needs one entry per plan rank");
   if (p.ep > 1) {
-    if ((T > 1 && (!p.sequence_parallel || p.ep % T != 0)) || (T * dp) % p.ep != 0 || R != dp ||
+    if ((T > 1 && !p.sequence_parallel) || (p.etp != 1 && p.etp != T) || (p.ep * p.etp) % T != 0 ||
+        (T * dp) % (p.ep * p.etp) != 0 || R != dp ||
         p.dense_layers < 0 || p.dense_layers >= L ||
         static_cast<int>(p.ep_group.size()) != p.world_size * T || static_cast<int>(p.edp_group.size()) != p.world_size * T)
-      bad_plan("expert parallelism: ep dividing tp x dp (with tp > 1: a multiple of tp, and sequence parallelism), one "
+      bad_plan("expert parallelism: etp 1 or tp, ep x etp dividing tp x dp and a multiple of tp (with tp > 1, sequence "
+               "parallelism), one "
                "replica per data-parallel rank, an MoE layer, and an EP and expert-data-parallel group per schedule "
                "rank");
   }
@@ -298,26 +300,30 @@ void PipelineSource::build_rank(int rank, std::vector<Op>& out) const {
     return l == 0 ? activation_tensor(0, b) : kept(activation_tensor(l, b));
   };
   // Expert parallelism (PipelinePlan::ep): this rank's expert slice, its EP group's microbatches of a step. The EP
-  // groups are carved out of the stage's TP x DP ranks, TP fastest (Megatron-Core's folded layout with expert TP 1):
-  // the rank's index f = j + T·rep there is member f mod E of EP group f / E, whose replicas are E/T consecutive ones.
-  const int E = plan.ep, f = j + T * rep, ej = f % std::max(E, 1), eg = f / std::max(E, 1), Mr = M / R;
-  const int edp = E > 1 ? T * dp / E : 1;  // the expert-data-parallel degree
+  // groups are carved out of the stage's TP x DP ranks in Megatron-Core's expert order etp-ep-edp: the rank's index
+  // f = j + T·rep there has expert-TP index f mod Et, expert slice ej = (f / Et) mod E and expert-data-parallel index
+  // eg = f / (Et·E); its EP group's replicas are the E·Et/T consecutive ones from eg·E·Et/T.
+  const int E = std::max(plan.ep, 1), Et = E > 1 ? plan.etp : 1, f = j + T * rep, ej = (f / Et) % E, eg = f / (Et * E);
+  const int Mr = M / R;
+  const int edp = E > 1 ? T * dp / (E * Et) : 1;  // the expert-data-parallel degree
   const bool zero1 = plan.dp_mode == DpMode::Zero1;
   // With FSDP the slice's weight is sharded over its expert-data-parallel group too (and gathered before use).
   const int expert_shards = plan.dp_mode == DpMode::Fsdp && edp > 1 ? edp : 1;
   auto moe = [&](int l) {
     return E > 1 && l >= plan.dense_layers && !(l < static_cast<int>(plan.blockless.size()) && plan.blockless[l]);
   };
-  auto ex = [&](Tensor t) { return expert_slice(std::move(t), ej, E); };
-  auto group_batches = [&](int mb) {
-    std::vector<std::pair<int, int>> runs;
-    const int first = eg * E / T;
-    for (int k = 0; k < E / T; ++k) runs.emplace_back(mb + (first + k) * Mr, mb + (first + k) * Mr + 1);
-    return IdSet::from_runs(std::move(runs));
-  };
   const int edp_group = E > 1 ? plan.edp_group[rank] : 0;
   const ExpertPlace place{ej, E, E > 1 ? plan.ep_group[rank] : 0, j, sp ? T : 1,
-                          plan.a2a_overlap ? PipelinePlan::a2a_stream : 0, expert_shards};
+                          plan.a2a_overlap ? PipelinePlan::a2a_stream : 0, expert_shards, Et, f % Et,
+                          Et > 1 ? tp_group : 0};
+  // This rank's part of an expert weight, grad or optimizer state: its expert slice (and with expert TP its TP slice).
+  auto ex = [&](Tensor t) { return place.state(std::move(t)); };
+  auto group_batches = [&](int mb) {
+    std::vector<std::pair<int, int>> runs;
+    const int first = eg * E * Et / T;
+    for (int k = 0; k < E * Et / T; ++k) runs.emplace_back(mb + (first + k) * Mr, mb + (first + k) * Mr + 1);
+    return IdSet::from_runs(std::move(runs));
+  };
   // The grad of layer l's output as the rank keeps it: the last layer's is its vocabulary slice (an MoE last layer's
   // under sequence parallelism: its sequence shard, which the combine gave the loss).
   auto output_grad_kept = [&](int l, const IdSet& b) {

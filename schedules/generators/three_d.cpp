@@ -161,62 +161,79 @@ PipelinePlan pipeline_order(const std::string& kind, const std::string& schedule
   return plan_1f1b(P, M);
 }
 
-// gen 3d --ep E: expert parallelism over the TP x CP x DP ranks of each stage (Megatron-Core's folded layout, expert TP 1:
-// Liu et al. 2025, "MoE parallel folding"). Megatron-Core carves EP out of TP x CP x DP for the expert layers, the
-// order "tp-cp-ep-dp-pp" for attention and "etp-ep-edp-pp" for the experts: with expert TP 1 an EP group is E
-// consecutive ranks of a stage, whose index there is f = tp index + T·d (schedule rank f + T·D·s; with CP, D counts
-// the dp x cp replicas, d = cp index + C·dp index: Megatron-Core's expert ranks ignore the dense CP split). Header groups
-// ep<k> (stage s, group g: the ranks g·E + i + T·D·s) and, when E < T·D, edp<k> (stage s, slice i: the ranks
-// g·E + i + T·D·s of every g). With T > 1 the EP degree must be a multiple of T (each EP group holds whole TP groups,
-// so the experts see whole microbatches) and sequence parallelism must be on (Megatron-LM requires it for MoE with
-// TP): each TP rank routes its sequence shard of the tokens. Returns the slices' loads. Throws
-// std::invalid_argument for what it does not model yet.
+// gen 3d --ep E: expert parallelism over the TP x CP x DP ranks of each stage (Megatron-Core's folded layout: Liu et
+// al. 2025, "MoE parallel folding"). Megatron-Core carves EP out of TP x CP x DP for the expert layers, the order
+// "tp-cp-ep-dp-pp" for attention and "etp-ep-edp-pp" for the experts. A rank's index in its stage is f = tp index +
+// T·d (schedule rank f + T·D·s; with CP, D counts the dp x cp replicas, d = cp index + C·dp index: Megatron-Core's
+// expert ranks ignore the dense CP split); with expert TP degree Et (--etp: 1, or T) its expert coordinates are the
+// expert-TP index f mod Et, the expert slice (f / Et) mod E and the expert-data-parallel index f / (Et·E).
+// - Expert TP 1: an EP group is E consecutive ranks of a stage. With T > 1 the EP degree must be a multiple of T
+//   (each EP group holds whole TP groups, so the experts see whole microbatches).
+// - Expert TP T: an EP group holds TP index k of E consecutive TP groups (E must divide D); each expert slice is
+//   split over the TP group, which all-gathers the tokens the dispatch gave and reduce-scatters the experts' output.
+// Header groups ep<k> (stage s, then EDP index g, then expert-TP index i: the ranks i + Et·(g·E + q) + T·D·s of q <
+// E) and, when E·Et < T·D, edp<k> (stage s, slice q, index i: those ranks of every g). With T > 1 sequence
+// parallelism must be on (Megatron-LM requires it for MoE with TP): each TP rank routes its sequence shard of the
+// tokens. Returns the slices' loads. Throws std::invalid_argument for what it does not model yet.
 std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o, int P, int D, int layers) {
   const std::string kind = "3d";
-  const int E = o.ep, T = o.tp;
+  const int E = o.ep, T = o.tp, Et = o.etp;
   if (E > Tensor::kMaxEpSize)
     throw std::invalid_argument(fmt::format("{}: --ep must be at most {} (got {})", kind, Tensor::kMaxEpSize, E));
+  if (Et != 1 && Et != T)
+    throw std::invalid_argument(fmt::format("{}: --etp is 1 (the experts whole beside TP) or --tp ({}: each expert "
+                                            "slice split over the TP group, Megatron-LM's default), not {}",
+                                            kind, T, Et));
   if (T > 1 && !o.sequence_parallel)
     throw std::invalid_argument(fmt::format("{}: --ep with --tp {} needs --sp: Megatron-LM runs MoE layers under tensor "
                                             "parallelism with sequence parallelism only (each TP rank routes its "
                                             "sequence shard of the tokens)",
                                             kind, T));
-  if (T > 1 && E % T != 0)
+  if (T > 1 && Et == 1 && E % T != 0)
     throw std::invalid_argument(fmt::format("{}: --ep {} must be a multiple of --tp {}: an EP group holds whole TP "
-                                            "groups (expert tensor parallelism, ETP above 1, is not modelled)",
-                                            kind, E, T));
-  if ((T * D) % E != 0)
-    throw std::invalid_argument(fmt::format("{}: --ep {} must divide --tp x --cp x --dp = {}: the EP groups are carved "
-                                            "out of each stage's tensor-, context- and data-parallel ranks",
-                                            kind, E, T * D));
+                                            "groups (or give --etp {}: each expert split over the TP group)",
+                                            kind, E, T, T));
+  if ((T * D) % (E * Et) != 0)
+    throw std::invalid_argument(
+        Et == 1 ? fmt::format("{}: --ep {} must divide --tp x --cp x --dp = {}: the EP groups are carved out of each "
+                              "stage's tensor-, context- and data-parallel ranks",
+                              kind, E, T * D)
+                : fmt::format("{}: --ep {} must divide --cp x --dp = {}: with --etp {} an EP group holds one TP index of "
+                              "--ep TP groups of a stage",
+                              kind, E, D, Et));
   require_at_least(kind, "dense-layers", o.dense_layers, 0);
   if (o.dense_layers >= layers)
     throw std::invalid_argument(fmt::format("{}: --dense-layers {} leaves no MoE layer of the {} layers", kind,
                                             o.dense_layers, layers));
   std::vector<double> loads = expert_loads(kind, o, E);
   plan.ep = E;
+  plan.etp = Et;
   plan.dense_layers = o.dense_layers;
   plan.a2a_overlap = o.a2a_overlap;
-  const int stage = T * D, world = P * stage;
+  const int stage = T * D, world = P * stage, replicas = stage / (E * Et);
   plan.ep_group.assign(world, 0);
   plan.edp_group.assign(world, 0);
+  int named = 0;
   for (int s = 0; s < P; ++s)
-    for (int g = 0; g < stage / E; ++g) {
-      std::vector<int> members;
-      for (int i = 0; i < E; ++i) members.push_back(g * E + i + stage * s);
-      plan.groups.push_back(members);
-      plan.group_names.push_back(fmt::format("ep{}", s * (stage / E) + g));
-      for (int r : members) plan.ep_group[r] = static_cast<int>(plan.groups.size());
-    }
-  if (stage > E)
-    for (int s = 0; s < P; ++s)
-      for (int i = 0; i < E; ++i) {
+    for (int g = 0; g < replicas; ++g)
+      for (int i = 0; i < Et; ++i) {
         std::vector<int> members;
-        for (int g = 0; g < stage / E; ++g) members.push_back(g * E + i + stage * s);
+        for (int q = 0; q < E; ++q) members.push_back(i + Et * (g * E + q) + stage * s);
         plan.groups.push_back(members);
-        plan.group_names.push_back(fmt::format("edp{}", s * E + i));
-        for (int r : members) plan.edp_group[r] = static_cast<int>(plan.groups.size());
+        plan.group_names.push_back(fmt::format("ep{}", named++));
+        for (int r : members) plan.ep_group[r] = static_cast<int>(plan.groups.size());
       }
+  named = 0;
+  if (replicas > 1)
+    for (int s = 0; s < P; ++s)
+      for (int q = 0; q < E; ++q)
+        for (int i = 0; i < Et; ++i) {
+          std::vector<int> members;
+          for (int g = 0; g < replicas; ++g) members.push_back(i + Et * (g * E + q) + stage * s);
+          plan.groups.push_back(members);
+          plan.group_names.push_back(fmt::format("edp{}", named++));
+          for (int r : members) plan.edp_group[r] = static_cast<int>(plan.groups.size());
+        }
   return loads;
 }
 
@@ -234,6 +251,10 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
   std::vector<double> loads;
   if (o.a2a_overlap && o.ep <= 1)
     throw std::invalid_argument("3d: --a2a-overlap overlaps expert parallelism's all-to-alls: give --ep above 1");
+  if (o.etp != 1 && o.ep <= 1)
+    throw std::invalid_argument(fmt::format("3d: --etp {} splits the expert slices of expert parallelism: give --ep "
+                                            "above 1 (TP on an MoE model without EP is not modelled)",
+                                            o.etp));
   if (o.ep > 1) {
     loads = add_expert_parallel(plan, o, P, D, order.layers);
     for (int b : blocks_per_layer) plan.blockless.push_back(b == 0);  // (the LM head's chunk alone: no experts)
