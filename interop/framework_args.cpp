@@ -707,10 +707,11 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
     // Megatron-LM's expert TP defaults to the TP size.
     const int etp = integer(f, fw, "expert-tensor-parallel-size", t);
     const std::string etp_said =
-        fmt::format("{} {}{}", meg("expert-tensor-parallel-size"), etp,
+        fmt::format("--expert-tensor-parallel-size {}{}", etp,
                     f.has("expert-tensor-parallel-size") ? "" : " (Megatron-LM's default: the TP size)");
     if (etp != 1 && etp != t)
-      refuse(fmt::format("{}: trainsim models expert TP 1 (the experts whole beside TP) or equal to the TP size {}",
+      refuse(fmt::format("--from-megatron: {}: trainsim models expert TP 1 (the experts whole beside TP) or equal to "
+                         "the TP size {}",
                          etp_said, t));
     if (t > 1 && e == 1)
       refuse(fmt::format("{} {} with experts and no expert parallelism: every expert on every TP rank is not "

@@ -29,7 +29,7 @@ struct FrameworkLaunch {
 /// `plan` (kind 3d) as a Megatron-LM argument line: the model's shape (--num-layers, --hidden-size, ...), the
 /// parallel degrees, --micro-batch-size and --global-batch-size for `dp` replicas, --seq-length, --bf16,
 /// --use-distributed-optimizer for ZeRO-1, --sequence-parallel, an MoE model's flags (with TP,
-/// --expert-tensor-parallel-size 1), the recomputation, the stage layout
+/// --expert-tensor-parallel-size: 1, or the TP size for gen 3d --etp), the recomputation, the stage layout
 /// (--pipeline-model-parallel-layout when it is not Megatron-LM's even split), --fp8-format hybrid and
 /// --tp-comm-overlap. Read back by from_megatron with `plan.model` as gen --model; exact unless Megatron-LM lacks
 /// what the plan asks (FSDP, a ZB or V-shaped schedule, another TP overlap, eager attention).

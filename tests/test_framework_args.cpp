@@ -509,11 +509,11 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
   CHECK(refused("--moe-expert-capacity-factor 0", in).find("the capacity is 0.01 to 1000") != std::string::npos);
   CHECK(refused("--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather", in)
             .find("trainsim times the alltoall dispatcher") != std::string::npos);
-  // TP beside EP: Megatron-LM's expert TP defaults to the TP size, which trainsim does not model; with expert TP 1
-  // it needs EP (a multiple of TP) and sequence parallelism.
+  // TP beside EP: Megatron-LM's expert TP defaults to the TP size (each expert split over the TP group, gen 3d
+  // --etp); 1 keeps the experts whole. Either needs EP and sequence parallelism; with expert TP 1 EP is a multiple
+  // of TP, with expert TP = TP it divides CP x DP.
   const std::string tp2 = "--tensor-model-parallel-size 2 ";
-  CHECK(refused(tp2, in).find("--expert-tensor-parallel-size 2 (Megatron-LM's default: the TP size): expert tensor "
-                              "parallelism is not modelled yet") != std::string::npos);
+  CHECK(refused(tp2, in).find("with experts and no expert parallelism") != std::string::npos);
   CHECK(refused(tp2 + "--expert-tensor-parallel-size 1", in).find("with experts and no expert parallelism") !=
         std::string::npos);
   CHECK(refused(tp2 + "--expert-tensor-parallel-size 1 --expert-model-parallel-size 8", in)
@@ -522,6 +522,32 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
                 "--expert-model-parallel-size 2",
                 in)
             .find("--expert-model-parallel-size 2 is not a multiple of the TP size 4") != std::string::npos);
+  CHECK(refused("--tensor-model-parallel-size 4 --expert-tensor-parallel-size 2 --sequence-parallel "
+                "--expert-model-parallel-size 4",
+                in)
+            .find("--expert-tensor-parallel-size 2: trainsim models expert TP 1 (the experts whole beside TP) or equal "
+                  "to the TP size 4") != std::string::npos);
+  CHECK(refused(tp2 + "--sequence-parallel --expert-model-parallel-size 16", in)
+            .find("--expert-model-parallel-size 16 with --expert-tensor-parallel-size 2 (Megatron-LM's default: the TP "
+                  "size): the EP degree must divide the context- x data-parallel degree 1 x 8") != std::string::npos);
+  {
+    // Megatron-LM's default expert TP: TP 2 x DP 8, EP 8 of one TP index each; written back explicit, read back the
+    // same, and the gen command says --etp.
+    const FrameworkPlan t = from_megatron(ds + " " + tp2 + "--sequence-parallel", in);
+    CHECK(t.options.tp == 2);
+    CHECK(t.options.ep == 8);
+    CHECK(t.options.etp == 2);
+    CHECK(gen_command(t).find(" --ep 8 --etp 2") != std::string::npos);
+    const FrameworkLaunch back = to_megatron(t);
+    INFO(back.text << " / " << back.note);
+    CHECK(back.exact);
+    CHECK(back.text.find("--expert-tensor-parallel-size 2") != std::string::npos);
+    CHECK(from_megatron(ds + " " + tp2 + "--sequence-parallel --expert-tensor-parallel-size 1", in).options.etp == 1);
+    // torchtitan's TOML is not written for it: its expert TP is not Megatron-LM's.
+    CHECK(to_torchtitan_toml(t).text.empty());
+    CHECK(to_torchtitan_toml(t).note.find("torchtitan's expert TP routes every token on every TP rank") !=
+          std::string::npos);
+  }
   // CP with EP: EP carved out of TP x CP x DP (Megatron-Core's expert ranks ignore the dense CP split).
   CHECK(from_megatron("--micro-batch-size 1 --bf16 --context-parallel-size 2 --expert-model-parallel-size 16", in)
             .options.cp == 2);
@@ -571,8 +597,7 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
     CHECK(refused("--num-experts 256 --moe-router-topk 8 --moe-router-num-groups 8", in)
               .find("--moe-router-num-groups goes with --moe-router-group-topk") != std::string::npos);
   }
-  CHECK(refused("--expert-tensor-parallel-size 2", in).find("expert tensor parallelism is not modelled yet") !=
-        std::string::npos);
+  CHECK(refused("--expert-tensor-parallel-size 2", in).find("or equal to the TP size 1") != std::string::npos);
   CHECK(refused("--expert-model-parallel-size 3", in).find("does not divide --num-experts 256") != std::string::npos);
   CHECK(refused("--expert-model-parallel-size 16", in).find("does not divide the tensor- x context- x data-parallel degree 1 x 1 x 8") !=
         std::string::npos);
@@ -624,8 +649,8 @@ TEST_CASE("framework args: a torchtitan MoE job (qwen3 30B-A3B, deepseek_v3 671B
   auto tt = [&](const std::string& flags, int d = 8) { return refusal([&] { from_torchtitan(base + flags, dp(d)); }); };
   CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.tensor_parallel_degree 2 "
            "--parallelism.expert_tensor_parallel_degree 2")
-            .find("expert_tensor_parallel_degree 2 (the TP degree): each expert split over the TP ranks (expert TP) is "
-                  "not modelled") != std::string::npos);
+            .find("expert_tensor_parallel_degree 2 (the TP degree): torchtitan's expert TP gathers the sequence over "
+                  "the TP ranks first and routes every token on each") != std::string::npos);
   CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.tensor_parallel_degree 2 "
            "--parallelism.expert_tensor_parallel_degree 4")
             .find("torchtitan runs 1 or the TP degree (2)") != std::string::npos);

@@ -293,27 +293,34 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
   PlanRequest r = moe_request();
   const SearchSpace d = default_space(r);
   CHECK(d.ep == std::vector<int>{1, 2, 4, 8});
-  CHECK(d.tp == std::vector<int>{1, 2});  // TP beside EP (expert TP 1), as far as MoE recipes take it
+  CHECK(d.tp == std::vector<int>{1, 2});  // TP beside EP, as far as MoE recipes take it
+  CHECK(d.etp == std::vector<int>{1, 2});  // expert TP 1, or equal to TP (Megatron-LM's default)
   CHECK(d.cp == std::vector<int>{1});
   CHECK(d.zero == std::vector<int>{1});
   CHECK(d.schedules == default_space(small_request()).schedules);  // the framework's: zero-bubble and DualPipeV too
   const Enumeration en = enumerate(r);
-  std::set<int> eps;
+  std::set<int> eps, etps;
   for (const Candidate& c : en.candidates) {
     const Knobs& k = c.knobs;
     const GenOptions& o = c.config.options;
     INFO(gen_command(c.config));
-    // EP carved out of TP x DP, whole TP groups in each EP group (and TP only beside EP), with SP.
-    CHECK((k.tp * k.dp) % k.ep == 0);
-    if (k.tp > 1) CHECK((k.ep > 1 && k.ep % k.tp == 0 && k.sp));
+    // EP carved out of TP x DP: whole TP groups in each EP group with expert TP 1, one TP index of each with expert
+    // TP equal to TP (and TP only beside EP), with SP.
+    CHECK((k.tp * k.dp) % (k.ep * k.etp) == 0);
+    if (k.tp > 1) CHECK((k.ep > 1 && (k.etp == 1 ? k.ep % k.tp == 0 : k.etp == k.tp) && k.sp));
+    if (k.tp == 1 || k.ep == 1) CHECK(k.etp == 1);
     CHECK(o.ep == k.ep);
+    CHECK(o.etp == k.etp);
     CHECK((gen_command(c.config).find(" --ep ") != std::string::npos) == (k.ep > 1));
+    CHECK((gen_command(c.config).find(" --etp ") != std::string::npos) == (k.etp > 1));
+    etps.insert(k.etp);
     // The dense first block stays dense: gen 3d --ep's --dense-layers from the model, as gen takes it.
     if (k.ep > 1) CHECK(o.dense_layers == model_dense_layers("3d", o, 4, 1).dense_layers);
     if (k.ep > 1) CHECK(o.dense_layers == 1);
     eps.insert(k.ep);
   }
   CHECK(eps == std::set<int>{1, 2, 4, 8});
+  CHECK(etps == std::set<int>{1, 2});
   CHECK(std::any_of(en.candidates.begin(), en.candidates.end(), [](const Candidate& c) { return c.knobs.tp > 1; }));
   CHECK(en.removed.at("indivisible") > 0);  // EP 8 over the 2 or 4 DP ranks of 8 or 4 stages
   // An imbalance above a slice's reach (all its group's tokens) removes that EP degree, counted.
@@ -364,6 +371,18 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
                       [](const Candidate& c) { return c.knobs.zero == 3 && c.knobs.ep > 1; }));
   }
   CHECK(contains(refused([](PlanRequest& q) { q.space.ep = {3}; }), "--ep 3: the EP degree must divide the model's 8"));
+  CHECK(contains(refused([](PlanRequest& q) { q.framework = Framework::Torchtitan, q.space.etp = {1, 2}; }),
+                 "--etp with --framework torchtitan"));
+  CHECK(contains(refused([](PlanRequest& q) { q.model = hw::model_preset("llama3-8b"), q.space.etp = {2}; }),
+                 "--etp: the model 'llama3-8b' has no experts"));
+  {
+    PlanRequest q = moe_request();
+    q.framework = Framework::Torchtitan;
+    CHECK(default_space(q).etp == std::vector<int>{1});
+    q.framework = Framework::Any;
+    q.space.etp = {2};  // expert TP equal to TP only: no TP 1 candidate with EP, and no expert TP without EP
+    for (const Candidate& c : enumerate(q).candidates) CHECK((c.knobs.tp == 2 && c.knobs.ep > 1 && c.knobs.etp == 2));
+  }
   CHECK(contains(refused([](PlanRequest& q) { q.framework = Framework::Torchtitan, q.a2a_overlap = true; }),
                  "--a2a-overlap with --framework torchtitan"));
   CHECK(contains(refused([](PlanRequest& q) { q.moe_imbalance = 0.5; }), "--moe-imbalance 0.5"));
@@ -440,6 +459,7 @@ TEST_CASE("plan, Mixture of Experts: the winner's Megatron-LM line reads back to
   const Enumeration en = enumerate(r);
   REQUIRE(!en.candidates.empty());
   int read = 0;
+  bool split_read = false;
   for (const Candidate& c : en.candidates) {
     INFO(gen_command(c.config));
     const FrameworkLaunch l = to_megatron(c.config);
@@ -453,10 +473,13 @@ TEST_CASE("plan, Mixture of Experts: the winner's Megatron-LM line reads back to
     const FrameworkPlan back = from_megatron(l.text, in);
     CHECK(same_configuration(c.config, back));
     CHECK(back.options.ep == 4);
-    if (read < 3) CHECK(simulated_step(back, r) == evaluate(c, r).step_time_s);
+    CHECK(back.options.etp == c.knobs.etp);
+    if (read < 3 || (c.knobs.etp > 1 && !split_read)) CHECK(simulated_step(back, r) == evaluate(c, r).step_time_s);
+    split_read = split_read || c.knobs.etp > 1;
     ++read;
   }
   CHECK(read > 3);
+  CHECK(split_read);  // (expert TP 2 beside TP 2, Megatron-LM's default, among them)
   // With DeepEP's dispatch (--moe-dispatcher deepep): the line runs Megatron-LM's flex dispatcher, read back the same.
   r.moe_dispatcher = hw::MoeDispatcher::DeepEP;
   const Enumeration deep = enumerate(r);
