@@ -346,7 +346,8 @@ int run(const PlanArgs& a) {
   }
   if (moe)
     fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP beside it "
-               "(expert TP 1, or equal to TP: the ETP column), CP as for a dense model, {}; {}; all-to-alls {}; its step times are optimistic for "
+               "(expert TP 1, or equal to TP: the ETP column; without EP every expert is split over the TP group), CP "
+               "as for a dense model, {}; {}; all-to-alls {}; its step times are optimistic for "
                "fine-grained experts (docs/planning.md, \"Mixture of Experts\")\n",
                r.model.preset, r.model.experts, r.model.top_k,
                r.framework == plan::Framework::Torchtitan ? "FSDP (torchtitan's, the experts sharded over their "

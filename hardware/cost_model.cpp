@@ -169,17 +169,6 @@ void HardwareCostModel::check_experts(const Op& op, bool expert_parallel) const 
         "dense_blocks (a schedule with no expert slice runs every expert on its ranks: EP 1)",
         op.label(), op.layer, moe == c.num_blocks ? blocks() : fmt::format("{} of its {}", moe, blocks()), m.preset,
         m.dense_blocks));
-  // Tensor parallelism runs beside expert parallelism (the dense parts TP-sliced; the experts whole on the EP
-  // group's sequence shards, or with expert TP split over the TP group); with every expert on the rank (EP 1) it is
-  // not modelled.
-  if (!expert_parallel && moe > 0)
-    for (const auto* list : {&op.reads, &op.writes})
-      for (const Tensor& t : *list)
-        if (t.tp_size > 1)
-          throw std::invalid_argument(fmt::format(
-              "{}: tensor parallelism without expert parallelism with a Mixture-of-Experts model is not modelled yet "
-              "(TP slice {}); TP runs beside expert parallelism (gen 3d --ep E --tp T --sp, with --etp 1 or T)",
-              op.label(), t.str()));
 }
 
 TpSplit HardwareCostModel::tp_split(const Op& op) const {
@@ -211,8 +200,11 @@ Work HardwareCostModel::op_work(const Op& op) const {
                            ExpertSplit{x->ep_size, load_of(x), x->tp_size});
       Work w = compute_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()), 0,
                             tp_split(op));
-      if (op.kind != OpKind::Loss && sizes_.experts_inside(layer))  // EP 1: every expert's share of the tokens here
-        w += expert_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()), ExpertSplit{1, 1});
+      // EP 1: every expert's share of the tokens here (with TP each expert split over the TP group, on every token of
+      // the microbatch, gathered as a dense MLP's input is).
+      if (op.kind != OpKind::Loss && sizes_.experts_inside(layer))
+        w += expert_work(setting_, sizes_.layers().at(layer), op.kind, static_cast<int>(op.batches.size()),
+                         ExpertSplit{1, 1, tp_split(op).degree});
       return w;
     }
     case OpKind::Update: {
@@ -314,7 +306,8 @@ double HardwareCostModel::tp_role_seconds(int rank, int layer, OpKind pass, TpRo
   if (fresh) {
     it->second = -1;  // no such role in the pass: exposed whole
     const double tokens = setting_.tokens_per_microbatch() * batches;
-    for (const TpCollectiveSpec& c : tp_pass_collectives(setting_, sizes_.layers()[layer], pass, tokens, tp))
+    for (const TpCollectiveSpec& c :
+         tp_pass_collectives(setting_, sizes_.layers()[layer], pass, tokens, tp, sizes_.experts_inside(layer)))
       if (c.role == role) {
         it->second = c.overlapped ? c.partner_s : -1;
         break;
@@ -354,7 +347,8 @@ double HardwareCostModel::tp_comm_seconds(const Op& op) const {
   if (!fresh) return it->second;
   const LayerContent& layer = sizes_.layers()[op.layer];
   const double bytes = tokens * setting_.model.hidden * setting_.model.activation_bytes;
-  const std::vector<TpCollectiveSpec> specs = tp_pass_collectives(setting_, layer, op.kind, tokens, tp);
+  const std::vector<TpCollectiveSpec> specs =
+      tp_pass_collectives(setting_, layer, op.kind, tokens, tp, sizes_.experts_inside(op.layer));
   double total = 0;
   for (const TpCollectiveSpec& c : specs)
     if (!tp_role_explicit(c.role, layer, op.kind, e)) total += tp_exposed_seconds(c, time(c.kind, bytes));

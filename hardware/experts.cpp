@@ -25,7 +25,9 @@ Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kin
   // The MLP activation over the pairs (as a dense MLP's: fused, or PyTorch eager's kernels) and the permutation.
   double act_fwd = (m.gated_ffn ? 3 : 2) * f * e, act_bwd = 2 * act_fwd;
   if (s.elementwise == Elementwise::Eager) act_fwd = (m.gated_ffn ? 5 : 2) * e * f, act_bwd = (m.gated_ffn ? 9 : 4) * e * f;
-  const double permute = 4 * h * e / t;  // (of the rank's own sequence shard: 1/t of the slice's pairs)
+  // The permutation of the rank's own sequence shard (expert TP beside EP: 1/t of the slice's pairs), or without EP
+  // of every pair of the gathered tokens.
+  const double permute = 4 * h * e / (x.ep > 1 ? t : 1);
   Work fwd = scaled(per_expert.forward, local * k);
   fwd.bytes += k * pairs * (act_fwd + permute);
   Work input = scaled(per_expert.input, local * k);

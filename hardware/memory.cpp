@@ -71,9 +71,11 @@ void TensorSizes::set_experts_inside(int l) {
 // Bytes the routed pairs of `tokens` tokens keep per MoE block with EP 1: each pair's gathered input and its
 // expert's output (which the gates' grad reads, as Megatron-Core's unpermute keeps it), none under full
 // recomputation, and its expert's saved activations (expert_activation_bytes).
-static double inside_pair_bytes(const ModelSpec& m, double tokens, Recompute r) {
+// With TP (each expert split over the TP group) every TP rank holds every pair of the gathered tokens, its expert's
+// terms at 1/tp of the width.
+static double inside_pair_bytes(const ModelSpec& m, double tokens, Recompute r, int tp = 1) {
   const double pairs = routed_pairs(m, tokens, ExpertSplit{1, 1});
-  return pairs * ((r == Recompute::Full ? 0 : 2.0 * m.hidden * m.activation_bytes) + expert_activation_bytes(m, r));
+  return pairs * ((r == Recompute::Full ? 0 : 2.0 * m.hidden * m.activation_bytes) + expert_activation_bytes(m, r, tp));
 }
 
 int TensorSizes::layer_moe_blocks(int l) const {
@@ -154,7 +156,8 @@ double TensorSizes::resident_bytes(const Tensor& t, bool forward_runs_here, TpSp
   if (moe > 0)
     bytes += moe * activation_bytes_per_block(s_.model, s, b, s_.recompute, tp.degree, tp.sequence_parallel,
                                               s_.attention, BlockPart::MoeShared);
-  if (moe > 0 && experts_inside(t.layer)) bytes += moe * inside_pair_bytes(s_.model, s * b, s_.recompute);
+  if (moe > 0 && experts_inside(t.layer))
+    bytes += moe * inside_pair_bytes(s_.model, s * b, s_.recompute, std::max(tp.degree, 1));
   if (c.head)
     bytes += 2.0 * s * b * s_.model.hidden * s_.model.activation_bytes / (tp.sequence_parallel ? tp.degree : 1);
   if (c.embedding) bytes += wire_bytes(t);  // the token ids; the embedding's output is block 0's input
@@ -185,7 +188,7 @@ double TensorSizes::workspace_bytes(const Op& op, TpSplit tp, double load) const
                                       BlockPart::MoeShared) -
            activation_bytes_per_block(s_.model, s, b, Recompute::Full, t, tp.sequence_parallel, s_.attention,
                                       BlockPart::MoeShared) +
-           (experts_inside(op.layer) ? inside_pair_bytes(s_.model, s * b, Recompute::None) : 0);
+           (experts_inside(op.layer) ? inside_pair_bytes(s_.model, s * b, Recompute::None, t) : 0);
   return activation_bytes_per_block(s_.model, s, b, Recompute::None, t, tp.sequence_parallel, s_.attention) -
          activation_bytes_per_block(s_.model, s, b, Recompute::Full, t, tp.sequence_parallel, s_.attention);
 }

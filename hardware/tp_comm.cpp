@@ -137,10 +137,11 @@ std::vector<Sublayer> sublayers(const ModelSpec& m, int tp) {
 }  // namespace
 
 std::vector<TpCollectiveSpec> tp_pass_collectives(const HardwareSetting& s, const LayerContent& layer, OpKind kind,
-                                                  double tokens, TpSplit tp) {
+                                                  double tokens, TpSplit tp, bool experts_inside) {
   const ModelSpec& m = s.model;
-  const std::vector<Entry> entries = skeleton(layer, kind, s.recompute, tp.sequence_parallel,
-                                              m.moe_blocks(layer.first_block, layer.num_blocks), m.shared_experts > 0);
+  const std::vector<Entry> entries =
+      skeleton(layer, kind, s.recompute, tp.sequence_parallel,
+               experts_inside ? 0 : m.moe_blocks(layer.first_block, layer.num_blocks), m.shared_experts > 0);
   std::vector<TpCollectiveSpec> out;
   if (entries.empty()) return out;
   const std::vector<Sublayer> subs = sublayers(s.model, tp.degree);

@@ -66,9 +66,12 @@ struct TpCollectiveSpec {
 /// The TP collectives of pass `kind` (Forward, Backward, BackwardInput or BackwardWeight; none for other kinds) of
 /// `layer` over `tokens` tokens at TP split `tp` (degree above 1), in the order the pass runs them, with their
 /// partner GEMMs on the setting's device and the overlap the setting's tp_overlap gives them (see the header
-/// comment; TpOverlap::Full without sequence parallelism is the backward mode).
+/// comment; TpOverlap::Full without sequence parallelism is the backward mode). `experts_inside`: the layer's MoE
+/// blocks run every expert on the rank (EP 1), each split over the TP group (Megatron-Core's expert TP equal to TP
+/// without EP, torchtitan's TensorParallel of the experts): their MLP sublayer gathers its input and reduces its
+/// output as a dense MLP does; otherwise their routed experts are beside expert parallelism and take no TP collective.
 std::vector<TpCollectiveSpec> tp_pass_collectives(const HardwareSetting& s, const LayerContent& layer, OpKind kind,
-                                                  double tokens, TpSplit tp);
+                                                  double tokens, TpSplit tp, bool experts_inside = false);
 
 /// The seconds a collective of `seconds` leaves exposed: max(0, seconds - partner_s) when overlapped, else all.
 double tp_exposed_seconds(const TpCollectiveSpec& c, double seconds);

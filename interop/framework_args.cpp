@@ -713,9 +713,11 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
       refuse(fmt::format("--from-megatron: {}: trainsim models expert TP 1 (the experts whole beside TP) or equal to "
                          "the TP size {}",
                          etp_said, t));
-    if (t > 1 && e == 1)
-      refuse(fmt::format("{} {} with experts and no expert parallelism: every expert on every TP rank is not "
-                         "modelled (give --expert-model-parallel-size above 1)",
+    // (EP 1 with expert TP equal to TP: every expert on every TP rank, split over the TP group, as a dense MLP)
+    if (t > 1 && e == 1 && etp == 1)
+      refuse(fmt::format("{} {} with experts, no expert parallelism and --expert-tensor-parallel-size 1: every "
+                         "expert whole on every TP rank is not modelled (give --expert-model-parallel-size above 1, "
+                         "or leave the expert TP at the TP size)",
                          meg("tensor-model-parallel-size"), t));
     if (t > 1 && !o.sequence_parallel)
       refuse(fmt::format("{} {} with experts needs --sequence-parallel (Megatron-LM refuses MoE with TP without it)",
@@ -1048,14 +1050,9 @@ void read_torchtitan_experts(const Flags& f, const hw::ModelSpec& m, int ep, int
                                        "as in torchtitan", ep));
     return;
   }
-  if (ep == 1) {
-    if (t > 1)
-      refuse(fmt::format("--from-torchtitan: TP {} on a Mixture of Experts without expert parallelism splits each "
-                         "expert over the TP ranks (expert TP), which trainsim does not model: give "
-                         "--parallelism.expert_parallel_degree, a multiple of the TP degree",
-                         t));
-    return;
-  }
+  // (EP 1 with TP: torchtitan's TensorParallel of the experts, each split over the TP ranks on the gathered tokens,
+  // as gen 3d --tp runs an MoE model's experts without EP)
+  if (ep == 1) return;
   if (etp != 1 && etp != t)
     refuse(tt("parallelism.expert_tensor_parallel_degree") + fmt::format(" {}: torchtitan runs 1 or the TP degree ({})", etp, t));
   if (etp != 1)

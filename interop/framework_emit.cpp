@@ -164,8 +164,9 @@ FrameworkLaunch to_megatron(const FrameworkPlan& p) {
     if (m.pad_to_capacity) s += " --moe-pad-expert-input-to-capacity";
     if (o.ep > 1) s += fmt::format(" --expert-model-parallel-size {}", o.ep);
     if (o.a2a_overlap) s += " --overlap-moe-expert-parallel-comm";
-    // The experts whole beside TP, or split over it (Megatron-LM's expert TP defaults to the TP size: written always).
-    if (o.tp > 1) s += fmt::format(" --expert-tensor-parallel-size {}", o.ep > 1 ? o.etp : 1);
+    // The experts whole beside TP, or split over it (Megatron-LM's expert TP defaults to the TP size: written always;
+    // without EP every expert is split over the TP group).
+    if (o.tp > 1) s += fmt::format(" --expert-tensor-parallel-size {}", o.ep > 1 ? o.etp : o.tp);
   }
   if (m.gated_ffn) s += " --swiglu";
   s += m.layernorm ? " --normalization LayerNorm" : " --normalization RMSNorm";

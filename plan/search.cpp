@@ -219,9 +219,13 @@ Enumeration enumerate(const PlanRequest& r) {
               // MoE block's experts (ep divides the experts: check_moe_space); with TP and expert TP 1 whole TP
               // groups, with expert TP equal to TP one TP index of ep TP groups (and TP with an MoE model needs EP:
               // every expert on every TP rank is not modelled).
-              if ((etp != 1 && etp != tp) || (etp != 1 && ep == 1) ||
-                  (static_cast<long long>(tp) * cp * dp) % (static_cast<long long>(ep) * etp) != 0 ||
-                  (ep > 1 && tp > 1 && etp == 1 && ep % tp != 0) || (tp > 1 && r.model.moe() && ep == 1)) {
+              // Without EP expert TP means nothing of its own (every expert on every rank, split over the TP group
+              // with TP): one candidate, its knob the TP degree.
+              if (ep == 1 && etp != etps.front()) { remove("redundant", per_etp); continue; }
+              const int expert_tp = ep == 1 ? tp : etp;
+              if ((ep > 1 && etp != 1 && etp != tp) ||
+                  (static_cast<long long>(tp) * cp * dp) % (static_cast<long long>(ep) * (ep > 1 ? etp : 1)) != 0 ||
+                  (ep > 1 && tp > 1 && etp == 1 && ep % tp != 0)) {
                 remove("indivisible", per_etp);
                 continue;
               }
@@ -254,7 +258,7 @@ Enumeration enumerate(const PlanRequest& r) {
                           k.tp = tp, k.cp = cp, k.pp = pp, k.chunks = v, k.dp = dp, k.microbatch_size = mbs;
                           k.microbatches = static_cast<int>(m), k.zero = dp * cp == 1 ? 0 : zero;
                           k.schedule = pipelined ? schedule : "1f1b", k.layout = pp * v == 1 ? "even" : layout;
-                          k.recompute = rc, k.sp = tp > 1 && sp, k.fp8 = fp8, k.ep = ep, k.etp = etp;
+                          k.recompute = rc, k.sp = tp > 1 && sp, k.fp8 = fp8, k.ep = ep, k.etp = expert_tp;
                           FrameworkPlan& f = c.config;
                           f.kind = "3d";
                           f.model = r.model;

@@ -31,7 +31,8 @@ struct SearchSpace {
   /// every expert on every rank.
   std::vector<int> ep;
   /// Expert tensor-parallel degrees (an MoE model with EP above 1): 1 (the experts whole beside TP) or the
-  /// candidate's TP degree (each expert split over its TP group, gen 3d --etp); other values are removed.
+  /// candidate's TP degree (each expert split over its TP group, gen 3d --etp); other values are removed. Without
+  /// EP the experts are split over the TP group whatever it says (one candidate).
   std::vector<int> etp;
   std::vector<std::string> schedules;  ///< 1f1b, interleaved-1f1b, zb-h1, zbv, dualpipev, interleaved-zb
   std::vector<hw::Recompute> recompute;
@@ -80,7 +81,9 @@ SearchSpace default_space(const PlanRequest& r);
 struct Knobs {
   int tp = 1, cp = 1, pp = 1, chunks = 1, dp = 1, microbatch_size = 1, microbatches = 1, zero = 0;
   int ep = 1;  ///< expert-parallel degree (an MoE model; 1: every expert on every rank)
-  int etp = 1;  ///< expert tensor-parallel degree (an MoE model with EP above 1: 1 or tp)
+  /// Expert tensor-parallel degree (an MoE model): with EP above 1, 1 or tp; with EP 1, tp (every expert on every
+  /// rank, split over the TP group, its input gathered and its output reduced as a dense MLP's)
+  int etp = 1;
   std::string schedule = "1f1b", layout = "even";
   hw::Recompute recompute = hw::Recompute::None;
   bool sp = false, fp8 = false;

@@ -509,13 +509,23 @@ TEST_CASE("framework args: a Megatron-LM MoE line: experts, their layers, EP, an
   CHECK(refused("--moe-expert-capacity-factor 0", in).find("the capacity is 0.01 to 1000") != std::string::npos);
   CHECK(refused("--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather", in)
             .find("trainsim times the alltoall dispatcher") != std::string::npos);
-  // TP beside EP: Megatron-LM's expert TP defaults to the TP size (each expert split over the TP group, gen 3d
-  // --etp); 1 keeps the experts whole. Either needs EP and sequence parallelism; with expert TP 1 EP is a multiple
-  // of TP, with expert TP = TP it divides CP x DP.
+  // TP with experts: Megatron-LM's expert TP defaults to the TP size (each expert split over the TP group: gen 3d
+  // --etp beside EP, or without EP every expert on every TP rank, split); 1 keeps the experts whole beside EP.
+  // Sequence parallelism is needed; with expert TP 1 EP is a multiple of TP, with expert TP = TP it divides CP x DP.
   const std::string tp2 = "--tensor-model-parallel-size 2 ";
-  CHECK(refused(tp2, in).find("with experts and no expert parallelism") != std::string::npos);
-  CHECK(refused(tp2 + "--expert-tensor-parallel-size 1", in).find("with experts and no expert parallelism") !=
-        std::string::npos);
+  CHECK(refused(tp2, in).find("needs --sequence-parallel") != std::string::npos);
+  CHECK(refused(tp2 + "--sequence-parallel --expert-tensor-parallel-size 1", in)
+            .find("no expert parallelism and --expert-tensor-parallel-size 1: every expert whole on every TP rank is "
+                  "not modelled") != std::string::npos);
+  {
+    const FrameworkPlan t = from_megatron("--micro-batch-size 1 --bf16 " + tp2 + "--sequence-parallel", in);
+    CHECK(t.options.tp == 2);
+    CHECK(t.options.ep == 1);
+    const FrameworkLaunch back = to_megatron(t);
+    INFO(back.text << " / " << back.note);
+    CHECK(back.exact);
+    CHECK(back.text.find("--expert-tensor-parallel-size 2") != std::string::npos);
+  }
   CHECK(refused(tp2 + "--expert-tensor-parallel-size 1 --expert-model-parallel-size 8", in)
             .find("needs --sequence-parallel") != std::string::npos);
   CHECK(refused("--tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --sequence-parallel "
@@ -654,8 +664,16 @@ TEST_CASE("framework args: a torchtitan MoE job (qwen3 30B-A3B, deepseek_v3 671B
   CHECK(tt("--parallelism.expert_parallel_degree 8 --parallelism.tensor_parallel_degree 2 "
            "--parallelism.expert_tensor_parallel_degree 4")
             .find("torchtitan runs 1 or the TP degree (2)") != std::string::npos);
-  CHECK(tt("--parallelism.tensor_parallel_degree 2").find("without expert parallelism splits each expert") !=
-        std::string::npos);
+  {
+    // TP without EP: torchtitan's TensorParallel of the experts (each split over the TP ranks), gen 3d --tp.
+    const FrameworkPlan t = from_torchtitan(base + "--parallelism.tensor_parallel_degree 2", dp(8));
+    CHECK(t.options.tp == 2);
+    CHECK(t.options.ep == 1);
+    CHECK(t.options.sequence_parallel);
+    const FrameworkLaunch back = to_torchtitan_toml(t);
+    INFO(back.text << " / " << back.note);
+    CHECK(back.exact);
+  }
   CHECK(tt("--parallelism.expert_parallel_degree 4 --parallelism.tensor_parallel_degree 8")
             .find("must be a multiple of CP x TP = 1 x 8") != std::string::npos);
   CHECK(tt("--parallelism.expert_parallel_degree 16", 4).find("divide data_parallel_shard_degree x CP x TP = 4 x 1 x 1") !=

@@ -491,6 +491,50 @@ TEST_CASE("EP 1: a schedule without expert slices runs every expert itself, as g
   CHECK(run.result.ok);
 }
 
+TEST_CASE("TP without EP: every expert on every rank split over the TP group, gathered and reduced as a dense MLP") {
+  // Megatron-LM's expert TP at its default (the TP size) with EP 1, torchtitan's TensorParallel of the experts:
+  // gen 3d --tp 2 --sp on an MoE model. Blocks 0-1 dense, 2-3 MoE.
+  HardwareSetting hs = small_mixtral();
+  hs.model.dense_blocks = 2;
+  GenOptions o;
+  o.tp = 2, o.sequence_parallel = true, o.dp = 2, o.layers = 4, o.microbatches = 2, o.zero = 1;
+  const Schedule s = hardware_3d(hs, o);
+  const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+  const HardwareCostModel& cost = hw_cost(c);
+  double flops = 0;
+  for (const auto& ops : s.ranks)
+    for (const Op& op : ops) flops += cost.op_work(op).flops();
+  CHECK(flops == doctest::Approx(2 * 2 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+  // Half of the MoE layer's dense part and experts on each TP rank.
+  c->prepare_rank(0, s.ranks[0]);
+  const Op* forward1 = nullptr;
+  const Op* forward2 = nullptr;
+  for (const Op& op : s.ranks[0]) {
+    if (op.kind != OpKind::Forward || op.batches != IdSet{0}) continue;
+    if (op.layer == 1) forward1 = &op;
+    if (op.layer == 2) forward2 = &op;
+  }
+  REQUIRE(forward1);
+  REQUIRE(forward2);
+  CHECK(cost.memory(forward2->reads.back(), 0) ==
+        doctest::Approx((hs.model.dense_part_parameters(2) + hs.model.routed_parameters(2)) / 2 * hs.model.weight_bytes));
+  // Its MLP gathers its input and reduce-scatters its output as the dense layer's does: the same TP communication.
+  CHECK(cost.tp_comm_seconds(*forward2) > 0);
+  CHECK(cost.tp_comm_seconds(*forward2) == doctest::Approx(cost.tp_comm_seconds(*forward1)).epsilon(1e-12));
+  const HardwareRun run = simulate_hardware(s);
+  INFO(run.result.error);
+  REQUIRE(run.result.ok);
+  // Its kept input holds every routed pair of the gathered tokens (each pair's input and output, the experts' terms
+  // at half the width) beside its attention's and router's activations: more than the dense layer's.
+  const double a1 = cost.memory(shard(activation_tensor(1, IdSet{0}), 0, 2), 0),
+               a2 = cost.memory(shard(activation_tensor(2, IdSet{0}), 0, 2), 0);
+  CHECK(a2 > a1);
+  const double pairs = hs.tokens_per_microbatch() * hs.model.top_k;
+  const double shared = activation_bytes_per_block(hs.model, hs.seq_len(), 1, hs.recompute, 2, true, hs.attention,
+                                                   BlockPart::MoeShared);
+  CHECK(a2 == doctest::Approx(shared + pairs * (2.0 * 4096 * 2 + 3 * 7168 * 2)).epsilon(1e-12));
+}
+
 TEST_CASE("gen ddp --bucket-mb on an MoE model: a layer's grads are every expert's (EP 1), so its bucket closes sooner") {
   // Qwen3-30B-A3B's layer: 1.2 GB of fp32 grads with its 128 experts, 76 MB without them. Under a 1000 MiB cap each
   // layer fills a bucket of its own: layer 3's all-reduce goes out before layer 2's backward.
@@ -504,30 +548,29 @@ TEST_CASE("gen ddp --bucket-mb on an MoE model: a layer's grads are every expert
 }
 
 TEST_CASE("a streaming source the model refuses is refused again when simulated held, not timed unprepared") {
-  // gen 3d's source makes each rank's ops when asked. TP with an MoE model and no expert parallelism is refused as
-  // the model learns rank 0;
-  // the simulator then retries with every rank's ops held, and that pass must prepare the model again: before, it
-  // timed the step with no experts at all (a tenth of the step, a sixth of the memory) and no error.
+  // gen 3d's source makes each rank's ops when asked. Experts on a layer the model keeps dense (--dense-layers 0
+  // against the model's first dense block) are refused as the model learns rank 0; the simulator then retries with
+  // every rank's ops held, and that pass must prepare the model again, not time the step unprepared with no error.
   HardwareSetting hs = small_mixtral();
   GenOptions o;
-  o.tp = 2, o.dp = 1, o.layers = hs.model.blocks, o.microbatches = 1;
+  o.tp = 2, o.sequence_parallel = true, o.dp = 2, o.ep = 2, o.dense_layers = 0, o.layers = hs.model.blocks;
+  o.microbatches = 1;
   std::unique_ptr<RankSource> src = generate_ranks("3d", o);
   REQUIRE_FALSE(src->holds_all());
   src->header().cost_model = "hardware";
   src->header().hardware = hs;
-  const std::vector<int> mirror = symmetric_mirror(src->header(), RankGrid{2, 1, 1, 1});
+  const std::vector<int> mirror = symmetric_mirror(src->header(), RankGrid{2, 1, 2, 1, 2});
   REQUIRE_FALSE(mirror.empty());
   for (bool symmetric : {false, true}) {
     CAPTURE(symmetric);
     const HardwareRun run = simulate_hardware(*src, false, {}, symmetric ? mirror : std::vector<int>{});
     CHECK_FALSE(run.result.ok);
     CHECK_FALSE(run.report);
-    CHECK(has(run.result.error, "tensor parallelism without expert parallelism with a Mixture-of-Experts model is "
-                                "not modelled yet"));
-    CHECK(has(run.result.error, "rank 0: forward layer 1"));  // (layer 0 is dense: TP is fine there)
+    CHECK(has(run.result.error, "it runs experts of layer 0, but the layer's block 0 of the model"));
+    CHECK(has(run.result.error, "rank 0: forward layer 0"));
   }
-  // The same source of a dense model simulates (the retry is only for problems).
-  hs.model.experts = hs.model.top_k = hs.model.dense_blocks = 0, hs.model.expert_ffn = 0;
+  // The same source on a model whose every block has experts simulates (the retry is only for problems).
+  hs.model.dense_blocks = 0;
   src->header().hardware = hs;
   const HardwareRun dense = simulate_hardware(*src, false, {}, {});
   INFO(dense.result.error);

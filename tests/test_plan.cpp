@@ -305,14 +305,16 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
     const GenOptions& o = c.config.options;
     INFO(gen_command(c.config));
     // EP carved out of TP x DP: whole TP groups in each EP group with expert TP 1, one TP index of each with expert
-    // TP equal to TP (and TP only beside EP), with SP.
-    CHECK((k.tp * k.dp) % (k.ep * k.etp) == 0);
-    if (k.tp > 1) CHECK((k.ep > 1 && (k.etp == 1 ? k.ep % k.tp == 0 : k.etp == k.tp) && k.sp));
-    if (k.tp == 1 || k.ep == 1) CHECK(k.etp == 1);
+    // TP equal to TP; without EP every expert split over the TP group; SP with TP.
+    CHECK((k.tp * k.dp) % (k.ep * (k.ep > 1 ? k.etp : 1)) == 0);
+    if (k.tp > 1 && k.ep > 1) CHECK(((k.etp == 1 ? k.ep % k.tp == 0 : k.etp == k.tp) && k.sp));
+    if (k.tp > 1) CHECK(k.sp);
+    if (k.tp == 1) CHECK(k.etp == 1);
+    if (k.ep == 1) CHECK(k.etp == k.tp);  // (without EP every expert is split over the TP group)
     CHECK(o.ep == k.ep);
-    CHECK(o.etp == k.etp);
+    CHECK(o.etp == (k.ep > 1 ? k.etp : 1));
     CHECK((gen_command(c.config).find(" --ep ") != std::string::npos) == (k.ep > 1));
-    CHECK((gen_command(c.config).find(" --etp ") != std::string::npos) == (k.etp > 1));
+    CHECK((gen_command(c.config).find(" --etp ") != std::string::npos) == (k.ep > 1 && k.etp > 1));
     etps.insert(k.etp);
     // The dense first block stays dense: gen 3d --ep's --dense-layers from the model, as gen takes it.
     if (k.ep > 1) CHECK(o.dense_layers == model_dense_layers("3d", o, 4, 1).dense_layers);
@@ -380,8 +382,11 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
     q.framework = Framework::Torchtitan;
     CHECK(default_space(q).etp == std::vector<int>{1});
     q.framework = Framework::Any;
-    q.space.etp = {2};  // expert TP equal to TP only: no TP 1 candidate with EP, and no expert TP without EP
-    for (const Candidate& c : enumerate(q).candidates) CHECK((c.knobs.tp == 2 && c.knobs.ep > 1 && c.knobs.etp == 2));
+    q.space.etp = {2};  // expert TP 2 only: TP 2 beside EP or without it, TP 1 only without EP
+    for (const Candidate& c : enumerate(q).candidates) {
+      CHECK(c.knobs.etp == c.knobs.tp);
+      CHECK((c.knobs.tp == 2 || c.knobs.ep == 1));
+    }
   }
   CHECK(contains(refused([](PlanRequest& q) { q.framework = Framework::Torchtitan, q.a2a_overlap = true; }),
                  "--a2a-overlap with --framework torchtitan"));
