@@ -66,8 +66,8 @@ SearchSpace default_space(const PlanRequest& r) {
   s.fp8 = {false};
   s.layouts = {"even", "balanced"};
   if (r.model.moe()) {
-    // What gen 3d --ep runs (and its EP 1, every expert on every rank): TP beside EP with expert TP 1 (EP a multiple
-    // of TP, sequence parallelism), CP as for a dense model (EP then carved out of TP x CP x DP), ZeRO-1 (FSDP when asked; torchtitan's FSDP, its EP mesh borrowing TP and
+    // What gen 3d --ep runs (and its EP 1, every expert on every rank, split over the TP group with TP): TP beside EP
+    // with expert TP 1 (EP a multiple of TP) or equal to TP (sequence parallelism), CP as for a dense model (EP then carved out of TP x CP x DP), ZeRO-1 (FSDP when asked; torchtitan's FSDP, its EP mesh borrowing TP and
     // part of the FSDP shards: interop/framework_args.cpp), the framework's schedules. EP: every divisor of the experts up to the GPUs (the ones that do not divide
     // TP x DP, or with TP above 1 are not a multiple of it, are removed as indivisible). TP at most 2 by default,
     // as Megatron-Bridge's MoE recipes run it (scripts/performance/configs: TP 1 or 2 beside EP): each TP degree
@@ -217,10 +217,9 @@ Enumeration enumerate(const PlanRequest& r) {
               for (int etp : etps) {
               // EP groups of ep of a stage's TP x CP x DP ranks (gen 3d --ep), each holding experts / ep of every
               // MoE block's experts (ep divides the experts: check_moe_space); with TP and expert TP 1 whole TP
-              // groups, with expert TP equal to TP one TP index of ep TP groups (and TP with an MoE model needs EP:
-              // every expert on every TP rank is not modelled).
-              // Without EP expert TP means nothing of its own (every expert on every rank, split over the TP group
-              // with TP): one candidate, its knob the TP degree.
+              // groups, with expert TP equal to TP one TP index of ep TP groups. Without EP expert TP means nothing
+              // of its own (every expert on every rank, split over the TP group with TP): one candidate, its knob
+              // the TP degree.
               if (ep == 1 && etp != etps.front()) { remove("redundant", per_etp); continue; }
               const int expert_tp = ep == 1 ? tp : etp;
               if ((ep > 1 && etp != 1 && etp != tp) ||
