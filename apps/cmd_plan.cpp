@@ -346,8 +346,8 @@ int run(const PlanArgs& a) {
   }
   if (moe)
     fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP beside it "
-               "(expert TP 1, or equal to TP: the ETP column; without EP every expert is split over the TP group), CP "
-               "as for a dense model, {}; {}; all-to-alls {}; its step times are optimistic for "
+               "(the ETP column: expert TP 1, or with --etp 1,2 equal to TP too; without EP every expert is split over "
+               "the TP group), CP as for a dense model, {}; {}; all-to-alls {}; its step times are optimistic for "
                "fine-grained experts (docs/planning.md, \"Mixture of Experts\")\n",
                r.model.preset, r.model.experts, r.model.top_k,
                r.framework == plan::Framework::Torchtitan ? "FSDP (torchtitan's, the experts sharded over their "
@@ -439,7 +439,8 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--etp", a->etp,
                   "Expert tensor-parallel degrees of an MoE model: 1 (the experts whole beside TP) or each candidate's "
                   "TP degree (each expert split over its TP group, Megatron-LM's default; gen 3d --etp); other values "
-                  "are skipped (default: 1 and the TP degrees; 1 with --framework torchtitan)");
+                  "are refused (default 1, as Megatron-Bridge's MoE recipes run; 1,2 searches Megatron-LM's default "
+                  "too; without EP every expert is split over the TP group whatever this says)");
   cmd->add_option("--moe-imbalance", a->moe_imbalance,
                   "An MoE model's busiest expert slice's tokens over the mean, for every candidate with expert "
                   "slices (default 1: balanced; 1.5: a router before it balances)")

@@ -76,10 +76,10 @@ SearchSpace default_space(const PlanRequest& r) {
     s.zero = {r.framework == Framework::Torchtitan ? 3 : 1};
     for (int e = 1; e <= r.model.experts && e <= r.gpus; ++e)
       if (r.model.experts % e == 0) s.ep.push_back(e);
-    // Expert TP 1, and (Megatron-LM's default) equal to TP: each value of the TP list, the ones that are not the
-    // candidate's TP removed; torchtitan's expert TP routes every token on each TP rank, which is not timed.
+    // Expert TP 1, as Megatron-Bridge's MoE recipes run it (expert_tensor_parallel_size=1): --etp 1,2 adds Megatron-
+    // LM's default, equal to TP, which nearly doubles the TP 2 part of the search (DeepSeek-V3 on 2,048 GPUs: 10
+    // minutes against 5, bench/README.md) and has not won a plan yet; torchtitan's expert TP is not timed.
     s.etp = {1};
-    if (r.framework != Framework::Torchtitan) s.etp = s.tp;
   } else {
     s.ep = {1};
     s.etp = {1};
@@ -173,6 +173,11 @@ Enumeration enumerate(const PlanRequest& r) {
   const std::vector<int> eps = pick(g.ep, d.ep);
   const std::vector<int> etps = pick(g.etp, d.etp);
   check_moe_space(r, eps, etps);
+  for (int t : etps)
+    if (t != 1 && std::find(tps.begin(), tps.end(), t) == tps.end())
+      throw hw::SpecError(fmt::format("plan: --etp {}: expert TP is 1 or a candidate's TP degree, and no TP degree "
+                                      "searched is {} (give --tp {})",
+                                      t, t, t));
   if (std::find(fp8s.begin(), fp8s.end(), true) != fp8s.end() && r.device.fp8_peak_flops <= 0)
     throw hw::SpecError(fmt::format("plan: --fp8: the device '{}' has no FP8 tensor cores", r.device.preset));
   const hw::TpOverlap overlap = r.tp_overlap ? *r.tp_overlap

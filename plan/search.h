@@ -71,9 +71,9 @@ struct PlanRequest {
 /// divisor of the GPUs left up to the blocks; virtual stages 2 and 4 for the interleaved schedules; microbatch
 /// sizes 1, 2, 4; the framework's schedules and ZeRO; recomputation none, selective and full; SP with TP; FP8 off;
 /// layouts even and balanced. An MoE model (docs/planning.md, "Mixture of Experts"): EP every divisor of its
-/// experts up to the GPUs, TP 1 and 2 beside it (with SP; Megatron-Bridge's MoE recipes' TP) and expert TP 1 (EP a
-/// multiple of TP) or equal to TP (Megatron-LM's default; not with torchtitan's framework, whose expert TP trainsim
-/// does not time), CP as for a dense model (EP then carved out of TP x CP x DP), ZeRO-1 (FSDP, --zero 3, when asked;
+/// experts up to the GPUs, TP 1 and 2 beside it (with SP; Megatron-Bridge's MoE recipes' TP) with expert TP 1 (EP a
+/// multiple of TP; the recipes' too: --etp 1,2 adds expert TP equal to TP, Megatron-LM's default, not with
+/// torchtitan's framework, whose expert TP trainsim does not time), TP without EP, CP as for a dense model (EP then carved out of TP x CP x DP), ZeRO-1 (FSDP, --zero 3, when asked;
 /// FSDP with torchtitan's framework: what gen 3d --ep runs).
 SearchSpace default_space(const PlanRequest& r);
 

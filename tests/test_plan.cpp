@@ -294,7 +294,7 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
   const SearchSpace d = default_space(r);
   CHECK(d.ep == std::vector<int>{1, 2, 4, 8});
   CHECK(d.tp == std::vector<int>{1, 2});  // TP beside EP, as far as MoE recipes take it
-  CHECK(d.etp == std::vector<int>{1, 2});  // expert TP 1, or equal to TP (Megatron-LM's default)
+  CHECK(d.etp == std::vector<int>{1});  // expert TP 1, as the recipes (--etp 1,2 adds Megatron-LM's default)
   CHECK(d.cp == std::vector<int>{1});
   CHECK(d.zero == std::vector<int>{1});
   CHECK(d.schedules == default_space(small_request()).schedules);  // the framework's: zero-bubble and DualPipeV too
@@ -322,7 +322,26 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
     eps.insert(k.ep);
   }
   CHECK(eps == std::set<int>{1, 2, 4, 8});
-  CHECK(etps == std::set<int>{1, 2});
+  CHECK(etps == std::set<int>{1, 2});  // (2: TP 2 without EP, every expert split over the TP group)
+  CHECK(std::none_of(en.candidates.begin(), en.candidates.end(),
+                     [](const Candidate& c) { return c.knobs.ep > 1 && c.knobs.etp > 1; }));
+  {
+    // --etp 1,2: expert TP equal to TP beside EP too, one TP index of EP TP groups.
+    PlanRequest q = moe_request();
+    q.space.etp = {1, 2};
+    int split = 0;
+    for (const Candidate& c : enumerate(q).candidates) {
+      const Knobs& k = c.knobs;
+      if (k.ep == 1 || k.etp == 1) continue;
+      INFO(gen_command(c.config));
+      CHECK(k.etp == k.tp);
+      CHECK((k.cp * k.dp) % k.ep == 0);
+      CHECK(c.config.options.etp == 2);
+      CHECK(gen_command(c.config).find(" --etp 2") != std::string::npos);
+      ++split;
+    }
+    CHECK(split > 0);
+  }
   CHECK(std::any_of(en.candidates.begin(), en.candidates.end(), [](const Candidate& c) { return c.knobs.tp > 1; }));
   CHECK(en.removed.at("indivisible") > 0);  // EP 8 over the 2 or 4 DP ranks of 8 or 4 stages
   // An imbalance above a slice's reach (all its group's tokens) removes that EP degree, counted.
@@ -375,6 +394,8 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
   CHECK(contains(refused([](PlanRequest& q) { q.space.ep = {3}; }), "--ep 3: the EP degree must divide the model's 8"));
   CHECK(contains(refused([](PlanRequest& q) { q.framework = Framework::Torchtitan, q.space.etp = {1, 2}; }),
                  "--etp with --framework torchtitan"));
+  CHECK(contains(refused([](PlanRequest& q) { q.space.etp = {1, 4}; }),
+                 "--etp 4: expert TP is 1 or a candidate's TP degree, and no TP degree searched is 4"));
   CHECK(contains(refused([](PlanRequest& q) { q.model = hw::model_preset("llama3-8b"), q.space.etp = {2}; }),
                  "--etp: the model 'llama3-8b' has no experts"));
   {
@@ -408,6 +429,7 @@ TEST_CASE("plan, Mixture of Experts: bounds below the simulation, the symmetric 
   PlanRequest r = moe_request();
   r.space.microbatch_size = {1};
   r.space.recompute = {hw::Recompute::None, hw::Recompute::Full};
+  r.space.etp = {1, 2};  // (expert TP beside EP too)
   const Enumeration en = enumerate(r);
   REQUIRE(en.candidates.size() > 20);
   int checked = 0, full = 0;
@@ -461,6 +483,7 @@ TEST_CASE("plan, Mixture of Experts: the winner's Megatron-LM line reads back to
   r.space.microbatch_size = {1};
   r.space.recompute = {hw::Recompute::Full};
   r.space.ep = {4};
+  r.space.etp = {1, 2};
   const Enumeration en = enumerate(r);
   REQUIRE(!en.candidates.empty());
   int read = 0;
