@@ -244,6 +244,11 @@ Enumeration enumerate(const PlanRequest& r) {
                           if (r.global_batch % per_replica != 0) { remove("indivisible"); continue; }
                           const long long m = r.global_batch / per_replica;
                           if (m > INT32_MAX) { remove("indivisible"); continue; }
+                          // (PyTorch's interleaved schedules take the microbatches in rounds of equal size)
+                          if (pipelined && !interleaved_rounds_fit(schedule, pp, static_cast<int>(m))) {
+                            remove("indivisible");
+                            continue;
+                          }
                           // Knobs that mean nothing here are kept at one value: ZeRO without data parallelism, SP
                           // without TP, a layout of one stage chunk.
                           if ((dp * cp == 1 && zero != zeros.front()) || (tp == 1 && sp != sps.front()) ||

@@ -81,6 +81,10 @@ bool v_shaped_schedule(const std::string& schedule);
 /// Whether a schedule runs `chunks` looped stage chunks per rank: interleaved-1f1b and interleaved-zb (and, among the
 /// pipeline kinds alone, looped-bfs).
 bool interleaved_schedule(const std::string& schedule);
+/// Whether `m` microbatches go in rounds = max(1, m / p) rounds of equal size on `p` stages (PyTorch's rule for its
+/// interleaved schedules, torch/distributed/pipelining/schedules.py): what gen's interleaved-zb always needs and
+/// interleaved-1f1b needs when m is not a multiple of p (gen refuses the others). True for every other schedule.
+bool interleaved_rounds_fit(const std::string& schedule, int p, int m);
 /// The stage chunks each pipeline rank holds under `schedule`: 2 for the V-shaped ones, else `chunks` (1 for the
 /// one-chunk schedules, whose `chunks` is 1).
 int chunks_per_rank(const std::string& schedule, int chunks);

@@ -379,6 +379,27 @@ TEST_CASE("gen: trainsim gen writes a schedule file that parses and simulates") 
   CHECK(out.out == print_schedule(generate("fsdp", f)));
 }
 
+TEST_CASE("interleaved_rounds_fit says which microbatch counts the interleaved generators take") {
+  // The planner removes the counts it refuses before generating (plan/search.cpp): it must agree with the
+  // generators themselves on every small shape.
+  for (const char* schedule : {"interleaved-1f1b", "interleaved-zb", "1f1b"})
+    for (int p = 1; p <= 5; ++p)
+      for (int m = 1; m <= 16; ++m) {
+        CAPTURE(schedule);
+        CAPTURE(p);
+        CAPTURE(m);
+        GenOptions o;
+        o.stages = p, o.microbatches = m, o.chunks = std::string(schedule) == "1f1b" ? 1 : 2;
+        bool generated = true;
+        try {
+          generate(schedule, o);
+        } catch (const std::invalid_argument&) {
+          generated = false;
+        }
+        CHECK(interleaved_rounds_fit(schedule, p, m) == generated);
+      }
+}
+
 TEST_CASE("gen: trainsim gen reports bad kinds and options with exit code 2") {
   CommandResult unknown = run_trainsim("gen nonsense -o -", true);
   CHECK(unknown.exit_code == 2);

@@ -57,6 +57,9 @@ TEST_CASE("plan: every combination is enumerated once or counted under the rule 
   for (const auto& [why, n] : en.removed) removed += n;
   CHECK(en.removed.count("indivisible"));
   CHECK(en.removed.count("redundant"));
+  // (PyTorch's interleaved rounds: a count the generator would refuse is removed here, not simulated as invalid)
+  for (const Candidate& c : en.candidates)
+    CHECK(interleaved_rounds_fit(c.knobs.schedule, c.knobs.pp, c.knobs.microbatches));
   std::set<std::string> seen;
   for (const Candidate& c : en.candidates) {
     const Knobs& k = c.knobs;

@@ -41,7 +41,7 @@ Tensor opt_shard(int layer, int index, int count, int step) {
 
 int microbatches_per_round(const std::string& kind, int p, int m) {
   const int rounds = std::max(1, m / p);
-  if (m % rounds != 0)
+  if (!interleaved_rounds_fit("interleaved-zb", p, m))
     throw std::invalid_argument(fmt::format(
         "{}: {} microbatches do not split into {} rounds of equal size (PyTorch's rule: rounds = max(1, "
         "microbatches / stages)); choose a multiple of {} or of the stages",
