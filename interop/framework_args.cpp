@@ -731,8 +731,8 @@ FrameworkPlan from_megatron(const std::string& args, const FrameworkInputs& in) 
                          meg("expert-model-parallel-size"), e, t, c, d));
     if (t > 1 && etp == 1 && e % t != 0)
       refuse(fmt::format("{} {} is not a multiple of the TP size {}: with expert TP 1 trainsim's EP groups hold whole "
-                         "TP groups (or leave {} at the TP size)",
-                         meg("expert-model-parallel-size"), e, t, meg("expert-tensor-parallel-size")));
+                         "TP groups (or leave --expert-tensor-parallel-size at the TP size)",
+                         meg("expert-model-parallel-size"), e, t));
     if (etp > 1 && (static_cast<long long>(c) * d) % e != 0)
       refuse(fmt::format("{} {} with {}: the EP degree must divide the context- x data-parallel degree {} x {} "
                          "(Megatron-LM needs expert TP x EP to divide TP x CP x DP)",

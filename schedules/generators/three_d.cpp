@@ -253,7 +253,7 @@ std::unique_ptr<RankSource> build(const Shape& sh, const GenOptions& o) {
     throw std::invalid_argument("3d: --a2a-overlap overlaps expert parallelism's all-to-alls: give --ep above 1");
   if (o.etp != 1 && o.ep <= 1)
     throw std::invalid_argument(fmt::format("3d: --etp {} splits the expert slices of expert parallelism: give --ep "
-                                            "above 1 (TP on an MoE model without EP is not modelled)",
+                                            "above 1 (without EP, --tp alone splits every expert over the TP group)",
                                             o.etp));
   if (o.ep > 1) {
     loads = add_expert_parallel(plan, o, P, D, order.layers);
