@@ -59,6 +59,14 @@ HardwareSetting small_mixtral(int seq = 1024) {
 
 const HardwareCostModel& hw_cost(const std::unique_ptr<CostModel>& c) { return dynamic_cast<const HardwareCostModel&>(*c); }
 
+// The FLOPs of every op of `s` on its hardware cost model `c` (the whole step's work).
+double step_flops(const Schedule& s, const std::unique_ptr<CostModel>& c) {
+  double flops = 0;
+  for (const auto& ops : s.ranks)
+    for (const Op& op : ops) flops += hw_cost(c).op_work(op).flops();
+  return flops;
+}
+
 // Simulates `s` symmetric on `grid` (schedules/symmetry.h) and checks its step time and peak against `full`'s (the
 // full simulation's); returns the ranks simulated.
 int check_symmetric(const Schedule& s, const RankGrid& grid, const HardwareRun& full) {
@@ -178,9 +186,7 @@ TEST_CASE("a gen ep step's FLOPs are 6·N_active + attention per token, and an e
       const Schedule s = ep_step(hs, dp, ep, m, imbalance);
       const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
       const HardwareCostModel& cost = hw_cost(c);
-      double flops = 0;
-      for (const auto& ops : s.ranks)
-        for (const Op& op : ops) flops += cost.op_work(op).flops();
+      const double flops = step_flops(s, c);
       const double tokens = dp * m * hs.tokens_per_microbatch();
       // The norms' gains are in N but run no matrix multiply: 1e-4 covers them.
       CHECK(flops == doctest::Approx(tokens * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
@@ -391,11 +397,7 @@ TEST_CASE("gen 3d --ep on the hardware model: the step's FLOPs, a stage's expert
   o.pp = 2, o.dp = 8, o.ep = 4, o.zero = 1, o.layers = 4, o.dense_layers = 1, o.microbatches = 4;
   const Schedule s = hardware_3d(hs, o);
   const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
-  const HardwareCostModel& cost = hw_cost(c);
-  double flops = 0;
-  for (const auto& ops : s.ranks)
-    for (const Op& op : ops) flops += cost.op_work(op).flops();
-  CHECK(flops == doctest::Approx(8 * 4 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+  CHECK(step_flops(s, c) == doctest::Approx(8 * 4 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
   HardwareRun run = simulate_hardware(s);
   INFO(run.result.error);
   REQUIRE(run.result.ok);
@@ -403,13 +405,8 @@ TEST_CASE("gen 3d --ep on the hardware model: the step's FLOPs, a stage's expert
   GenOptions flat;
   flat.pp = 1, flat.dp = 4, flat.ep = 4, flat.layers = 4, flat.dense_layers = 1, flat.microbatches = 2;
   const Schedule three = hardware_3d(hs, flat), ep = ep_step(hs, 4, 4, 2);
-  double f3 = 0, fe = 0;
   const std::unique_ptr<CostModel> c3 = make_schedule_cost_model(three), ce = make_schedule_cost_model(ep);
-  for (const auto& ops : three.ranks)
-    for (const Op& op : ops) f3 += hw_cost(c3).op_work(op).flops();
-  for (const auto& ops : ep.ranks)
-    for (const Op& op : ops) fe += hw_cost(ce).op_work(op).flops();
-  CHECK(f3 == doctest::Approx(fe).epsilon(1e-12));
+  CHECK(step_flops(three, c3) == doctest::Approx(step_flops(ep, ce)).epsilon(1e-12));
 }
 
 TEST_CASE("the command line: gen ep on an MoE model, its dense layers from the model, and what is refused") {
@@ -469,11 +466,7 @@ TEST_CASE("EP 1: a schedule without expert slices runs every expert itself, as g
   ddp.header.cost_model = "hardware", ddp.header.hardware = hs;
   const Schedule ep = ep_step(hs, dp, 1, m);
   const std::unique_ptr<CostModel> cd = make_schedule_cost_model(ddp), ce = make_schedule_cost_model(ep);
-  double fd = 0, fe = 0;
-  for (const auto& ops : ddp.ranks)
-    for (const Op& op : ops) fd += hw_cost(cd).op_work(op).flops();
-  for (const auto& ops : ep.ranks)
-    for (const Op& op : ops) fe += hw_cost(ce).op_work(op).flops();
+  const double fd = step_flops(ddp, cd), fe = step_flops(ep, ce);
   const double tokens = dp * m * hs.tokens_per_microbatch();
   CHECK(fd == doctest::Approx(tokens * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
   CHECK(fd == doctest::Approx(fe).epsilon(1e-12));
@@ -501,10 +494,7 @@ TEST_CASE("TP without EP: every expert on every rank split over the TP group, ga
   const Schedule s = hardware_3d(hs, o);
   const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
   const HardwareCostModel& cost = hw_cost(c);
-  double flops = 0;
-  for (const auto& ops : s.ranks)
-    for (const Op& op : ops) flops += cost.op_work(op).flops();
-  CHECK(flops == doctest::Approx(2 * 2 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+  CHECK(step_flops(s, c) == doctest::Approx(2 * 2 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
   // Half of the MoE layer's dense part and experts on each TP rank.
   c->prepare_rank(0, s.ranks[0]);
   const Op* forward1 = nullptr;
@@ -588,11 +578,8 @@ TEST_CASE("gen 3d --ep --tp --sp on the hardware model: the step's FLOPs, half t
   };
   const Schedule s = step(2, 4, 8);
   const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
-  double flops = 0;
-  for (const auto& ops : s.ranks)
-    for (const Op& op : ops) flops += hw_cost(c).op_work(op).flops();
   // TP splits the dense parts, the experts take their EP group's tokens: the whole step's work, once.
-  CHECK(flops == doctest::Approx(4 * 4 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+  CHECK(step_flops(s, c) == doctest::Approx(4 * 4 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
   // Each member sends its sequence shard: half the bytes of a TP 1 member of an EP group of the same 8 ranks.
   const Schedule flat = step(1, 8, 8);
   const std::unique_ptr<CostModel> cf = make_schedule_cost_model(flat);
@@ -628,10 +615,7 @@ TEST_CASE("gen 3d --ep --etp on the hardware model: half-width experts on twice 
   };
   const Schedule split = step(2, 2), whole = step(4, 1);
   const std::unique_ptr<CostModel> cs = make_schedule_cost_model(split), cw = make_schedule_cost_model(whole);
-  double flops = 0;
-  for (const auto& ops : split.ranks)
-    for (const Op& op : ops) flops += hw_cost(cs).op_work(op).flops();
-  CHECK(flops == doctest::Approx(4 * 4 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
+  CHECK(step_flops(split, cs) == doctest::Approx(4 * 4 * hs.tokens_per_microbatch() * hs.model.flops_per_token(hs.seq_len())).epsilon(1e-4));
   auto first_expert_forward = [](const Schedule& x) -> const Op& {
     for (const Op& op : x.ranks[0])
       if (op.kind == OpKind::Forward && expert_weight(op)) return op;
@@ -718,13 +702,7 @@ TEST_CASE("gen 3d --ep --zero 3: FSDP shards the expert slices over their expert
     return hardware_3d(hs, o);
   };
   const Schedule fsdp = step(3), zero1 = step(1);
-  auto flops = [](const Schedule& s) {
-    const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
-    double f = 0;
-    for (const auto& ops : s.ranks)
-      for (const Op& op : ops) f += hw_cost(c).op_work(op).flops();
-    return f;
-  };
+  auto flops = [](const Schedule& s) { return step_flops(s, make_schedule_cost_model(s)); };
   CHECK(flops(fsdp) == doctest::Approx(flops(zero1)).epsilon(1e-12));
   auto loaded_expert_weights = [](const Schedule& s) {
     const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
