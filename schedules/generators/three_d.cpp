@@ -213,15 +213,21 @@ std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o,
   const int stage = T * D, world = P * stage, replicas = stage / (E * Et);
   plan.ep_group.assign(world, 0);
   plan.edp_group.assign(world, 0);
+  // The rank of stage s with expert-TP index i, expert slice q and expert-data-parallel index g.
+  auto rank_of = [&](int s, int g, int q, int i) { return i + Et * (g * E + q) + stage * s; };
+  // A header group `name` of `members`, recorded as each member's group in `of_rank`.
+  auto add_group = [&](std::string name, std::vector<int> members, std::vector<int>& of_rank) {
+    plan.groups.push_back(std::move(members));
+    plan.group_names.push_back(std::move(name));
+    for (int r : plan.groups.back()) of_rank[r] = static_cast<int>(plan.groups.size());
+  };
   int named = 0;
   for (int s = 0; s < P; ++s)
     for (int g = 0; g < replicas; ++g)
       for (int i = 0; i < Et; ++i) {
         std::vector<int> members;
-        for (int q = 0; q < E; ++q) members.push_back(i + Et * (g * E + q) + stage * s);
-        plan.groups.push_back(members);
-        plan.group_names.push_back(fmt::format("ep{}", named++));
-        for (int r : members) plan.ep_group[r] = static_cast<int>(plan.groups.size());
+        for (int q = 0; q < E; ++q) members.push_back(rank_of(s, g, q, i));
+        add_group(fmt::format("ep{}", named++), std::move(members), plan.ep_group);
       }
   named = 0;
   if (replicas > 1)
@@ -229,10 +235,8 @@ std::vector<double> add_expert_parallel(PipelinePlan& plan, const GenOptions& o,
       for (int q = 0; q < E; ++q)
         for (int i = 0; i < Et; ++i) {
           std::vector<int> members;
-          for (int g = 0; g < replicas; ++g) members.push_back(i + Et * (g * E + q) + stage * s);
-          plan.groups.push_back(members);
-          plan.group_names.push_back(fmt::format("edp{}", named++));
-          for (int r : members) plan.edp_group[r] = static_cast<int>(plan.groups.size());
+          for (int g = 0; g < replicas; ++g) members.push_back(rank_of(s, g, q, i));
+          add_group(fmt::format("edp{}", named++), std::move(members), plan.edp_group);
         }
   return loads;
 }
