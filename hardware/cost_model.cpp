@@ -320,7 +320,7 @@ double HardwareCostModel::tp_role_seconds(int rank, int layer, OpKind pass, TpRo
 double HardwareCostModel::tp_comm_seconds(const Op& op) const {
   if (!is_compute(op.kind) || op.kind == OpKind::Update) return 0;
   // An expert slice's op runs no TP collective inside (expert TP's gather and reduce-scatter are the schedule's ops).
-  if (op.kind != OpKind::Loss && expert_weight(op)) return 0;
+  if (setting_.model.moe() && op.kind != OpKind::Loss && expert_weight(op)) return 0;
   const TpSplit tp = tp_split(op);
   if (tp.degree <= 1) return 0;
   const GroupShape shape = tp_shape(op.rank, tp.degree);
