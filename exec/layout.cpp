@@ -13,12 +13,6 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
   const int t = tp_size, j = tp_index;
   if (t < 1 || j < 0 || j >= t)
     throw std::invalid_argument(fmt::format("TP slice {} of {} does not exist", j, t));
-  if (t > 1 && has_moe() && experts.kind != ExpertSplit::Dense)
-    throw std::invalid_argument(fmt::format(
-        "layer {} holds MoE blocks: under tensor parallelism the executor runs them with expert parallelism only, the "
-        "dense part TP-sliced and the experts whole in expert slices (gen 3d --ep --tp --sp); it replays neither expert "
-        "tensor parallelism nor TP on an MoE layer without expert slices",
-        spec.index));
   if (experts.kind == ExpertSplit::Slice) {
     if (!model.moe() || experts.count < 1 || model.experts % experts.count || experts.index < 0 ||
         experts.index >= experts.count)
@@ -66,7 +60,8 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
     return params_.back().offset;
   };
   // An MoE block's experts: those of the expert slice, all of them in the plain weight without expert
-  // parallelism, none in it with.
+  // parallelism, none in it with. Under TP (no expert slices) each expert is split as a dense MLP is: the slice's
+  // FFN rows of its gate and up projections, those columns of its down projection.
   auto add_experts = [&](const std::string& p, int b, BlockOffsets& o) {
     const int per = experts.kind == ExpertSplit::Slice ? model.experts / experts.count : model.experts;
     o.first_expert = experts.kind == ExpertSplit::Slice ? experts.index * per : 0;
@@ -74,8 +69,8 @@ LayerLayout::LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp
     o.experts = size_;
     for (int e = o.first_expert; e < o.first_expert + o.experts_held; ++e) {
       const std::string q = p + "experts." + std::to_string(e) + ".";
-      add(q + "wgu", ParamRole::ExpertGu, b, 2 * f, d, true, model.init_std, 2 * f, d);
-      add(q + "wdown", ParamRole::ExpertDown, b, d, f, true, out_std, d, f);
+      add(q + "wgu", ParamRole::ExpertGu, b, 2 * fl, d, true, model.init_std, 2 * f, d, 2, f, j * fl);
+      add(q + "wdown", ParamRole::ExpertDown, b, d, fl, true, out_std, d, f, 1, 0, 0, j * fl);
     }
   };
   if (experts.kind == ExpertSplit::Slice) {  // the experts of the layer's MoE blocks, nothing else

@@ -21,7 +21,10 @@
 // (E×d)], then its experts, each [Wgu (2f×d), Wdown (d×f)] ("blocks.3.experts.5.wgu"), in expert order. With
 // expert parallelism (a schedule's expert slices W<ej/e>) a layer's plain weight holds everything but the
 // experts (ExpertSplit::Dense), and the layout of expert slice j of e holds the experts j·E/e .. (j+1)·E/e − 1
-// of the layer's MoE blocks, nothing else (ExpertSplit::Slice).
+// of the layer's MoE blocks, nothing else (ExpertSplit::Slice). Under TP without expert parallelism (Megatron-LM's
+// expert TP with EP 1, torchtitan's TensorParallel of the experts) TP slice j holds every expert's slice j, cut as
+// a dense block's Wgu and Wdown: 2·f/t rows of Wgu, f/t columns of Wdown; with expert parallelism too (expert TP
+// equal to TP, W<j/t><ei/e>) the layout of TP slice j of expert slice i holds slice j of each of its experts.
 #pragma once
 
 #include <cstdint>
@@ -88,9 +91,10 @@ class LayerLayout {
   /// them, and for a TP slice of a layer without blocks (a stage layout's embedding or head alone).
   ///
   /// `experts` says where the layer's experts are (an MoE model). Throws std::invalid_argument for an expert slice
-  /// whose count does not divide the experts, or a TP slice of a layer with MoE blocks whose experts are not in
-  /// expert slices (`experts` other than Dense: the executor has no expert tensor parallelism). A TP slice of an
-  /// ExpertSplit::Dense layer holds the dense part's slice and the router whole (replicated, as the norm gains).
+  /// whose count does not divide the experts. A TP slice of an ExpertSplit::Dense layer holds the dense part's
+  /// slice and the router whole (replicated, as the norm gains); of an ExpertSplit::Inside layer, also every
+  /// expert's TP slice (its FFN rows and columns, as a dense block's Wgu and Wdown); of an ExpertSplit::Slice
+  /// layout (expert tensor parallelism), the TP slice of each of the slice's experts, cut the same way.
   LayerLayout(const ModelConfig& model, const LayerSpec& spec, int tp_index = 0, int tp_size = 1,
               ExpertSplit experts = {});
 

@@ -139,7 +139,7 @@ struct Run {
     const long r = ffn_rows(o);
     s.xn2 = make(r * d), s.rstd2 = make(r);
     k().rmsnorm_forward(p(s.h), W + o.ffn_norm, p(s.xn2), p(s.rstd2), r, d, static_cast<T>(m.norm_eps));
-    if (o.moe) return moe_forward(W, o, y, s, output);
+    if (o.moe) return moe_forward(W, o, y, s, output, partial_out);
     s.gu = make(n * 2 * f);
     k().gemm(false, true, n, 2 * f, d, T(1), p(s.xn2), d, W + o.wgu, d, T(0), p(s.gu), 2 * f);
     s.act = make(n * f);
@@ -157,7 +157,10 @@ struct Run {
   // An MoE block's FFN (exec/moe.h) from its normed input s.xn2: route; with its experts here, run them and write
   // y = h + the gated sum of their outputs; with its experts in expert slices (split), write the packed tokens
   // into y for the dispatch. (A split block is never recomputed: layer_forward keeps its stash whole.)
-  void moe_forward(const T* W, const BlockOffsets& o, T* y, BlockStash& s, bool output) {
+  // Under TP with the experts here, every slice routes every token (the router replicated, its input the same
+  // bits on every slice) and runs its TP slice of each expert, whose outputs are partial sums (row-parallel down
+  // projections): the gated sum is reduced as a dense block's MLP output is (`partial_out` as block_forward's).
+  void moe_forward(const T* W, const BlockOffsets& o, T* y, BlockStash& s, bool output, bool partial_out = false) {
     auto st = std::make_shared<MoeState>();
     st->routing = moe_route(k(), *c.alloc, p(s.xn2), W + o.router, ns, d, m.experts, m.top_k, static_cast<bool>(c.on_route),
                             c.misroute_tokens);
@@ -170,11 +173,21 @@ struct Run {
       return;
     }
     st->x_pairs = make(pairs * d), st->y_pairs = make(pairs * d);
-    st->gu_pairs = make(pairs * 2 * m.ffn), st->act_pairs = make(pairs * m.ffn);
+    st->gu_pairs = make(pairs * 2 * f), st->act_pairs = make(pairs * f);
     moe_pack(k(), st->routing, p(s.xn2), p(st->x_pairs), d);
-    experts_forward(k(), *c.alloc, W + o.experts, d, m.ffn, st->routing.counts, p(st->x_pairs), p(st->y_pairs),
+    experts_forward(k(), *c.alloc, W + o.experts, d, f, st->routing.counts, p(st->x_pairs), p(st->y_pairs),
                     p(st->gu_pairs), p(st->act_pairs));
-    if (output) combine(*st, p(s.h), y);
+    if (!output) return;
+    if (tp_size == 1) return combine(*st, p(s.h), y);
+    BufferPtr zero = make(n * d);  // (the gated sum of the partial outputs alone, the residual added after)
+    k().fill(p(zero), T(0), n * d);
+    combine(*st, p(zero), y);
+    if (partial_out) {
+      if (tp_index == 0) k().add(y, p(s.h), y, n * d);
+      return;
+    }
+    reduce(y, n * d);
+    k().add(y, p(s.h), y, n * d);
   }
   void combine(const MoeState& st, const T* h, T* y) {
     k().moe_combine(h, p(st.y_pairs), st.routing.pair_row->as<int>(), p(st.routing.gates), y, ns, m.top_k, d);
@@ -196,11 +209,13 @@ struct Run {
     } else {
       st.dgates = make(ns * K), st.dy_pairs = make(pairs * d);
       k().moe_combine_backward(dy, p(st.y_pairs), pair_row, p(st.routing.gates), p(st.dy_pairs), p(st.dgates), ns, K, d);
+      reduce(p(st.dgates), ns * K);  // (under TP the experts' outputs were partial sums, so the gates' grads are)
       BufferPtr dx = make(pairs * d);
-      st.experts_dw = make(static_cast<long>(o.experts_held) * expert_elements(d, m.ffn));
-      experts_backward(k(), *c.alloc, W + o.experts, d, m.ffn, st.routing.counts, p(st.x_pairs), p(st.dy_pairs), p(dx),
+      st.experts_dw = make(static_cast<long>(o.experts_held) * expert_elements(d, f));
+      experts_backward(k(), *c.alloc, W + o.experts, d, f, st.routing.counts, p(st.x_pairs), p(st.dy_pairs), p(dx),
                        p(st.experts_dw), p(st.gu_pairs), p(st.act_pairs));
       k().moe_sum_pairs(p(dx), pair_row, p(s.dxn2), ns, K, d);
+      reduce(p(s.dxn2), ns * d);  // (and the experts' input grads: column-parallel gate and up projections)
       st.x_pairs.reset(), st.gu_pairs.reset(), st.act_pairs.reset(), st.dy_pairs.reset();
     }
     st.y_pairs.reset();
@@ -287,7 +302,7 @@ struct Run {
       MoeState& st = *s.moe;
       k().gemm(true, false, m.experts, d, ns, T(1), p(st.dlogits), m.experts, p(s.xn2), d, T(0), dW + o.router, d);
       if (!st.split)
-        k().copy(p(st.experts_dw), dW + o.experts, static_cast<long>(o.experts_held) * expert_elements(d, m.ffn));
+        k().copy(p(st.experts_dw), dW + o.experts, static_cast<long>(o.experts_held) * expert_elements(d, f));
       s.moe.reset();
     } else {
       k().gemm(true, false, d, f, n, T(1), dy, d, p(s.act), f, T(0), dW + o.wdown, f);

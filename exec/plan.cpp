@@ -378,11 +378,6 @@ void check_moe_op(const Op& op, const ModelShapes& shapes) {
   const bool compute = op.kind == OpKind::Forward || op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput ||
                        op.kind == OpKind::BackwardWeight;
   if (!compute || op.layer < 0 || op.layer >= shapes.layers()) return;
-  if (const Tensor* x = expert_weight(op); x && x->tp_size > 1)
-    throw PlanError(fmt::format("{}: {} is TP slice {} of {} of an expert slice: the executor has no expert tensor "
-                                "parallelism (replay the experts whole beside TP: gen 3d --ep --tp --sp --etp 1); "
-                                "the simulator and the hardware model time it",
-                                op.label(), x->str(), x->tp_index(), x->tp_size));
   const bool split = shapes.expert_parallel.count(op.layer) > 0;
   if (split && expert_weight(op) && (op.kind == OpKind::BackwardInput || op.kind == OpKind::BackwardWeight))
     throw PlanError(fmt::format("{}: layer {}'s expert slice runs its backward whole in the executor (a backward op, "

@@ -7,6 +7,7 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <tuple>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -397,7 +398,8 @@ struct RankExecutor::Impl {
                          routing_digest(r, static_cast<long>(i) * per, per, model.seq, shard, shards));
   }
 
-  // An expert slice's forward: its experts on the rows the dispatch gathered, by expert.
+  // An expert slice's forward: its experts on the rows the dispatch gathered, by expert (under expert TP, the
+  // rank's TP slice of each on the rows of the TP group's shards: partial outputs, expert_collective).
   void expert_forward(const Op& op, int index) {
     SlotPtr a = find(op, tensor_of(op.reads, TensorKind::Activation)), w = find(op, tensor_of(op.reads, TensorKind::Weight));
     SlotPtr out = make(op.writes.front());
@@ -408,7 +410,7 @@ struct RankExecutor::Impl {
       const std::vector<long> per = a->rows->per_expert();
       out->buffer = dev.memory().allocate(static_cast<std::size_t>(a->rows->total()) * model.dim * sizeof(float));
       const LayerLayout& lay = layout(w->id);
-      experts_forward(s.kernels(), dev.memory(), w->buffer->as<float>() + expert_offset(lay), model.dim, model.ffn, per,
+      experts_forward(s.kernels(), dev.memory(), w->buffer->as<float>() + expert_offset(lay), model.dim, lay.ffn(), per,
                       a->buffer->as<float>(), out->buffer->as<float>());
     });
   }
@@ -437,7 +439,7 @@ struct RankExecutor::Impl {
       s.zero(dw->buffer->data(), dw->buffer->bytes());  // (the padding of a sharded grad's buffer)
       const LayerLayout& lay = layout(w->id);
       const long off = expert_offset(lay);
-      experts_backward(s.kernels(), dev.memory(), w->buffer->as<float>() + off, model.dim, model.ffn, per,
+      experts_backward(s.kernels(), dev.memory(), w->buffer->as<float>() + off, model.dim, lay.ffn(), per,
                        a->buffer->as<float>(), g->buffer->as<float>(), da->buffer->as<float>(),
                        dw->buffer->as<float>() + off);
     });
@@ -811,6 +813,10 @@ struct RankExecutor::Impl {
     const long P = flat ? ctx.shapes->parameters(moved) : 0;  // (a weight's flat length, for reduce-scatter)
     const std::vector<int> order = plan.gather_order[index];
     const OpKind kind = op.kind;
+    if (moved.route != Route::None) {
+      expert_collective(op, index, in, out, std::move(deps));
+      return;
+    }
     if (!flat && kind != OpKind::AllReduce) {
       sequence_collective(op, index, in, out, std::move(deps));
       return;
@@ -901,6 +907,106 @@ struct RankExecutor::Impl {
         }
         comm.reduce_scatter(s, src, out->buffer->as<float>(), static_cast<std::size_t>(out_n), group);
       }
+    });
+  }
+
+  // Expert tensor parallelism (Megatron-Core's expert TP equal to TP; docs/executor.md "Expert tensor
+  // parallelism"): each TP rank holds a TP slice of every expert of its expert slice, so the tokens the dispatch
+  // gave the TP group's members (each member routed its own sequence shard) are all-gathered over the group before
+  // the experts run, and the experts' partial outputs (row-parallel down projections) reduce-scattered back to
+  // the member that got each token. The members' token counts differ, so they go first, and the tokens are
+  // padded to the longest member's, as NCCL's equal-count calls take them. The gathered rows are in the slice's
+  // order by expert, then by (shard q, member i) of the EP group: source q·k + i of the gathered ExpertRows.
+  void expert_collective(const Op& op, int index, const SlotPtr& in, const SlotPtr& out, std::vector<EventPtr> deps) {
+    const int group = plan.comm_group[index];
+    const int t = static_cast<int>(ctx.plan->groups.at(group).size());
+    const bool gather = op.kind == OpKind::AllGather;
+    const int me = member_index(ctx.plan->groups, group, rank, gather ? "all-gather" : "reduce-scatter");
+    const Tensor &from = in->id, &to = out->id;
+    const bool fits = gather ? from.shards.size() == 1 && to.complete() && to.num_shards == t
+                             : op.kind == OpKind::ReduceScatter && from.partial && to.num_shards == t &&
+                                   to.shards == IdSet{me};
+    if (!fits)
+      throw std::runtime_error(fmt::format(
+          "{}: {} into {}: the executor all-gathers an expert slice's tokens of one sequence shard into those of the "
+          "TP group's {} shards, and reduce-scatters the experts' partial outputs on them into shard i, i the rank's "
+          "index in the group ({} here)",
+          op.label(), from.str(), to.str(), t, me));
+    const std::vector<int> order = plan.gather_order[index];  // (shard q's member-major block: order[q])
+    auto rows = std::make_shared<ExpertRows>();  // (filled when the call runs, as the dispatch's)
+    out->rows = rows;
+    out->ready = submit_call(op, index, group, std::move(deps), [this, in, out, rows, group, t, me, order,
+                                                                  gather](StreamContext& s) {
+      const long d = model.dim;
+      // Where source (q, i)'s rows of expert e start, in shard q's own order (by expert, then member) and in the
+      // gathered one (by expert, then shard and member).
+      auto layout_of = [](const std::vector<std::vector<long>>& c, int t, int k, int per) {
+        std::vector<long> own(c.size() * per), all(c.size() * per), total(t, 0);
+        std::vector<long> at(t, 0);
+        long pos = 0;
+        for (int e = 0; e < per; ++e)
+          for (int q = 0; q < t; ++q)
+            for (int i = 0; i < k; ++i) {
+              const long n = c[q * k + i][e];
+              own[(q * k + i) * per + e] = at[q], at[q] += n, total[q] += n;
+              all[(q * k + i) * per + e] = pos, pos += n;
+            }
+        return std::tuple{own, all, total};
+      };
+      if (gather) {
+        const ExpertRows& mine = *in->rows;
+        const int k = static_cast<int>(mine.counts.size()), per = k ? static_cast<int>(mine.counts.front().size()) : 0;
+        std::vector<float> send(static_cast<std::size_t>(k) * per), got(send.size() * t);
+        for (int i = 0; i < k; ++i)
+          for (int e = 0; e < per; ++e) send[static_cast<std::size_t>(i) * per + e] = static_cast<float>(mine.counts[i][e]);
+        comm.all_gather(s, send.data(), got.data(), send.size(), group);  // (counts below 2^24: the dispatch's)
+        rows->counts.assign(static_cast<std::size_t>(t) * k, std::vector<long>(per));
+        for (int q = 0; q < t; ++q) {
+          const int b = order.empty() ? q : order[q];
+          for (int i = 0; i < k; ++i)
+            for (int e = 0; e < per; ++e)
+              rows->counts[q * k + i][e] = static_cast<long>(got[(static_cast<std::size_t>(b) * k + i) * per + e]);
+        }
+        const auto [own, all, total] = layout_of(rows->counts, t, k, per);
+        const long longest = *std::max_element(total.begin(), total.end()) * d;
+        BufferPtr padded = dev.memory().allocate(static_cast<std::size_t>(std::max(longest, 1L)) * sizeof(float));
+        BufferPtr blocks = dev.memory().allocate(static_cast<std::size_t>(std::max(longest, 1L) * t) * sizeof(float));
+        s.zero(padded->data(), padded->bytes());
+        if (in->buffer->bytes()) s.copy(padded->data(), in->buffer->data(), in->buffer->bytes());
+        comm.all_gather(s, padded->as<float>(), blocks->as<float>(), static_cast<std::size_t>(longest), group);
+        out->buffer = dev.memory().allocate(static_cast<std::size_t>(rows->total() * d) * sizeof(float));
+        for (int q = 0; q < t; ++q) {
+          const long block = (order.empty() ? q : order[q]) * longest;
+          for (int i = 0; i < k; ++i)
+            for (int e = 0; e < per; ++e)
+              if (const long n = rows->counts[q * k + i][e])
+                s.copy(out->buffer->as<float>() + all[(q * k + i) * per + e] * d,
+                       blocks->as<float>() + block + own[(q * k + i) * per + e] * d,
+                       static_cast<std::size_t>(n * d) * sizeof(float));
+        }
+        return;
+      }
+      const ExpertRows& whole = *in->rows;
+      const int k = static_cast<int>(whole.counts.size()) / t;
+      const int per = k ? static_cast<int>(whole.counts.front().size()) : 0;
+      if (k * t != static_cast<int>(whole.counts.size()))
+        throw std::runtime_error("the experts' outputs are not tokens an all-gather over this TP group gave them");
+      const auto [own, all, total] = layout_of(whole.counts, t, k, per);
+      const long longest = *std::max_element(total.begin(), total.end()) * d;
+      BufferPtr staged = dev.memory().allocate(static_cast<std::size_t>(std::max(longest, 1L) * t) * sizeof(float));
+      BufferPtr mine = dev.memory().allocate(static_cast<std::size_t>(std::max(longest, 1L)) * sizeof(float));
+      s.zero(staged->data(), staged->bytes());
+      for (int q = 0; q < t; ++q)
+        for (int i = 0; i < k; ++i)
+          for (int e = 0; e < per; ++e)
+            if (const long n = whole.counts[q * k + i][e])
+              s.copy(staged->as<float>() + q * longest + own[(q * k + i) * per + e] * d,
+                     in->buffer->as<float>() + all[(q * k + i) * per + e] * d,
+                     static_cast<std::size_t>(n * d) * sizeof(float));
+      comm.reduce_scatter(s, staged->as<float>(), mine->as<float>(), static_cast<std::size_t>(longest), group);
+      rows->counts.assign(whole.counts.begin() + me * k, whole.counts.begin() + (me + 1) * k);
+      out->buffer = dev.memory().allocate(static_cast<std::size_t>(total[me] * d) * sizeof(float));
+      if (total[me]) s.copy(out->buffer->data(), mine->data(), out->buffer->bytes());
     });
   }
 

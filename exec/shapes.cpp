@@ -46,6 +46,14 @@ ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int
     for (const LayerSpec& s : specs) {
       by_layer.emplace_back();
       for (int j = 0; j < t; ++j) by_layer.back().emplace_back(m, s, j, t, layouts[s.index].expert_split());
+      if (auto it = experts.find(s.index); it != experts.end()) {
+        auto& slices = expert_tp_layouts[t][s.index];
+        for (int j = 0; j < t; ++j) {
+          slices.emplace_back();
+          for (int i = 0; i < it->second; ++i)
+            slices.back().emplace_back(m, s, j, t, ExpertSplit{ExpertSplit::Slice, i, it->second});
+        }
+      }
     }
   }
 }
@@ -53,6 +61,15 @@ ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int
 const LayerLayout& ModelShapes::layout(const Tensor& t) const {
   if (t.layer < 0 || t.layer >= layers())
     throw std::invalid_argument(fmt::format("{} names layer {}, but the model has {} layers", t.str(), t.layer, layers()));
+  if (t.expert() && t.tp_size > 1) {
+    auto by_degree = expert_tp_layouts.find(t.tp_size);
+    if (by_degree != expert_tp_layouts.end())
+      if (auto it = by_degree->second.find(t.layer);
+          it != by_degree->second.end() && static_cast<int>(it->second.front().size()) == t.ep_size)
+        return it->second.at(t.tp_index()).at(t.ep_index);
+    throw std::invalid_argument(fmt::format("{}: no layout for TP slice {} of {} of expert slice {} of {} of layer {}",
+                                            t.str(), t.tp_index(), t.tp_size, t.ep_index, t.ep_size, t.layer));
+  }
   if (t.expert()) {
     auto it = expert_layouts.find(t.layer);
     if (it == expert_layouts.end() || static_cast<int>(it->second.size()) != t.ep_size)
@@ -97,7 +114,7 @@ long ModelShapes::elements(const Tensor& t) const {
     case TensorKind::ActivationGrad: {
       if (t.route != Route::None) {  // MoE tokens: the routed pairs, or an expert slice's share of its group's
         long pairs = static_cast<long>(sequences) * model.seq * model.top_k;
-        if (!t.expert() && t.num_shards > 1)  // (under TP: the pairs of the rank's sequence shards, balanced or not)
+        if (t.num_shards > 1)  // (under TP: the pairs of the sequence shards held, balanced or not)
           pairs = sequence_shards(*this, t).rows * sequences * model.top_k * static_cast<long>(t.shards.size());
         return (t.expert() ? pairs / t.ep_size : pairs) * model.dim;
       }

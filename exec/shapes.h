@@ -22,6 +22,9 @@ struct ModelShapes {
   /// weight's layout then holds the rest: ExpertSplit::Dense), and layer -> slice j: the slices' layouts.
   std::map<int, int> expert_parallel;
   std::map<int, std::vector<LayerLayout>> expert_layouts;
+  /// Expert tensor parallelism: TP degree t -> layer -> TP slice j -> expert slice i: the layouts of TP slice j
+  /// of each expert slice (every expert's FFN rows and columns, exec/layout.h), for each degree asked for.
+  std::map<int, std::map<int, std::vector<std::vector<LayerLayout>>>> expert_tp_layouts;
 
   /// The layouts of `layers` schedule layers (split as the stage layout `stages` says when given: partition),
   /// of their TP slices for each degree in `tp_sizes` (> 1), and of the expert slices of `expert_parallel`'s
@@ -33,7 +36,7 @@ struct ModelShapes {
   /// P of layer l (whole).
   long parameters(int layer) const { return layouts.at(layer).size(); }
   /// The layout of the W, O or dW tensor `t`: TP slice t.tp_index() of t.tp_size when it is TP-sliced, expert
-  /// slice t.ep_index of t.ep_size for an expert slice, the whole layer otherwise. Throws std::invalid_argument for
+  /// slice t.ep_index of t.ep_size for an expert slice (its TP slice when both), the whole layer otherwise. Throws std::invalid_argument for
   /// a layer, TP degree or expert slice without a layout.
   const LayerLayout& layout(const Tensor& t) const;
   /// P of the W, O or dW tensor `t` (of its TP slice).

@@ -613,6 +613,15 @@ void finish(const ReplayContext& ctx, const ReplayOptions& o, CheckpointInfo inf
           res.routing_microbatches == 1 ? "" : "es", res.routing_block, res.routing_microbatch, kRoutingFlipsPerMicrobatch);
       return;
     }
+    if (res.routing_diverged_step && res.routing_margin > kRoutingRoundingMargin * o.tolerance) {
+      res.error = fmt::format(
+          "the replay routes step {} otherwise than single-device training does (the first: MoE block {}, microbatch "
+          "{}), but no token of that microbatch was within {:g} of a tie (the closest router logits {:.3g} apart, "
+          "relative; {:g} times the tolerance): more than rounding moves, a wrong result",
+          res.routing_diverged_step, res.routing_block, res.routing_microbatch, kRoutingRoundingMargin * o.tolerance,
+          res.routing_margin, kRoutingRoundingMargin);
+      return;
+    }
     // A NaN difference fails too (NaN > tolerance is false): a diverged run is never "within tolerance" (issue 38).
     if (!(res.max_rel_diff_loss <= o.tolerance) || (!res.routing_diverged_step && !(res.max_rel_diff_weights <= o.tolerance)))
       res.error = fmt::format(

@@ -118,14 +118,21 @@ struct ReplayResult {
   double routing_margin = 0;  ///< the smallest relative router margin of that microbatch's tokens (exec/moe.h)
   /// In that step: the microbatches whose routing differs, and the (token, expert) pairs moved in each one's first
   /// MoE block that differs (half the L1 distance of the experts' counts). Rounding flips a near-tie token's k-th
-  /// expert, one or two of a microbatch's; more than kRoutingFlipsPerMicrobatch per microbatch is a wrong result,
-  /// and the check fails.
+  /// expert, one or two of a microbatch's; more than kRoutingFlipsPerMicrobatch per microbatch, or a first such
+  /// microbatch without a token within kRoutingRoundingMargin tolerances of a tie, is a wrong result, and the
+  /// check fails.
   int routing_microbatches = 0;
   long routing_moved = 0;
 };
 
 /// The (token, expert) pairs per microbatch a rounding difference may move where the routing first differs.
 inline constexpr int kRoutingFlipsPerMicrobatch = 2;
+/// The largest relative router margin (exec/moe.h: the smallest, over the microbatch's tokens, of the gap between
+/// a token's k-th and next logit over its largest logit), in units of the check's tolerance, at which rounding can
+/// move a token: a replay within the tolerance (1e-5) has logits within about that of one device's, so a
+/// microbatch whose every token is further from a tie than 100 times it (1e-3), and is routed otherwise, is a
+/// wrong result, not a near-tie.
+inline constexpr double kRoutingRoundingMargin = 100;
 
 /// Runs the replay. Never throws for a bad schedule, model, corpus or checkpoint: the problem goes into
 /// the result. `progress` (may be empty) is called after every step.

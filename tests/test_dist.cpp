@@ -483,21 +483,26 @@ TEST_CASE("examples: the multi-machine scripts parse, and the torchrun-style one
 TEST_CASE("trainsim launch: EP beside TP over 4 processes passes --check (the shards' routing digests sent to rank 0)") {
   // Each TP rank routes its sequence shard of a microbatch; rank 0 sums the shards' routing digests it receives
   // (exec/job_wire.h) before comparing them with single-device training's, so a lost or misread shard would show.
-  Job job("moe-tp");
-  const std::string sched = (job.dir / "moetp.sched").string();
-  REQUIRE(run_trainsim("gen 3d --tp 2 --sp --dp 2 --ep 4 --layers 2 --microbatches 2 -o " + sched).exit_code == 0);
-  CommandResult r = run_trainsim("launch --nproc 4 -- trainsim replay " + sched +
-                                 " --model tiny-moe --steps 3 --check --json --rendezvous-timeout 60");
-  INFO(r.out);
-  REQUIRE(r.exit_code == 0);
-  std::string json;
-  std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);)
-    if (line.rfind("[rank 0] ", 0) == 0) json += line.substr(9) + "\n";
-  const auto j = nlohmann::json::parse(json);
-  CHECK(j["ok"] == true);
-  CHECK_FALSE(j.contains("routing_diverged_step"));  // (written only where the routing differs)
-  CHECK(j["max_rel_diff_loss"].get<double>() <= 1e-5);
-  CHECK(j["max_rel_diff_weights"].get<double>() <= 1e-5);
-  CHECK(j["replicas_identical"] == true);
+  // With expert TP (--etp 2) the TP group also all-gathers its members' tokens, of unequal counts, over TCP.
+  for (const char* gen : {"gen 3d --tp 2 --sp --dp 2 --ep 4 --layers 2 --microbatches 2",
+                          "gen 3d --tp 2 --sp --dp 2 --ep 2 --etp 2 --layers 2 --microbatches 2"}) {
+    CAPTURE(gen);
+    Job job("moe-tp");
+    const std::string sched = (job.dir / "moetp.sched").string();
+    REQUIRE(run_trainsim(std::string(gen) + " -o " + sched).exit_code == 0);
+    CommandResult r = run_trainsim("launch --nproc 4 -- trainsim replay " + sched +
+                                   " --model tiny-moe --steps 3 --check --json --rendezvous-timeout 60");
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    std::string json;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("[rank 0] ", 0) == 0) json += line.substr(9) + "\n";
+    const auto j = nlohmann::json::parse(json);
+    CHECK(j["ok"] == true);
+    CHECK_FALSE(j.contains("routing_diverged_step"));  // (written only where the routing differs)
+    CHECK(j["max_rel_diff_loss"].get<double>() <= 1e-5);
+    CHECK(j["max_rel_diff_weights"].get<double>() <= 1e-5);
+    CHECK(j["replicas_identical"] == true);
+  }
 }
