@@ -44,6 +44,7 @@ struct ReplayArgs {
   std::string preset = "small";
   // Not given: the preset's (every option below that is a std::optional: not given = the default).
   std::optional<int> blocks, dim, heads, ffn, seq, microbatch_size, experts, top_k, dense_blocks;
+  std::optional<double> capacity_factor;
   int steps = 20;
   std::optional<int> stop_after;
   std::uint64_t seed = 1;
@@ -186,6 +187,7 @@ int run(const ReplayArgs& a) {
                               {&a.microbatch_size, &o.model.microbatch_size}, {&a.experts, &o.model.experts},
                               {&a.top_k, &o.model.top_k}, {&a.dense_blocks, &o.model.dense_blocks}})
     if (*given) *field = **given, modified = true;
+  if (a.capacity_factor) o.model.capacity_factor = *a.capacity_factor, modified = true;
   if (modified) o.model.preset += " (modified)";
   if (a.lr) o.optimizer.lr = *a.lr, o.optimizer.min_lr = *a.lr / 10;
   if (a.min_lr) {
@@ -500,6 +502,11 @@ void add_replay_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--top-k", a->top_k, "Experts each token is routed to (MoE models)")->check(integer_in(0, 1024, "", "K"));
   cmd->add_option("--dense-blocks", a->dense_blocks, "MoE models: the first blocks, which keep a dense FFN")
       ->check(integer_in(0, std::numeric_limits<int>::max(), "", "N"));
+  cmd->add_option("--capacity-factor", a->capacity_factor,
+                  "MoE models: token dropping, each expert keeping at most C times its balanced share of a "
+                  "microbatch's (token, expert) pairs, those of the largest gates (Megatron-LM's "
+                  "--moe-expert-capacity-factor); 0 (default): dropless")
+      ->check(number_in(0, 1e6, "", "C"));
   cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch")->check(size);
   const CLI::Validator steps = integer_in(1, kMaxSteps, "", "STEPS");
   cmd->add_option("--steps", a->steps,

@@ -14,7 +14,7 @@ hw::HardwareSetting replay_setting(const exec::ModelConfig& m, const std::string
   s.model.ffn = m.ffn, s.model.vocab = m.vocab, s.model.seq = m.seq;
   if (m.moe())  // (the executor's experts: routed SwiGLU experts of ffn columns each, no shared expert)
     s.model.experts = m.experts, s.model.top_k = m.top_k, s.model.expert_ffn = m.ffn, s.model.shared_experts = 0,
-    s.model.dense_blocks = m.dense_blocks;
+    s.model.dense_blocks = m.dense_blocks, s.model.capacity_factor = m.capacity_factor;
   s.model.validate("the replay's model");
   s.device = hw::load_device(device);
   s.network = hw::load_network(network);

@@ -190,7 +190,8 @@ class Kernels {
     (void)x, (void)rows, (void)out, (void)count, (void)d;
     missing_moe("gather_rows");
   }
-  /// The combine: out[t] = h[t] + Σ_{s<k} gates[t,s]·y[pair_row[t,s]] (rows of d; the sum in slot order).
+  /// The combine: out[t] = h[t] + Σ_{s<k} gates[t,s]·y[pair_row[t,s]] (rows of d; the sum in slot order). Here
+  /// and below a pair_row of -1 is a dropped pair (token dropping): no term, no row, a zero gate grad.
   virtual void moe_combine(const T* h, const T* y, const int* pair_row, const T* gates, T* out, long n, int k, int d) {
     (void)h, (void)y, (void)pair_row, (void)gates, (void)out, (void)n, (void)k, (void)d;
     missing_moe("moe_combine");

@@ -70,6 +70,7 @@ struct Run {
         sharded(tp_size > 1 && moe_split_layer(layout)), ns(sharded ? n / tp_size : n) {
     if (tp_size > 1 && (!c.tp || c.tp->size != tp_size))
       throw std::logic_error("a TP slice's layer computed without its TP group");
+    if (sharded && m.capacity_factor > 0) throw std::logic_error("token dropping on a sequence shard (ModelShapes refuses it)");
     if (sharded && Tn % tp_size != 0)
       throw std::invalid_argument(fmt::format("an MoE layer's TP slice routes its sequence shard of the tokens, but a "
                                               "sequence of {} tokens does not split into {} equal shards",
@@ -163,7 +164,7 @@ struct Run {
   void moe_forward(const T* W, const BlockOffsets& o, T* y, BlockStash& s, bool output, bool partial_out = false) {
     auto st = std::make_shared<MoeState>();
     st->routing = moe_route(k(), *c.alloc, p(s.xn2), W + o.router, ns, d, m.experts, m.top_k, static_cast<bool>(c.on_route),
-                            c.misroute_tokens);
+                            c.misroute_tokens, m.capacity_factor, m.tokens_per_microbatch());
     if (c.on_route) c.on_route(o.block, st->routing);
     const long pairs = st->routing.pairs();
     s.moe = st;

@@ -37,9 +37,12 @@ void ModelConfig::validate() const {
     require(dense_blocks >= 0 && dense_blocks < blocks,
             fmt::format("dense_blocks must be 0 to blocks - 1 ({}) for an MoE model (at least one MoE block), got {}",
                         blocks - 1, dense_blocks));
+    require(capacity_factor == 0 || (capacity_factor >= 1e-3 && capacity_factor <= 1e6),
+            fmt::format("capacity_factor must be 0 (dropless) or 0.001 to 1e6, got {}", capacity_factor));
   } else {
-    require(top_k == 0 && dense_blocks == 0,
-            fmt::format("top_k ({}) and dense_blocks ({}) are for MoE models: set experts too", top_k, dense_blocks));
+    require(top_k == 0 && dense_blocks == 0 && capacity_factor == 0,
+            fmt::format("top_k ({}), dense_blocks ({}) and capacity_factor ({}) are for MoE models: set experts too",
+                        top_k, dense_blocks, capacity_factor));
   }
   // Keep every buffer's element count well inside int range (kernels index with int rows and long elements).
   // In double: the products of ints overflow int and long long before they can be compared.
@@ -96,8 +99,9 @@ double ModelConfig::flops_per_token() const {
 
 std::string ModelConfig::describe() const {
   const std::string experts_part =
-      moe() ? fmt::format(", {} MoE block{} of {} experts (top-{})", blocks - dense_blocks,
-                          blocks - dense_blocks == 1 ? "" : "s", experts, top_k)
+      moe() ? fmt::format(", {} MoE block{} of {} experts (top-{}{})", blocks - dense_blocks,
+                          blocks - dense_blocks == 1 ? "" : "s", experts, top_k,
+                          capacity_factor > 0 ? fmt::format(", capacity factor {:g}", capacity_factor) : "")
             : "";
   const std::string active = moe() ? fmt::format(" ({:L} active)", active_parameters()) : "";
   return fmt::format("{}: {} blocks, dim {}, {} heads, ffn {}{}, seq {}, {} sequences/microbatch, {:L} parameters{}",
@@ -178,6 +182,7 @@ nlohmann::json to_json(const ModelConfig& m) {
     j["experts"] = m.experts;
     j["top_k"] = m.top_k;
     j["dense_blocks"] = m.dense_blocks;
+    if (m.capacity_factor > 0) j["capacity_factor"] = m.capacity_factor;  // (dropless manifests as before it)
   }
   return j;
 }
@@ -225,6 +230,13 @@ ModelConfig model_from_json(const nlohmann::json& j) {
     if (j.contains("experts")) m.experts = int_field(j, "experts");
     if (j.contains("top_k")) m.top_k = int_field(j, "top_k");
     if (j.contains("dense_blocks")) m.dense_blocks = int_field(j, "dense_blocks");
+    if (j.contains("capacity_factor")) {  // (a double, as written: a float would not read back the same)
+      const nlohmann::json& v = j.at("capacity_factor");
+      if (!v.is_number() || !std::isfinite(v.get<double>()))
+        throw std::invalid_argument(
+            fmt::format("model configuration: 'capacity_factor' must be a finite number, not {}", v.dump()));
+      m.capacity_factor = v.get<double>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(fmt::format("model configuration: {}", e.what()));
   }

@@ -46,6 +46,11 @@ struct ModelConfig {
   int experts = 0;                ///< routed experts of an MoE block (0: a dense model)
   int top_k = 0;                  ///< experts each token goes to (1 .. experts; 0 for a dense model)
   int dense_blocks = 0;           ///< MoE models: the first blocks, which have a dense FFN (DeepSeek-V3's first 3)
+  /// MoE models: token dropping (GShard, Lepikhin et al. 2020; Megatron-LM's --moe-expert-capacity-factor with
+  /// its default "probs" drop policy): of a microbatch's n tokens, each expert keeps at most ceil(C·n·top_k/E) of
+  /// the (token, slot) pairs routed to it, those of the largest gates (the lower token first among equal ones),
+  /// and drops the rest (their expert output and gate count as zero: the token keeps its residual). 0: dropless.
+  double capacity_factor = 0;
 
   int head_dim() const { return dim / heads; }
   /// True for a Mixture-of-Experts model.

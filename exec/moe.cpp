@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 namespace trainsim::exec {
 
 std::size_t MoeState::bytes() const {
@@ -15,9 +17,14 @@ std::size_t MoeState::bytes() const {
   return n;
 }
 
+long expert_capacity(double capacity_factor, long tokens, int top_k, int experts) {
+  const double c = std::ceil(capacity_factor * static_cast<double>(tokens) * top_k / experts);
+  return static_cast<long>(std::min(c, static_cast<double>(tokens) * top_k));
+}
+
 template <typename T>
 MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k,
-                     bool margins, int misroute) {
+                     bool margins, int misroute, double capacity_factor, long group) {
   MoeRouting r;
   r.tokens = n, r.experts = E, r.top_k = top_k;
   const long pairs = n * top_k;
@@ -37,18 +44,53 @@ MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, 
     }
     k.to_device(r.idx->data(), idx.data(), idx.size() * sizeof(int));
   }
-  r.counts.assign(E, 0);
-  for (int e : idx) {
+  for (int e : idx)
     if (e < 0 || e >= E) throw std::logic_error("the router chose an expert out of range");
-    ++r.counts[e];
+  // Token dropping: in each group, each expert's pairs beyond its capacity, the smallest gates first (a NaN gate
+  // the smallest); the pairs at a capacity's edge are as near a tie as their gates.
+  std::vector<char> dropped;
+  std::vector<double> edge(margins ? n : 0, std::numeric_limits<double>::infinity());
+  if (capacity_factor > 0) {
+    if (group <= 0 || n % group)
+      throw std::invalid_argument(fmt::format("token dropping routes groups of {} tokens, and {} tokens are not whole "
+                                              "groups",
+                                              group, n));
+    std::vector<T> g(pairs);
+    k.to_host(g.data(), r.gates->data(), g.size() * sizeof(T));
+    auto key = [&g](long i) { return std::isnan(g[i]) ? -std::numeric_limits<double>::infinity() : double(g[i]); };
+    const long cap = expert_capacity(capacity_factor, group, top_k, E);
+    dropped.assign(pairs, 0);
+    std::vector<std::vector<long>> mine(E);
+    for (long first = 0; first < n; first += group) {
+      for (auto& v : mine) v.clear();
+      for (long i = first * top_k; i < (first + group) * top_k; ++i) mine[idx[i]].push_back(i);  // (token order)
+      for (auto& v : mine) {
+        if (static_cast<long>(v.size()) <= cap) continue;
+        std::stable_sort(v.begin(), v.end(), [&key](long a, long b) { return key(a) > key(b); });
+        for (std::size_t x = cap; x < v.size(); ++x) dropped[v[x]] = 1;
+        if (margins) {
+          const double gap = (key(v[cap - 1]) - key(v[cap])) / std::max(std::abs(key(v.front())), 1e-30);
+          for (long i : {v[cap - 1], v[cap]}) edge[i / top_k] = std::min(edge[i / top_k], gap);
+        }
+      }
+    }
   }
+  r.counts.assign(E, 0);
+  for (long i = 0; i < pairs; ++i)
+    if (dropped.empty() || !dropped[i]) ++r.counts[idx[i]];
   std::vector<long> next(E, 0);
   for (int e = 1; e < E; ++e) next[e] = next[e - 1] + r.counts[e - 1];
   for (long t = 0; t < n; ++t)  // (tokens in order: each expert's rows in token order)
     for (int s = 0; s < top_k; ++s) {
-      const long row = next[idx[t * top_k + s]]++;
-      pair_row[t * top_k + s] = static_cast<int>(row);
+      const long i = t * top_k + s;
+      if (!dropped.empty() && dropped[i]) {
+        pair_row[i] = -1;
+        continue;
+      }
+      const long row = next[idx[i]]++;
+      pair_row[i] = static_cast<int>(row);
       pair_token[row] = static_cast<int>(t);
+      ++r.kept;
     }
   if (margins) {
     std::vector<T> z(static_cast<std::size_t>(n) * E);
@@ -67,17 +109,20 @@ MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, 
       }
       r.margins[t] = (kth - next) / std::max(scale, 1e-30);
     }
+    for (long t = 0; t < n; ++t) r.margins[t] = std::min(r.margins[t], edge[t]);
   }
   r.host_idx = std::move(idx);
+  r.host_dropped = std::move(dropped);
   r.pair_row = alloc.allocate(static_cast<std::size_t>(pairs) * sizeof(int));
-  r.pair_token = alloc.allocate(static_cast<std::size_t>(pairs) * sizeof(int));
+  r.pair_token = alloc.allocate(static_cast<std::size_t>(std::max(r.kept, 1L)) * sizeof(int));
   k.to_device(r.pair_row->data(), pair_row.data(), pair_row.size() * sizeof(int));
-  k.to_device(r.pair_token->data(), pair_token.data(), pair_token.size() * sizeof(int));
+  k.to_device(r.pair_token->data(), pair_token.data(), static_cast<std::size_t>(r.kept) * sizeof(int));
   return r;
 }
 
 RoutingDigest routing_digest(const MoeRouting& r, long first, long count, int seq, int shard, int shards) {
   RoutingDigest d;
+  auto dropped = [&r](long i) { return !r.host_dropped.empty() && r.host_dropped.at(static_cast<std::size_t>(i)); };
   d.shard = shard, d.shards = shards;
   const long per = shards > 1 ? seq / shards : 1;  // a sequence's rows in one shard
   for (long t = 0; t < count; ++t) {
@@ -87,12 +132,13 @@ RoutingDigest routing_digest(const MoeRouting& r, long first, long count, int se
       for (int b = 0; b < 4; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
     };
     mix(static_cast<std::uint32_t>(token));
-    for (long i = (first + t) * r.top_k; i < (first + t + 1) * r.top_k; ++i)
-      mix(static_cast<std::uint32_t>(r.host_idx.at(static_cast<std::size_t>(i))));
+    for (long i = (first + t) * r.top_k; i < (first + t + 1) * r.top_k; ++i)  // (a dropped pair: expert E + e)
+      mix(static_cast<std::uint32_t>(r.host_idx.at(static_cast<std::size_t>(i)) + (dropped(i) ? r.experts : 0)));
     d.hash += h;
   }
-  d.counts.assign(r.experts, 0);
-  for (long i = first * r.top_k; i < (first + count) * r.top_k; ++i) ++d.counts.at(r.host_idx.at(static_cast<std::size_t>(i)));
+  d.counts.assign(r.host_dropped.empty() ? r.experts : 2 * r.experts, 0);
+  for (long i = first * r.top_k; i < (first + count) * r.top_k; ++i)
+    ++d.counts.at(r.host_idx.at(static_cast<std::size_t>(i)) + (dropped(i) ? r.experts : 0));
   d.min_margin = std::numeric_limits<double>::infinity();
   if (!r.margins.empty())
     for (long t = first; t < first + count; ++t) d.min_margin = std::min(d.min_margin, r.margins.at(static_cast<std::size_t>(t)));
@@ -173,7 +219,7 @@ void experts_backward(Kernels<T>& k, Allocator& alloc, const T* W, int d, int f,
 }
 
 #define TRAINSIM_INSTANTIATE(T)                                                                                        \
-  template MoeRouting moe_route<T>(Kernels<T>&, Allocator&, const T*, const T*, long, int, int, int, bool, int);       \
+  template MoeRouting moe_route<T>(Kernels<T>&, Allocator&, const T*, const T*, long, int, int, int, bool, int, double, long);       \
   template void moe_pack<T>(Kernels<T>&, const MoeRouting&, const T*, T*, int);                                        \
   template void experts_forward<T>(Kernels<T>&, Allocator&, const T*, int, int, const std::vector<long>&, const T*,   \
                                    T*, T*, T*);                                                                        \

@@ -7,7 +7,8 @@
 // Routing (Jiang et al. 2024, Mixtral; Fedus et al. 2021): logits = rmsnorm(h)·Wrouter^T (n×E); each token goes
 // to the k experts of the largest logits (the lower expert first among equal ones), with gates the softmax of
 // those k logits; the block's output is h + Σ_s gate_s · expert_{idx_s}(rmsnorm(h)). Dropless: every token reaches
-// its k experts (no capacity factor), and no auxiliary load-balancing loss is added.
+// its k experts, and no auxiliary load-balancing loss is added; with a capacity factor (ModelConfig::
+// capacity_factor) each expert keeps at most its capacity of a microbatch's pairs and the rest are dropped.
 //
 // The packed order of a forward's n·k (token, slot) pairs: by expert, then token (a token reaches an expert at
 // most once). An expert slice's rows are the packed rows of its experts from every member of its EP group, by
@@ -27,22 +28,28 @@ namespace trainsim::exec {
 struct MoeRouting {
   long tokens = 0;
   int experts = 0, top_k = 0;
+  long kept = 0;        ///< packed rows: the n·k (token, slot) pairs less those dropped (token dropping)
   BufferPtr idx;        ///< n×k int32: the expert of (token, slot), slots in decreasing gate order
   BufferPtr gates;      ///< n×k: the softmax of the k selected logits
-  BufferPtr pair_row;   ///< n×k int32: the packed row of (token, slot)
-  BufferPtr pair_token; ///< n·k int32: the token of each packed row
-  std::vector<long> counts;  ///< host: packed rows per expert (E), summing to n·k
+  BufferPtr pair_row;   ///< n×k int32: the packed row of (token, slot), -1 for a dropped pair
+  BufferPtr pair_token; ///< kept int32: the token of each packed row
+  std::vector<long> counts;  ///< host: packed rows per expert (E), summing to kept
   std::vector<int> host_idx; ///< host: idx
+  std::vector<char> host_dropped;  ///< host, n×k: the pair was dropped (empty when dropless)
   /// host, when asked for: per token, how far its k-th largest logit is above the next (the margin a rounding
   /// difference must cross to send it elsewhere), over the largest magnitude of its logits; +inf for k = E
+  /// With token dropping, a token whose pair sits at an expert's capacity is as near a tie as the gap between the
+  /// last kept and the first dropped gate of that expert, over the largest gate: its margin is at most that.
   std::vector<double> margins;
-  long pairs() const { return tokens * top_k; }
+  /// Rows of the packed order (the pairs the experts run).
+  long pairs() const { return kept; }
 };
 
 /// What a microbatch's routing was, for comparing two runs (the executor's --check, exec/training.h): a hash of
 /// its tokens' experts (the sum, mod 2^64, of each token's FNV-1a over its index in the microbatch and its k
 /// experts: a sum, so that the digests of a microbatch's sequence shards add up to the whole microbatch's), how
-/// many of its (token, slot) pairs each expert got, and the smallest relative margin among its tokens (moe_route's
+/// many of its (token, slot) pairs each expert got (E counts; with token dropping E more: each expert's dropped
+/// pairs), and the smallest relative margin among its tokens (moe_route's
 /// margins; +inf when not taken). `shard` of `shards`: the sequence shard of the microbatch it covers (an MoE
 /// layer's TP slice routes one, exec/model.h); 0 of 1 for the whole microbatch.
 struct RoutingDigest {
@@ -76,9 +83,16 @@ struct MoeState {
 /// packed order (counts computed on the host from the indices). Source: Mixtral's router.
 /// With `margins`, also the tokens' margins (MoeRouting::margins; the logits read back to the host). `misroute`
 /// (fault injection, tests only): the first `misroute` tokens' k-th expert is replaced by the lowest one not chosen.
+/// With `capacity_factor` C > 0 (token dropping, ModelConfig::capacity_factor), the tokens come in groups of
+/// `group` (a microbatch's; n a multiple of it), and in each group expert e keeps at most ceil(C·group·k/E) of its
+/// pairs, those of the largest gates, the lower token first among equal gates (Megatron-LM's "probs" drop policy;
+/// GShard's capacity). Throws std::invalid_argument when n is not a multiple of `group`.
 template <typename T>
 MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k,
-                     bool margins = false, int misroute = 0);
+                     bool margins = false, int misroute = 0, double capacity_factor = 0, long group = 0);
+
+/// The capacity of one expert under token dropping: ceil(C·tokens·k/E) pairs of a group of `tokens` tokens.
+long expert_capacity(double capacity_factor, long tokens, int top_k, int experts);
 
 /// out (n·k × d) = x's rows in the routing's packed order.
 template <typename T>

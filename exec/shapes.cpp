@@ -40,6 +40,13 @@ ModelShapes::ModelShapes(const ModelConfig& m, int layers, const std::vector<int
       layouts.emplace_back(m, s);
     }
   }
+  for (int t : tp_sizes)
+    if (t > 1 && !experts.empty() && m.capacity_factor > 0)
+      throw std::invalid_argument(fmt::format(
+          "token dropping (capacity factor {:g}) with EP beside TP {}: each TP rank routes its sequence shard, so an "
+          "expert's capacity would be counted over the shard's tokens (as Megatron-LM counts it), not over the "
+          "microbatch's as single-device training drops them; replay token dropping with EP or TP alone",
+          m.capacity_factor, t));
   for (int t : tp_sizes) {
     if (t <= 1 || tp_layouts.count(t)) continue;
     auto& by_layer = tp_layouts[t];

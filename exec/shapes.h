@@ -29,7 +29,8 @@ struct ModelShapes {
   /// The layouts of `layers` schedule layers (split as the stage layout `stages` says when given: partition),
   /// of their TP slices for each degree in `tp_sizes` (> 1), and of the expert slices of `expert_parallel`'s
   /// layers (layer -> EP degree: expert_parallel_layers). Throws std::invalid_argument when the model cannot be
-  /// split so (exec/model_config.h, exec/layout.h).
+  /// split so (exec/model_config.h, exec/layout.h), and for token dropping with expert slices beside TP (each TP
+  /// rank would route, and count capacity over, its sequence shard).
   ModelShapes(const ModelConfig& m, int layers, const std::vector<int>& tp_sizes = {},
               const hw::StageLayout* stages = nullptr, const std::map<int, int>& expert_parallel = {});
   int layers() const { return static_cast<int>(layouts.size()); }

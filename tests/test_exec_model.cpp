@@ -269,6 +269,68 @@ TEST_CASE("exec model MoE: the expert-parallel path (route, experts apart, combi
   compare(slice, ge);
 }
 
+TEST_CASE("exec model MoE: token dropping keeps each expert's pairs of the largest gates, per group, up to capacity") {
+  // The router is the identity (d = E), so the logits are the tokens' inputs. Two groups (microbatches) of 4 tokens
+  // over 4 experts, top-2, capacity factor 0.5: each expert keeps ceil(0.5·4·2/4) = 1 pair a group.
+  CpuKernels<double> k;
+  HostAllocator alloc;
+  const int E = 4, K = 2;
+  const std::vector<double> group{2, 1, 0, -1,   // token 0: experts 0 (gate 0.73) and 1 (0.27)
+                                  1, 2, 0, -1,   // token 1: 1 (0.73), 0 (0.27)
+                                  3, 0, -1, -2,  // token 2: 0 (0.95), 1 (0.05)
+                                  0, 0.5, -1, -2};  // token 3: 1 (0.62), 0 (0.38)
+  std::vector<double> x = group;
+  x.insert(x.end(), group.begin(), group.end());
+  std::vector<double> router(E * E, 0.0);
+  for (int e = 0; e < E; ++e) router[e * E + e] = 1;
+  CHECK(expert_capacity(0.5, 4, K, E) == 1);
+  CHECK(expert_capacity(1.0, 4, K, E) == 2);
+  CHECK(expert_capacity(100, 4, K, E) == 8);  // (at most every pair of the group)
+  const MoeRouting r = moe_route(k, alloc, x.data(), router.data(), 8, E, E, K, true, 0, 0.5, 4);
+  // Kept: expert 0 token 2's (0.95 over 0.73, 0.38, 0.27), expert 1 token 1's (0.73 over 0.62, 0.27, 0.05).
+  CHECK(r.kept == 4);
+  CHECK(r.pairs() == 4);
+  CHECK(r.counts == std::vector<long>{2, 2, 0, 0});
+  std::vector<int> row(16);
+  k.to_host(row.data(), r.pair_row->data(), row.size() * sizeof(int));
+  // Rows by expert, then token: expert 0's tokens 2 and 6, then expert 1's tokens 1 and 5.
+  // (pair t·2 + s: token 1's slot 0 is pair 2, token 2's pair 4; the second group's tokens 5 and 6, pairs 10, 12)
+  CHECK(row == std::vector<int>{-1, -1, 2, -1, 0, -1, -1, -1, -1, -1, 3, -1, 1, -1, -1, -1});
+  const RoutingDigest d = routing_digest(r, 0, 4);
+  CHECK(d.counts == std::vector<int>{1, 1, 0, 0, 3, 3, 0, 0});  // kept, then dropped, per expert
+  // The tokens at expert 0's capacity edge (2 kept, 0 dropped) are as near a tie as their gates.
+  const double g0 = 1 / (1 + std::exp(-1.0)), g2 = 1 / (1 + std::exp(-3.0));
+  CHECK(r.margins[0] <= (g2 - g0) / g2 + 1e-12);
+  CHECK(r.margins[2] <= (g2 - g0) / g2 + 1e-12);
+  // Dropless: the same tokens' every pair, and a digest of E counts.
+  const MoeRouting all = moe_route(k, alloc, x.data(), router.data(), 8, E, E, K);
+  CHECK(all.kept == 16);
+  CHECK(routing_digest(all, 0, 4).counts == std::vector<int>{4, 4, 0, 0});
+  CHECK_THROWS_WITH_AS(moe_route(k, alloc, x.data(), router.data(), 8, E, E, K, false, 0, 0.5, 3),
+                       doctest::Contains("are not whole groups"), std::invalid_argument);
+  // The combine adds no term for a dropped pair, and its gate gets no grad.
+  std::vector<double> h(8 * E, 0.5), y(4 * E, 1.0), out(8 * E), dy(4 * E), dgates(16);
+  std::vector<double> gates(16);
+  k.to_host(gates.data(), r.gates->data(), gates.size() * sizeof(double));
+  k.moe_combine(h.data(), y.data(), row.data(), gates.data(), out.data(), 8, K, E);
+  CHECK(out[0] == 0.5);                                // token 0: both pairs dropped, the residual alone
+  CHECK(out[2 * E] == doctest::Approx(0.5 + g2));      // token 2: its kept pair
+  const std::vector<double> dout(8 * E, 1.0);
+  k.moe_combine_backward(dout.data(), y.data(), row.data(), gates.data(), dy.data(), dgates.data(), 8, K, E);
+  CHECK(dgates[0] == 0);
+  CHECK(dgates[4] == doctest::Approx(E));  // (token 2, slot 0: dout · y)
+}
+
+TEST_CASE("exec model MoE: with token dropping every parameter's gradient still matches central differences") {
+  // Capacity factor 0.3: 3 experts keep at most ceil(0.3·n·2/3) pairs each of a microbatch's 2n, so some drop.
+  ModelConfig m = moe_config();
+  m.capacity_factor = 0.3;
+  CHECK(3 * expert_capacity(m.capacity_factor, m.tokens_per_microbatch(), m.top_k, m.experts) <
+        m.tokens_per_microbatch() * m.top_k);
+  Net one(m, 1);
+  check_all_gradients(one);
+}
+
 TEST_CASE("exec model MoE: the router's top-k and gates, ties to the lower expert, and their gradient") {
   CpuKernels<double> k;
   // Two tokens over 4 experts, top-2: token 1 has a tie between experts 1 and 3.

@@ -249,6 +249,43 @@ TEST_CASE("exec MoE: gen 3d --tp without --ep (every expert split over the TP gr
   }
 }
 
+TEST_CASE("exec MoE: token dropping (a capacity factor) trains like one device, expert-parallel or not") {
+  // Each expert keeps at most its capacity of a microbatch's pairs (exec/moe.h): the dispatch sends only the kept
+  // ones, and the one-device reference drops the same, so --check holds as dropless. Capacity factor 0.5 drops a
+  // good share; the losses then differ from dropless training's.
+  struct Case {
+    const char* kind;
+    GenOptions g;
+  };
+  GenOptions ep, pp, tp, inside;
+  ep.dp = 4, ep.ep = 2, ep.layers = 2, ep.dense_layers = 1, ep.microbatches = 2;
+  pp.pp = 2, pp.dp = 2, pp.ep = 2, pp.zero = 1, pp.layers = 2, pp.dense_layers = 1, pp.microbatches = 4;
+  tp.tp = 2, tp.sequence_parallel = true, tp.dp = 2, tp.layers = 2, tp.microbatches = 2;
+  inside.stages = 2, inside.microbatches = 4;
+  for (const Case& c : {Case{"ep", ep}, Case{"3d", pp}, Case{"3d", tp}, Case{"1f1b", inside}}) {
+    CAPTURE(c.kind);
+    CAPTURE(c.g.tp);
+    const Schedule s = gen_moe(c.kind, c.g);
+    exec::ReplayOptions o = moe_options(s, c.g.dense_layers);
+    const exec::ReplayResult dropless = exec::replay(s, o);
+    REQUIRE(dropless.ok);
+    o.model.capacity_factor = 0.5;
+    const exec::ReplayResult r = check_equivalence(s, o);
+    CHECK(r.routing_diverged_step == 0);
+    CHECK(r.losses.back() != dropless.losses.back());
+  }
+  // Beside TP with expert slices each TP rank routes its sequence shard: refused before any rank starts.
+  GenOptions t = tp;
+  t.ep = 2;
+  const Schedule s = gen_moe("3d", t);
+  exec::ReplayOptions o = moe_options(s, 0);
+  o.model.capacity_factor = 1;
+  const exec::ReplayResult r = exec::replay(s, o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("token dropping (capacity factor 1) with EP beside TP 2: each TP rank routes its sequence "
+                     "shard") != std::string::npos);
+}
+
 TEST_CASE("exec MoE: without expert parallelism a layer runs its experts itself, in any order, recomputation too") {
   GenOptions g;
   g.stages = 2, g.microbatches = 4;
@@ -349,6 +386,14 @@ TEST_CASE("trainsim replay --model tiny-moe: an expert-parallel schedule, its ch
   CHECK(has(r.out, "2 MoE blocks of 4 experts (top-2)"));
   CHECK(has(r.out, "check against single-device training"));
   CHECK_FALSE(has(r.out, "no prediction"));  // the hardware model prices the experts too
+  const CommandResult drop =
+      run_trainsim("replay " + sched + " --model tiny-moe --steps 1 --capacity-factor 1.25 --data " + test_corpus(), true);
+  CHECK(drop.exit_code == 0);
+  CHECK(has(drop.out, "2 MoE blocks of 4 experts (top-2, capacity factor 1.25)"));
+  CHECK(run_trainsim("replay " + sched + " --model tiny-moe --capacity-factor -1", true).exit_code == 2);
+  const CommandResult dense = run_trainsim("replay " + sched + " --model tiny --capacity-factor 1", true);
+  CHECK(dense.exit_code != 0);
+  CHECK(has(dense.out, "capacity_factor (1) are for MoE models: set experts too"));
   const CommandResult ex = run_trainsim("export --model tiny-moe -o " + (dir / "hf").string(), true);
   CHECK(ex.exit_code == 0);
   CHECK(has(slurp(dir / "hf" / "config.json"), "\"MixtralForCausalLM\""));

@@ -422,6 +422,7 @@ void CpuKernels<T>::moe_combine(const T* h, const T* y, const int* pair_row, con
     T* o = out + t * d;
     std::copy(h + t * d, h + (t + 1) * d, o);
     for (int s = 0; s < k; ++s) {
+      if (pair_row[t * k + s] < 0) continue;  // (dropped)
       const T g = gates[t * k + s];
       const T* row = y + static_cast<long>(pair_row[t * k + s]) * d;
       for (int c = 0; c < d; ++c) o[c] += g * row[c];
@@ -436,6 +437,10 @@ void CpuKernels<T>::moe_combine_backward(const T* dout, const T* y, const int* p
     const T* go = dout + t * d;
     for (int s = 0; s < k; ++s) {
       const long r = pair_row[t * k + s];
+      if (r < 0) {  // (dropped: the output does not depend on its gate)
+        dgates[t * k + s] = T(0);
+        continue;
+      }
       const T g = gates[t * k + s];
       const T* row = y + r * d;
       T* drow = dy + r * d;
@@ -455,6 +460,7 @@ void CpuKernels<T>::moe_sum_pairs(const T* dpairs, const int* pair_row, T* dx, l
     T* o = dx + t * d;
     std::fill(o, o + d, T(0));
     for (int s = 0; s < k; ++s) {
+      if (pair_row[t * k + s] < 0) continue;  // (dropped)
       const T* row = dpairs + static_cast<long>(pair_row[t * k + s]) * d;
       for (int c = 0; c < d; ++c) o[c] += row[c];
     }

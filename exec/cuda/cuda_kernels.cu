@@ -429,8 +429,9 @@ __global__ void moe_combine_k(const float* h, const float* y, const int* pair_ro
   GRID_STRIDE(e, n * d) {
     const long t = e / d, c = e % d;
     float o = h[e];
-    for (int s = 0; s < k; ++s) o += gates[t * k + s] * y[static_cast<long>(pair_row[t * k + s]) * d + c];
-    out[e] = o;
+    for (int s = 0; s < k; ++s)
+      if (pair_row[t * k + s] >= 0) o += gates[t * k + s] * y[static_cast<long>(pair_row[t * k + s]) * d + c];
+    out[e] = o;  // (a pair_row of -1: a dropped pair, no term)
   }
 }
 
@@ -438,13 +439,17 @@ __global__ void moe_scale_pairs_k(const float* dout, const int* pair_row, const 
                                   int d) {
   GRID_STRIDE(e, n * k * d) {
     const long ts = e / d, c = e % d, t = ts / k;
-    dy[static_cast<long>(pair_row[ts]) * d + c] = gates[ts] * dout[t * d + c];
+    if (pair_row[ts] >= 0) dy[static_cast<long>(pair_row[ts]) * d + c] = gates[ts] * dout[t * d + c];
   }
 }
 
 __global__ void moe_gate_grads_k(const float* dout, const float* y, const int* pair_row, float* dgates, long n, int k,
                                  int d) {
   GRID_STRIDE(ts, n * k) {
+    if (pair_row[ts] < 0) {  // (dropped)
+      dgates[ts] = 0;
+      continue;
+    }
     const float* go = dout + (ts / k) * d;
     const float* row = y + static_cast<long>(pair_row[ts]) * d;
     float dot = 0;
@@ -457,7 +462,8 @@ __global__ void moe_sum_pairs_k(const float* dpairs, const int* pair_row, float*
   GRID_STRIDE(e, n * d) {
     const long t = e / d, c = e % d;
     float o = 0;
-    for (int s = 0; s < k; ++s) o += dpairs[static_cast<long>(pair_row[t * k + s]) * d + c];
+    for (int s = 0; s < k; ++s)
+      if (pair_row[t * k + s] >= 0) o += dpairs[static_cast<long>(pair_row[t * k + s]) * d + c];
     dx[e] = o;
   }
 }
