@@ -497,8 +497,10 @@ struct RankExecutor::Impl {
           std::vector<float> send(routing.counts.begin(), routing.counts.end()), recv(static_cast<std::size_t>(k) * per);
           for (long c : routing.counts)
             if (c >= (1L << 24)) throw std::runtime_error("an expert got more than 2^24 tokens");
-          comm.all_to_all(s, send.data(), std::vector<std::size_t>(k, per), recv.data(), std::vector<std::size_t>(k, per),
-                          group);
+          BufferPtr out_counts = dev.memory().allocate(recv.size() * sizeof(float));
+          comm.all_to_all(s, staged(s, send)->as<float>(), std::vector<std::size_t>(k, per), out_counts->as<float>(),
+                          std::vector<std::size_t>(k, per), group);
+          s.kernels().to_host(recv.data(), out_counts->data(), out_counts->bytes());
           rows->counts.assign(k, std::vector<long>(per));
           for (int i = 0; i < k; ++i)
             for (int e = 0; e < per; ++e) rows->counts[i][e] = static_cast<long>(recv[static_cast<std::size_t>(i) * per + e]);
@@ -530,6 +532,15 @@ struct RankExecutor::Impl {
       moe_layer_combine(mc, layout(src->weight->id), src->weight->buffer->as<float>(), packed, out->buffer->as<float>(),
                         *src->stash);
     });
+  }
+
+  // Host numbers (token counts) in backend memory for a collective: the communicator moves backend memory (device
+  // memory on CUDA, which NCCL reads; the host's on the CPU), so counts go there first and come back with
+  // Kernels::to_host, which waits for the stream.
+  BufferPtr staged(StreamContext& s, const std::vector<float>& host) {
+    BufferPtr b = dev.memory().allocate(std::max<std::size_t>(host.size(), 1) * sizeof(float));
+    s.kernels().to_device(b->data(), host.data(), host.size() * sizeof(float));
+    return b;
   }
 
   // The TP group of an MoE layer's combine and its backward dispatch on `s` (exec/model.h): a TP slice whose layer
@@ -959,7 +970,9 @@ struct RankExecutor::Impl {
         std::vector<float> send(static_cast<std::size_t>(k) * per), got(send.size() * t);
         for (int i = 0; i < k; ++i)
           for (int e = 0; e < per; ++e) send[static_cast<std::size_t>(i) * per + e] = static_cast<float>(mine.counts[i][e]);
-        comm.all_gather(s, send.data(), got.data(), send.size(), group);  // (counts below 2^24: the dispatch's)
+        BufferPtr all_counts = dev.memory().allocate(got.size() * sizeof(float));  // (below 2^24: the dispatch's)
+        comm.all_gather(s, staged(s, send)->as<float>(), all_counts->as<float>(), send.size(), group);
+        s.kernels().to_host(got.data(), all_counts->data(), all_counts->bytes());
         rows->counts.assign(static_cast<std::size_t>(t) * k, std::vector<long>(per));
         for (int q = 0; q < t; ++q) {
           const int b = order.empty() ? q : order[q];
