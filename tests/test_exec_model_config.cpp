@@ -50,3 +50,22 @@ TEST_CASE("model manifest: a configuration round-trips, out-of-range fields are 
   j["init_std"] = "0.02";
   CHECK(refusal(j) == "model configuration: 'init_std' must be a number, not \"0.02\"");
 }
+
+TEST_CASE("model manifest: an MoE model's capacity factor round-trips exactly, and is refused where it cannot hold") {
+  exec::ModelConfig moe = exec::preset("tiny-moe");
+  moe.capacity_factor = 1.1;  // (not a float: read back as a double, the same bits)
+  const nlohmann::json good = exec::to_json(moe);
+  CHECK(refusal(good) == "(accepted)");
+  CHECK(exec::model_from_json(good) == moe);
+  CHECK_FALSE(exec::to_json(exec::preset("tiny-moe")).contains("capacity_factor"));  // (dropless: as before it)
+  nlohmann::json j = good;
+  j["capacity_factor"] = "1.1";
+  CHECK(refusal(j) == "model configuration: 'capacity_factor' must be a finite number, not \"1.1\"");
+  j["capacity_factor"] = -1;
+  CHECK(refusal(j) == "capacity_factor must be 0 (dropless) or 0.001 to 1e6, got -1");
+  j["capacity_factor"] = 1e300;
+  CHECK(refusal(j) == "capacity_factor must be 0 (dropless) or 0.001 to 1e6, got 1e+300");
+  j = exec::to_json(exec::preset("tiny"));
+  j["capacity_factor"] = 1;
+  CHECK(refusal(j) == "top_k (0), dense_blocks (0) and capacity_factor (1) are for MoE models: set experts too");
+}
