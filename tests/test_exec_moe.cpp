@@ -55,6 +55,53 @@ exec::ReplayResult check_equivalence(const Schedule& s, exec::ReplayOptions o) {
   return r;
 }
 
+// One case of EP beside TP (gen 3d --ep --tp --sp) with expert TP `etp` (1 or tp): a dense first layer, tp·dp·pp
+// ranks, trained against one device.
+struct EpTpCase {
+  int tp, pp, dp, ep, zero, chunks;
+  const char* order;
+  bool overlap = false;
+  hw::Recompute recompute = hw::Recompute::None;
+};
+
+exec::ReplayResult check_ep_beside_tp(const EpTpCase& c, int etp) {
+  CAPTURE(c.tp);
+  CAPTURE(etp);
+  CAPTURE(c.pp);
+  CAPTURE(c.dp);
+  CAPTURE(c.ep);
+  CAPTURE(c.zero);
+  CAPTURE(c.order);
+  CAPTURE(c.overlap);
+  GenOptions g;
+  g.tp = c.tp, g.etp = etp, g.sequence_parallel = true, g.pp = c.pp, g.dp = c.dp, g.ep = c.ep, g.zero = c.zero;
+  g.chunks = c.chunks, g.schedule = c.order, g.a2a_overlap = c.overlap;
+  g.layers = 2 * c.pp * c.chunks, g.dense_layers = 1, g.microbatches = 2 * c.pp;
+  const Schedule s = gen_moe("3d", g);
+  exec::ReplayOptions o = moe_options(s);
+  o.recompute = c.recompute;
+  if (c.tp == 4) o.model.heads = 4;  // (TP 4 splits the heads)
+  return check_equivalence(s, o);
+}
+
+// Replays `s` (the first layer dense) 4 steps straight, and 2 saved in `dir` then 2 resumed from there: the same
+// last loss, to the bit.
+void check_resume(const Schedule& s, const std::string& dir) {
+  exec::ReplayOptions full = moe_options(s, 1, 4);
+  const exec::ReplayResult straight = exec::replay(s, full);
+  REQUIRE(straight.ok);
+  exec::ReplayOptions half = full;
+  half.stop_after = 2, half.save_dir = dir;
+  REQUIRE(exec::replay(s, half).ok);
+  exec::ReplayOptions rest = full;
+  rest.resume_dir = dir;
+  const exec::ReplayResult resumed = exec::replay(s, rest);
+  INFO(resumed.error);
+  REQUIRE(resumed.ok);
+  REQUIRE(resumed.losses.size() == 2);
+  CHECK(resumed.losses.back() == straight.losses.back());
+}
+
 }  // namespace
 
 TEST_CASE("exec MoE: gen ep (EP 2 and 4, expert-data-parallel groups, an MoE first layer) trains like one device") {
@@ -104,35 +151,14 @@ TEST_CASE("exec MoE: gen 3d --ep --tp --sp (EP beside TP: each TP rank routes it
   // and the norm gains replicated; each TP rank routes its sequence shard of the tokens to the experts of its EP
   // group (EP a multiple of TP, TP fastest), and an MoE last layer's final norm runs on the shard before the
   // column-parallel LM head. Every schedule order, DP with ZeRO-1 and FSDP, the all-to-all overlap, recomputation.
-  struct Case {
-    int tp, pp, dp, ep, zero, chunks;
-    const char* order;
-    bool overlap = false;
-    hw::Recompute recompute = hw::Recompute::None;
-  };
+  using Case = EpTpCase;
   for (const Case& c : {Case{2, 1, 1, 2, 0, 1, "1f1b"}, Case{2, 1, 2, 4, 1, 1, "1f1b"}, Case{2, 1, 2, 2, 3, 1, "1f1b"},
                         Case{2, 2, 1, 2, 0, 1, "1f1b"}, Case{2, 2, 1, 2, 0, 1, "zbv"},
                         Case{2, 2, 2, 4, 1, 2, "interleaved-zb"}, Case{2, 2, 1, 2, 0, 2, "interleaved-1f1b", true},
                         Case{2, 2, 1, 2, 1, 1, "dualpipev", true}, Case{4, 1, 1, 4, 0, 1, "1f1b"},
                         Case{2, 2, 1, 2, 0, 1, "1f1b", false, hw::Recompute::Full},
-                        Case{2, 2, 1, 2, 0, 1, "1f1b", false, hw::Recompute::Selective}}) {
-    CAPTURE(c.tp);
-    CAPTURE(c.pp);
-    CAPTURE(c.dp);
-    CAPTURE(c.ep);
-    CAPTURE(c.zero);
-    CAPTURE(c.order);
-    CAPTURE(c.overlap);
-    GenOptions g;
-    g.tp = c.tp, g.sequence_parallel = true, g.pp = c.pp, g.dp = c.dp, g.ep = c.ep, g.zero = c.zero, g.chunks = c.chunks;
-    g.schedule = c.order, g.a2a_overlap = c.overlap;
-    g.layers = 2 * c.pp * c.chunks, g.dense_layers = 1, g.microbatches = 2 * c.pp;
-    const Schedule s = gen_moe("3d", g);
-    exec::ReplayOptions o = moe_options(s);
-    o.recompute = c.recompute;
-    if (c.tp == 4) o.model.heads = 4;  // (TP 4 splits the heads)
-    check_equivalence(s, o);
-  }
+                        Case{2, 2, 1, 2, 0, 1, "1f1b", false, hw::Recompute::Selective}})
+    check_ep_beside_tp(c, 1);
 }
 
 TEST_CASE("exec MoE: gen 3d --ep --etp (expert TP equal to TP) trains like one device, and checkpoints whole") {
@@ -141,53 +167,19 @@ TEST_CASE("exec MoE: gen 3d --ep --etp (expert TP equal to TP) trains like one d
   // rank runs its TP slice of every expert of its slice on them, and the partial outputs are reduce-scattered back
   // before the combine; the backward is the conjugate. A dense first layer, every pipeline order, DDP, ZeRO-1,
   // FSDP of the expert slices, the all-to-all overlap, recomputation, TP 4.
-  struct Case {
-    int tp, pp, dp, ep, zero, chunks;
-    const char* order;
-    bool overlap = false;
-    hw::Recompute recompute = hw::Recompute::None;
-  };
+  using Case = EpTpCase;
   for (const Case& c : {Case{2, 1, 2, 2, 0, 1, "1f1b"}, Case{2, 1, 4, 4, 1, 1, "1f1b"}, Case{2, 1, 4, 2, 3, 1, "1f1b"},
                         Case{2, 2, 2, 2, 0, 1, "zbv"}, Case{2, 2, 2, 2, 1, 2, "interleaved-1f1b", true},
                         Case{2, 2, 2, 2, 1, 1, "dualpipev", true}, Case{4, 1, 2, 2, 0, 1, "1f1b"},
                         Case{2, 2, 2, 2, 0, 1, "1f1b", false, hw::Recompute::Full},
-                        Case{2, 1, 2, 2, 0, 1, "1f1b", false, hw::Recompute::Selective}}) {
-    CAPTURE(c.tp);
-    CAPTURE(c.pp);
-    CAPTURE(c.dp);
-    CAPTURE(c.ep);
-    CAPTURE(c.zero);
-    CAPTURE(c.order);
-    CAPTURE(c.overlap);
-    GenOptions g;
-    g.tp = c.tp, g.etp = c.tp, g.sequence_parallel = true, g.pp = c.pp, g.dp = c.dp, g.ep = c.ep, g.zero = c.zero;
-    g.chunks = c.chunks, g.schedule = c.order, g.a2a_overlap = c.overlap;
-    g.layers = 2 * c.pp * c.chunks, g.dense_layers = 1, g.microbatches = 2 * c.pp;
-    const Schedule s = gen_moe("3d", g);
-    exec::ReplayOptions o = moe_options(s);
-    o.recompute = c.recompute;
-    if (c.tp == 4) o.model.heads = 4;  // (TP 4 splits the heads)
-    const exec::ReplayResult r = check_equivalence(s, o);
-    CHECK(r.routing_diverged_step == 0);
-  }
+                        Case{2, 1, 2, 2, 0, 1, "1f1b", false, hw::Recompute::Selective}})
+    CHECK(check_ep_beside_tp(c, c.tp).routing_diverged_step == 0);
   // A checkpoint of TP slices of expert slices resumes bit for bit, and reads back as the whole model.
   GenOptions g;
   g.tp = 2, g.etp = 2, g.sequence_parallel = true, g.dp = 2, g.ep = 2, g.layers = 2, g.dense_layers = 1;
   g.microbatches = 2;
-  const Schedule s = gen_moe("3d", g);
   const std::string dir = fresh_dir("moe-etp-ckpt").string();
-  exec::ReplayOptions full = moe_options(s, 1, 4);
-  const exec::ReplayResult straight = exec::replay(s, full);
-  REQUIRE(straight.ok);
-  exec::ReplayOptions half = full;
-  half.stop_after = 2, half.save_dir = dir;
-  REQUIRE(exec::replay(s, half).ok);
-  exec::ReplayOptions rest = full;
-  rest.resume_dir = dir;
-  const exec::ReplayResult resumed = exec::replay(s, rest);
-  INFO(resumed.error);
-  REQUIRE(resumed.ok);
-  CHECK(resumed.losses.back() == straight.losses.back());
+  check_resume(gen_moe("3d", g), dir);
   // Read back whole, it is the model the same steps give with the experts whole beside TP (expert TP 1): the
   // slices are put back where they belong (a misplaced slice would differ by the weights' own size).
   GenOptions g1 = g;
@@ -309,22 +301,8 @@ TEST_CASE("exec MoE: without expert parallelism a layer runs its experts itself,
 TEST_CASE("exec MoE: an expert-parallel checkpoint resumes bit for bit and reads back whole") {
   GenOptions g;
   g.dp = 2, g.ep = 2, g.layers = 2, g.dense_layers = 1, g.microbatches = 2;
-  const Schedule s = gen_moe("ep", g);
   const std::string dir = fresh_dir("moe-ckpt").string();
-  exec::ReplayOptions full = moe_options(s, 1, 4);
-  const exec::ReplayResult straight = exec::replay(s, full);
-  REQUIRE(straight.ok);
-  exec::ReplayOptions half = full;
-  half.stop_after = 2;
-  half.save_dir = dir;
-  REQUIRE(exec::replay(s, half).ok);
-  exec::ReplayOptions rest = full;
-  rest.resume_dir = dir;
-  const exec::ReplayResult resumed = exec::replay(s, rest);
-  INFO(resumed.error);
-  REQUIRE(resumed.ok);
-  REQUIRE(resumed.losses.size() == 2);
-  CHECK(resumed.losses.back() == straight.losses.back());
+  check_resume(gen_moe("ep", g), dir);
   // The manifest says which layers are expert-parallel: the experts' slices are put back in the whole model.
   const exec::SavedModel saved = exec::read_saved_model(dir);
   CHECK(saved.info.expert_parallel == std::map<int, int>{{1, 2}});
