@@ -51,6 +51,7 @@ struct GenArgs {
   bool allow_oom = false;  // --allow-oom: a step over the device's memory passes (a what-if)
   bool full = false;       // --full: simulate every rank, not one representative of each symmetric class
   long long global_batch = 0;  // --global-batch (0: not given)
+  std::string expert_load_file;  // --expert-load-file (per-expert loads)
   int bucket_layers = 0;   // --bucket-layers (0: not given)
   double bucket_mb = 0;    // --bucket-mb (0: not given: DDP's 25)
 };
@@ -324,6 +325,14 @@ int run(GenArgs& a) {
       return 2;
     }
   }
+  if (!a.expert_load_file.empty()) {
+    try {
+      opts.per_expert_load = read_expert_loads(a.expert_load_file);
+    } catch (const std::invalid_argument& e) {
+      fmt::print(stderr, "trainsim gen: --expert-load-file: {}\n", e.what());
+      return 2;
+    }
+  }
   if (a.hardware.any()) {
     // With a model, one schedule layer per transformer block unless --layers says otherwise (the physical default:
     // docs/hardware-model.md §5); the device and network every command assumes when left out.
@@ -337,6 +346,11 @@ int run(GenArgs& a) {
                                                 a.kind, hs.model.preset));
       if (!a.given.count("--dense-layers"))
         opts = model_dense_layers(a.kind, opts, hs.model.blocks, hs.model.dense_blocks);
+      if (!opts.per_expert_load.empty() && opts.per_expert_load.size() != static_cast<std::size_t>(hs.model.experts))
+        throw std::invalid_argument(fmt::format("--expert-load-file: {} gives {} experts' loads, but the model '{}' has "
+                                                "{} experts",
+                                                a.expert_load_file, opts.per_expert_load.size(), hs.model.preset,
+                                                hs.model.experts));
     } catch (const std::invalid_argument& e) {  // hw::SpecError too
       fmt::print(stderr, "trainsim gen: {}\n", e.what());
       return 2;
@@ -495,6 +509,11 @@ void add_gen_command(CLI::App& app, int* exit_code) {
                   "statistics: 1.5,0.5 gives slice 0 three times slice 1's tokens; its compute and its tokens' memory "
                   "scale so (the header's expert_load line). Default: balanced")
       ->delimiter(',');
+  cmd->add_option("--expert-load-file", args->expert_load_file,
+                  "ep, 3d --ep: the relative token load of each expert, from a file (e.g. a router's measured tokens "
+                  "per expert: numbers separated by spaces, commas or lines, # comments), as many as the model has "
+                  "experts; each expert slice's load is the sum of its experts' (slice j holding experts j·E/ep to "
+                  "(j+1)·E/ep - 1)");
   cmd->add_option("--moe-imbalance", args->options.moe_imbalance,
                   "ep, 3d --ep: the busiest expert slice's load over the mean (dropless routing's max/mean, at least 1 and below "
                   "--ep): slice 0 gets it, the others share the rest evenly");

@@ -1,11 +1,13 @@
 // `trainsim plan`: which configuration for a training run (issue 34; docs/planning.md). Parses the question,
 // calls the planner (plan/planner.h), prints the ranking and writes its JSON, CSV and SVG, and the winner's launch
 // configurations (interop/framework_emit.h).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -24,6 +26,7 @@
 #include "interop/framework_emit.h"
 #include "interop/hf_config.h"
 #include "plan/planner.h"
+#include "schedules/generators.h"  // read_expert_loads
 #include "visualize/plan_plot.h"
 #include "visualize/timeline_stack.h"
 
@@ -39,6 +42,7 @@ struct PlanArgs {
   double reserve_gib = -1;
   std::string tp, cp, pp, dp, chunks, microbatch_size, zero, schedules, recompute, sp, fp8, layout, ep, etp;
   double moe_imbalance = 0;
+  std::string expert_load_file;
   bool a2a_overlap = false;
   std::string moe_dispatcher = "nccl";
   bool json = false;
@@ -112,6 +116,13 @@ plan::PlanRequest request_of(const PlanArgs& a) {
   s.ep = int_list(a.ep, "--ep");
   s.etp = int_list(a.etp, "--etp");
   r.moe_imbalance = a.moe_imbalance;
+  if (!a.expert_load_file.empty()) {
+    try {
+      r.per_expert_load = read_expert_loads(a.expert_load_file);
+    } catch (const std::invalid_argument& e) {
+      throw hw::SpecError(fmt::format("--expert-load-file: {}", e.what()));
+    }
+  }
   r.a2a_overlap = a.a2a_overlap;
   r.moe_dispatcher = hw::moe_dispatcher_from_name(a.moe_dispatcher, "--moe-dispatcher");
   for (int z : s.zero)
@@ -283,8 +294,10 @@ int run(const PlanArgs& a) {
   const std::string title =
       fmt::format("{} on {} x {} ({}), global batch {} x {} tokens{}", r.model.preset, r.gpus, r.device.preset,
                   r.network.preset, r.global_batch, seq,
-                  moe && r.moe_imbalance > 1 ? fmt::format(", busiest expert slice at {:g} x the mean load", r.moe_imbalance)
-                                             : "");
+                  !moe ? std::string()
+                  : r.moe_imbalance > 1 ? fmt::format(", busiest expert slice at {:g} x the mean load", r.moe_imbalance)
+                  : !r.per_expert_load.empty() ? fmt::format(", the experts' loads of {}", a.expert_load_file)
+                                               : std::string());
   if (!a.csv.empty() && !write_output("trainsim plan", a.csv, csv_text(res, moe))) return 2;
   if (!a.svg.empty()) {
     std::vector<visualize::PlanPoint> points;
@@ -304,6 +317,7 @@ int run(const PlanArgs& a) {
     j["model"] = r.model.preset, j["gpus"] = r.gpus, j["device"] = r.device.preset, j["network"] = r.network.preset;
     j["global_batch"] = r.global_batch, j["seq"] = r.seq > 0 ? r.seq : r.model.seq, j["framework"] = a.framework;
     if (moe) j["moe_imbalance"] = r.moe_imbalance > 1 ? r.moe_imbalance : 1.0;
+    if (moe && !r.per_expert_load.empty()) j["expert_load_file"] = a.expert_load_file;
     if (moe) j["a2a_overlap"] = r.a2a_overlap;
     if (moe) j["moe_dispatcher"] = hw::moe_dispatcher_name(r.moe_dispatcher);
     j["device_fitted_to"] = r.device.fitted_to.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.device.fitted_to);
@@ -354,7 +368,15 @@ int run(const PlanArgs& a) {
                                                             "expert-data-parallel group)"
                                                           : "DDP and ZeRO-1 (FSDP with --zero 3)",
                r.moe_imbalance > 1 ? fmt::format("every expert slice ranked with the busiest at {:g} x the mean load", r.moe_imbalance)
-                                   : std::string("routing balanced (--moe-imbalance 1.5 ranks them as a router before it balances)"),
+               : !r.per_expert_load.empty()
+                   ? fmt::format("every expert slice ranked with the sum of its experts' loads in {} (the busiest "
+                                 "expert at {:.3g} x the mean)",
+                                 a.expert_load_file,
+                                 *std::max_element(r.per_expert_load.begin(), r.per_expert_load.end()) /
+                                     (std::accumulate(r.per_expert_load.begin(), r.per_expert_load.end(), 0.0) /
+                                      static_cast<double>(r.per_expert_load.size())))
+                   : std::string("routing balanced (--moe-imbalance 1.5 ranks them as a router before it balances; "
+                                 "--expert-load-file FILE as measured)"),
                r.moe_dispatcher == hw::MoeDispatcher::DeepEP
                    ? "through DeepEP (once per destination node)"
                    : "through NCCL (--moe-dispatcher deepep for DeepEP's, once per destination node)");
@@ -445,6 +467,10 @@ void add_plan_command(CLI::App& app, int* exit_code) {
                   "An MoE model's busiest expert slice's tokens over the mean, for every candidate with expert "
                   "slices (default 1: balanced; 1.5: a router before it balances)")
       ->check(finite_number(1, false, "", "X>=1"));
+  cmd->add_option("--expert-load-file", a->expert_load_file,
+                  "An MoE model's measured routing: each expert's relative load (e.g. tokens per expert), one number "
+                  "per expert separated by spaces, commas or lines, # comments; every candidate with expert slices is "
+                  "ranked with each slice's load the sum of its experts' (gen 3d --expert-load-file)");
   cmd->add_flag("--a2a-overlap", a->a2a_overlap,
                 "An MoE model: every candidate with expert slices overlaps its all-to-alls with another microbatch's "
                 "compute (gen 3d --a2a-overlap: Megatron-LM's --overlap-moe-expert-parallel-comm, DualPipe's pairs)");

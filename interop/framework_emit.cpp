@@ -46,9 +46,13 @@ std::string gen_command(const FrameworkPlan& p) {
   if (p.kind == "3d" && o.ep > 1) {
     s += fmt::format(" --ep {}", o.ep);
     if (o.etp > 1) s += fmt::format(" --etp {}", o.etp);
-    if (!o.expert_load.empty()) {
+    // (per-expert loads as the slices' they give: the same header as the file's, exactly, without the file)
+    const std::vector<double> slices = o.expert_load.empty() && !o.per_expert_load.empty()
+                                           ? slice_loads(o.per_expert_load, o.ep)
+                                           : o.expert_load;
+    if (!slices.empty()) {
       std::string loads;
-      for (double x : o.expert_load) loads += fmt::format("{}{}", loads.empty() ? "" : ",", x);
+      for (double x : slices) loads += fmt::format("{}{}", loads.empty() ? "" : ",", x);
       s += " --expert-load " + loads;
     } else if (o.moe_imbalance > 0) {
       s += fmt::format(" --moe-imbalance {}", o.moe_imbalance);

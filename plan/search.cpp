@@ -100,8 +100,9 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& eps, const st
                                       name));
     if (etps != std::vector<int>{1})
       throw hw::SpecError(fmt::format("plan: --etp: the model '{}' has no experts to split", name));
-    if (r.moe_imbalance > 0)
-      throw hw::SpecError(fmt::format("plan: --moe-imbalance: the model '{}' has no experts to route to", name));
+    if (r.moe_imbalance > 0 || !r.per_expert_load.empty())
+      throw hw::SpecError(fmt::format("plan: --{}: the model '{}' has no experts to route to",
+                                      r.moe_imbalance > 0 ? "moe-imbalance" : "expert-load-file", name));
     if (r.a2a_overlap)
       throw hw::SpecError(fmt::format("plan: --a2a-overlap: the model '{}' has no experts, so no all-to-alls", name));
     if (r.moe_dispatcher != hw::MoeDispatcher::Nccl)
@@ -127,6 +128,14 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& eps, const st
   if (r.moe_imbalance != 0 && !(r.moe_imbalance >= 1))
     throw hw::SpecError(fmt::format("plan: --moe-imbalance {}: the busiest slice's load over the mean is at least 1",
                                     r.moe_imbalance));
+  if (!r.per_expert_load.empty()) {
+    if (r.moe_imbalance > 0)
+      throw hw::SpecError("plan: give --expert-load-file or --moe-imbalance, not both");
+    if (r.per_expert_load.size() != static_cast<std::size_t>(r.model.experts))
+      throw hw::SpecError(fmt::format("plan: --expert-load-file gives {} experts' loads, but the model '{}' has {} "
+                                      "experts",
+                                      r.per_expert_load.size(), name, r.model.experts));
+  }
 }
 
 }  // namespace
@@ -289,6 +298,7 @@ Enumeration enumerate(const PlanRequest& r) {
                             o.ep = ep;
                             o.etp = etp;
                             o.moe_imbalance = r.moe_imbalance > 1 ? r.moe_imbalance : 0;
+                            o.per_expert_load = r.per_expert_load;
                             o.a2a_overlap = r.a2a_overlap;
                             o = model_dense_layers("3d", o, r.model.blocks, r.model.dense_blocks);
                           }

@@ -58,6 +58,10 @@ struct PlanRequest {
   /// (gen 3d --moe-imbalance; 0 or 1: balanced). A candidate whose EP degree is below it cannot have it and is not
   /// generated ("imbalance").
   double moe_imbalance = 0;
+  /// An MoE model's measured routing: each expert's relative load (as many as it has experts; read_expert_loads),
+  /// which gives each candidate's expert slices theirs by its EP degree (gen 3d --expert-load-file: slice_loads).
+  /// Empty: moe_imbalance's, or balanced. Not with moe_imbalance.
+  std::vector<double> per_expert_load;
   /// An MoE model's candidates with expert slices overlap their all-to-alls with another microbatch's compute (gen 3d
   /// --a2a-overlap); refused for a dense model.
   bool a2a_overlap = false;

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "schedules/rank_source.h"
@@ -60,6 +61,10 @@ struct GenOptions {
   /// ep, 3d --ep: the busiest slice's load over the mean (dropless routing's max/mean ratio, 1 to ep): slice 0 gets it,
   /// the others share the rest evenly; 0: not given
   double moe_imbalance = 0;
+  /// ep, 3d --ep: the relative token load of each expert (E of them, E a multiple of ep: read_expert_loads), e.g.
+  /// tokens per expert measured by a router; each slice's load is the sum of its experts' (slice_loads). Empty: not
+  /// given
+  std::vector<double> per_expert_load;
   /// 3d: the pipeline order: 1f1b, interleaved-1f1b or interleaved-zb (with chunks), zb-h1, zbv or dualpipev (two
   /// chunks per stage in V placement)
   std::string schedule = "1f1b";
@@ -103,6 +108,19 @@ int rank_of_chunk(const std::string& schedule, int p, int chunk);
 /// ScheduleInterleaved1F1B otherwise (rounds = max(1, m / p) rounds of equal size; refused when m does not
 /// split into them).
 const std::vector<std::string>& generator_kinds();
+
+/// Per-expert token loads (e.g. a router's measured tokens per expert, Megatron-LM's per-layer MoE logging summed
+/// over layers) from the text `text` of the file `name`: numbers separated by white space or commas, `#` starting a
+/// comment to the end of the line. Each is finite, at least 0 and at most 1e15; there are 1 to 65,536 of them and
+/// at least one is above 0. Throws std::invalid_argument "NAME:LINE: why" for anything else.
+std::vector<double> parse_expert_loads(std::string_view text, const std::string& name);
+/// parse_expert_loads of the file at `path` (read_input_file's size limit). Throws std::invalid_argument.
+std::vector<double> read_expert_loads(const std::string& path);
+/// The relative loads of `ep` expert slices, slice j holding experts j·E/ep .. (j+1)·E/ep − 1 of the E of
+/// `per_expert` (Megatron-Core's and torchtitan's contiguous placement): each slice's sum over the mean slice's,
+/// so that they average 1 (the header's expert_load). Throws std::invalid_argument when ep does not divide E or a
+/// slice's experts get no token (a slice of load 0 is no expert parallelism).
+std::vector<double> slice_loads(const std::vector<double>& per_expert, int ep);
 
 /// The options with one schedule layer per transformer block of a model of `blocks` blocks, the physical default
 /// (a schedule layer is a modelling unit; one block is the unit of FSDP in torchtitan and Megatron-LM and of their

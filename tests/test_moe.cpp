@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -680,7 +681,9 @@ TEST_CASE("expert loads: the expert_load line round-trips, and is refused where 
   GenOptions both = ep_options(4, 4, 2, 0, 1);
   both.expert_load = {1, 1, 1, 1};
   both.moe_imbalance = 2;
-  CHECK_THROWS_WITH_AS(generate("ep", both), doctest::Contains("not both"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(generate("ep", both), doctest::Contains("give one of --expert-load, --expert-load-file and "
+                                                                "--moe-imbalance"),
+                       std::invalid_argument);
   GenOptions wrong = ep_options(4, 4, 2, 0, 1);
   wrong.expert_load = {1, 1};
   CHECK_THROWS_WITH_AS(generate("ep", wrong), doctest::Contains("gives 2 loads but --ep 4 has 4"), std::invalid_argument);
@@ -689,6 +692,60 @@ TEST_CASE("expert loads: the expert_load line round-trips, and is refused where 
     imbalance.moe_imbalance = r;
     CHECK_THROWS_WITH_AS(generate("ep", imbalance), doctest::Contains("below --ep (4)"), std::invalid_argument);
   }
+}
+
+TEST_CASE("expert loads per expert: read from a file, summed into the slices that hold them, refused by line") {
+  // A router's tokens per expert (8 experts), with a comment, commas and lines; EP 4 holds experts 2j and 2j+1.
+  const std::vector<double> loads =
+      parse_expert_loads("# tokens per expert, layer mean\n300, 100\n200 200 # slice 1\n\t50 150\n400,200,\n", "r.txt");
+  CHECK(loads == std::vector<double>{300, 100, 200, 200, 50, 150, 400, 200});
+  CHECK(slice_loads(loads, 4) == std::vector<double>{1, 1, 0.5, 1.5});  // (each over the mean slice's 400)
+  CHECK(slice_loads(loads, 8).front() == 300 / 200.0);
+  CHECK(slice_loads(loads, 1) == std::vector<double>{1});
+  CHECK_THROWS_WITH_AS(slice_loads(loads, 3), doctest::Contains("8 experts' loads do not split into 3 expert slices"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(slice_loads({0, 0, 1, 1}, 2), doctest::Contains("expert slice 0 of 2 (experts 0 to 1) gets no token"),
+                       std::invalid_argument);
+  for (const auto& [text, words] : std::vector<std::pair<std::string, std::string>>{
+           {"1 2\n3 x4\n", "r.txt:2: 'x4' is not a number"},
+           {"1\n-1\n", "r.txt:2: an expert's load is 0 to 1e15, got -1"},
+           {"1 nan", "r.txt:1: an expert's load is 0 to 1e15, got nan"},
+           {"1 inf", "r.txt:1: an expert's load is 0 to 1e15, got inf"},
+           {"1 1e16", "r.txt:1: an expert's load is 0 to 1e15, got 1e16"},
+           {"# nothing\n", "r.txt: no expert's load in it"},
+           {"0 0 0", "r.txt: every expert's load is 0"},
+           {std::string(100, '9'), "r.txt:1: '" + std::string(80, '9')}}) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(parse_expert_loads(text, "r.txt"), doctest::Contains(words.c_str()), std::invalid_argument);
+  }
+  std::string many;
+  for (int i = 0; i < 65537; ++i) many += "1 ";
+  CHECK_THROWS_WITH_AS(parse_expert_loads(many, "r.txt"), doctest::Contains("more than 65536 experts' loads"),
+                       std::invalid_argument);
+  // gen: the header's expert_load is the slices' loads; one of the three ways only.
+  GenOptions o = ep_options(4, 4, 2, 0, 1);
+  o.per_expert_load = loads;
+  CHECK(generate("ep", o).header.expert_load == std::vector<double>{1, 1, 0.5, 1.5});
+  o.moe_imbalance = 2;
+  CHECK_THROWS_WITH_AS(generate("ep", o), doctest::Contains("give one of"), std::invalid_argument);
+  o.moe_imbalance = 0, o.per_expert_load = {0, 0, 1, 1, 1, 1, 1, 1};
+  CHECK_THROWS_WITH_AS(generate("ep", o), doctest::Contains("ep: --expert-load-file: expert slice 0 of 4"),
+                       std::invalid_argument);
+  // The command line: the file's experts must be the model's.
+  const auto dir = testing::fresh_dir("expert-loads");
+  const std::string file = testing::write(dir / "loads.txt", "300, 100\n200 200\n50 150\n400,200\n");
+  testing::CommandResult r = testing::run_trainsim("gen 3d --dp 8 --ep 4 --microbatches 8 --model mixtral-8x7b "
+                                          "--expert-load-file " + file + " -o -", true);
+  CHECK(r.exit_code == 0);
+  CHECK(has(r.out, "\nexpert_load 1 1 0.5 1.5\n"));
+  r = testing::run_trainsim("gen 3d --dp 8 --ep 4 --microbatches 8 --model qwen3-30b-a3b --expert-load-file " + file +
+                                " -o -", true);
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.out, "gives 8 experts' loads, but the model 'qwen3-30b-a3b' has 128 experts"));
+  r = testing::run_trainsim("gen ep --dp 4 --ep 2 --expert-load-file " + (dir / "none.txt").string() + " -o -", true);
+  CHECK(r.exit_code == 2);
+  CHECK(has(r.out, "--expert-load-file: " + (dir / "none.txt").string() + ": cannot open the file"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("expert loads: the busiest slice computes and holds its share, and the others wait for it at the combine") {

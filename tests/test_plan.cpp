@@ -290,6 +290,20 @@ PlanRequest moe_request() {
   return r;
 }
 
+// The error enumerate gives moe_request() changed by `change`, or "no error".
+std::string refused(const std::function<void(PlanRequest&)>& change) {
+  PlanRequest q = moe_request();
+  change(q);
+  try {
+    enumerate(q);
+  } catch (const hw::SpecError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 }  // namespace
 
 TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts and TP x DP, TP beside it, the rest refused by name") {
@@ -364,17 +378,6 @@ TEST_CASE("plan, Mixture of Experts: EP searched where it divides the experts an
   }
   r.a2a_overlap = false;
   // What gen 3d --ep does not run, given anyway: a clear error naming the flag.
-  auto refused = [&](const std::function<void(PlanRequest&)>& change) {
-    PlanRequest q = moe_request();
-    change(q);
-    try {
-      enumerate(q);
-    } catch (const hw::SpecError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  auto contains = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
   // CP with EP: the EP groups carved out of TP x CP x DP.
   {
     PlanRequest q = moe_request();
@@ -475,6 +478,47 @@ TEST_CASE("plan, Mixture of Experts: bounds below the simulation, the symmetric 
     if (slower == 6) break;
   }
   CHECK(slower == 6);
+}
+
+TEST_CASE("plan, Mixture of Experts: measured per-expert loads rank each EP degree by its own slices' loads") {
+  PlanRequest r = moe_request();  // (8 experts)
+  r.space.microbatch_size = {1};
+  r.space.recompute = {hw::Recompute::Full};
+  r.per_expert_load = {4, 1, 1, 1, 1, 1, 1, 2};  // (a hot expert 0: EP 2's slices 7:5, EP 8's 4:1:...:2 over 1.5)
+  const Enumeration en = enumerate(r);
+  int checked = 0;
+  for (const Candidate& c : en.candidates) {
+    if (c.knobs.ep == 1) {
+      CHECK(c.config.options.per_expert_load.empty());
+      continue;
+    }
+    CHECK(c.config.options.per_expert_load == r.per_expert_load);
+    // Its gen line carries the slices' loads, exactly: the same schedule, the same step, without the file.
+    const std::string line = gen_command(c.config);
+    const std::vector<double> slices = slice_loads(r.per_expert_load, c.knobs.ep);
+    CHECK(slices.front() == (c.knobs.ep == 2 ? 7 / 6.0 : c.knobs.ep == 4 ? 5 / 3.0 : 4 / 1.5));
+    std::string want = " --expert-load ";
+    for (std::size_t j = 0; j < slices.size(); ++j) want += fmt::format("{}{}", j ? "," : "", slices[j]);
+    CHECK(line.find(want + " ") != std::string::npos);
+    if (checked++ % 5) continue;
+    GenOptions back = c.config.options;
+    back.per_expert_load.clear(), back.expert_load = slices;
+    CHECK(generate("3d", back).header.expert_load == generate("3d", c.config.options).header.expert_load);
+    // Slower than balanced, as the busiest slice sets the step.
+    const Candidate balanced = [&] {
+      Candidate b = c;
+      b.config.options.per_expert_load.clear();
+      return b;
+    }();
+    PlanRequest even = r;
+    even.per_expert_load.clear();
+    CHECK(evaluate(c, r).step_time_s > evaluate(balanced, even).step_time_s);
+  }
+  CHECK(checked > 5);
+  CHECK(contains(refused([](PlanRequest& q) { q.per_expert_load = {1, 1}; }),
+                 "--expert-load-file gives 2 experts' loads, but the model 'custom' has 8 experts"));
+  CHECK(contains(refused([](PlanRequest& q) { q.per_expert_load = std::vector<double>(8, 1.0), q.moe_imbalance = 2; }),
+                 "give --expert-load-file or --moe-imbalance, not both"));
 }
 
 TEST_CASE("plan, Mixture of Experts: the winner's Megatron-LM line reads back to the same configuration and step") {

@@ -137,9 +137,9 @@ Tensor moe_experts_backward(RankProgram& prog, int layer, const IdSet& group_bat
                             const Tensor& grads);
 Tensor moe_grad_combine(RankProgram& prog, int layer, const IdSet& b, const ExpertPlace& x, const Tensor& grads);
 
-/// The expert slices' loads that `o` asks for (--expert-load, or --moe-imbalance R: slice 0 R, the others
-/// (e - R) / (e - 1)), for `e` slices; empty: balanced. Throws std::invalid_argument naming `kind` for both given,
-/// a count other than e, a load not above 0 and at most 1e6, or R not in [1, e).
+/// The expert slices' loads that `o` asks for (--expert-load, the per-expert loads' slice_loads, or --moe-imbalance
+/// R: slice 0 R, the others (e - R) / (e - 1)), for `e` slices; empty: balanced. Throws std::invalid_argument naming
+/// `kind` for more than one given, a count other than e, a load not above 0 and at most 1e6, or R not in [1, e).
 std::vector<double> expert_loads(const std::string& kind, const GenOptions& o, int e);
 
 // ---- pipelines -----------------------------------------------------------------------------------------

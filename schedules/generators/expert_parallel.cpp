@@ -20,31 +20,6 @@
 
 namespace trainsim::gen {
 
-std::vector<double> expert_loads(const std::string& kind, const GenOptions& o, int e) {
-  if (!o.expert_load.empty() && o.moe_imbalance != 0)
-    throw std::invalid_argument(fmt::format("{}: give --expert-load or --moe-imbalance, not both", kind));
-  std::vector<double> load = o.expert_load;
-  if (!load.empty() && load.size() != static_cast<std::size_t>(e))
-    throw std::invalid_argument(fmt::format("{}: --expert-load gives {} loads but --ep {} has {} expert slices", kind,
-                                            load.size(), e, e));
-  for (double v : load)
-    if (!std::isfinite(v) || v <= 0 || v > 1e6)
-      throw std::invalid_argument(fmt::format("{}: --expert-load: a load is above 0 and at most 1e6 (got {})", kind, v));
-  if (o.moe_imbalance != 0) {
-    // Dropless routing with the busiest slice at max/mean = R (Megatron-Core's warning of the first steps, before
-    // the router balances): slice 0 gets R, the others (e - R) / (e - 1) each, so the mean stays 1.
-    const double r = o.moe_imbalance;
-    // (r = e would leave the other slices no token: a load of 0, which is no expert parallelism at all.)
-    if (!std::isfinite(r) || r < 1 || (e > 1 ? r >= e : r != 1))
-      throw std::invalid_argument(fmt::format("{}: --moe-imbalance is the busiest slice's load over the mean, at least 1 "
-                                              "and below --ep ({}), got {}",
-                                              kind, e, r));
-    load.assign(static_cast<std::size_t>(e), e > 1 ? (e - r) / (e - 1) : 1.0);
-    load[0] = r;
-  }
-  return load;
-}
-
 Schedule gen_expert_parallel(const GenOptions& o) {
   const std::string kind = "ep";
   require_at_least(kind, "dp", o.dp, 1);
