@@ -26,6 +26,7 @@
 #include "exec/dist/env.h"
 #include "exec/dist/rendezvous.h"
 #include "exec/training.h"
+#include "hardware/model.h"  // hw::ModelSpec::kMaxCapacityFactor
 #include "schedules/limits.h"
 #include "schedules/memory_breakdown.h"
 #include "schedules/text_format.h"
@@ -506,7 +507,7 @@ void add_replay_command(CLI::App& app, int* exit_code) {
                   "MoE models: token dropping, each expert keeping at most C times its balanced share of a "
                   "microbatch's (token, expert) pairs, those of the largest gates (Megatron-LM's "
                   "--moe-expert-capacity-factor); 0 (default): dropless")
-      ->check(number_in(0, 1e6, "", "C"));
+      ->check(number_in(0, hw::ModelSpec::kMaxCapacityFactor, "", "C"));
   cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch")->check(size);
   const CLI::Validator steps = integer_in(1, kMaxSteps, "", "STEPS");
   cmd->add_option("--steps", a->steps,

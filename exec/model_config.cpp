@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "exec/json_fields.h"
+#include "hardware/model.h"  // hw::ModelSpec: the capacity factors a model takes
 #include "schedules/input.h"  // shown(): long input quoted in errors at most 80 bytes
 
 namespace trainsim::exec {
@@ -37,8 +38,9 @@ void ModelConfig::validate() const {
     require(dense_blocks >= 0 && dense_blocks < blocks,
             fmt::format("dense_blocks must be 0 to blocks - 1 ({}) for an MoE model (at least one MoE block), got {}",
                         blocks - 1, dense_blocks));
-    require(capacity_factor == 0 || (capacity_factor >= 1e-3 && capacity_factor <= 1e6),
-            fmt::format("capacity_factor must be 0 (dropless) or 0.001 to 1e6, got {}", capacity_factor));
+    constexpr double lo = hw::ModelSpec::kMinCapacityFactor, hi = hw::ModelSpec::kMaxCapacityFactor;  // (one range)
+    require(capacity_factor == 0 || (capacity_factor >= lo && capacity_factor <= hi),
+            fmt::format("capacity_factor must be 0 (dropless) or {:g} to {:g}, got {}", lo, hi, capacity_factor));
   } else {
     require(top_k == 0 && dense_blocks == 0 && capacity_factor == 0,
             fmt::format("top_k ({}), dense_blocks ({}) and capacity_factor ({}) are for MoE models: set experts too",

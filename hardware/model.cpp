@@ -124,9 +124,10 @@ void ModelSpec::validate(const std::string& where) const {
          fmt::format("must be 0 to blocks - 1 ({}): at least one block has experts, got {}", blocks - 1, dense_blocks));
     need(!bias, "bias", "a Mixture-of-Experts model with biases is not modelled (the experts have none)");
     // (!(x >= a) also refuses NaN)
-    need(capacity_factor == 0 || (capacity_factor >= 0.01 && capacity_factor <= 1000), "capacity_factor",
-         fmt::format("must be 0 (dropless) or 0.01 to 1000 (an expert's tokens over its balanced share), got {}",
-                     capacity_factor));
+    need(capacity_factor == 0 || (capacity_factor >= kMinCapacityFactor && capacity_factor <= kMaxCapacityFactor),
+         "capacity_factor",
+         fmt::format("must be 0 (dropless) or {:g} to {:g} (an expert's tokens over its balanced share), got {}",
+                     kMinCapacityFactor, kMaxCapacityFactor, capacity_factor));
     need(!pad_to_capacity || capacity_factor > 0, "pad_to_capacity",
          "pads each expert's tokens to its capacity: set capacity_factor too");
     need(router_groups == 0 || (router_groups >= 1 && experts % router_groups == 0), "router_groups",

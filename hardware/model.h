@@ -66,6 +66,9 @@ struct ModelSpec {
   /// tokens and drops the rest; 0: dropless. With pad_to_capacity (--moe-pad-expert-input-to-capacity) every expert
   /// runs exactly its capacity, padded: static shapes, the padding computed and sent.
   double capacity_factor = 0;
+  /// The capacity factors a model takes besides 0 (the hardware model's and the executor's): an expert's tokens
+  /// over its balanced share, 0.01 to 1000.
+  static constexpr double kMinCapacityFactor = 0.01, kMaxCapacityFactor = 1000;
   bool pad_to_capacity = false;
   /// Group-limited routing (DeepSeek-AI 2024, DeepSeek-V3 §2.1.2 and §3.2.2: "each token will be sent to at most
   /// M = 4 nodes"; config.json n_group, topk_group; Megatron-LM --moe-router-num-groups, --moe-router-group-topk):

@@ -62,9 +62,9 @@ TEST_CASE("model manifest: an MoE model's capacity factor round-trips exactly, a
   j["capacity_factor"] = "1.1";
   CHECK(refusal(j) == "model configuration: 'capacity_factor' must be a finite number, not \"1.1\"");
   j["capacity_factor"] = -1;
-  CHECK(refusal(j) == "capacity_factor must be 0 (dropless) or 0.001 to 1e6, got -1");
+  CHECK(refusal(j) == "capacity_factor must be 0 (dropless) or 0.01 to 1000, got -1");
   j["capacity_factor"] = 1e300;
-  CHECK(refusal(j) == "capacity_factor must be 0 (dropless) or 0.001 to 1e6, got 1e+300");
+  CHECK(refusal(j) == "capacity_factor must be 0 (dropless) or 0.01 to 1000, got 1e+300");
   j = exec::to_json(exec::preset("tiny"));
   j["capacity_factor"] = 1;
   CHECK(refusal(j) == "top_k (0), dense_blocks (0) and capacity_factor (1) are for MoE models: set experts too");
