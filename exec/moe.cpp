@@ -219,7 +219,8 @@ void experts_backward(Kernels<T>& k, Allocator& alloc, const T* W, int d, int f,
 }
 
 #define TRAINSIM_INSTANTIATE(T)                                                                                        \
-  template MoeRouting moe_route<T>(Kernels<T>&, Allocator&, const T*, const T*, long, int, int, int, bool, int, double, long);       \
+  template MoeRouting moe_route<T>(Kernels<T>&, Allocator&, const T*, const T*, long, int, int, int, bool, int,      \
+                                   double, long);                                                                      \
   template void moe_pack<T>(Kernels<T>&, const MoeRouting&, const T*, T*, int);                                        \
   template void experts_forward<T>(Kernels<T>&, Allocator&, const T*, int, int, const std::vector<long>&, const T*,   \
                                    T*, T*, T*);                                                                        \

@@ -7,8 +7,8 @@
 #include <deque>
 #include <limits>
 #include <mutex>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 

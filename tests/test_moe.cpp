@@ -712,6 +712,7 @@ TEST_CASE("expert loads per expert: read from a file, summed into the slices tha
            {"1 nan", "r.txt:1: an expert's load is 0 to 1e15, got nan"},
            {"1 inf", "r.txt:1: an expert's load is 0 to 1e15, got inf"},
            {"1 1e16", "r.txt:1: an expert's load is 0 to 1e15, got 1e16"},
+           {"1 1e400", "r.txt:1: an expert's load is 0 to 1e15, got 1e400"},
            {"# nothing\n", "r.txt: no expert's load in it"},
            {"0 0 0", "r.txt: every expert's load is 0"},
            {std::string(100, '9'), "r.txt:1: '" + std::string(80, '9')}}) {

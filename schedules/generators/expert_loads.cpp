@@ -4,8 +4,9 @@
 // (--moe-imbalance).
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
+#include <system_error>
 #include <stdexcept>
 
 #include "schedules/generators/builder.h"
@@ -34,10 +35,13 @@ std::vector<double> parse_expert_loads(std::string_view text, const std::string&
       while (end < text.size() && text[end] != '\n' && text[end] != ' ' && text[end] != '\t' && text[end] != '\r' &&
              text[end] != ',' && text[end] != '#')
         ++end;
-      const std::string word(text.substr(i, end - i));
-      char* stop = nullptr;
-      const double v = word.size() <= 64 ? std::strtod(word.c_str(), &stop) : 0;
-      if (word.size() > 64 || stop != word.c_str() + word.size())
+      const std::string_view word = text.substr(i, end - i);
+      double v = 0;  // (from_chars: the C locale's digits whatever the user's, as the .sched reader reads numbers)
+      const auto [stop, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
+      const bool whole = stop == word.data() + word.size();
+      if (whole && ec == std::errc::result_out_of_range)
+        throw fail(fmt::format("an expert's load is 0 to 1e15, got {}", shown(word)));
+      if (word.size() > 64 || ec != std::errc() || !whole)
         throw fail(fmt::format("'{}' is not a number (an expert's load: tokens, or any relative measure)", shown(word)));
       if (!std::isfinite(v) || v < 0 || v > 1e15)
         throw fail(fmt::format("an expert's load is 0 to 1e15, got {}", shown(word)));
