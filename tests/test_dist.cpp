@@ -480,12 +480,14 @@ TEST_CASE("examples: the multi-machine scripts parse, and the torchrun-style one
   CHECK(r.out.find("TRAINSIM_TOKEN: set TRAINSIM_TOKEN to the same secret on every machine") != std::string::npos);
 }
 
-TEST_CASE("trainsim launch: EP beside TP over 4 processes passes --check (the shards' routing digests sent to rank 0)") {
+TEST_CASE("trainsim launch: MoE beside TP over 4 processes passes --check (the shards' routing digests sent to rank 0)") {
   // Each TP rank routes its sequence shard of a microbatch; rank 0 sums the shards' routing digests it receives
   // (exec/job_wire.h) before comparing them with single-device training's, so a lost or misread shard would show.
-  // With expert TP (--etp 2) the TP group also all-gathers its members' tokens, of unequal counts, over TCP.
+  // With expert TP (--etp 2) the TP group also all-gathers its members' tokens, of unequal counts, over TCP; without
+  // EP every TP rank routes every token and runs its slice of every expert.
   for (const char* gen : {"gen 3d --tp 2 --sp --dp 2 --ep 4 --layers 2 --microbatches 2",
-                          "gen 3d --tp 2 --sp --dp 2 --ep 2 --etp 2 --layers 2 --microbatches 2"}) {
+                          "gen 3d --tp 2 --sp --dp 2 --ep 2 --etp 2 --layers 2 --microbatches 2",
+                          "gen 3d --tp 2 --sp --dp 2 --layers 2 --microbatches 2"}) {
     CAPTURE(gen);
     Job job("moe-tp");
     const std::string sched = (job.dir / "moetp.sched").string();
