@@ -325,6 +325,13 @@ int run(GenArgs& a) {
       return 2;
     }
   }
+  const bool expert_slices = a.kind == "ep" || (a.kind == "3d" && opts.ep > 1);
+  if (!expert_slices && (!opts.expert_load.empty() || !a.expert_load_file.empty() || opts.moe_imbalance != 0)) {
+    fmt::print(stderr, "trainsim gen: {}: the schedule has no expert slices to load (gen ep, or gen 3d --ep)\n",
+               !opts.expert_load.empty() ? "--expert-load" : !a.expert_load_file.empty() ? "--expert-load-file"
+                                                                                          : "--moe-imbalance");
+    return 2;
+  }
   if (!a.expert_load_file.empty()) {
     try {
       opts.per_expert_load = read_expert_loads(a.expert_load_file);

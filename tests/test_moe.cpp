@@ -743,6 +743,12 @@ TEST_CASE("expert loads per expert: read from a file, summed into the slices tha
                                 " -o -", true);
   CHECK(r.exit_code == 2);
   CHECK(has(r.out, "gives 8 experts' loads, but the model 'qwen3-30b-a3b' has 128 experts"));
+  for (const char* line : {"gen 1f1b --expert-load 1,1", "gen 3d --dp 2 --moe-imbalance 1.5", "gen ddp --dp 2"}) {
+    CAPTURE(line);
+    r = testing::run_trainsim(std::string(line) + (has(line, "ddp") ? " --expert-load-file " + file : "") + " -o -", true);
+    CHECK(r.exit_code == 2);
+    CHECK(has(r.out, "the schedule has no expert slices to load (gen ep, or gen 3d --ep)"));
+  }
   r = testing::run_trainsim("gen ep --dp 4 --ep 2 --expert-load-file " + (dir / "none.txt").string() + " -o -", true);
   CHECK(r.exit_code == 2);
   CHECK(has(r.out, "--expert-load-file: " + (dir / "none.txt").string() + ": cannot open the file"));
