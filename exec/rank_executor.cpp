@@ -89,6 +89,9 @@ struct RankExecutor::Impl {
   // tensor of the forward dispatch (layer, batches), the rows its group sent, for the backward's all-to-alls.
   std::map<std::pair<int, IdSet>, std::shared_ptr<MoeSource>> moe_sources;
   std::map<std::pair<int, IdSet>, std::shared_ptr<ExpertRows>> expert_rows;
+  // Expert TP: the rows a forward's all-gather over the TP group gave an expert slice (expert_collective), which the
+  // backward's all-gather of their grads gives again.
+  std::map<std::pair<int, IdSet>, std::shared_ptr<ExpertRows>> gathered_rows;
   // With ctx.record_routing: (MoE block, microbatch) -> its routing's digest (under TP: of the rank's sequence
   // shard of the microbatch), written by the forwards' streams.
   std::mutex routes_mu;
@@ -944,10 +947,22 @@ struct RankExecutor::Impl {
           "index in the group ({} here)",
           op.label(), from.str(), to.str(), t, me));
     const std::vector<int> order = plan.gather_order[index];  // (shard q's member-major block: order[q])
-    auto rows = std::make_shared<ExpertRows>();  // (filled when the call runs, as the dispatch's)
+    // The rows: filled when the call runs, as the dispatch's; a backward all-gather's are its forward's, whose
+    // counts it does not exchange again.
+    auto rows = std::make_shared<ExpertRows>();
+    const bool known = gather && from.kind == TensorKind::ActivationGrad;
+    if (known) {
+      auto it = gathered_rows.find({to.layer, to.batches});
+      if (it == gathered_rows.end())
+        throw std::runtime_error(fmt::format("{}: the backward all-gather of {} before its forward's", op.label(), to.str()));
+      rows = it->second;
+    } else if (gather) {
+      gathered_rows[{to.layer, to.batches}] = rows;
+    }
     out->rows = rows;
-    out->ready = submit_call(op, index, group, std::move(deps), [this, in, out, rows, group, t, me, order,
-                                                                  gather](StreamContext& s) {
+    const int shard = gather ? from.shards.ids().front() : me;  // (the shard this rank's own tokens are)
+    out->ready = submit_call(op, index, group, std::move(deps), [this, in, out, rows, group, t, me, order, gather,
+                                                                  known, shard](StreamContext& s) {
       const long d = model.dim;
       // Where source (q, i)'s rows of expert e start, in shard q's own order (by expert, then member) and in the
       // gathered one (by expert, then shard and member).
@@ -967,18 +982,23 @@ struct RankExecutor::Impl {
       if (gather) {
         const ExpertRows& mine = *in->rows;
         const int k = static_cast<int>(mine.counts.size()), per = k ? static_cast<int>(mine.counts.front().size()) : 0;
-        std::vector<float> send(static_cast<std::size_t>(k) * per), got(send.size() * t);
-        for (int i = 0; i < k; ++i)
-          for (int e = 0; e < per; ++e) send[static_cast<std::size_t>(i) * per + e] = static_cast<float>(mine.counts[i][e]);
-        BufferPtr all_counts = dev.memory().allocate(got.size() * sizeof(float));  // (below 2^24: the dispatch's)
-        comm.all_gather(s, staged(s, send)->as<float>(), all_counts->as<float>(), send.size(), group);
-        s.kernels().to_host(got.data(), all_counts->data(), all_counts->bytes());
-        rows->counts.assign(static_cast<std::size_t>(t) * k, std::vector<long>(per));
-        for (int q = 0; q < t; ++q) {
-          const int b = order.empty() ? q : order[q];
+        if (!known) {
+          std::vector<float> send(static_cast<std::size_t>(k) * per), got(send.size() * t);
           for (int i = 0; i < k; ++i)
-            for (int e = 0; e < per; ++e)
-              rows->counts[q * k + i][e] = static_cast<long>(got[(static_cast<std::size_t>(b) * k + i) * per + e]);
+            for (int e = 0; e < per; ++e) send[static_cast<std::size_t>(i) * per + e] = static_cast<float>(mine.counts[i][e]);
+          BufferPtr all_counts = dev.memory().allocate(got.size() * sizeof(float));  // (below 2^24: the dispatch's)
+          comm.all_gather(s, staged(s, send)->as<float>(), all_counts->as<float>(), send.size(), group);
+          s.kernels().to_host(got.data(), all_counts->data(), all_counts->bytes());
+          rows->counts.assign(static_cast<std::size_t>(t) * k, std::vector<long>(per));
+          for (int q = 0; q < t; ++q) {
+            const int b = order.empty() ? q : order[q];
+            for (int i = 0; i < k; ++i)
+              for (int e = 0; e < per; ++e)
+                rows->counts[q * k + i][e] = static_cast<long>(got[(static_cast<std::size_t>(b) * k + i) * per + e]);
+          }
+        } else if (rows->counts.size() != static_cast<std::size_t>(t) * k ||
+                   !std::equal(mine.counts.begin(), mine.counts.end(), rows->counts.begin() + shard * k)) {
+          throw std::runtime_error("the grads to all-gather are not the tokens the forward's all-gather gave");
         }
         const auto [own, all, total] = layout_of(rows->counts, t, k, per);
         const long longest = *std::max_element(total.begin(), total.end()) * d;
@@ -1089,7 +1109,7 @@ struct RankExecutor::Impl {
     carried = std::move(st.tensors);
     st.tensors.clear();
     held.clear(), last_forward.clear(), last_backward_input.clear(), losses.clear(), norm.reset();
-    norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear(), routes.clear();
+    norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear(), gathered_rows.clear(), routes.clear();
     const auto& ops = ctx.schedule->ranks[rank];
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const Op& op = ops[i];
@@ -1122,7 +1142,7 @@ struct RankExecutor::Impl {
       out.routing.push_back({key.first, key.second, digest.hash, digest.counts, digest.shard, digest.shards});
     st = next_state();
     held.clear(), losses.clear(), norm.reset(), last_forward.clear(), last_backward_input.clear();
-    norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear();
+    norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear(), gathered_rows.clear();
     return out;
   }
 
