@@ -45,7 +45,7 @@ struct ReplayArgs {
   std::string preset = "small";
   // Not given: the preset's (every option below that is a std::optional: not given = the default).
   std::optional<int> blocks, dim, heads, ffn, seq, microbatch_size, experts, top_k, dense_blocks;
-  std::optional<double> capacity_factor;
+  std::optional<double> capacity_factor, aux_loss_coeff;
   int steps = 20;
   std::optional<int> stop_after;
   std::uint64_t seed = 1;
@@ -98,6 +98,7 @@ nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult
   j["data"] = r.data_description;
   j["first_step"] = r.first_step;
   j["losses"] = r.losses;
+  if (!r.aux_losses.empty()) j["aux_losses"] = r.aux_losses;  // (an MoE model with the load-balancing loss)
   j["learning_rates"] = r.learning_rates;
   j["grad_norms"] = r.grad_norms;
   j["clip_coefficients"] = r.clip_coefficients;
@@ -134,6 +135,7 @@ nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult
   j["grad_clip_note"] = r.clip_note;
   if (r.checked) {
     j["reference_losses"] = r.reference_losses;
+    if (!r.reference_aux_losses.empty()) j["reference_aux_losses"] = r.reference_aux_losses;
     j["max_rel_diff_loss"] = r.max_rel_diff_loss;
     j["max_rel_diff_weights"] = r.max_rel_diff_weights;
     j["worst_parameter"] = r.worst_parameter;
@@ -155,6 +157,7 @@ nlohmann::ordered_json result_json(const ReplayArgs& a, const exec::ReplayResult
 // 0.512 s  16000 tokens/s  peak 9.61 MiB (rank 3)".
 std::string step_line(const exec::StepReport& rep) {
   std::string line = fmt::format("step {:>5}/{}  loss {:.4f}", rep.step + 1, rep.steps, rep.loss);
+  if (rep.aux_loss > 0) line += fmt::format("  aux {:.4f}", rep.aux_loss);  // (the MoE load-balancing loss)
   if (rep.evaluated) line += fmt::format("  val {:.4f}", rep.validation_loss);
   // (a gradient that is no longer finite: the step's update spoilt the weights, and the next loss says so)
   const std::string norm = std::isfinite(rep.grad_norm) ? fmt::format("{:.3f}", rep.grad_norm)
@@ -189,6 +192,7 @@ int run(const ReplayArgs& a) {
                               {&a.top_k, &o.model.top_k}, {&a.dense_blocks, &o.model.dense_blocks}})
     if (*given) *field = **given, modified = true;
   if (a.capacity_factor) o.model.capacity_factor = *a.capacity_factor, modified = true;
+  if (a.aux_loss_coeff) o.model.aux_loss_coeff = *a.aux_loss_coeff, modified = true;
   if (modified) o.model.preset += " (modified)";
   if (a.lr) o.optimizer.lr = *a.lr, o.optimizer.min_lr = *a.lr / 10;
   if (a.min_lr) {
@@ -508,6 +512,11 @@ void add_replay_command(CLI::App& app, int* exit_code) {
                   "microbatch's (token, expert) pairs, those of the largest gates (Megatron-LM's "
                   "--moe-expert-capacity-factor); 0 (default): dropless")
       ->check(number_in(0, hw::ModelSpec::kMaxCapacityFactor, "", "C"));
+  cmd->add_option("--aux-loss-coeff", a->aux_loss_coeff,
+                  "MoE models: the load-balancing auxiliary loss's coefficient: each MoE block adds ALPHA·E/k·Σ_e "
+                  "f_e·P_e to each microbatch's loss (Switch Transformer's, as Megatron-LM's --moe-aux-loss-coeff; "
+                  "ALPHA at perfect balance; reported as 'aux' beside the loss); 0 (default): none")
+      ->check(number_in(0, exec::ModelConfig::kMaxAuxLossCoeff, "", "ALPHA"));
   cmd->add_option("--microbatch-size", a->microbatch_size, "Sequences per microbatch")->check(size);
   const CLI::Validator steps = integer_in(1, kMaxSteps, "", "STEPS");
   cmd->add_option("--steps", a->steps,

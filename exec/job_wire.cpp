@@ -53,6 +53,7 @@ std::string encode_step(const StepOutput& out, std::size_t peak_bytes) {
   w.put<std::uint64_t>(peak_bytes);
   w.put_bytes(out.loss_sums.data(), out.loss_sums.size() * sizeof(double));
   w.put<double>(out.grad_norm_sq);
+  w.put<double>(out.aux_loss_sum);
   w.put<std::uint64_t>(out.peak_bytes);
   w.put<std::uint8_t>(out.state ? 1 : 0);
   if (out.state) {
@@ -79,6 +80,7 @@ StepOutput decode_step(const std::string& bytes, std::size_t& peak_bytes) {
   out.loss_sums.resize(losses.size() / sizeof(double));
   std::memcpy(out.loss_sums.data(), losses.data(), out.loss_sums.size() * sizeof(double));
   out.grad_norm_sq = r.get<double>();
+  out.aux_loss_sum = r.get<double>();
   out.peak_bytes = r.get<std::uint64_t>();
   const auto has_state = r.get<std::uint8_t>();
   if (has_state > 1) throw std::runtime_error("a rank's report to rank 0 is malformed (its state flag)");

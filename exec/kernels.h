@@ -185,6 +185,16 @@ class Kernels {
     (void)idx, (void)gates, (void)dgates, (void)dlogits, (void)n, (void)E, (void)k;
     missing_moe("moe_topk_backward");
   }
+  /// The load-balancing auxiliary loss of n routed tokens (ModelConfig::aux_loss_coeff; Fedus et al. 2021, eq. 4):
+  /// for row t of logits (n×E), in segment q = t / rows_per_segment (a microbatch's tokens), p = the softmax of
+  /// the row over all E experts and s_t = Σ_e p_e·coeffs[q·E + e] (coeffs G×E: the segment's per-expert weights,
+  /// α·E/k·count_e/n²); dlogits[t, e] += scale·p_e·(coeffs[q·E + e] − s_t), the gradient of scale·Σ_t s_t; and
+  /// *loss_sum += Σ_t s_t in row order (one double; not when null). Softmax and sums in double.
+  virtual void moe_aux_loss(const T* logits, const T* coeffs, T* dlogits, double* loss_sum, long n, int E,
+                            long rows_per_segment, T scale) {
+    (void)logits, (void)coeffs, (void)dlogits, (void)loss_sum, (void)n, (void)E, (void)rows_per_segment, (void)scale;
+    missing_moe("moe_aux_loss");
+  }
   /// out row i (d) = x row rows[i], for i < count.
   virtual void gather_rows(const T* x, const int* rows, T* out, long count, int d) {
     (void)x, (void)rows, (void)out, (void)count, (void)d;

@@ -163,9 +163,11 @@ struct Run {
   // projections): the gated sum is reduced as a dense block's MLP output is (`partial_out` as block_forward's).
   void moe_forward(const T* W, const BlockOffsets& o, T* y, BlockStash& s, bool output, bool partial_out = false) {
     auto st = std::make_shared<MoeState>();
+    const bool aux = m.aux_loss_coeff > 0 && c.microbatch_weight > 0;
     st->routing = moe_route(k(), *c.alloc, p(s.xn2), W + o.router, ns, d, m.experts, m.top_k, static_cast<bool>(c.on_route),
-                            c.misroute_tokens, m.capacity_factor, m.tokens_per_microbatch());
+                            c.misroute_tokens, m.capacity_factor, m.tokens_per_microbatch(), aux);
     if (c.on_route) c.on_route(o.block, st->routing);
+    if (aux) st->aux_coeffs = aux_coefficients(st->routing);
     const long pairs = st->routing.pairs();
     s.moe = st;
     if (o.experts_held == 0) {
@@ -190,6 +192,27 @@ struct Run {
     reduce(y, n * d);
     k().add(y, p(s.h), y, n * d);
   }
+  // The load-balancing loss's per-expert weights of each microbatch routed here (exec/moe.h), G×E in backend
+  // memory: from the microbatch's counts, which a sharded TP slice sums over the group's sequence shards.
+  BufferPtr aux_coefficients(const MoeRouting& r) {
+    std::vector<double> counts = routed_counts(r, aux_group());
+    if (sharded) {  // (small integers: exact in T, in any order)
+      std::vector<T> v(counts.begin(), counts.end());
+      BufferPtr b = make(static_cast<long>(v.size()));
+      k().to_device(b->data(), v.data(), v.size() * sizeof(T));
+      c.tp->all_reduce(p(b), static_cast<long>(v.size()));
+      k().to_host(v.data(), b->data(), v.size() * sizeof(T));
+      counts.assign(v.begin(), v.end());
+    }
+    moe_aux_coefficients(counts, m.aux_loss_coeff, m.experts, m.top_k, m.tokens_per_microbatch());
+    const std::vector<T> coeffs(counts.begin(), counts.end());
+    BufferPtr out = make(static_cast<long>(coeffs.size()));
+    k().to_device(out->data(), coeffs.data(), coeffs.size() * sizeof(T));
+    return out;
+  }
+  // The routed rows of one microbatch: its tokens, or under TP its sequence shard's.
+  long aux_group() const { return m.tokens_per_microbatch() / (sharded ? tp_size : 1); }
+
   void combine(const MoeState& st, const T* h, T* y) {
     k().moe_combine(h, p(st.y_pairs), st.routing.pair_row->as<int>(), p(st.routing.gates), y, ns, m.top_k, d);
   }
@@ -222,6 +245,12 @@ struct Run {
     st.y_pairs.reset();
     st.dlogits = make(ns * m.experts);
     k().moe_topk_backward(st.routing.idx->as<int>(), p(st.routing.gates), p(st.dgates), p(st.dlogits), ns, m.experts, K);
+    if (st.aux_coeffs) {  // (the load-balancing loss's gradient; its value counted once per token)
+      const bool counted = tp_size == 1 || sharded || tp_index == 0;
+      k().moe_aux_loss(p(st.routing.logits), p(st.aux_coeffs), p(st.dlogits), counted ? c.aux_loss_sum : nullptr, ns,
+                       m.experts, aux_group(), static_cast<T>(c.microbatch_weight));
+      st.routing.logits.reset(), st.aux_coeffs.reset();
+    }
     k().gemm(false, false, ns, d, m.experts, T(1), p(st.dlogits), m.experts, W + o.router, d, T(1), p(s.dxn2), d);
   }
 

@@ -56,6 +56,13 @@ struct ModelContext {
   /// Fault injection (tests, exec/rank_executor.h FaultInjection): the first N tokens of each MoE forward go to the
   /// lowest expert not chosen in place of their k-th (moe_route's `misroute`).
   int misroute_tokens = 0;
+  /// The weight of one microbatch's loss in the step's objective: 1 / the step's microbatches (the cross-entropy's
+  /// scale is this over a microbatch's tokens). It scales the gradient of the MoE blocks' load-balancing loss
+  /// (ModelConfig::aux_loss_coeff), which is computed only when it is set: 0 (evaluation, sampling) computes none.
+  double microbatch_weight = 0;
+  /// With the load-balancing loss: one double in backend memory to which each MoE block's backward adds its
+  /// microbatches' loss (unweighted; a TP slice that routes every token adds it on slice 0 only). Null: not summed.
+  double* aux_loss_sum = nullptr;
 };
 
 /// cos and sin of the rotary angles t·theta^(-2i/hd), t < seq, i < hd/2, row-major (host memory).

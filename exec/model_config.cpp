@@ -41,10 +41,13 @@ void ModelConfig::validate() const {
     constexpr double lo = hw::ModelSpec::kMinCapacityFactor, hi = hw::ModelSpec::kMaxCapacityFactor;  // (one range)
     require(capacity_factor == 0 || (capacity_factor >= lo && capacity_factor <= hi),
             fmt::format("capacity_factor must be 0 (dropless) or {:g} to {:g}, got {}", lo, hi, capacity_factor));
+    require(aux_loss_coeff >= 0 && aux_loss_coeff <= kMaxAuxLossCoeff,  // (false for NaN)
+            fmt::format("aux_loss_coeff must be 0 (none) to {:g}, got {}", kMaxAuxLossCoeff, aux_loss_coeff));
   } else {
-    require(top_k == 0 && dense_blocks == 0 && capacity_factor == 0,
-            fmt::format("top_k ({}), dense_blocks ({}) and capacity_factor ({}) are for MoE models: set experts too",
-                        top_k, dense_blocks, capacity_factor));
+    require(top_k == 0 && dense_blocks == 0 && capacity_factor == 0 && aux_loss_coeff == 0,
+            fmt::format("top_k ({}), dense_blocks ({}), capacity_factor ({}) and aux_loss_coeff ({}) are for MoE "
+                        "models: set experts too",
+                        top_k, dense_blocks, capacity_factor, aux_loss_coeff));
   }
   // Keep every buffer's element count well inside int range (kernels index with int rows and long elements).
   // In double: the products of ints overflow int and long long before they can be compared.
@@ -103,7 +106,8 @@ std::string ModelConfig::describe() const {
   const std::string experts_part =
       moe() ? fmt::format(", {} MoE block{} of {} experts (top-{}{})", blocks - dense_blocks,
                           blocks - dense_blocks == 1 ? "" : "s", experts, top_k,
-                          capacity_factor > 0 ? fmt::format(", capacity factor {:g}", capacity_factor) : "")
+                          (capacity_factor > 0 ? fmt::format(", capacity factor {:g}", capacity_factor) : "") +
+                              (aux_loss_coeff > 0 ? fmt::format(", aux loss {:g}", aux_loss_coeff) : ""))
             : "";
   const std::string active = moe() ? fmt::format(" ({:L} active)", active_parameters()) : "";
   return fmt::format("{}: {} blocks, dim {}, {} heads, ffn {}{}, seq {}, {} sequences/microbatch, {:L} parameters{}",
@@ -185,6 +189,7 @@ nlohmann::json to_json(const ModelConfig& m) {
     j["top_k"] = m.top_k;
     j["dense_blocks"] = m.dense_blocks;
     if (m.capacity_factor > 0) j["capacity_factor"] = m.capacity_factor;  // (dropless manifests as before it)
+    if (m.aux_loss_coeff > 0) j["aux_loss_coeff"] = m.aux_loss_coeff;     // (and without the loss, as before it)
   }
   return j;
 }
@@ -212,6 +217,14 @@ float float_field(const nlohmann::json& j, const char* key) {
   return *f;
 }
 
+// A manifest's double field: a finite number.
+double double_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number() || !std::isfinite(v.get<double>()))
+    throw std::invalid_argument(fmt::format("model configuration: '{}' must be a finite number, not {}", key, v.dump()));
+  return v.get<double>();
+}
+
 }  // namespace
 
 ModelConfig model_from_json(const nlohmann::json& j) {
@@ -232,13 +245,9 @@ ModelConfig model_from_json(const nlohmann::json& j) {
     if (j.contains("experts")) m.experts = int_field(j, "experts");
     if (j.contains("top_k")) m.top_k = int_field(j, "top_k");
     if (j.contains("dense_blocks")) m.dense_blocks = int_field(j, "dense_blocks");
-    if (j.contains("capacity_factor")) {  // (a double, as written: a float would not read back the same)
-      const nlohmann::json& v = j.at("capacity_factor");
-      if (!v.is_number() || !std::isfinite(v.get<double>()))
-        throw std::invalid_argument(
-            fmt::format("model configuration: 'capacity_factor' must be a finite number, not {}", v.dump()));
-      m.capacity_factor = v.get<double>();
-    }
+    // (doubles, as written: a float would not read back the same)
+    if (j.contains("capacity_factor")) m.capacity_factor = double_field(j, "capacity_factor");
+    if (j.contains("aux_loss_coeff")) m.aux_loss_coeff = double_field(j, "aux_loss_coeff");
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(fmt::format("model configuration: {}", e.what()));
   }

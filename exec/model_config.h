@@ -51,6 +51,13 @@ struct ModelConfig {
   /// the (token, slot) pairs routed to it, those of the largest gates (the lower token first among equal ones),
   /// and drops the rest (their expert output and gate count as zero: the token keeps its residual). 0: dropless.
   double capacity_factor = 0;
+  /// MoE models: the load-balancing auxiliary loss's coefficient α (Fedus et al. 2021, "Switch Transformers",
+  /// eq. 4, for top-k as Megatron-Core's switch_load_balancing_loss_func, --moe-aux-loss-coeff): each MoE block
+  /// adds α·E/k · Σ_e f_e·P_e to each microbatch's loss, f_e = the fraction of the microbatch's n·k (token, slot)
+  /// pairs the router sends expert e (before any dropping), P_e = the mean over its tokens of the softmax of all E
+  /// router logits. α at perfect balance. 0 (default): none. 0 to kMaxAuxLossCoeff.
+  double aux_loss_coeff = 0;
+  static constexpr double kMaxAuxLossCoeff = 10;
 
   int head_dim() const { return dim / heads; }
   /// True for a Mixture-of-Experts model.

@@ -12,7 +12,8 @@ namespace trainsim::exec {
 std::size_t MoeState::bytes() const {
   std::size_t n = 0;
   for (const BufferPtr* b : {&routing.idx, &routing.gates, &routing.pair_row, &routing.pair_token, &x_pairs, &y_pairs,
-                             &gu_pairs, &act_pairs, &dgates, &dy_pairs, &dlogits, &dlayer_out, &experts_dw})
+                             &gu_pairs, &act_pairs, &dgates, &dy_pairs, &dlogits, &dlayer_out, &experts_dw,
+                             &routing.logits, &aux_coeffs})
     n += *b ? (*b)->bytes() : 0;
   return n;
 }
@@ -24,7 +25,7 @@ long expert_capacity(double capacity_factor, long tokens, int top_k, int experts
 
 template <typename T>
 MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k,
-                     bool margins, int misroute, double capacity_factor, long group) {
+                     bool margins, int misroute, double capacity_factor, long group, bool keep_logits) {
   MoeRouting r;
   r.tokens = n, r.experts = E, r.top_k = top_k;
   const long pairs = n * top_k;
@@ -117,7 +118,23 @@ MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, 
   r.pair_token = alloc.allocate(static_cast<std::size_t>(std::max(r.kept, 1L)) * sizeof(int));
   k.to_device(r.pair_row->data(), pair_row.data(), pair_row.size() * sizeof(int));
   k.to_device(r.pair_token->data(), pair_token.data(), static_cast<std::size_t>(r.kept) * sizeof(int));
+  if (keep_logits) r.logits = std::move(logits);
   return r;
+}
+
+std::vector<double> routed_counts(const MoeRouting& r, long group) {
+  if (group <= 0 || r.tokens % group)
+    throw std::invalid_argument(fmt::format("routed counts of groups of {} tokens, and {} tokens are not whole groups",
+                                            group, r.tokens));
+  std::vector<double> counts(static_cast<std::size_t>(r.tokens / group) * r.experts, 0.0);
+  for (long i = 0; i < r.tokens * r.top_k; ++i)
+    counts.at(static_cast<std::size_t>(i / r.top_k / group * r.experts + r.host_idx.at(i))) += 1;
+  return counts;
+}
+
+void moe_aux_coefficients(std::vector<double>& counts, double alpha, int experts, int top_k, long tokens) {
+  const double n = static_cast<double>(tokens), c = alpha * experts / top_k / (n * n);
+  for (double& x : counts) x *= c;
 }
 
 RoutingDigest routing_digest(const MoeRouting& r, long first, long count, int seq, int shard, int shards) {
@@ -220,7 +237,7 @@ void experts_backward(Kernels<T>& k, Allocator& alloc, const T* W, int d, int f,
 
 #define TRAINSIM_INSTANTIATE(T)                                                                                        \
   template MoeRouting moe_route<T>(Kernels<T>&, Allocator&, const T*, const T*, long, int, int, int, bool, int,      \
-                                   double, long);                                                                      \
+                                   double, long, bool);                                                                \
   template void moe_pack<T>(Kernels<T>&, const MoeRouting&, const T*, T*, int);                                        \
   template void experts_forward<T>(Kernels<T>&, Allocator&, const T*, int, int, const std::vector<long>&, const T*,   \
                                    T*, T*, T*);                                                                        \

@@ -41,6 +41,7 @@ struct MoeRouting {
   /// With token dropping, a token whose pair sits at an expert's capacity is as near a tie as the gap between the
   /// last kept and the first dropped gate of that expert, over the largest gate: its margin is at most that.
   std::vector<double> margins;
+  BufferPtr logits;  ///< n×E: the router's logits, when kept (moe_route's keep_logits: the auxiliary loss)
   /// Rows of the packed order (the pairs the experts run).
   long pairs() const { return kept; }
 };
@@ -76,6 +77,7 @@ struct MoeState {
   BufferPtr dlogits;           ///< n×E: the router logits' grad, for the router's weight grad
   BufferPtr dlayer_out;        ///< split, a layer with the LM head: the logits' grad, for the head's weight grad
   BufferPtr experts_dw;        ///< whole block: the experts' weight grads (backward-input), for backward-weight
+  BufferPtr aux_coeffs;        ///< with the auxiliary loss: its per-expert weights, G×E (moe_aux_coefficients)
   std::size_t bytes() const;
 };
 
@@ -86,10 +88,23 @@ struct MoeState {
 /// With `capacity_factor` C > 0 (token dropping, ModelConfig::capacity_factor), the tokens come in groups of
 /// `group` (a microbatch's; n a multiple of it), and in each group expert e keeps at most ceil(C·group·k/E) of its
 /// pairs, those of the largest gates, the lower token first among equal gates (Megatron-LM's "probs" drop policy;
-/// GShard's capacity). Throws std::invalid_argument when n is not a multiple of `group`.
+/// GShard's capacity). Throws std::invalid_argument when n is not a multiple of `group`. With `keep_logits`, the
+/// logits stay in MoeRouting::logits.
 template <typename T>
 MoeRouting moe_route(Kernels<T>& k, Allocator& alloc, const T* xn, const T* Wr, long n, int d, int E, int top_k,
-                     bool margins = false, int misroute = 0, double capacity_factor = 0, long group = 0);
+                     bool margins = false, int misroute = 0, double capacity_factor = 0, long group = 0,
+                     bool keep_logits = false);
+
+/// The (token, slot) pairs the router sent each expert, before any dropping, per group of `group` consecutive
+/// tokens (a microbatch's, or under TP its sequence shard's): G×E counts, G = tokens / group, row-major. Throws
+/// std::invalid_argument when the tokens are not whole groups.
+std::vector<double> routed_counts(const MoeRouting& r, long group);
+
+/// The auxiliary loss's per-expert weights (Kernels::moe_aux_loss's coeffs) from a microbatch's routed counts
+/// (routed_counts, summed over the microbatch's sequence shards): α·E/k · count_e / n², n the microbatch's tokens,
+/// so that Σ_t Σ_e p_te·coeff_e = α·E/k · Σ_e (count_e/n)·(Σ_t p_te/n) (Megatron-Core's
+/// switch_load_balancing_loss_func; Fedus et al. 2021, eq. 4 with f_e over the n·k pairs). In place on `counts`.
+void moe_aux_coefficients(std::vector<double>& counts, double alpha, int experts, int top_k, long tokens);
 
 /// The capacity of one expert under token dropping: ceil(C·tokens·k/E) pairs of a group of `tokens` tokens.
 long expert_capacity(double capacity_factor, long tokens, int top_k, int experts);

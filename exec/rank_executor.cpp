@@ -97,6 +97,9 @@ struct RankExecutor::Impl {
   std::mutex routes_mu;
   std::map<std::pair<int, int>, RoutingDigest> routes;
   std::vector<std::shared_ptr<LossRecord>> losses;
+  // With the MoE load-balancing loss: each backward op's sum of it (one double, set by the op's work), in program
+  // order.
+  std::vector<std::shared_ptr<BufferPtr>> aux_sums;
   SlotPtr norm;
   // The last collective submitted over each communicator group. A communicator numbers a group's calls as the
   // stream workers run them; the plan gives a schedule group used on several streams a communicator group per
@@ -138,7 +141,8 @@ struct RankExecutor::Impl {
   ModelContext<float> model_ctx(StreamContext& s, const TpComm<float>* tp = nullptr) {
     return ModelContext<float>{.k = &s.kernels(), .alloc = &dev.memory(), .rope_cos = rope_cos->as<float>(),
                                .rope_sin = rope_sin->as<float>(), .tp = tp && tp->size > 1 ? tp : nullptr,
-                               .recompute = ctx.recompute};
+                               .recompute = ctx.recompute,
+                               .microbatch_weight = 1.0 / ctx.schedule->header.microbatches};
   }
   // The TP group's reductions inside a compute op of TP degree `tp_size` running on `s` (exec/model.h): over
   // the plan's copy of the rank's TP group for the op's stream.
@@ -340,10 +344,19 @@ struct RankExecutor::Impl {
     const int sequences = A.batches.size() * model.microbatch_size;
     const OpKind kind = op.kind;
     const Tensor slice = w ? w->id : dw->id;  // (which TP slice of the layer: its layout)
-    EventPtr done = submit(op, index, deps, [this, a, g, w, dw, da, slice, sequences, kind](StreamContext& s) {
+    // (the MoE load-balancing loss its routers add: summed into a double of its own, read at the step's end)
+    std::shared_ptr<BufferPtr> aux;
+    if (model.aux_loss_coeff > 0 && kind != OpKind::BackwardWeight && layout(slice).has_moe())
+      aux_sums.push_back(aux = std::make_shared<BufferPtr>());
+    EventPtr done = submit(op, index, deps, [this, a, g, w, dw, da, slice, sequences, kind, aux](StreamContext& s) {
       TpComm<float> tp = tp_comm(s, slice.tp_size);
       ModelContext<float> mc = model_ctx(s, &tp);
       const LayerLayout& lay = layout(slice);
+      if (aux) {
+        *aux = dev.memory().allocate(sizeof(double));
+        s.zero((*aux)->data(), sizeof(double));
+        mc.aux_loss_sum = (*aux)->as<double>();
+      }
       Slot& holder = stash_holder(a);
       std::shared_ptr<LayerStash> stash = holder.stash;
       if (kind == OpKind::BackwardWeight) {
@@ -1108,7 +1121,7 @@ struct RankExecutor::Impl {
     carried_initialized = st.initialized;
     carried = std::move(st.tensors);
     st.tensors.clear();
-    held.clear(), last_forward.clear(), last_backward_input.clear(), losses.clear(), norm.reset();
+    held.clear(), last_forward.clear(), last_backward_input.clear(), losses.clear(), aux_sums.clear(), norm.reset();
     norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear(), gathered_rows.clear(), routes.clear();
     const auto& ops = ctx.schedule->ranks[rank];
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
@@ -1132,6 +1145,11 @@ struct RankExecutor::Impl {
       for (std::size_t i = 0; i < rec->batches.size(); ++i)
         if (rec->reported.contains(rec->batches[i])) out.loss_sums[rec->batches[i]] = sums[i];
     }
+    for (const auto& sum : aux_sums) {  // (in program order: the same sum on every run)
+      double v = 0;
+      if (*sum) dev.download(&v, (*sum)->data(), sizeof(double));
+      out.aux_loss_sum += v;
+    }
     for (const SlotPtr& part : norm_parts_out) {  // (in program order: the same sum on every run)
       double v = 0;
       dev.download(&v, part->buffer->data(), sizeof(double));
@@ -1141,7 +1159,7 @@ struct RankExecutor::Impl {
     for (const auto& [key, digest] : routes)
       out.routing.push_back({key.first, key.second, digest.hash, digest.counts, digest.shard, digest.shards});
     st = next_state();
-    held.clear(), losses.clear(), norm.reset(), last_forward.clear(), last_backward_input.clear();
+    held.clear(), losses.clear(), aux_sums.clear(), norm.reset(), last_forward.clear(), last_backward_input.clear();
     norm_parts_out.clear(), moe_sources.clear(), expert_rows.clear(), gathered_rows.clear();
     return out;
   }

@@ -60,6 +60,9 @@ struct RankState {
 /// What one rank reports after a step.
 struct StepOutput {
   std::vector<double> loss_sums;   ///< per microbatch: the summed loss over its tokens, NaN where another rank reports it
+  /// The MoE load-balancing loss (ModelConfig::aux_loss_coeff) of the routers whose backward ran on this rank,
+  /// summed over their blocks and microbatches (each microbatch's, unweighted); 0 without it.
+  double aux_loss_sum = 0;
   /// The rank's part of the squared global gradient norm, before clipping: the sum of squares of the gradient
   /// elements it counts (RankPlan::norm_parts, each element counted by one rank), in fp64; 0 when it updates
   /// nothing. The parts summed in rank order are the norm clipping uses (its all-reduce sums in member order).

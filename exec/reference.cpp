@@ -16,7 +16,7 @@ struct ReferenceTrainer::Lane {
   CpuKernels<float> k;
   std::vector<int> tokens, targets;
   std::vector<float> logits, dW;
-  double loss_sum = 0;
+  double loss_sum = 0, aux_sum = 0;
   std::map<std::pair<int, int>, RoutingDigest> routes;  // (MoE block, microbatch) -> its routing
 };
 
@@ -50,7 +50,9 @@ double ReferenceTrainer::step(int step) {
   const double tokens = static_cast<double>(microbatches_) * n;
   // Microbatch b's forward, loss and backward on `lane`: reads the weights, writes only the lane.
   auto run = [&](Lane& lane, int b) {
-    ModelContext<float> c{.k = &lane.k, .alloc = &lane.alloc, .rope_cos = cos_.data(), .rope_sin = sin_.data()};
+    ModelContext<float> c{.k = &lane.k, .alloc = &lane.alloc, .rope_cos = cos_.data(), .rope_sin = sin_.data(),
+                          .microbatch_weight = 1.0 / microbatches_, .aux_loss_sum = &lane.aux_sum};
+    lane.aux_sum = 0;
     if (record_routing_)
       c.on_route = [&lane, b, n](int block, const MoeRouting& r) { lane.routes[{block, b}] = routing_digest(r, 0, n); };
     data_.microbatch(model_, step, microbatches_, b, lane.tokens.data(), lane.targets.data());
@@ -63,6 +65,7 @@ double ReferenceTrainer::step(int step) {
                    lane.dW.data(), stash);
   };
   double loss = 0;
+  aux_loss_ = 0;
   routing_.clear();
   const int width = static_cast<int>(lanes_.size());
   for (int b0 = 0; b0 < microbatches_; b0 += width) {
@@ -99,6 +102,7 @@ double ReferenceTrainer::step(int step) {
     for (int i = 0; i < count; ++i) {
       Lane& lane = *lanes_[i];
       loss += lane.loss_sum;
+      aux_loss_ += lane.aux_sum;
       routing_.merge(lane.routes);
       lane.routes.clear();
       if (b0 + i == 0) grad_ = lane.dW;
@@ -113,6 +117,7 @@ double ReferenceTrainer::step(int step) {
     k_.adamw(w, grad_.data() + p.offset, m_.data() + p.offset, v_.data() + p.offset, w, m_.data() + p.offset,
              v_.data() + p.offset, p.size(), st, clip_ ? &norm_sq : nullptr, opt_.grad_clip);
   }
+  aux_loss_ /= microbatches_;
   return loss / tokens;
 }
 

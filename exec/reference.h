@@ -35,6 +35,8 @@ class ReferenceTrainer {
   /// Runs 0-based step `step`; returns its loss (the mean over every token of every microbatch). Rethrows the
   /// first exception of a microbatch's thread after every thread has finished.
   double step(int step);
+  /// The last step's MoE load-balancing loss (ModelConfig::aux_loss_coeff), as StepReport::aux_loss; 0 without it.
+  double aux_loss() const { return aux_loss_; }
   /// The parameters by global name (exec/layout.h), row-major.
   std::map<std::string, std::vector<float>> parameters() const;
   /// Mixture of Experts: the last step's routing, (MoE block, microbatch) -> its digest with the tokens' margins
@@ -55,6 +57,7 @@ class ReferenceTrainer {
   std::vector<std::unique_ptr<Lane>> lanes_;  // one per microbatch that may run at once
   bool record_routing_ = false;
   std::map<std::pair<int, int>, RoutingDigest> routing_;
+  double aux_loss_ = 0;
 };
 
 }  // namespace trainsim::exec

@@ -406,6 +406,8 @@ struct Job {
       double norm_sq = 0;  // (in rank order, as the norm's all-reduce sums)
       for (int r = 0; r < world; ++r) norm_sq += row[r]->grad_norm_sq, rep.peak_bytes.push_back(row[r]->peak_bytes);
       rep.grad_norm = std::sqrt(norm_sq);
+      for (int r = 0; r < world; ++r) rep.aux_loss += row[r]->aux_loss_sum;  // (in rank order)
+      rep.aux_loss /= s.header.microbatches;
       if (!std::isfinite(rep.grad_norm)) {  // (PyTorch's clip_grad_norm_(error_if_nonfinite=True), torchtitan's stop)
         fail(fmt::format("the gradient norm is not finite ({}) in step {} of {}: the training diverged (a smaller --lr "
                          "or --grad-clip may help)",
@@ -416,6 +418,7 @@ struct Job {
         rep.clip_coefficient = shortest(static_cast<float>(std::min(1.0, o.optimizer.grad_clip / (rep.grad_norm + 1e-6))));
       prev = now;
       res.losses.push_back(rep.loss);
+      if (o.model.aux_loss_coeff > 0) res.aux_losses.push_back(rep.aux_loss);
       if (ctx.record_routing) {  // (each (block, microbatch) once; under TP its sequence shards' digests summed)
         auto& step_routes = routing.emplace_back();
         std::map<std::pair<int, int>, std::set<int>> shards_seen;
@@ -561,10 +564,13 @@ void compare(const ReplayContext& ctx, const ReplayOptions& o, int first, int la
     }
     if (res.routing_diverged_step) break;
     res.reference_losses.push_back(l);
+    if (o.model.aux_loss_coeff > 0) res.reference_aux_losses.push_back(ref.aux_loss());
   }
+  auto rel = [](double a, double b) { return std::abs(a - b) / std::abs(b); };
   for (std::size_t i = 0; i < res.reference_losses.size(); ++i)
-    res.max_rel_diff_loss =
-        std::max(res.max_rel_diff_loss, std::abs(res.losses[i] - res.reference_losses[i]) / std::abs(res.reference_losses[i]));
+    res.max_rel_diff_loss = std::max(res.max_rel_diff_loss, rel(res.losses[i], res.reference_losses[i]));
+  for (std::size_t i = 0; i < res.reference_aux_losses.size(); ++i)  // (the load-balancing loss: a loss too)
+    res.max_rel_diff_loss = std::max(res.max_rel_diff_loss, rel(res.aux_losses.at(i), res.reference_aux_losses[i]));
   if (res.routing_diverged_step) return;  // (another trajectory from there: the final weights are not comparable)
   // The weights are compared as one vector (every parameter of the model), and each parameter tensor is
   // reported on its own to say where the difference sits. The model-wide norm is the criterion: AdamW divides

@@ -58,6 +58,10 @@ struct StepReport {
   int step = 0;             ///< 0-based
   int steps = 0;            ///< of this many
   double loss = 0;          ///< mean over the step's tokens
+  /// The MoE load-balancing loss (ModelConfig::aux_loss_coeff): the sum over the MoE blocks of each one's, mean over
+  /// the step's microbatches (what the objective adds to `loss`; α times the MoE blocks at perfect balance); 0
+  /// without it.
+  double aux_loss = 0;
   double learning_rate = 0; ///< the step's AdamW learning rate (warmup, cosine decay: exec/optimizer.h)
   /// The global L2 norm of the step's gradient (every parameter, the full-batch mean's), before clipping.
   double grad_norm = 0;
@@ -87,6 +91,7 @@ struct ReplayResult {
   bool reporting = true;
   int first_step = 0;                   ///< 0, or the checkpoint's step when resuming
   std::vector<double> losses;           ///< one per step run
+  std::vector<double> aux_losses;       ///< with the MoE load-balancing loss: StepReport::aux_loss, one per step run
   // One per step run, as StepReport has them:
   std::vector<double> learning_rates, grad_norms, clip_coefficients, step_seconds, step_tokens_per_s;
   std::vector<std::vector<std::size_t>> step_peak_bytes;  ///< [step][rank]
@@ -104,7 +109,8 @@ struct ReplayResult {
   // With check:
   bool checked = false;
   std::vector<double> reference_losses;  ///< the reference's losses of the same steps
-  double max_rel_diff_loss = 0;          ///< max over steps of |loss − ref| / |ref|
+  std::vector<double> reference_aux_losses;  ///< and its load-balancing losses (compared as the losses are)
+  double max_rel_diff_loss = 0;          ///< max over steps of |loss − ref| / |ref|, the aux losses' too
   double max_rel_diff_weights = 0;       ///< ‖w − ref‖₂ / ‖ref‖₂ over all the model's parameters
   std::string worst_parameter;           ///< the parameter tensor with the largest relative difference
   double worst_parameter_rel_diff = 0;   ///< its ‖w − ref‖₂ / ‖ref‖₂ (reported, not a criterion: see compare())

@@ -484,16 +484,18 @@ TEST_CASE("trainsim launch: MoE beside TP over 4 processes passes --check (the s
   // Each TP rank routes its sequence shard of a microbatch; rank 0 sums the shards' routing digests it receives
   // (exec/job_wire.h) before comparing them with single-device training's, so a lost or misread shard would show.
   // With expert TP (--etp 2) the TP group also all-gathers its members' tokens, of unequal counts, over TCP; without
-  // EP every TP rank routes every token and runs its slice of every expert.
-  for (const char* gen : {"gen 3d --tp 2 --sp --dp 2 --ep 4 --layers 2 --microbatches 2",
-                          "gen 3d --tp 2 --sp --dp 2 --ep 2 --etp 2 --layers 2 --microbatches 2",
-                          "gen 3d --tp 2 --sp --dp 2 --layers 2 --microbatches 2"}) {
+  // EP every TP rank routes every token and runs its slice of every expert. Two of them with the load-balancing
+  // loss, whose sums the ranks send rank 0 too (a shard's part, or a TP slice's whole once).
+  for (const auto& [gen, aux] : {std::pair{"gen 3d --tp 2 --sp --dp 2 --ep 4 --layers 2 --microbatches 2", true},
+                                 {"gen 3d --tp 2 --sp --dp 2 --ep 2 --etp 2 --layers 2 --microbatches 2", false},
+                                 {"gen 3d --tp 2 --sp --dp 2 --layers 2 --microbatches 2", true}}) {
     CAPTURE(gen);
     Job job("moe-tp");
     const std::string sched = (job.dir / "moetp.sched").string();
     REQUIRE(run_trainsim(std::string(gen) + " -o " + sched).exit_code == 0);
     CommandResult r = run_trainsim("launch --nproc 4 -- trainsim replay " + sched +
-                                   " --model tiny-moe --steps 3 --check --json --rendezvous-timeout 60");
+                                   " --model tiny-moe --steps 3 --check --json --rendezvous-timeout 60" +
+                                   (aux ? " --aux-loss-coeff 0.05" : ""));
     INFO(r.out);
     REQUIRE(r.exit_code == 0);
     std::string json;
@@ -506,5 +508,9 @@ TEST_CASE("trainsim launch: MoE beside TP over 4 processes passes --check (the s
     CHECK(j["max_rel_diff_loss"].get<double>() <= 1e-5);
     CHECK(j["max_rel_diff_weights"].get<double>() <= 1e-5);
     CHECK(j["replicas_identical"] == true);
+    CHECK(j.contains("aux_losses") == aux);
+    if (aux)
+      for (std::size_t i = 0; i < 3; ++i)
+        CHECK(j["aux_losses"][i].get<double>() == doctest::Approx(j["reference_aux_losses"][i].get<double>()).epsilon(1e-5));
   }
 }

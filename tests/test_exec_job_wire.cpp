@@ -18,6 +18,7 @@ exec::StepOutput sample_step() {
   out.loss_sums = {1.5, -0.25, 3e10};
   out.timings = {exec::WorkTiming{3, 10, 20, 4096}, exec::WorkTiming{-1, 25, 30, 0}};
   out.grad_norm_sq = 0.75;
+  out.aux_loss_sum = 0.0625;
   out.peak_bytes = 99;
   out.routing = {{1, 0, 0x1234567890abcdefull, {3, 0, 5}}, {2, 7, 42, {}, 1, 2}};
   return out;
@@ -42,6 +43,7 @@ TEST_CASE("job wire: steps and states round-trip bit for bit") {
   CHECK(back.timings[0].tag == 3);
   CHECK(back.timings[1].end_ns == 30);
   CHECK(back.grad_norm_sq == 0.75);
+  CHECK(back.aux_loss_sum == 0.0625);
   CHECK(back.peak_bytes == 99);
   REQUIRE(back.routing.size() == 2);
   CHECK(back.routing[0].block == 1);

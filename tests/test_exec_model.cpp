@@ -27,6 +27,7 @@ struct Net {
   CpuKernels<double> k;
   std::vector<double> cos, sin;
   ModelContext<double> c;
+  double extra = 0;  // added to the loss: what c.on_route adds up in a forward (the load-balancing loss's test)
 
   Net(ModelConfig cfg, int layers) : m(cfg) {
     for (const LayerSpec& s : partition(m, layers)) layouts.emplace_back(m, s);
@@ -49,6 +50,7 @@ struct Net {
     const int L = static_cast<int>(layouts.size()), B = m.microbatch_size;
     std::vector<std::vector<double>> acts(L + 1);
     std::vector<LayerStash> stash(L);
+    extra = 0;
     for (int l = 0; l < L; ++l) {
       acts[l + 1].resize(activation_elements(m, l + 1, L, B));
       const void* in = l == 0 ? static_cast<const void*>(tokens.data()) : acts[l].data();
@@ -70,7 +72,7 @@ struct Net {
         dout = din;
       }
     }
-    return sum * scale;
+    return sum * scale + extra;
   }
 };
 
@@ -329,6 +331,62 @@ TEST_CASE("exec model MoE: with token dropping every parameter's gradient still 
         m.tokens_per_microbatch() * m.top_k);
   Net one(m, 1);
   check_all_gradients(one);
+}
+
+TEST_CASE("exec model MoE: with the load-balancing loss every parameter's gradient matches central differences") {
+  // The objective: the cross-entropy plus each MoE block's Switch Transformer loss (Fedus et al. 2021, eq. 4, f_e over
+  // the n·k pairs), computed here from the routing alone: α·E·Σ_e f_e·P_e, f_e the fraction of the microbatch's
+  // (token, slot) pairs at expert e, P_e the mean over its tokens of the softmax of all E router logits. Its value
+  // is what the kernels sum (c.aux_loss_sum), and its gradient is in the analytic one (the counts held fixed, as
+  // PyTorch's autograd holds them: an integer count has none).
+  for (double capacity : {0.0, 0.3}) {  // (dropping or not, the counts are the router's choice)
+    CAPTURE(capacity);
+    ModelConfig m = moe_config();
+    m.aux_loss_coeff = 0.3;  // (large beside the cross-entropy, so a wrong gradient shows)
+    m.capacity_factor = capacity;
+    Net net(m, 1);
+    double summed = 0;
+    net.c.microbatch_weight = 1, net.c.aux_loss_sum = &summed;
+    double independent = 0;
+    net.c.on_route = [&net, &independent](int, const MoeRouting& r) {
+      REQUIRE(r.logits);
+      const double* z = r.logits->as<double>();
+      const long n = r.tokens;
+      const int E = r.experts, K = r.top_k;
+      std::vector<double> f(E, 0), P(E, 0);
+      for (long i = 0; i < n * K; ++i) f[r.host_idx[i]] += 1.0 / (n * K);
+      for (long t = 0; t < n; ++t) {
+        double sum = 0;
+        for (int e = 0; e < E; ++e) sum += std::exp(z[t * E + e]);
+        for (int e = 0; e < E; ++e) P[e] += std::exp(z[t * E + e]) / sum / n;
+      }
+      double aux = 0;
+      for (int e = 0; e < E; ++e) aux += net.m.aux_loss_coeff * E * f[e] * P[e];
+      net.extra += aux;
+      independent += aux;
+    };
+    std::vector<std::vector<double>> grads;
+    const double with = net.loss(&grads);
+    CHECK(independent > 0);
+    CHECK(summed == doctest::Approx(independent).epsilon(1e-12));  // (two MoE blocks' values)
+    CHECK(net.extra == independent);  // (the loss the gradients are checked against holds it)
+    CHECK(with > independent);
+    check_all_gradients(net);
+    // Without the loss, the router's gradient differs (the check above would fail on the objective without it).
+    ModelConfig without = m;
+    without.aux_loss_coeff = 0;
+    Net plain(without, 1);
+    std::vector<std::vector<double>> plain_grads;
+    plain.loss(&plain_grads);
+    const ParamSpec* router = nullptr;
+    for (const ParamSpec& p : net.layouts[0].params())
+      if (p.name.find("router") != std::string::npos) router = &p;
+    REQUIRE(router);
+    double diff = 0;
+    for (long e = router->offset; e < router->offset + router->size(); ++e)
+      diff = std::max(diff, std::abs(grads[0][e] - plain_grads[0][e]));
+    CHECK(diff > 1e-4);
+  }
 }
 
 TEST_CASE("exec model MoE: the router's top-k and gates, ties to the lower expert, and their gradient") {

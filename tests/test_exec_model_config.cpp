@@ -67,5 +67,26 @@ TEST_CASE("model manifest: an MoE model's capacity factor round-trips exactly, a
   CHECK(refusal(j) == "capacity_factor must be 0 (dropless) or 0.01 to 1000, got 1e+300");
   j = exec::to_json(exec::preset("tiny"));
   j["capacity_factor"] = 1;
-  CHECK(refusal(j) == "top_k (0), dense_blocks (0) and capacity_factor (1) are for MoE models: set experts too");
+  CHECK(refusal(j) == "top_k (0), dense_blocks (0), capacity_factor (1) and aux_loss_coeff (0) are for MoE models: set "
+                      "experts too");
+}
+
+TEST_CASE("model manifest: an MoE model's load-balancing coefficient round-trips exactly, and is refused out of range") {
+  exec::ModelConfig moe = exec::preset("tiny-moe");
+  moe.aux_loss_coeff = 0.01;  // (not a float: read back as a double, the same bits)
+  const nlohmann::json good = exec::to_json(moe);
+  CHECK(refusal(good) == "(accepted)");
+  CHECK(exec::model_from_json(good) == moe);
+  CHECK_FALSE(exec::to_json(exec::preset("tiny-moe")).contains("aux_loss_coeff"));  // (none: as before it)
+  nlohmann::json j = good;
+  j["aux_loss_coeff"] = nullptr;
+  CHECK(refusal(j) == "model configuration: 'aux_loss_coeff' must be a finite number, not null");
+  j["aux_loss_coeff"] = -0.5;
+  CHECK(refusal(j) == "aux_loss_coeff must be 0 (none) to 10, got -0.5");
+  j["aux_loss_coeff"] = 11;
+  CHECK(refusal(j) == "aux_loss_coeff must be 0 (none) to 10, got 11");
+  j = exec::to_json(exec::preset("tiny"));
+  j["aux_loss_coeff"] = 0.01;
+  CHECK(refusal(j) == "top_k (0), dense_blocks (0), capacity_factor (0) and aux_loss_coeff (0.01) are for MoE "
+                      "models: set experts too");
 }

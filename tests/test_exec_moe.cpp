@@ -278,6 +278,77 @@ TEST_CASE("exec MoE: token dropping (a capacity factor) trains like one device, 
                      "shard") != std::string::npos);
 }
 
+TEST_CASE("exec MoE: the load-balancing loss trains like one device, with EP, beside TP, in pipelines, recomputed") {
+  // Each MoE block's Switch Transformer loss (exec/moe.h) over each microbatch: a router that routes a sequence
+  // shard (EP beside TP) counts the microbatch's pairs over its TP group; a TP slice that routes every token (TP
+  // without EP) counts its value once. The reference computes it whole; --check compares the losses, this one
+  // too, and the weights its gradient moved.
+  struct Case {
+    const char* kind;
+    GenOptions g;
+    hw::Recompute recompute = hw::Recompute::None;
+  };
+  GenOptions ep, pp, tp_ep, etp, tp, inside;
+  ep.dp = 4, ep.ep = 2, ep.layers = 2, ep.dense_layers = 1, ep.microbatches = 2;
+  pp.pp = 2, pp.dp = 2, pp.ep = 2, pp.zero = 1, pp.layers = 2, pp.dense_layers = 1, pp.microbatches = 4;
+  tp_ep.tp = 2, tp_ep.sequence_parallel = true, tp_ep.dp = 2, tp_ep.ep = 2, tp_ep.layers = 2, tp_ep.dense_layers = 1;
+  etp = tp_ep, etp.etp = 2;
+  tp.tp = 2, tp.sequence_parallel = true, tp.dp = 2, tp.layers = 2, tp.microbatches = 2;
+  inside.stages = 2, inside.microbatches = 4;
+  for (const Case& c : {Case{"ep", ep}, Case{"ep", ep, hw::Recompute::Full}, Case{"3d", pp}, Case{"3d", tp_ep},
+                        Case{"3d", etp}, Case{"3d", tp}, Case{"1f1b", inside}}) {
+    CAPTURE(c.kind);
+    CAPTURE(c.g.tp);
+    CAPTURE(c.g.ep);
+    CAPTURE(c.g.etp);
+    const Schedule s = gen_moe(c.kind, c.g);
+    exec::ReplayOptions o = moe_options(s, c.g.dense_layers);
+    o.recompute = c.recompute;
+    const exec::ReplayResult plain = exec::replay(s, o);
+    REQUIRE(plain.ok);
+    CHECK(plain.aux_losses.empty());
+    o.model.aux_loss_coeff = 0.1;
+    const exec::ReplayResult r = check_equivalence(s, o);
+    CHECK(r.routing_diverged_step == 0);
+    REQUIRE(r.aux_losses.size() == r.losses.size());
+    REQUIRE(r.reference_aux_losses.size() == r.losses.size());
+    const int moe_blocks = o.model.blocks - o.model.dense_blocks;
+    for (std::size_t i = 0; i < r.losses.size(); ++i) {
+      // (α per MoE block at perfect balance; a little above it for an untrained router, never above α·E per block)
+      CHECK(r.aux_losses[i] == doctest::Approx(r.reference_aux_losses[i]).epsilon(1e-5));
+      CHECK(r.aux_losses[i] > 0.9 * 0.1 * moe_blocks);
+      CHECK(r.aux_losses[i] < 0.1 * moe_blocks * o.model.experts);
+    }
+    CHECK(r.losses.front() == plain.losses.front());  // (the first step's loss is before any update)
+    CHECK(r.losses.back() != plain.losses.back());
+  }
+}
+
+TEST_CASE("exec MoE: the load-balancing loss balances the experts' load") {
+  // 40 steps at a high learning rate: without the loss the router drifts from balance (the normalised loss, which
+  // is 1 at balance and E when one expert takes every token, grows), with α = 1 it stays near balance.
+  GenOptions g;
+  g.dp = 2, g.ep = 2, g.layers = 2, g.microbatches = 2;
+  const Schedule s = gen_moe("ep", g);
+  auto normalised = [&s](double alpha) {
+    exec::ReplayOptions o = moe_options(s, 0, 40);
+    o.optimizer.lr = 1e-2, o.optimizer.min_lr = 1e-3;
+    o.model.aux_loss_coeff = alpha;
+    const exec::ReplayResult r = exec::replay(s, o);
+    INFO(r.error);
+    REQUIRE(r.ok);
+    REQUIRE(r.aux_losses.size() == 40);
+    double worst = 0;  // over the last 10 steps, per MoE block
+    for (std::size_t i = 30; i < 40; ++i) worst = std::max(worst, r.aux_losses[i] / alpha / o.model.blocks);
+    return worst;
+  };
+  const double free = normalised(1e-4), balanced = normalised(1);
+  CAPTURE(free);
+  CAPTURE(balanced);
+  CHECK(free > 1.15);
+  CHECK(balanced < 1.05);
+}
+
 TEST_CASE("exec MoE: without expert parallelism a layer runs its experts itself, in any order, recomputation too") {
   GenOptions g;
   g.stages = 2, g.microbatches = 4;
@@ -371,7 +442,13 @@ TEST_CASE("trainsim replay --model tiny-moe: an expert-parallel schedule, its ch
   CHECK(run_trainsim("replay " + sched + " --model tiny-moe --capacity-factor -1", true).exit_code == 2);
   const CommandResult dense = run_trainsim("replay " + sched + " --model tiny --capacity-factor 1", true);
   CHECK(dense.exit_code != 0);
-  CHECK(has(dense.out, "capacity_factor (1) are for MoE models: set experts too"));
+  CHECK(has(dense.out, "capacity_factor (1) and aux_loss_coeff (0) are for MoE models: set experts too"));
+  const CommandResult aux =
+      run_trainsim("replay " + sched + " --model tiny-moe --steps 1 --aux-loss-coeff 0.01 --data " + test_corpus(), true);
+  CHECK(aux.exit_code == 0);
+  CHECK(has(aux.out, "2 MoE blocks of 4 experts (top-2, aux loss 0.01)"));
+  CHECK(has(aux.out, "  aux 0.0"));  // (the step line: the blocks' load-balancing loss, about 0.02)
+  CHECK(run_trainsim("replay " + sched + " --model tiny-moe --aux-loss-coeff 11", true).exit_code == 2);
   const CommandResult ex = run_trainsim("export --model tiny-moe -o " + (dir / "hf").string(), true);
   CHECK(ex.exit_code == 0);
   CHECK(has(slurp(dir / "hf" / "config.json"), "\"MixtralForCausalLM\""));

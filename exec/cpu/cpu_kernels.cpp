@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -409,6 +410,26 @@ void CpuKernels<T>::moe_topk_backward(const int* idx, const T* gates, const T* d
     for (int s = 0; s < k; ++s) dot += g[s] * dg[s];
     for (int s = 0; s < k; ++s) dlogits[t * E + idx[t * k + s]] = g[s] * (dg[s] - dot);
   }
+}
+
+template <typename T>
+void CpuKernels<T>::moe_aux_loss(const T* logits, const T* coeffs, T* dlogits, double* loss_sum, long n, int E,
+                                 long rows_per_segment, T scale) {
+  if (rows_per_segment <= 0) throw std::invalid_argument("moe_aux_loss: rows_per_segment must be positive");
+  std::vector<double> p(E);
+  double total = 0;
+  for (long t = 0; t < n; ++t) {
+    const T* z = logits + t * E;
+    const T* c = coeffs + (t / rows_per_segment) * E;
+    double top = z[0], sum = 0, s = 0;
+    for (int e = 1; e < E; ++e) top = std::max(top, static_cast<double>(z[e]));
+    for (int e = 0; e < E; ++e) sum += p[e] = std::exp(static_cast<double>(z[e]) - top);
+    for (int e = 0; e < E; ++e) s += (p[e] /= sum) * static_cast<double>(c[e]);
+    for (int e = 0; e < E; ++e)
+      dlogits[t * E + e] += static_cast<T>(static_cast<double>(scale) * p[e] * (static_cast<double>(c[e]) - s));
+    total += s;
+  }
+  if (loss_sum) *loss_sum += total;
 }
 
 template <typename T>

@@ -70,6 +70,8 @@ class CpuKernels : public Kernels<T> {
                                 T scale) override;
   void moe_topk(const T* logits, int* idx, T* gates, long n, int E, int k) override;
   void moe_topk_backward(const int* idx, const T* gates, const T* dgates, T* dlogits, long n, int E, int k) override;
+  void moe_aux_loss(const T* logits, const T* coeffs, T* dlogits, double* loss_sum, long n, int E, long rows_per_segment,
+                    T scale) override;
   void gather_rows(const T* x, const int* rows, T* out, long count, int d) override;
   void moe_combine(const T* h, const T* y, const int* pair_row, const T* gates, T* out, long n, int k, int d) override;
   void moe_combine_backward(const T* dout, const T* y, const int* pair_row, const T* gates, T* dy, T* dgates, long n,

@@ -420,6 +420,25 @@ __global__ void moe_topk_backward_k(const int* idx, const float* gates, const fl
   }
 }
 
+// One thread per token: the softmax of its row in double, its term s_t into row_loss (summed in row order by
+// segment_sums_k, as the CPU's), its gradient added to dlogits.
+__global__ void moe_aux_loss_k(const float* logits, const float* coeffs, float* dlogits, double* row_loss, long n, int E,
+                               long rows_per_segment, float scale) {
+  GRID_STRIDE(t, n) {
+    const float* z = logits + t * E;
+    const float* c = coeffs + (t / rows_per_segment) * E;
+    double top = z[0], sum = 0, s = 0;
+    for (int e = 1; e < E; ++e) top = fmax(top, static_cast<double>(z[e]));
+    for (int e = 0; e < E; ++e) sum += exp(static_cast<double>(z[e]) - top);
+    for (int e = 0; e < E; ++e) s += exp(static_cast<double>(z[e]) - top) / sum * static_cast<double>(c[e]);
+    for (int e = 0; e < E; ++e) {
+      const double p = exp(static_cast<double>(z[e]) - top) / sum;
+      dlogits[t * E + e] += static_cast<float>(static_cast<double>(scale) * p * (static_cast<double>(c[e]) - s));
+    }
+    row_loss[t] = s;
+  }
+}
+
 __global__ void gather_rows_k(const float* x, const int* rows, float* out, long count, int d) {
   GRID_STRIDE(e, count * d) out[e] = x[static_cast<long>(rows[e / d]) * d + e % d];
 }
@@ -719,6 +738,19 @@ void CudaKernels::moe_topk_backward(const int* idx, const float* gates, const fl
                                     int E, int k) {
   if (n == 0) return;
   moe_topk_backward_k<<<grid_for(n), kThreads, 0, stream_>>>(idx, gates, dgates, dlogits, n, E, k);
+  TS_LAUNCHED();
+}
+
+void CudaKernels::moe_aux_loss(const float* logits, const float* coeffs, float* dlogits, double* loss_sum, long n,
+                               int E, long rows_per_segment, float scale) {
+  if (n == 0) return;
+  if (rows_per_segment <= 0) throw std::invalid_argument("moe_aux_loss: rows_per_segment must be positive");
+  Scratch row_loss(sizeof(double) * n, stream_);
+  moe_aux_loss_k<<<grid_for(n), kThreads, 0, stream_>>>(logits, coeffs, dlogits, row_loss.as<double>(), n, E,
+                                                        rows_per_segment, scale);
+  TS_LAUNCHED();
+  if (!loss_sum) return;
+  segment_sums_k<<<1, 1, 0, stream_>>>(row_loss.as<double>(), loss_sum, n, n);  // (one segment: row order)
   TS_LAUNCHED();
 }
 

@@ -76,6 +76,8 @@ class CudaKernels final : public Kernels<float> {
   void moe_topk(const float* logits, int* idx, float* gates, long n, int E, int k) override;
   void moe_topk_backward(const int* idx, const float* gates, const float* dgates, float* dlogits, long n, int E,
                          int k) override;
+  void moe_aux_loss(const float* logits, const float* coeffs, float* dlogits, double* loss_sum, long n, int E,
+                    long rows_per_segment, float scale) override;
   void gather_rows(const float* x, const int* rows, float* out, long count, int d) override;
   void moe_combine(const float* h, const float* y, const int* pair_row, const float* gates, float* out, long n, int k,
                    int d) override;

@@ -300,7 +300,8 @@ TEST_CASE("cuda kernels: the vocabulary-parallel embedding and cross-entropy (te
   }
 }
 
-TEST_CASE("cuda kernels: Mixture of Experts (router top-k and its gradient, gather, combine and its gradient)") {
+TEST_CASE("cuda kernels: Mixture of Experts (router top-k and its gradient, the load-balancing loss, gather, combine "
+          "and its gradient)") {
   // Same rules: the selections exactly, the gates (expf) at 1e-6, sums in the CPU's order at 1e-6.
   Gpu g;
   cuda::CudaKernels k(g.s);
@@ -323,6 +324,15 @@ TEST_CASE("cuda kernels: Mixture of Experts (router top-k and its gradient, gath
   k.moe_topk_backward(g.up(idx), g.up(gates), g.up(dg), ddl, n, E, K);
   c.moe_topk_backward(idx.data(), gates.data(), dg.data(), dl.data(), n, E, K);
   close(g.down(ddl, dl.size()), dl, 1e-6, "moe_topk_backward");
+  // The load-balancing loss onto that gradient: three segments of coefficients (10 rows each, the last short), the
+  // softmax in double, its sum in row order.
+  auto coeffs = rnd(3 * E, 206, 0, 1);
+  std::vector<double> aux{0.25};
+  double* daux = g.up(aux);
+  k.moe_aux_loss(g.up(logits), g.up(coeffs), ddl, daux, n, E, 10, 0.5f);
+  c.moe_aux_loss(logits.data(), coeffs.data(), dl.data(), aux.data(), n, E, 10, 0.5f);
+  close(g.down(ddl, dl.size()), dl, 1e-6, "moe_aux_loss dlogits");
+  close(g.down(daux, 1), aux, 1e-12, "moe_aux_loss sum");
   // The packed order: by expert, then token (exec/moe.cpp moe_route).
   std::vector<int> pair_row(n * K), pair_token(n * K);
   {
