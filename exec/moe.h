@@ -12,7 +12,7 @@
 //
 // The packed order of a forward's n·k (token, slot) pairs: by expert, then token (a token reaches an expert at
 // most once). An expert slice's rows are the packed rows of its experts from every member of its EP group, by
-// expert, then member (exec/rank_executor.cpp).
+// expert, then member (exec/rank_executor_moe.cpp).
 #pragma once
 
 #include <cstdint>
