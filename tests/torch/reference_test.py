@@ -20,10 +20,14 @@ whole model as trainsim's --check compares them, ||w_torch - w_trainsim|| / ||w_
 Cases: the tiny model on one rank, and on a 4-rank 3D schedule (TP 2 x PP 2: its checkpoint's TP slices and
 pipeline layers gathered by export); the Mixture-of-Experts model tiny-moe (exported as MixtralForCausalLM:
 top-2 of 4 experts per block, the gates the softmax of the two largest router logits, as Mixtral's renormalised
-top-k) on a 4-rank expert-parallel schedule (gen ep: EP 2, expert-data-parallel groups of 2, real all-to-alls).
+top-k) on a 4-rank expert-parallel schedule (gen ep: EP 2, expert-data-parallel groups of 2, real all-to-alls),
+and the same with the load-balancing loss (replay --aux-loss-coeff 0.1: each MoE block adds the Switch
+Transformer loss alpha * E * sum_e f_e * P_e of each microbatch, f_e the fraction of its (token, expert) pairs at
+expert e, P_e the mean of its router softmax; the step's objective is the cross-entropy plus their mean over the
+microbatches, and trainsim's aux figure is compared too).
 A negative control runs the same comparison with the other rotary pairing (adjacent pairs on the exported
-weights), and one with Mixtral's gates left unnormalised (the softmax over every expert), and requires each to
-FAIL: the comparison can tell.
+weights), one with Mixtral's gates left unnormalised (the softmax over every expert), and one of the
+load-balancing case without the loss, and requires each to FAIL: the comparison can tell.
 
 Usage: reference_test.py TRAINSIM CORPUS WORKDIR. Exit 0: passed; 1: failed; 77: skipped (no torch).
 """
@@ -78,11 +82,14 @@ def read_safetensors(path):
 class Llama:
     """LlamaForCausalLM's forward (Hugging Face's names and conventions), fp32, written for this test."""
 
-    def __init__(self, weights, config, pairing="rotate_half", normalize_gates=True):
+    def __init__(self, weights, config, pairing="rotate_half", normalize_gates=True, aux_coeff=0.0, microbatches=1):
         self.p = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
         self.c = config
         self.pairing = pairing
         self.normalize_gates = normalize_gates
+        self.aux_coeff = aux_coeff
+        self.microbatches = microbatches
+        self.aux = 0.0  # the load-balancing loss of the last forward: the blocks' sum, the microbatches' mean
 
     def rope(self, x, T):
         hd = x.shape[-1]
@@ -104,6 +111,12 @@ class Llama:
         E, k = c["num_local_experts"], c["num_experts_per_tok"]
         probs = torch.softmax(torch.nn.functional.linear(h, p[M + "gate.weight"]), -1)
         top, idx = torch.topk(probs, k, -1)
+        if self.aux_coeff > 0:  # Switch Transformer's loss per microbatch (Fedus et al. 2021, eq. 4; f over n*k pairs)
+            m = self.microbatches
+            pm = probs.reshape(m, -1, E)  # (microbatch, its tokens, experts)
+            n = pm.shape[1]
+            f = torch.nn.functional.one_hot(idx.reshape(m, n * k), E).sum(1).float() / (n * k)  # counts: no grad
+            self.aux = self.aux + (self.aux_coeff * E * (f * pm.mean(1)).sum(-1)).mean()
         if self.normalize_gates:
             top = top / top.sum(-1, keepdim=True)
         out = torch.zeros_like(h)
@@ -142,6 +155,12 @@ class Llama:
         logits = torch.nn.functional.linear(self.rms(x, p["model.norm.weight"]), p["lm_head.weight"])
         return torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
 
+    def objective(self, tokens, targets):
+        """The cross-entropy and the step's objective: it plus the load-balancing loss (when on)."""
+        self.aux = 0.0
+        ce = self.loss(tokens, targets)
+        return ce, ce + self.aux
+
 
 def step_batch(corpus, step, microbatches, mb, T):
     """Every sequence of training step `step` (docs/executor.md §2): sequence i of microbatch b starts at
@@ -165,14 +184,14 @@ def rel(a, b):
     return (a - b).norm().item() / (n if n > 0 else 1.0)
 
 
-def compare(case, init, after, opt_state, config, replay, corpus, microbatches, pairing="rotate_half", verbose=True,
-            normalize_gates=True):
+def compare(case, init, after, opt_state, config, replay, corpus, microbatches, aux_coeff=0.0, pairing="rotate_half",
+            verbose=True, normalize_gates=True):
     """One training step in PyTorch against trainsim's; returns the list of failures (empty: it agrees)."""
     mb, T = 2, config["max_position_embeddings"]
     tokens, targets = step_batch(corpus, 0, microbatches, mb, T)
-    model = Llama(init, config, pairing, normalize_gates)
-    loss = model.loss(tokens, targets)
-    loss.backward()
+    model = Llama(init, config, pairing, normalize_gates, aux_coeff, microbatches)
+    loss, objective = model.objective(tokens, targets)
+    objective.backward()
     params = list(model.p.values())
     # (clipping as the replay ran it: a schedule whose first update comes before its last grad runs without)
     norm = torch.nn.utils.clip_grad_norm_(params, 1.0 if replay["grad_clip"] else float("inf")).item()
@@ -186,6 +205,9 @@ def compare(case, init, after, opt_state, config, replay, corpus, microbatches, 
             failures.append("%s: %.3g > %g" % (what, err, tol))
 
     check("loss: |torch - trainsim| / |trainsim|", abs(loss.item() - replay["losses"][0]) / abs(replay["losses"][0]), TOL_LOSS)
+    if aux_coeff > 0:
+        aux = float(model.aux)
+        check("load-balancing loss: |torch - trainsim| / |torch|", abs(aux - replay["aux_losses"][0]) / aux, TOL_LOSS)
     check("gradient norm before clipping, relative", abs(norm - replay["grad_norms"][0]) / replay["grad_norms"][0], TOL_LOSS)
     worst, worst_name = 0.0, ""
     for name, t in model.p.items():
@@ -208,7 +230,7 @@ def compare(case, init, after, opt_state, config, replay, corpus, microbatches, 
     return failures
 
 
-def case(name, trainsim, corpus_path, work, gen_args, model="tiny"):
+def case(name, trainsim, corpus_path, work, gen_args, model="tiny", aux_coeff=0.0):
     print("%s:" % name)
     d = os.path.join(work, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -217,7 +239,8 @@ def case(name, trainsim, corpus_path, work, gen_args, model="tiny"):
     run(trainsim, "gen", *gen_args, "-o", sched)
     run(trainsim, "export", "--model", model, "--seed", "7", "-o", os.path.join(d, "init"))
     replay = json.loads(run(trainsim, "replay", sched, "--model", model, "--seed", "7", "--steps", "2", "--stop-after",
-                            "1", "--save", os.path.join(d, "ck"), "--json", "--data", corpus_path))
+                            "1", "--save", os.path.join(d, "ck"), "--json", "--data", corpus_path,
+                            *(["--aux-loss-coeff", str(aux_coeff)] if aux_coeff > 0 else [])))
     assert replay["ok"], replay["error"]
     run(trainsim, "export", "--checkpoint", os.path.join(d, "ck"), "-o", os.path.join(d, "after"), "--optimizer")
     init = read_safetensors(os.path.join(d, "init", "model.safetensors"))
@@ -226,7 +249,7 @@ def case(name, trainsim, corpus_path, work, gen_args, model="tiny"):
     config = json.load(open(os.path.join(d, "init", "config.json")))
     microbatches = int([l for l in open(sched) if l.startswith("microbatches ")][0].split()[1])
     corpus = open(corpus_path, "rb").read()
-    failures = compare(name, init, after, opt_state, config, replay, corpus, microbatches)
+    failures = compare(name, init, after, opt_state, config, replay, corpus, microbatches, aux_coeff)
     return failures, (init, after, opt_state, config, replay, corpus, microbatches)
 
 
@@ -244,6 +267,9 @@ def main():
     f, moe = case("moe-ep2-dp4", trainsim, corpus, work, ["ep", "--dp", "4", "--ep", "2", "--layers", "2",
                                                            "--microbatches", "1"], model="tiny-moe")
     failures += f
+    f, aux = case("moe-ep2-dp4-aux", trainsim, corpus, work, ["ep", "--dp", "4", "--ep", "2", "--layers", "2",
+                                                               "--microbatches", "2"], model="tiny-moe", aux_coeff=0.1)
+    failures += f
     # Negative control: the other rotary pairing on the same weights must not pass.
     print("negative control (adjacent rotary pairs on the exported weights, which are laid out for rotate_half):")
     wrong = compare("negative control", *one_rank, pairing="adjacent")
@@ -255,6 +281,12 @@ def main():
     wrong = compare("negative control", *moe, normalize_gates=False)
     if not wrong:
         failures.append("the MoE negative control passed: the comparison cannot tell the gates' normalisation apart")
+    else:
+        print("  the comparison fails, as it must: %s" % wrong[0])
+    print("negative control (the load-balancing case without the loss in PyTorch):")
+    wrong = compare("negative control", *aux, aux_coeff=0.0)
+    if not wrong:
+        failures.append("the load-balancing negative control passed: the comparison cannot tell the loss is there")
     else:
         print("  the comparison fails, as it must: %s" % wrong[0])
     if failures:
