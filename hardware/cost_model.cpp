@@ -226,7 +226,11 @@ double HardwareCostModel::compute_seconds(const Op& op) const {
     const std::array<int, 6> key{op.layer,    static_cast<int>(op.kind), static_cast<int>(op.batches.size()),
                                  x->ep_size, x->ep_index,                x->tp_size};
     auto [it, fresh] = expert_cache_.try_emplace(key, 0.0);
-    if (fresh) it->second = work_seconds(setting_.device, op_work(op));
+    if (fresh) {  // (the longer of the GPU's work and the host's issuing of the slice's experts)
+      const double local = static_cast<double>(setting_.model.experts) / x->ep_size;
+      it->second = std::max(work_seconds(setting_.device, op_work(op)),
+                            expert_launch_seconds(setting_, sizes_.layers().at(op.layer), op.kind, local));
+    }
     return it->second;
   }
   const TpSplit tp = tp_split(op);
@@ -236,8 +240,19 @@ double HardwareCostModel::compute_seconds(const Op& op) const {
                             static_cast<std::uint64_t>(tp.degree & 0xff) << 48 |
                             static_cast<std::uint64_t>(tp.sequence_parallel ? 1 : 0) << 56;
   auto [it, fresh] = compute_cache_.try_emplace(key, 0.0);
-  if (fresh) it->second = work_seconds(setting_.device, op_work(op));
+  if (fresh) it->second = work_seconds(setting_.device, op_work(op)) + inside_expert_wait(op);
   return it->second;
+}
+
+double HardwareCostModel::inside_expert_wait(const Op& op) const {
+  if (op.kind == OpKind::Loss || op.layer < 0 || !sizes_.experts_inside(op.layer)) return 0;
+  const LayerContent& layer = sizes_.layers().at(op.layer);
+  const double host = expert_launch_seconds(setting_, layer, op.kind, setting_.model.experts);
+  if (host <= 0) return 0;
+  // Every expert here (EP 1; under TP each one's slice): the host's issuing beyond the experts' own GPU work.
+  const Work experts =
+      expert_work(setting_, layer, op.kind, static_cast<int>(op.batches.size()), ExpertSplit{1, 1, tp_split(op).degree});
+  return std::max(0.0, host - (work_seconds(setting_.device, experts) - setting_.device.efficiency.op_overhead_s));
 }
 
 double HardwareCostModel::cp_comm_seconds(const Op& op) const {

@@ -129,6 +129,9 @@ class HardwareCostModel final : public CostModel {
 
  private:
   double busy_seconds(const Op& op, int group_size) const;  // without dispatch_s
+  // A layer whose MoE blocks run their experts inside it (EP 1): how much longer the host takes to issue its
+  // experts' kernels than their GPU work (hardware/experts.h expert_launch_seconds), 0 when it does not.
+  double inside_expert_wait(const Op& op) const;
   // An expert slice's load (expert_load_factor), 1 for null or any other tensor.
   double load_of(const Tensor* t) const;
   // Throws std::invalid_argument for an op that does not fit the model's experts (prepare_rank): experts in a

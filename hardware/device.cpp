@@ -21,6 +21,7 @@ void DeviceSpec::validate(const std::string& where) const {
     need(v > 0 && v <= 1, name, v, "must be in (0, 1] (a fraction of the peak)");
   need(e.op_overhead_s >= 0, "efficiency.op_overhead_s", e.op_overhead_s, "must be at least 0 (seconds)");
   need(e.dispatch_s >= 0, "efficiency.dispatch_s", e.dispatch_s, "must be at least 0 (seconds)");
+  need(e.expert_launch_s >= 0, "efficiency.expert_launch_s", e.expert_launch_s, "must be at least 0 (seconds)");
 }
 
 const std::vector<Field<DeviceSpec>>& device_fields() {
@@ -57,6 +58,7 @@ const std::vector<Field<DeviceSpec>>& device_fields() {
       eff("sustained", &EfficiencyTable::sustained),
       eff("op_overhead_s", &EfficiencyTable::op_overhead_s),
       eff("dispatch_s", &EfficiencyTable::dispatch_s),
+      eff("expert_launch_s", &EfficiencyTable::expert_launch_s),
       text(
           "fitted_to", [](const D& d) { return d.fitted_to.empty() ? std::string("none") : d.fitted_to; },
           [](D& d, const std::string& v) { d.fitted_to = v == "none" ? std::string() : v; }),
@@ -245,7 +247,16 @@ DeviceSpec device_preset(const std::string& name) {
     for (const auto& n : device_preset_names()) list += (list.empty() ? "" : ", ") + n;
     throw SpecError(fmt::format("unknown device '{}' (the presets are: {}; or a JSON file)", name, list));
   }
-  if (name != "cpu" && name != "custom") d.memory_reserve_bytes = gpu_reserve(d.memory_bytes);
+  if (name != "cpu" && name != "custom") {
+    d.memory_reserve_bytes = gpu_reserve(d.memory_bytes);
+    // The host's issuing of each local expert's kernels (EfficiencyTable::expert_launch_s): fitted, one number for
+    // every GPU preset (it is the host's and the framework's, not the GPU's), to the three B200 rows of
+    // Megatron-Bridge's 25.11 performance summary (Qwen3-30B-A3B on 8, Qwen3-235B-A22B on 64, DeepSeek-V3 on 256
+    // B200s: the geometric mean of predicted / published over them is 1) and held out on its H100 rows and NeMo
+    // 25.02's Mixtral 8x7B (docs/hardware-model.md §4b, §5). 140 us a forward: TE's grouped linear layers issue a
+    // GEMM and FP8 casts per expert, each a few tens of microseconds of Python and launch.
+    d.efficiency.expert_launch_s = 1.40e-4;
+  }
   d.preset = name;
   return d;
 }

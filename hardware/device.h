@@ -40,6 +40,12 @@ struct EfficiencyTable {
   /// added to every timed op: thread wake-ups and event waits on the CPU backend, launch latency on a GPU.
   /// Not in any op's own time; `trainsim calibrate` fits it from the gaps between measured ops.
   double dispatch_s = 0;
+  /// Mixture of Experts: host seconds to issue one local expert's kernels in an MoE block's forward (twice that in
+  /// a backward, once more for a recomputed forward). Megatron-Core's grouped GEMM through Transformer Engine
+  /// issues each expert's GEMMs and FP8 casts from the host, and its dropless dispatcher has just waited for the
+  /// tokens' counts, so the GPU has nothing queued: an expert op takes the longer of its GPU work and this host
+  /// time (hardware/experts.h expert_launch_seconds). 0: none (the host keeps ahead).
+  double expert_launch_s = 0;
 
   friend bool operator==(const EfficiencyTable&, const EfficiencyTable&) = default;
 };

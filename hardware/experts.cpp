@@ -55,6 +55,20 @@ Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kin
   }
 }
 
+double expert_launch_seconds(const HardwareSetting& s, const LayerContent& layer, OpKind kind, double local_experts) {
+  const int k = s.model.moe_blocks(layer.first_block, layer.num_blocks);
+  const bool full = s.recompute == Recompute::Full;
+  double passes = 0;
+  switch (kind) {
+    case OpKind::Forward: passes = 1; break;
+    case OpKind::Backward: passes = full ? 3 : 2; break;
+    case OpKind::BackwardInput: passes = full ? 2 : 1; break;
+    case OpKind::BackwardWeight: passes = 1; break;
+    default: return 0;
+  }
+  return s.device.efficiency.expert_launch_s * local_experts * k * passes;
+}
+
 double expert_activation_bytes(const ModelSpec& m, Recompute r, int tp) {
   const double h = m.hidden, f = m.expert_width() / std::max(tp, 1), e = m.activation_bytes;
   switch (r) {

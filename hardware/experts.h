@@ -42,6 +42,13 @@ std::vector<Linear> expert_linears(const ModelSpec& m, int tp = 1);
 /// permutation of the rank's own sequence shard of the tokens (1/t of the pairs). Other kinds: none.
 Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kind, int batches, ExpertSplit x);
 
+/// Host seconds to issue the kernels of `local_experts` experts in `layer`'s MoE blocks for one op (DeviceSpec's
+/// efficiency.expert_launch_s per expert and block: once in a forward, twice in a backward, once in each half of a
+/// split backward, once more in a backward that recomputes the forward under full recomputation). An expert op takes
+/// the longer of its GPU work and this (HardwareCostModel::compute_seconds): the host issues the experts' kernels
+/// after the dispatcher's wait for the tokens' counts, with nothing queued on the GPU. Other kinds: 0.
+double expert_launch_seconds(const HardwareSetting& s, const LayerContent& layer, OpKind kind, double local_experts);
+
 /// Activations one MoE block's routed experts keep for their backward per routed pair beyond the pair's input
 /// (which its ExpertIn tensor holds), in bytes: the MLP's inner terms, 3e·f (gated: gate, up, product) or 2e·f
 /// (GeLU) with f = expert_ffn / tp (expert TP slices the width); none under full recomputation; with op

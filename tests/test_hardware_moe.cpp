@@ -454,6 +454,57 @@ TEST_CASE("the command line: gen ep on an MoE model, its dense layers from the m
   CHECK(has(r.out, "step time"));
 }
 
+TEST_CASE("the host's issuing of each expert's kernels: an expert op takes the longer of it and its GPU work") {
+  // efficiency.expert_launch_s per local expert and MoE block: once in a forward, twice in a backward, three times
+  // with full recomputation (hardware/experts.h). Far above the GPU work it is the op's time; far below it, nothing.
+  CHECK(device_preset("cpu").efficiency.expert_launch_s == 0);
+  for (const char* d : {"h100-sxm", "h100-gt500", "h200", "b200", "a100-80g"}) {
+    CAPTURE(d);
+    CHECK(device_preset(d).efficiency.expert_launch_s == 1.40e-4);  // (one number, fitted: hardware/device.cpp)
+  }
+  const int dp = 4, ep = 2, m = 2;
+  const double local = 8.0 / ep;  // Mixtral's experts on a slice
+  auto expert_seconds = [&](double launch, Recompute r, OpKind kind) {
+    HardwareSetting hs = small_mixtral();
+    hs.device.efficiency.expert_launch_s = launch;
+    hs.recompute = r;
+    const Schedule s = ep_step(hs, dp, ep, m);
+    const std::unique_ptr<CostModel> c = make_schedule_cost_model(s);
+    for (const Op& op : s.ranks[0])
+      if (op.kind == kind && expert_weight(op)) return hw_cost(c).seconds_of(op, 1);
+    FAIL("no expert op");
+    return 0.0;
+  };
+  const double big = 10, dispatch = device_preset("h100-sxm").efficiency.dispatch_s;
+  CHECK(expert_seconds(big, Recompute::None, OpKind::Forward) == doctest::Approx(big * local + dispatch));
+  CHECK(expert_seconds(big, Recompute::None, OpKind::Backward) == doctest::Approx(2 * big * local + dispatch));
+  CHECK(expert_seconds(big, Recompute::Full, OpKind::Backward) == doctest::Approx(3 * big * local + dispatch));
+  for (OpKind kind : {OpKind::Forward, OpKind::Backward})
+    CHECK(expert_seconds(1e-12, Recompute::None, kind) == expert_seconds(0, Recompute::None, kind));
+  // EP 1 (gen ddp: every expert inside its layer): the layer's op takes what the host adds beyond the experts' work.
+  HardwareSetting hs = small_mixtral();
+  GenOptions o;
+  o.dp = 2, o.layers = hs.model.blocks, o.microbatches = 1;
+  auto layer_seconds = [&](double launch) {
+    Schedule ddp = generate("ddp", o);
+    hs.device.efficiency.expert_launch_s = launch;
+    ddp.header.cost_model = "hardware", ddp.header.hardware = hs;
+    const std::unique_ptr<CostModel> c = make_schedule_cost_model(ddp);
+    for (const Op& op : ddp.ranks[0])
+      if (op.kind == OpKind::Forward && op.layer == 1) return hw_cost(c).seconds_of(op, 1);
+    FAIL("no forward of layer 1");
+    return 0.0;
+  };
+  const double none = layer_seconds(0), bound = layer_seconds(big);
+  CHECK(bound > big * 8);
+  CHECK(bound < none + big * 8);  // (the experts' GPU work hides under the host's issuing)
+  CHECK(layer_seconds(1e-12) == none);
+  // A device that says otherwise is refused by name.
+  CHECK_THROWS_WITH_AS(device_from_json(nlohmann::json{{"preset", "b200"}, {"efficiency", {{"expert_launch_s", -1}}}},
+                                        "dev.json"),
+                       doctest::Contains("efficiency.expert_launch_s"), SpecError);
+}
+
 TEST_CASE("EP 1: a schedule without expert slices runs every expert itself, as gen ep --ep 1 does, and pays for them") {
   // gen ddp of an MoE model (every expert on every rank) against gen ep --ep 1 (the same placement written with
   // expert slices of all the experts and all-to-alls over groups of one): the same FLOPs, 6·N_active + attention

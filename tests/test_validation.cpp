@@ -367,10 +367,10 @@ const std::map<std::string, std::pair<double, double>>& recorded() {
       {"Llama 3 70B, 64 B200, FP8", {3182, 0}},
       {"Llama 3 405B, 128 B200, FP8", {620, 0}},
       {"Mixtral 8x7B, 64 B200, FP8", {13741, 0}},
-      {"Qwen3-30B-A3B, 16 H100, FP8", {12341, 0}},
-      {"Qwen3-30B-A3B, 8 B200, FP8", {26908, 0}},
-      {"Qwen3-235B-A22B, 64 B200, FP8", {5239, 0}},
-      {"DeepSeek-V3, 256 B200, FP8", {2765, 0}},
+      {"Qwen3-30B-A3B, 16 H100, FP8", {9946, 0}},
+      {"Qwen3-30B-A3B, 8 B200, FP8", {9560, 0}},
+      {"Qwen3-235B-A22B, 64 B200, FP8", {3379, 0}},
+      {"DeepSeek-V3, 256 B200, FP8", {2009, 0}},
       {"Qwen3-235B-A22B, 256 H100, FP8", {1894, 0}},
       {"DeepSeek-V3, 1024 H100, FP8", {1332, 0}}};
   return r;
@@ -381,11 +381,13 @@ double error_of(double predicted, double published) { return predicted / publish
 // The rows the presets' efficiency.sustained was fitted to (the geometric mean of predicted / published over a
 // device's fitted rows is 1): alternate rows of Narayanan et al.'s table for a100-80g, torchtitan's Table 1 BF16
 // FSDP run for h100-gt500, dgxc's BF16 Llama 3.1 8B and GPT-3 175B for h100-sxm, torchtitan's 32-GPU FP8 run for
-// h200, NeMo 25.02's Llama 3 8B for b200.
+// h200, NeMo 25.02's Llama 3 8B for b200; and the GPU presets' efficiency.expert_launch_s (one number) to
+// Megatron-Bridge 25.11's three B200 MoE runs (hardware/device.cpp).
 bool fitted(const std::string& id) {
   for (const char* f : {"GPT 1.7B", "GPT 7.5B", "GPT 39.1B", "GPT 145.6B", "GPT 529.6B", "Llama 3.1 8B, FSDP 8",
                         "Llama 3.1 8B, 8 H100", "GPT-3 175B, 128 H100", "Llama 3.1 8B, FSDP 32, H200, FP8",
-                        "Llama 3 8B, 8 B200, FP8"})
+                        "Llama 3 8B, 8 B200, FP8", "Qwen3-30B-A3B, 8 B200, FP8", "Qwen3-235B-A22B, 64 B200, FP8",
+                        "DeepSeek-V3, 256 B200, FP8"})
     if (id == f) return true;
   return false;
 }
@@ -400,7 +402,7 @@ double median(std::vector<double> v) {
 
 TEST_CASE("validation: published training runs against trainsim's predictions") {
   std::vector<Run> table = runs();
-  std::vector<double> errors, memory_errors, held_out, moe_errors;
+  std::vector<double> errors, memory_errors, held_out, moe_errors, moe_held_out;
   std::vector<std::string> oom;  // runs reported out of memory
   std::string md =
       "| run | source | configuration | trainsim command | published | predicted | error | memory published | "
@@ -422,6 +424,7 @@ TEST_CASE("validation: published training runs against trainsim's predictions") 
     const double err = error_of(predicted, run.published);
     if (run.moe) moe_errors.push_back(std::fabs(err));
     else errors.push_back(std::fabs(err));
+    if (run.moe && !fitted(run.id)) moe_held_out.push_back(std::fabs(err));
     if (!fitted(run.id) && !run.moe) held_out.push_back(std::fabs(err));
     std::string mem = "| | | ";
     if (run.published_gib > 0) {
@@ -448,9 +451,11 @@ TEST_CASE("validation: published training runs against trainsim's predictions") 
   if (!memory_errors.empty())
     md += fmt::format(" Memory: median |error| {:.1f} %, worst {:.1f} % over {} runs.\n", 100 * median(memory_errors),
                       100 * *std::max_element(memory_errors.begin(), memory_errors.end()), memory_errors.size());
-  md += fmt::format(" Mixture of Experts (every row held out): median |error| {:.1f} %, worst {:.1f} % over {} runs.",
+  md += fmt::format(" Mixture of Experts: median |error| {:.1f} %, worst {:.1f} % over {} runs; over the {} held out "
+                    "(efficiency.expert_launch_s fitted to the other {}), median {:.1f} %.",
                     100 * median(moe_errors), 100 * *std::max_element(moe_errors.begin(), moe_errors.end()),
-                    moe_errors.size());
+                    moe_errors.size(), moe_held_out.size(), moe_errors.size() - moe_held_out.size(),
+                    100 * median(moe_held_out));
   std::string oom_list;
   for (const auto& id : oom) oom_list += (oom_list.empty() ? "" : ", ") + id;
   md += fmt::format(" Reported out of memory although they ran: {}.\n", oom.empty() ? "none" : oom_list);
@@ -464,8 +469,11 @@ TEST_CASE("validation: published training runs against trainsim's predictions") 
   CHECK(median(memory_errors) < 0.11);
   CHECK(oom == std::vector<std::string>{"Nemotron-4 340B, 128 H100", "Nemotron-4 340B, 128 H100, FP8",
                                         "Qwen3-30B-A3B, 16 H100, FP8"});
-  // Issue 35's goal for MoE runs, a median within 15 %, is not met (docs/hardware-model.md §5, "Mixture of
-  // Experts"): fine-grained experts are predicted fast. Held here so that the MoE model does not drift further.
+  // Issue 35's goal for MoE runs, a median within 15 % (docs/hardware-model.md §5, "Mixture of Experts"): met over
+  // the seven runs, with the experts' host time fitted to three of them; the four held out (which that time hardly
+  // moves: few or large experts per rank, but Qwen3-30B-A3B on 16 H100s, still 89 % fast) are within a median 16 %.
   CHECK(moe_errors.size() == 7);
-  CHECK(median(moe_errors) < 0.65);
+  CHECK(moe_held_out.size() == 4);
+  CHECK(median(moe_errors) < 0.15);
+  CHECK(median(moe_held_out) < 0.17);
 }
