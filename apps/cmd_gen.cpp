@@ -102,6 +102,7 @@ int apply_framework(GenArgs& a) {
   a.hardware.recompute = hw::recompute_name(plan.recompute);
   a.hardware.tp_overlap = hw::tp_overlap_name(plan.tp_overlap);
   a.hardware.moe_dispatcher = hw::moe_dispatcher_name(plan.moe_dispatcher);
+  a.hardware.expert_gemm = hw::expert_gemm_name(plan.expert_gemm);
   a.hardware.fp8 = plan.fp8;
   a.hardware.fp8_all_gather = plan.fp8_all_gather;
   a.hardware.attention = hw::attention_name(plan.attention);

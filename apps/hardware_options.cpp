@@ -48,6 +48,12 @@ void add_hardware_options(CLI::App* cmd, HardwareOptions& o) {
                   "Hardware cost model, Mixture of Experts: how the all-to-alls run, nccl (default: point-to-point "
                   "sends to every EP member, Megatron-LM's alltoall dispatcher) or deepep (DeepEP's hierarchical "
                   "kernels: a token crosses the network once per destination node, then NVLink)");
+  cmd->add_option("--expert-gemm", o.expert_gemm,
+                  "Hardware cost model, Mixture of Experts: how the experts' GEMMs are issued, per-expert (default: "
+                  "Megatron-Core's grouped linear layers through Transformer Engine, each local expert's GEMMs and "
+                  "casts issued from the host, the device's efficiency.expert_launch_s each; an expert op takes the "
+                  "longer of that and its GPU work) or grouped (one grouped GEMM kernel per linear layer: torchtitan's "
+                  "torch._grouped_mm)");
   cmd->add_flag("--fp8", o.fp8,
                 "Hardware cost model: FP8 linear layers (torchao float8 with dynamic scaling) at the device's FP8 peak");
   cmd->add_flag("--fp8-all-gather", o.fp8_all_gather,
@@ -107,10 +113,12 @@ hw::HardwareSetting hardware_setting(const HardwareOptions& o, const std::option
   if (!o.tp_overlap.empty()) s.tp_overlap = hw::tp_overlap_from_name(o.tp_overlap, "--tp-overlap");
   if (!o.moe_dispatcher.empty())
     s.moe_dispatcher = hw::moe_dispatcher_from_name(o.moe_dispatcher, "--moe-dispatcher");
+  if (!o.expert_gemm.empty()) s.expert_gemm = hw::expert_gemm_from_name(o.expert_gemm, "--expert-gemm");
   if (o.fp8 || o.fp8_all_gather) s.fp8 = true;
   if (o.fp8_all_gather) s.fp8_all_gather = true;
   s.validate(o.fp8 || o.fp8_all_gather                            ? "--fp8"
              : !o.moe_dispatcher.empty() && !s.model.moe() ? "--moe-dispatcher"
+             : !o.expert_gemm.empty() && !s.model.moe()    ? "--expert-gemm"
                                                            : "--attention");
   return s;
 }

@@ -26,6 +26,7 @@ struct HardwareOptions {
   std::string elementwise;  // "": fused, or the schedule's
   std::string tp_overlap;   // "": backward, or the schedule's
   std::string moe_dispatcher;  // "": nccl, or the schedule's
+  std::string expert_gemm;     // "": per-expert, or the schedule's
   bool fp8 = false;         // FP8 linear layers (else: the schedule's)
   bool fp8_all_gather = false;  // and FP8 weight all-gathers
   std::vector<std::string> set;
@@ -33,7 +34,8 @@ struct HardwareOptions {
   /// True when any option was given.
   bool any() const {
     return !model.empty() || model_spec || !device.empty() || !network.empty() || microbatch_size > 0 || seq > 0 ||
-           !recompute.empty() || !attention.empty() || !elementwise.empty() || !tp_overlap.empty() || !moe_dispatcher.empty() || fp8 ||
+           !recompute.empty() || !attention.empty() || !elementwise.empty() || !tp_overlap.empty() || !moe_dispatcher.empty() ||
+           !expert_gemm.empty() || fp8 ||
            fp8_all_gather || !set.empty();
   }
 };

@@ -56,6 +56,7 @@ Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kin
 }
 
 double expert_launch_seconds(const HardwareSetting& s, const LayerContent& layer, OpKind kind, double local_experts) {
+  if (s.expert_gemm == ExpertGemm::Grouped) return 0;  // (one kernel per linear layer, whatever the experts)
   const int k = s.model.moe_blocks(layer.first_block, layer.num_blocks);
   const bool full = s.recompute == Recompute::Full;
   double passes = 0;

@@ -46,7 +46,8 @@ Work expert_work(const HardwareSetting& s, const LayerContent& layer, OpKind kin
 /// efficiency.expert_launch_s per expert and block: once in a forward, twice in a backward, once in each half of a
 /// split backward, once more in a backward that recomputes the forward under full recomputation). An expert op takes
 /// the longer of its GPU work and this (HardwareCostModel::compute_seconds): the host issues the experts' kernels
-/// after the dispatcher's wait for the tokens' counts, with nothing queued on the GPU. Other kinds: 0.
+/// after the dispatcher's wait for the tokens' counts, with nothing queued on the GPU. Other kinds, and with
+/// HardwareSetting::expert_gemm grouped (one kernel per linear layer): 0.
 double expert_launch_seconds(const HardwareSetting& s, const LayerContent& layer, OpKind kind, double local_experts);
 
 /// Activations one MoE block's routed experts keep for their backward per routed pair beyond the pair's input

@@ -67,6 +67,15 @@ MoeDispatcher moe_dispatcher_from_name(const std::string& name, const std::strin
   throw SpecError(fmt::format("{}: expected nccl or deepep (the MoE dispatcher), got '{}'", where, name));
 }
 
+const char* expert_gemm_name(ExpertGemm g) { return g == ExpertGemm::Grouped ? "grouped" : "per-expert"; }
+
+ExpertGemm expert_gemm_from_name(const std::string& name, const std::string& where) {
+  if (name == "per-expert") return ExpertGemm::PerExpert;
+  if (name == "grouped") return ExpertGemm::Grouped;
+  throw SpecError(fmt::format("{}: expected per-expert or grouped (how the experts' GEMMs are issued), got '{}'", where,
+                              name));
+}
+
 void HardwareSetting::validate(const std::string& where) const {
   if (context_parallel < 1)
     throw SpecError(fmt::format("{}: the context-parallel degree must be at least 1, got {}", where, context_parallel));
@@ -87,6 +96,9 @@ void HardwareSetting::validate(const std::string& where) const {
   if (moe_dispatcher != MoeDispatcher::Nccl && !model.moe())
     throw SpecError(fmt::format("{}: the MoE dispatcher {} needs a Mixture of Experts; the model '{}' has no experts",
                                 where, moe_dispatcher_name(moe_dispatcher), model.preset));
+  if (expert_gemm != ExpertGemm::PerExpert && !model.moe())
+    throw SpecError(fmt::format("{}: the experts' GEMMs {} need a Mixture of Experts; the model '{}' has no experts",
+                                where, expert_gemm_name(expert_gemm), model.preset));
 }
 
 std::string spec_text(const ModelSpec& m) { return m.preset + overrides_text(model_fields(), m, model_preset(m.preset)); }

@@ -60,6 +60,16 @@ const char* moe_dispatcher_name(MoeDispatcher d);
 /// The dispatcher by name: "nccl" or "deepep"; throws SpecError naming `where`.
 MoeDispatcher moe_dispatcher_from_name(const std::string& name, const std::string& where);
 
+/// How an MoE layer's experts' GEMMs are issued (hardware/experts.h expert_launch_seconds): per-expert (Megatron-Core's
+/// grouped linear layers through Transformer Engine: each local expert's GEMMs and FP8 casts issued from the host,
+/// efficiency.expert_launch_s each), grouped (one grouped GEMM kernel per linear layer over every local expert:
+/// torchtitan's torch._grouped_mm; no host time per expert).
+enum class ExpertGemm { PerExpert, Grouped };
+/// "per-expert", "grouped".
+const char* expert_gemm_name(ExpertGemm g);
+/// By name: "per-expert" or "grouped"; throws SpecError naming `where`.
+ExpertGemm expert_gemm_from_name(const std::string& name, const std::string& where);
+
 /// Everything the hardware cost model needs besides the schedule.
 struct HardwareSetting {
   ModelSpec model;
@@ -83,6 +93,8 @@ struct HardwareSetting {
   TpOverlap tp_overlap = TpOverlap::Backward;
   /// How an MoE layer's all-to-alls run (hardware/comm.h); NCCL's, the frameworks' default.
   MoeDispatcher moe_dispatcher = MoeDispatcher::Nccl;
+  /// How an MoE layer's experts' GEMMs are issued; Megatron-Core's (per expert) by default.
+  ExpertGemm expert_gemm = ExpertGemm::PerExpert;
 
   /// The sequence length in use: seq, or the model's when 0.
   int seq_len() const { return seq > 0 ? seq : model.seq; }

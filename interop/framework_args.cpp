@@ -1050,6 +1050,7 @@ void read_torchtitan_experts(const Flags& f, const hw::ModelSpec& m, int ep, int
                                        "as in torchtitan", ep));
     return;
   }
+  plan.expert_gemm = hw::ExpertGemm::Grouped;  // (torchtitan's GroupedExperts: torch._grouped_mm, one kernel a layer)
   // (EP 1 with TP: torchtitan's TensorParallel of the experts, each split over the TP ranks on the gathered tokens,
   // as gen 3d --tp runs an MoE model's experts without EP)
   if (ep == 1) return;

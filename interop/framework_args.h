@@ -37,6 +37,7 @@ struct FrameworkPlan {
   hw::Recompute recompute = hw::Recompute::None;
   hw::TpOverlap tp_overlap = hw::TpOverlap::Backward;  ///< the framework's TP communication overlap
   hw::MoeDispatcher moe_dispatcher = hw::MoeDispatcher::Nccl;  ///< how its MoE all-to-alls run (DeepEP or NCCL)
+  hw::ExpertGemm expert_gemm = hw::ExpertGemm::PerExpert;     ///< how its experts' GEMMs are issued
   bool fp8 = false;                                      ///< FP8 linear layers
   bool fp8_all_gather = false;                           ///< and FSDP all-gathers in FP8
   hw::Attention attention = hw::Attention::Flash;

@@ -75,6 +75,8 @@ std::string gen_command(const FrameworkPlan& p) {
   if (p.tp_overlap != hw::TpOverlap::Backward && o.tp > 1) s += std::string(" --tp-overlap ") + hw::tp_overlap_name(p.tp_overlap);
   if (p.moe_dispatcher != hw::MoeDispatcher::Nccl && p.model.moe())
     s += std::string(" --moe-dispatcher ") + hw::moe_dispatcher_name(p.moe_dispatcher);
+  if (p.expert_gemm != hw::ExpertGemm::PerExpert && p.model.moe())
+    s += std::string(" --expert-gemm ") + hw::expert_gemm_name(p.expert_gemm);
   if (p.fp8) s += p.fp8_all_gather ? " --fp8-all-gather" : " --fp8";
   if (p.attention != hw::Attention::Flash) s += " --attention eager";
   if (p.elementwise != hw::Elementwise::Fused) s += " --elementwise eager";

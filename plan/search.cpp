@@ -159,6 +159,7 @@ hw::HardwareSetting setting_of(const FrameworkPlan& c, const hw::DeviceSpec& dev
   s.elementwise = c.elementwise;
   s.tp_overlap = c.tp_overlap;
   s.moe_dispatcher = c.moe_dispatcher;
+  s.expert_gemm = c.expert_gemm;
   s.fp8 = c.fp8 || c.fp8_all_gather;
   s.fp8_all_gather = c.fp8_all_gather;
   s.context_parallel = c.options.cp;
@@ -285,6 +286,10 @@ Enumeration enumerate(const PlanRequest& r) {
                           f.recompute = rc;
                           f.tp_overlap = overlap;
                           f.moe_dispatcher = r.model.moe() ? r.moe_dispatcher : hw::MoeDispatcher::Nccl;
+                          // (torchtitan's experts: one grouped GEMM per linear layer; Megatron-Core's otherwise)
+                          f.expert_gemm = r.model.moe() && r.framework == Framework::Torchtitan
+                                              ? hw::ExpertGemm::Grouped
+                                              : hw::ExpertGemm::PerExpert;
                           f.fp8 = fp8;
                           f.elementwise = hw::Elementwise::Fused;
                           GenOptions& o = f.options;

@@ -299,7 +299,7 @@ class Parser {
     } else {
       fail(toks[0], fmt::format("unknown header field '{}' (expected world_size, layers, microbatches, cost_model, "
                                 "model, device, network, microbatch_size, seq, recompute, attention, elementwise, fp8, "
-                                "context_parallel, tp_overlap, moe_dispatcher, p2p, stage_map, layout, expert_load, "
+                                "context_parallel, tp_overlap, moe_dispatcher, expert_gemm, p2p, stage_map, layout, expert_load, "
                                 "group or rank)",
                                 shown(key)));
     }
@@ -309,7 +309,7 @@ class Parser {
   static bool is_hardware_key(std::string_view key) {
     return key == "model" || key == "device" || key == "network" || key == "microbatch_size" || key == "seq" ||
            key == "recompute" || key == "attention" || key == "elementwise" || key == "fp8" || key == "context_parallel" ||
-           key == "tp_overlap" || key == "moe_dispatcher";
+           key == "tp_overlap" || key == "moe_dispatcher" || key == "expert_gemm";
   }
 
   // One line of the `cost_model hardware` block: kept until the header ends (check_header builds the setting).
@@ -376,6 +376,9 @@ class Parser {
     guarded("tp_overlap", [&](const auto& t) { hs.tp_overlap = hw::tp_overlap_from_name(std::string(t[1].text), "tp_overlap"); });
     guarded("moe_dispatcher", [&](const auto& t) {
       hs.moe_dispatcher = hw::moe_dispatcher_from_name(std::string(t[1].text), "moe_dispatcher");
+    });
+    guarded("expert_gemm", [&](const auto& t) {
+      hs.expert_gemm = hw::expert_gemm_from_name(std::string(t[1].text), "expert_gemm");
     });
     guarded("model", [&](const auto& t) {
       if (h.layout && h.layout->blocks() != hs.model.blocks)
@@ -565,8 +568,8 @@ class Parser {
 };
 
 // The `cost_model hardware` block, indented under its line, every field given (canonical); attention, elementwise,
-// fp8, context_parallel, tp_overlap and moe_dispatcher only when they are not the default (flash, fused, none, 1,
-// backward, nccl), so that older schedules print as they did.
+// fp8, context_parallel, tp_overlap, moe_dispatcher and expert_gemm only when they are not the default (flash, fused,
+// none, 1, backward, nccl, per-expert), so that older schedules print as they did.
 std::string print_hardware_block(const hw::HardwareSetting& hs) {
   std::string out =
       fmt::format("  model {}\n  device {}\n  network {}\n  microbatch_size {}\n  seq {}\n  recompute {}\n",
@@ -580,6 +583,8 @@ std::string print_hardware_block(const hw::HardwareSetting& hs) {
   if (hs.tp_overlap != hw::TpOverlap::Backward) out += fmt::format("  tp_overlap {}\n", hw::tp_overlap_name(hs.tp_overlap));
   if (hs.moe_dispatcher != hw::MoeDispatcher::Nccl)
     out += fmt::format("  moe_dispatcher {}\n", hw::moe_dispatcher_name(hs.moe_dispatcher));
+  if (hs.expert_gemm != hw::ExpertGemm::PerExpert)
+    out += fmt::format("  expert_gemm {}\n", hw::expert_gemm_name(hs.expert_gemm));
   return out;
 }
 

@@ -635,6 +635,10 @@ TEST_CASE("framework args: a torchtitan MoE job (qwen3 30B-A3B, deepseek_v3 671B
   CHECK(q.options.dp == 16);
   CHECK(q.options.zero == 3);
   CHECK(q.options.tp == 1);
+  // Its experts run as one grouped GEMM per linear layer (torch._grouped_mm): no host time per expert, and the gen
+  // line says so.
+  CHECK(q.expert_gemm == hw::ExpertGemm::Grouped);
+  CHECK(gen_command(q).find(" --expert-gemm grouped") != std::string::npos);
   const FrameworkPlan t = from_torchtitan(base + "--parallelism.expert_parallel_degree 8 "
                                                  "--parallelism.tensor_parallel_degree 2 "
                                                  "--parallelism.expert_tensor_parallel_degree 1", dp(8));

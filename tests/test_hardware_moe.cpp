@@ -499,6 +499,30 @@ TEST_CASE("the host's issuing of each expert's kernels: an expert op takes the l
   CHECK(bound > big * 8);
   CHECK(bound < none + big * 8);  // (the experts' GPU work hides under the host's issuing)
   CHECK(layer_seconds(1e-12) == none);
+  // torchtitan's experts (expert_gemm grouped: one grouped GEMM per linear layer) take no host time per expert; the
+  // header says so, printed only when not the default, and read back.
+  HardwareSetting grouped = small_mixtral();
+  grouped.device.efficiency.expert_launch_s = big;
+  grouped.expert_gemm = ExpertGemm::Grouped;
+  Schedule g = ep_step(grouped, dp, ep, m);
+  const std::string text = print_schedule(g);
+  CHECK(text.find("  expert_gemm grouped\n") != std::string::npos);
+  CHECK(print_schedule(ep_step(small_mixtral(), dp, ep, m)).find("expert_gemm") == std::string::npos);
+  const Schedule back = parse_schedule(text, "grouped.sched");
+  CHECK(back.header.hardware->expert_gemm == ExpertGemm::Grouped);
+  const std::unique_ptr<CostModel> cg = make_schedule_cost_model(back);
+  for (const Op& op : back.ranks[0])
+    if (op.kind == OpKind::Forward && expert_weight(op)) {
+      CHECK(hw_cost(cg).seconds_of(op, 1) == doctest::Approx(expert_seconds(0, Recompute::None, OpKind::Forward)));
+      break;
+    }
+  std::string bad = text;
+  bad.replace(bad.find("expert_gemm grouped"), 19, "expert_gemm fused");
+  CHECK_THROWS_WITH(parse_schedule(bad, "bad.sched"), doctest::Contains("expected per-expert or grouped"));
+  HardwareSetting dense = small_mixtral();
+  dense.model = model_preset("llama3-8b"), dense.expert_gemm = ExpertGemm::Grouped;
+  CHECK_THROWS_WITH_AS(dense.validate("gen"), doctest::Contains("the experts' GEMMs grouped need a Mixture of Experts"),
+                       SpecError);
   // A device that says otherwise is refused by name.
   CHECK_THROWS_WITH_AS(device_from_json(nlohmann::json{{"preset", "b200"}, {"efficiency", {{"expert_launch_s", -1}}}},
                                         "dev.json"),
