@@ -354,11 +354,8 @@ int run(GenArgs& a) {
                                                 a.kind, hs.model.preset));
       if (!a.given.count("--dense-layers"))
         opts = model_dense_layers(a.kind, opts, hs.model.blocks, hs.model.dense_blocks);
-      if (!opts.per_expert_load.empty() && opts.per_expert_load.size() != static_cast<std::size_t>(hs.model.experts))
-        throw std::invalid_argument(fmt::format("--expert-load-file: {} gives {} experts' loads, but the model '{}' has "
-                                                "{} experts",
-                                                a.expert_load_file, opts.per_expert_load.size(), hs.model.preset,
-                                                hs.model.experts));
+      check_expert_load_count(opts.per_expert_load, hs.model.experts, hs.model.preset,
+                              "--expert-load-file: " + a.expert_load_file);
     } catch (const std::invalid_argument& e) {  // hw::SpecError too
       fmt::print(stderr, "trainsim gen: {}\n", e.what());
       return 2;

@@ -361,9 +361,9 @@ int run(const PlanArgs& a) {
   if (moe)
     fmt::print("  note: model {} is a Mixture of Experts ({} experts, top {}): EP is searched with TP beside it "
                "(the ETP column: expert TP 1, or with --etp 1,2 equal to TP too; without EP every expert is split over "
-               "the TP group), CP as for a dense model, {}; {}; all-to-alls {}; each expert op at least the host's time to issue its experts' kernels, "
-               "which favours more EP where a rank would hold many small experts (docs/planning.md, \"Mixture of "
-               "Experts\")\n",
+               "the TP group), CP as for a dense model, {}; {}; all-to-alls {}; each expert op at least the host's "
+               "time to issue its experts' kernels, which favours more EP where a rank would hold many small experts "
+               "(docs/planning.md, \"Mixture of Experts\")\n",
                r.model.preset, r.model.experts, r.model.top_k,
                r.framework == plan::Framework::Torchtitan ? "FSDP (torchtitan's, the experts sharded over their "
                                                             "expert-data-parallel group)"

@@ -7,8 +7,9 @@
 // Routing (Jiang et al. 2024, Mixtral; Fedus et al. 2021): logits = rmsnorm(h)·Wrouter^T (n×E); each token goes
 // to the k experts of the largest logits (the lower expert first among equal ones), with gates the softmax of
 // those k logits; the block's output is h + Σ_s gate_s · expert_{idx_s}(rmsnorm(h)). Dropless: every token reaches
-// its k experts, and no auxiliary load-balancing loss is added; with a capacity factor (ModelConfig::
-// capacity_factor) each expert keeps at most its capacity of a microbatch's pairs and the rest are dropped.
+// its k experts; with a capacity factor (ModelConfig::capacity_factor) each expert keeps at most its capacity of a
+// microbatch's pairs and the rest are dropped. With ModelConfig::aux_loss_coeff each block adds the load-balancing
+// loss (Switch Transformer's) to each microbatch's loss: moe_aux_coefficients and Kernels::moe_aux_loss.
 //
 // The packed order of a forward's n·k (token, slot) pairs: by expert, then token (a token reaches an expert at
 // most once). An expert slice's rows are the packed rows of its experts from every member of its EP group, by

@@ -131,10 +131,11 @@ void check_moe_space(const PlanRequest& r, const std::vector<int>& eps, const st
   if (!r.per_expert_load.empty()) {
     if (r.moe_imbalance > 0)
       throw hw::SpecError("plan: give --expert-load-file or --moe-imbalance, not both");
-    if (r.per_expert_load.size() != static_cast<std::size_t>(r.model.experts))
-      throw hw::SpecError(fmt::format("plan: --expert-load-file gives {} experts' loads, but the model '{}' has {} "
-                                      "experts",
-                                      r.per_expert_load.size(), name, r.model.experts));
+    try {
+      check_expert_load_count(r.per_expert_load, r.model.experts, name, "--expert-load-file");
+    } catch (const std::invalid_argument& e) {
+      throw hw::SpecError(std::string("plan: ") + e.what());
+    }
   }
 }
 

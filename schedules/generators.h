@@ -121,6 +121,10 @@ std::vector<double> read_expert_loads(const std::string& path);
 /// so that they average 1 (the header's expert_load). Throws std::invalid_argument when ep does not divide E or a
 /// slice's experts get no token (a slice of load 0 is no expert parallelism).
 std::vector<double> slice_loads(const std::vector<double>& per_expert, int ep);
+/// Throws std::invalid_argument "`what` gives N experts' loads, but the model 'NAME' has E experts" unless
+/// `per_expert` holds one load per expert of the model (`experts` of them); nothing when it is empty.
+void check_expert_load_count(const std::vector<double>& per_expert, int experts, const std::string& model,
+                             const std::string& what);
 
 /// The options with one schedule layer per transformer block of a model of `blocks` blocks, the physical default
 /// (a schedule layer is a modelling unit; one block is the unit of FSDP in torchtitan and Megatron-LM and of their

@@ -5,7 +5,10 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "exec/model_config.h"
@@ -51,42 +54,46 @@ TEST_CASE("model manifest: a configuration round-trips, out-of-range fields are 
   CHECK(refusal(j) == "model configuration: 'init_std' must be a number, not \"0.02\"");
 }
 
-TEST_CASE("model manifest: an MoE model's capacity factor round-trips exactly, and is refused where it cannot hold") {
-  exec::ModelConfig moe = exec::preset("tiny-moe");
-  moe.capacity_factor = 1.1;  // (not a float: read back as a double, the same bits)
-  const nlohmann::json good = exec::to_json(moe);
-  CHECK(refusal(good) == "(accepted)");
-  CHECK(exec::model_from_json(good) == moe);
-  CHECK_FALSE(exec::to_json(exec::preset("tiny-moe")).contains("capacity_factor"));  // (dropless: as before it)
-  nlohmann::json j = good;
-  j["capacity_factor"] = "1.1";
-  CHECK(refusal(j) == "model configuration: 'capacity_factor' must be a finite number, not \"1.1\"");
-  j["capacity_factor"] = -1;
-  CHECK(refusal(j) == "capacity_factor must be 0 (dropless) or 0.01 to 1000, got -1");
-  j["capacity_factor"] = 1e300;
-  CHECK(refusal(j) == "capacity_factor must be 0 (dropless) or 0.01 to 1000, got 1e+300");
-  j = exec::to_json(exec::preset("tiny"));
-  j["capacity_factor"] = 1;
-  CHECK(refusal(j) == "top_k (0), dense_blocks (0), capacity_factor (1) and aux_loss_coeff (0) are for MoE models: set "
-                      "experts too");
-}
-
-TEST_CASE("model manifest: an MoE model's load-balancing coefficient round-trips exactly, and is refused out of range") {
-  exec::ModelConfig moe = exec::preset("tiny-moe");
-  moe.aux_loss_coeff = 0.01;  // (not a float: read back as a double, the same bits)
-  const nlohmann::json good = exec::to_json(moe);
-  CHECK(refusal(good) == "(accepted)");
-  CHECK(exec::model_from_json(good) == moe);
-  CHECK_FALSE(exec::to_json(exec::preset("tiny-moe")).contains("aux_loss_coeff"));  // (none: as before it)
-  nlohmann::json j = good;
-  j["aux_loss_coeff"] = nullptr;
-  CHECK(refusal(j) == "model configuration: 'aux_loss_coeff' must be a finite number, not null");
-  j["aux_loss_coeff"] = -0.5;
-  CHECK(refusal(j) == "aux_loss_coeff must be 0 (none) to 10, got -0.5");
-  j["aux_loss_coeff"] = 11;
-  CHECK(refusal(j) == "aux_loss_coeff must be 0 (none) to 10, got 11");
-  j = exec::to_json(exec::preset("tiny"));
-  j["aux_loss_coeff"] = 0.01;
-  CHECK(refusal(j) == "top_k (0), dense_blocks (0), capacity_factor (0) and aux_loss_coeff (0.01) are for MoE "
-                      "models: set experts too");
+TEST_CASE("model manifest: an MoE model's capacity factor and load-balancing coefficient round-trip exactly, and "
+          "are refused where they cannot hold") {
+  // Each: a value set (not a float: read back as a double, the same bits), absent when 0 (manifests as before the
+  // field), and refusals of a mistyped value, of values out of range, and of the field on a dense model.
+  struct Field {
+    const char* name;
+    double exec::ModelConfig::*member;
+    double value;
+    nlohmann::json mistyped;
+    std::vector<std::pair<double, std::string>> out_of_range;
+    std::string on_dense;
+  };
+  const std::vector<Field> fields = {
+      {"capacity_factor", &exec::ModelConfig::capacity_factor, 1.1, "1.1",
+       {{-1, "capacity_factor must be 0 (dropless) or 0.01 to 1000, got -1"},
+        {1e300, "capacity_factor must be 0 (dropless) or 0.01 to 1000, got 1e+300"}},
+       "top_k (0), dense_blocks (0), capacity_factor (1.1) and aux_loss_coeff (0) are for MoE models: set experts "
+       "too"},
+      {"aux_loss_coeff", &exec::ModelConfig::aux_loss_coeff, 0.01, nullptr,
+       {{-0.5, "aux_loss_coeff must be 0 (none) to 10, got -0.5"}, {11, "aux_loss_coeff must be 0 (none) to 10, got 11"}},
+       "top_k (0), dense_blocks (0), capacity_factor (0) and aux_loss_coeff (0.01) are for MoE models: set experts "
+       "too"},
+  };
+  for (const Field& f : fields) {
+    CAPTURE(f.name);
+    exec::ModelConfig moe = exec::preset("tiny-moe");
+    moe.*f.member = f.value;
+    const nlohmann::json good = exec::to_json(moe);
+    CHECK(refusal(good) == "(accepted)");
+    CHECK(exec::model_from_json(good) == moe);
+    CHECK_FALSE(exec::to_json(exec::preset("tiny-moe")).contains(f.name));
+    nlohmann::json j = good;
+    j[f.name] = f.mistyped;
+    CHECK(refusal(j) == fmt::format("model configuration: '{}' must be a finite number, not {}", f.name, f.mistyped.dump()));
+    for (const auto& [v, why] : f.out_of_range) {
+      j[f.name] = v;
+      CHECK(refusal(j) == why);
+    }
+    j = exec::to_json(exec::preset("tiny"));
+    j[f.name] = f.value;
+    CHECK(refusal(j) == f.on_dense);
+  }
 }

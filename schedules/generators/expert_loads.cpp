@@ -76,6 +76,13 @@ std::vector<double> slice_loads(const std::vector<double>& per_expert, int ep) {
   return out;
 }
 
+void check_expert_load_count(const std::vector<double>& per_expert, int experts, const std::string& model,
+                             const std::string& what) {
+  if (!per_expert.empty() && per_expert.size() != static_cast<std::size_t>(experts))
+    throw std::invalid_argument(fmt::format("{} gives {} experts' loads, but the model '{}' has {} experts", what,
+                                            per_expert.size(), model, experts));
+}
+
 namespace gen {
 
 std::vector<double> expert_loads(const std::string& kind, const GenOptions& o, int e) {
